@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -35,8 +36,9 @@ type Combatant struct {
 	ActorUuid string `protobuf:"bytes,4,opt,name=actor_uuid,json=actorUuid,proto3" json:"actor_uuid,omitempty"`
 	// The combatant's image.
 	Img string `protobuf:"bytes,5,opt,name=img,proto3" json:"img,omitempty"`
-	// The initiative, or null before it was rolled.
-	Initiative *float64 `protobuf:"fixed64,6,opt,name=initiative,proto3,oneof" json:"initiative,omitempty"`
+	// The initiative, or null before it was rolled (a wrapper, so that JSON
+	// shows the null).
+	Initiative *wrapperspb.DoubleValue `protobuf:"bytes,6,opt,name=initiative,proto3" json:"initiative,omitempty"`
 	// Whether the combatant is hidden from players.
 	Hidden bool `protobuf:"varint,7,opt,name=hidden,proto3" json:"hidden,omitempty"`
 	// Whether the combatant is defeated (skipped in turn order).
@@ -110,11 +112,11 @@ func (x *Combatant) GetImg() string {
 	return ""
 }
 
-func (x *Combatant) GetInitiative() float64 {
-	if x != nil && x.Initiative != nil {
-		return *x.Initiative
+func (x *Combatant) GetInitiative() *wrapperspb.DoubleValue {
+	if x != nil {
+		return x.Initiative
 	}
-	return 0
+	return nil
 }
 
 func (x *Combatant) GetHidden() bool {
@@ -1622,7 +1624,7 @@ var File_relay_v1_combat_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_combat_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1drelay/v1/combat_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\xe7\x01\n" +
+	"\x1drelay/v1/combat_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\xf1\x01\n" +
 	"\tCombatant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -1630,13 +1632,12 @@ const file_relay_v1_combat_service_proto_rawDesc = "" +
 	"token_uuid\x18\x03 \x01(\tR\ttokenUuid\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x04 \x01(\tR\tactorUuid\x12\x10\n" +
-	"\x03img\x18\x05 \x01(\tR\x03img\x12#\n" +
+	"\x03img\x18\x05 \x01(\tR\x03img\x12<\n" +
 	"\n" +
-	"initiative\x18\x06 \x01(\x01H\x00R\n" +
-	"initiative\x88\x01\x01\x12\x16\n" +
+	"initiative\x18\x06 \x01(\v2\x1c.google.protobuf.DoubleValueR\n" +
+	"initiative\x12\x16\n" +
 	"\x06hidden\x18\a \x01(\bR\x06hidden\x12\x1a\n" +
-	"\bdefeated\x18\b \x01(\bR\bdefeatedB\r\n" +
-	"\v_initiative\"\xa8\x01\n" +
+	"\bdefeated\x18\b \x01(\bR\bdefeated\"\xa8\x01\n" +
 	"\tEncounter\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1813,40 +1814,42 @@ var file_relay_v1_combat_service_proto_goTypes = []any{
 	(*AddToEncounterResponse)(nil),      // 18: relay.v1.AddToEncounterResponse
 	(*RemoveFromEncounterRequest)(nil),  // 19: relay.v1.RemoveFromEncounterRequest
 	(*RemoveFromEncounterResponse)(nil), // 20: relay.v1.RemoveFromEncounterResponse
+	(*wrapperspb.DoubleValue)(nil),      // 21: google.protobuf.DoubleValue
 }
 var file_relay_v1_combat_service_proto_depIdxs = []int32{
-	0,  // 0: relay.v1.Encounter.combatants:type_name -> relay.v1.Combatant
-	1,  // 1: relay.v1.ListEncountersResponse.encounters:type_name -> relay.v1.Encounter
-	1,  // 2: relay.v1.StartEncounterResponse.encounter:type_name -> relay.v1.Encounter
-	1,  // 3: relay.v1.NextTurnResponse.encounter:type_name -> relay.v1.Encounter
-	1,  // 4: relay.v1.NextRoundResponse.encounter:type_name -> relay.v1.Encounter
-	1,  // 5: relay.v1.PreviousTurnResponse.encounter:type_name -> relay.v1.Encounter
-	1,  // 6: relay.v1.PreviousRoundResponse.encounter:type_name -> relay.v1.Encounter
-	17, // 7: relay.v1.AddToEncounterResponse.failed:type_name -> relay.v1.FailedUuid
-	17, // 8: relay.v1.RemoveFromEncounterResponse.failed:type_name -> relay.v1.FailedUuid
-	2,  // 9: relay.v1.CombatService.ListEncounters:input_type -> relay.v1.ListEncountersRequest
-	4,  // 10: relay.v1.CombatService.StartEncounter:input_type -> relay.v1.StartEncounterRequest
-	6,  // 11: relay.v1.CombatService.EndEncounter:input_type -> relay.v1.EndEncounterRequest
-	8,  // 12: relay.v1.CombatService.NextTurn:input_type -> relay.v1.NextTurnRequest
-	10, // 13: relay.v1.CombatService.NextRound:input_type -> relay.v1.NextRoundRequest
-	12, // 14: relay.v1.CombatService.PreviousTurn:input_type -> relay.v1.PreviousTurnRequest
-	14, // 15: relay.v1.CombatService.PreviousRound:input_type -> relay.v1.PreviousRoundRequest
-	16, // 16: relay.v1.CombatService.AddToEncounter:input_type -> relay.v1.AddToEncounterRequest
-	19, // 17: relay.v1.CombatService.RemoveFromEncounter:input_type -> relay.v1.RemoveFromEncounterRequest
-	3,  // 18: relay.v1.CombatService.ListEncounters:output_type -> relay.v1.ListEncountersResponse
-	5,  // 19: relay.v1.CombatService.StartEncounter:output_type -> relay.v1.StartEncounterResponse
-	7,  // 20: relay.v1.CombatService.EndEncounter:output_type -> relay.v1.EndEncounterResponse
-	9,  // 21: relay.v1.CombatService.NextTurn:output_type -> relay.v1.NextTurnResponse
-	11, // 22: relay.v1.CombatService.NextRound:output_type -> relay.v1.NextRoundResponse
-	13, // 23: relay.v1.CombatService.PreviousTurn:output_type -> relay.v1.PreviousTurnResponse
-	15, // 24: relay.v1.CombatService.PreviousRound:output_type -> relay.v1.PreviousRoundResponse
-	18, // 25: relay.v1.CombatService.AddToEncounter:output_type -> relay.v1.AddToEncounterResponse
-	20, // 26: relay.v1.CombatService.RemoveFromEncounter:output_type -> relay.v1.RemoveFromEncounterResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	21, // 0: relay.v1.Combatant.initiative:type_name -> google.protobuf.DoubleValue
+	0,  // 1: relay.v1.Encounter.combatants:type_name -> relay.v1.Combatant
+	1,  // 2: relay.v1.ListEncountersResponse.encounters:type_name -> relay.v1.Encounter
+	1,  // 3: relay.v1.StartEncounterResponse.encounter:type_name -> relay.v1.Encounter
+	1,  // 4: relay.v1.NextTurnResponse.encounter:type_name -> relay.v1.Encounter
+	1,  // 5: relay.v1.NextRoundResponse.encounter:type_name -> relay.v1.Encounter
+	1,  // 6: relay.v1.PreviousTurnResponse.encounter:type_name -> relay.v1.Encounter
+	1,  // 7: relay.v1.PreviousRoundResponse.encounter:type_name -> relay.v1.Encounter
+	17, // 8: relay.v1.AddToEncounterResponse.failed:type_name -> relay.v1.FailedUuid
+	17, // 9: relay.v1.RemoveFromEncounterResponse.failed:type_name -> relay.v1.FailedUuid
+	2,  // 10: relay.v1.CombatService.ListEncounters:input_type -> relay.v1.ListEncountersRequest
+	4,  // 11: relay.v1.CombatService.StartEncounter:input_type -> relay.v1.StartEncounterRequest
+	6,  // 12: relay.v1.CombatService.EndEncounter:input_type -> relay.v1.EndEncounterRequest
+	8,  // 13: relay.v1.CombatService.NextTurn:input_type -> relay.v1.NextTurnRequest
+	10, // 14: relay.v1.CombatService.NextRound:input_type -> relay.v1.NextRoundRequest
+	12, // 15: relay.v1.CombatService.PreviousTurn:input_type -> relay.v1.PreviousTurnRequest
+	14, // 16: relay.v1.CombatService.PreviousRound:input_type -> relay.v1.PreviousRoundRequest
+	16, // 17: relay.v1.CombatService.AddToEncounter:input_type -> relay.v1.AddToEncounterRequest
+	19, // 18: relay.v1.CombatService.RemoveFromEncounter:input_type -> relay.v1.RemoveFromEncounterRequest
+	3,  // 19: relay.v1.CombatService.ListEncounters:output_type -> relay.v1.ListEncountersResponse
+	5,  // 20: relay.v1.CombatService.StartEncounter:output_type -> relay.v1.StartEncounterResponse
+	7,  // 21: relay.v1.CombatService.EndEncounter:output_type -> relay.v1.EndEncounterResponse
+	9,  // 22: relay.v1.CombatService.NextTurn:output_type -> relay.v1.NextTurnResponse
+	11, // 23: relay.v1.CombatService.NextRound:output_type -> relay.v1.NextRoundResponse
+	13, // 24: relay.v1.CombatService.PreviousTurn:output_type -> relay.v1.PreviousTurnResponse
+	15, // 25: relay.v1.CombatService.PreviousRound:output_type -> relay.v1.PreviousRoundResponse
+	18, // 26: relay.v1.CombatService.AddToEncounter:output_type -> relay.v1.AddToEncounterResponse
+	20, // 27: relay.v1.CombatService.RemoveFromEncounter:output_type -> relay.v1.RemoveFromEncounterResponse
+	19, // [19:28] is the sub-list for method output_type
+	10, // [10:19] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_combat_service_proto_init() }
@@ -1855,7 +1858,6 @@ func file_relay_v1_combat_service_proto_init() {
 		return
 	}
 	file_relay_v1_options_proto_init()
-	file_relay_v1_combat_service_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
