@@ -1,0 +1,257 @@
+// Package world is the tabletop world engine: documents, users, ownership and
+// permission rules, persistence and the operations the relay offers on them.
+//
+// The package knows nothing about gRPC, HTTP or protobuf. Callers hand it a
+// resolved [User] (or nil for GM-level access with no permission checks) and
+// plain Go values; it answers with plain Go values and typed errors (see
+// errors.go). A world in another process can implement [World] later, so every
+// argument and result here is plain data that could cross a network.
+package world
+
+import (
+	"context"
+	"time"
+)
+
+// Role is a tabletop user's role. The numbers are the tabletop's own.
+type Role int
+
+// The roles a user can have. A user whose role is RoleAssistant or higher is a
+// GM for every permission rule.
+const (
+	RoleNone       Role = 0
+	RolePlayer     Role = 1
+	RoleTrusted    Role = 2
+	RoleAssistant  Role = 3
+	RoleGamemaster Role = 4
+)
+
+// Level is a user's permission level on one document. The numbers are the
+// tabletop's own ownership values.
+type Level int
+
+// The document permission levels, weakest first.
+const (
+	LevelNone     Level = 0
+	LevelLimited  Level = 1
+	LevelObserver Level = 2
+	LevelOwner    Level = 3
+)
+
+// World permissions checked by the relay's policy layer. The world maps each to
+// the lowest role that holds it (a world setting).
+const (
+	PermissionFilesBrowse = "FILES_BROWSE"
+	PermissionFilesUpload = "FILES_UPLOAD"
+)
+
+// User is a tabletop user of one world.
+type User struct {
+	ID   string
+	Name string
+	Role Role
+}
+
+// IsGM reports whether the user counts as a GM (role ASSISTANT or higher).
+// A nil user stands for GM-level access and is a GM too.
+func (u *User) IsGM() bool { return u == nil || u.Role >= RoleAssistant }
+
+// Document is a document's source data in the tabletop's JSON shape
+// (`_id`, `name`, `type`, `img`, `system`, `items`, `effects`, `folder`,
+// `sort`, `ownership`, `flags`, `_stats`). Values are JSON-compatible:
+// string, float64, bool, nil, []any and map[string]any. A Document returned by
+// the world belongs to the caller and may be changed freely.
+type Document = map[string]any
+
+// Info describes a world.
+type Info struct {
+	ClientID string
+	Title    string
+	System   string
+}
+
+// CreateParams describes a new document.
+type CreateParams struct {
+	// Type is the document name: Actor, Item, Scene, JournalEntry, Macro, or,
+	// with ParentUUID, an embedded type (Item and ActiveEffect on an Actor,
+	// Token on a Scene, JournalEntryPage on a JournalEntry).
+	Type string
+	// Data is the new document's source data; `_id` is kept only with KeepID.
+	Data Document
+	// Folder is a folder id; it overrides any folder inside Data.
+	Folder string
+	// ParentUUID makes the new document an embedded one of that parent.
+	ParentUUID string
+	// KeepID keeps Data's `_id` (which must be free and well formed).
+	KeepID bool
+}
+
+// SearchParams selects documents by name.
+type SearchParams struct {
+	Query string
+	// Filter is either a document type ("Actor") or comma-separated key:value
+	// pairs ("documentType:Actor,folder:abc").
+	Filter string
+	// Limit caps the results; zero means the default (200), at most 500.
+	Limit int
+}
+
+// StructureParams selects part of the folder tree.
+type StructureParams struct {
+	// Types are document names to include; empty means all folder-able types.
+	Types []string
+	// Path is empty (the root) or `Folder.<id>`.
+	Path string
+	// Recursive descends into sub-folders up to Depth levels (default 5).
+	Recursive bool
+	Depth     int
+	// IncludeData returns each document's full data instead of a summary.
+	IncludeData bool
+}
+
+// GiveParams moves or copies an item to an actor.
+type GiveParams struct {
+	FromUUID string // optional source actor; without it the item is copied
+	ToUUID   string
+	ItemUUID string
+	ItemName string
+	Quantity float64 // zero means 1
+}
+
+// GiveResult reports a give.
+type GiveResult struct {
+	FromUUID    string
+	ToUUID      string
+	ItemUUID    string  // the item as requested
+	NewItemUUID string  // the item on the target actor
+	Quantity    float64 // the target item's quantity afterwards
+}
+
+// RemoveParams removes an item, or part of a stack, from an actor.
+type RemoveParams struct {
+	ActorUUID string
+	ItemUUID  string
+	ItemName  string
+	Quantity  float64 // zero removes the whole item
+}
+
+// RemoveResult reports a remove.
+type RemoveResult struct {
+	ActorUUID string
+	ItemUUID  string
+	Quantity  float64 // what is left; 0 when the item was deleted
+	Deleted   bool
+}
+
+// AttributeChange reports a numeric attribute change.
+type AttributeChange struct {
+	UUID      string
+	Attribute string
+	OldValue  float64
+	NewValue  float64
+}
+
+// KillResult reports a document marked defeated.
+type KillResult struct {
+	UUID    string
+	Message string
+}
+
+// FolderParams describes a new folder.
+type FolderParams struct {
+	Name     string
+	Type     string // the document type the folder holds, e.g. Actor
+	ParentID string
+	ID       string // optional; an existing folder with this id is returned unchanged
+}
+
+// FolderDeletion reports a folder deletion.
+type FolderDeletion struct {
+	FolderID        string
+	EntitiesDeleted int
+	FoldersDeleted  int
+}
+
+// SelectParams chooses tokens of the active scene to control.
+type SelectParams struct {
+	UUIDs     []string
+	Name      string
+	All       bool
+	Overwrite bool     // release every controlled token first
+	Match     Document // every key must equal; `actor.` keys read the token's actor
+}
+
+// SelectedToken is one controlled token.
+type SelectedToken struct {
+	TokenUUID string
+	ActorUUID string // empty when the token has no actor
+}
+
+// Change is one committed change to one document, handed to the commit hook
+// after the transaction that made it has committed. Before is nil for a
+// creation and After is nil for a deletion. Embedded documents appear as their
+// own changes (with their own uuid) as well as changes of their parent.
+// Before and After are the world's own stored documents, shared and
+// immutable: read them, never change them.
+type Change struct {
+	Op           ChangeOp
+	UUID         string
+	DocumentName string
+	Before       Document
+	After        Document
+}
+
+// ChangeOp is the kind of a [Change].
+type ChangeOp int
+
+// The kinds of change.
+const (
+	ChangeCreate ChangeOp = iota + 1
+	ChangeUpdate
+	ChangeDelete
+)
+
+// Options tune a world. The zero value works.
+type Options struct {
+	// Clock returns the current time; time.Now when nil.
+	Clock func() time.Time
+	// NewID returns a fresh 16-character document id; random when nil.
+	NewID func() string
+	// OnCommit, when set, is called after every committed transaction with
+	// its changes, in commit order, while the world's write lock is still
+	// held (so calls never interleave). It must not block.
+	OnCommit func(changes []Change)
+}
+
+// World is one tabletop world. Every method is safe for concurrent use.
+// A nil *User argument means GM-level access with no permission checks.
+// Errors are typed (see errors.go) and their messages are meant for callers.
+type World interface {
+	Info() Info
+
+	// ResolveUser finds a user by id, then by case-insensitive name. An
+	// unknown user is ErrInvalid with the text `User not found: <idOrName>`.
+	ResolveUser(ctx context.Context, idOrName string) (*User, error)
+	// Users lists the world's users.
+	Users(ctx context.Context) ([]User, error)
+	// Can reports whether the user holds a world permission (nil user: yes).
+	Can(user *User, permission string) bool
+
+	Get(ctx context.Context, user *User, uuid string) (Document, error)
+	Update(ctx context.Context, user *User, uuid string, data Document) (Document, error)
+	Create(ctx context.Context, user *User, p CreateParams) (Document, error)
+	Delete(ctx context.Context, user *User, uuid string) error
+	Search(ctx context.Context, user *User, p SearchParams) ([]Document, error)
+	Structure(ctx context.Context, user *User, p StructureParams) (Document, error)
+	Give(ctx context.Context, user *User, p GiveParams) (GiveResult, error)
+	Remove(ctx context.Context, user *User, p RemoveParams) (RemoveResult, error)
+	ModifyAttribute(ctx context.Context, user *User, uuid, attribute string, delta float64) (AttributeChange, error)
+	Kill(ctx context.Context, user *User, uuid string) (KillResult, error)
+	CreateFolder(ctx context.Context, user *User, p FolderParams) (Document, error)
+	DeleteFolder(ctx context.Context, user *User, folderID string, deleteAll bool) (FolderDeletion, error)
+	Select(ctx context.Context, user *User, p SelectParams) ([]string, error)
+	Selected(ctx context.Context, user *User) ([]SelectedToken, error)
+
+	// Close flushes and closes the world's store.
+	Close() error
+}

@@ -1,0 +1,328 @@
+package world
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Host keeps the worlds of one relay: each world is a directory
+// `<dataDir>/worlds/<clientId>/` holding its database `world.db`. Worlds are
+// discovered from those directories and opened on first use; an open world
+// stays open until it or the host is closed. A Host is safe for concurrent
+// use.
+type Host struct {
+	dir  string // <dataDir>/worlds
+	opts Options
+
+	mu     sync.Mutex
+	worlds map[string]*hostWorld // opened, opening or being created
+	closed bool
+
+	watchers atomic.Pointer[[]func(clientID string, changes []Change)]
+}
+
+// hostWorld is a world the host opened, or is opening or creating. ready is
+// closed once eng or err is set.
+type hostWorld struct {
+	ready chan struct{}
+	eng   *Engine
+	err   error
+}
+
+// dbFile is the name of a world's database in its directory.
+const dbFile = "world.db"
+
+// creatingPrefix starts the names of the directories where worlds are
+// built before they are moved into place. Such a directory left behind by a
+// crash is a world that never finished being created.
+const creatingPrefix = ".creating-"
+
+// clientIDPattern is the form of a world's client id, which is also the
+// name of its directory.
+var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// OpenHost opens the worlds kept under dataDir, creating the directory when
+// needed and removing worlds whose creation a crash interrupted. opts apply
+// to every world the host opens.
+func OpenHost(dataDir string, opts Options) (*Host, error) {
+	if dataDir == "" {
+		return nil, Errorf(ErrInvalid, "The data directory is required")
+	}
+	dir := filepath.Join(dataDir, "worlds")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not create the worlds directory: %v", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not read the worlds directory: %v", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), creatingPrefix) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return nil, Errorf(ErrUnavailable, "Could not remove an unfinished world: %v", err)
+			}
+		}
+	}
+	return &Host{dir: dir, opts: opts, worlds: map[string]*hostWorld{}}, nil
+}
+
+// Watch adds a function called after every committed transaction of every
+// world of the host, with the world's client id, after Options.OnCommit.
+// Like OnCommit it runs under the world's write lock and must not block.
+func (h *Host) Watch(fn func(clientID string, changes []Change)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var list []func(string, []Change)
+	if old := h.watchers.Load(); old != nil {
+		list = slices.Clone(*old)
+	}
+	list = append(list, fn)
+	h.watchers.Store(&list)
+}
+
+// World returns the world with the given client id, opening it on first
+// use; concurrent callers share one opening. An unknown world is
+// ErrNotFound `Unknown world: <clientId>`.
+func (h *Host) World(ctx context.Context, clientID string) (World, error) {
+	if !clientIDPattern.MatchString(clientID) {
+		return nil, errUnknownWorld(clientID)
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errHostClosed()
+	}
+	w, ok := h.worlds[clientID]
+	if !ok {
+		w = &hostWorld{ready: make(chan struct{})}
+		h.worlds[clientID] = w
+	}
+	h.mu.Unlock()
+	if !ok {
+		h.finish(clientID, w, func() (*Engine, error) { return h.open(ctx, clientID, w) })
+	}
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		return nil, contextError(ctx.Err())
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.eng, nil
+}
+
+// finish runs the opening (or creation) of a world and publishes its result
+// to everyone waiting; a failed world is forgotten so a later call can try
+// again.
+func (h *Host) finish(clientID string, w *hostWorld, open func() (*Engine, error)) {
+	w.eng, w.err = open()
+	if w.err != nil {
+		h.forget(clientID, w)
+	}
+	close(w.ready)
+}
+
+// forget drops a world from the host's list, if it is still that world.
+func (h *Host) forget(clientID string, w *hostWorld) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.worlds[clientID] == w {
+		delete(h.worlds, clientID)
+	}
+}
+
+// open opens an existing world's database, for the host's entry w.
+func (h *Host) open(ctx context.Context, clientID string, w *hostWorld) (*Engine, error) {
+	path := filepath.Join(h.dir, clientID, dbFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, errUnknownWorld(clientID)
+	}
+	opts := h.opts
+	opts.OnCommit = func(changes []Change) {
+		if h.opts.OnCommit != nil {
+			h.opts.OnCommit(changes)
+		}
+		if list := h.watchers.Load(); list != nil {
+			for _, fn := range *list {
+				fn(clientID, changes)
+			}
+		}
+	}
+	// The opening is shared by every caller waiting for it: one caller
+	// giving up must not fail it for the others.
+	e, err := openEngine(context.WithoutCancel(ctx), path, clientID, opts)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "World %s could not be opened: %v", clientID, err)
+	}
+	e.onClose = func() { h.forget(clientID, w) }
+	return e, nil
+}
+
+// Create creates a world from a seed and returns it, open. The client id
+// must be 1 to 64 letters, digits, '_' or '-', starting with a letter or
+// digit; an existing world is ErrConflict. The world is built in a
+// directory of its own and moved into place only once its database holds
+// the whole seed, so a failed or interrupted creation leaves no world
+// behind.
+func (h *Host) Create(ctx context.Context, clientID string, seed Seed) (World, error) {
+	if !clientIDPattern.MatchString(clientID) {
+		return nil, Errorf(ErrInvalid, "Invalid world id '%s': use 1 to 64 letters, digits, '_' or '-', starting with a letter or digit", clientID)
+	}
+	var w *hostWorld
+	for w == nil {
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return nil, errHostClosed()
+		}
+		if other, ok := h.worlds[clientID]; ok {
+			// Someone is opening (or creating) this id: its outcome
+			// decides. A failed attempt is forgotten, so look again.
+			h.mu.Unlock()
+			select {
+			case <-other.ready:
+			case <-ctx.Done():
+				return nil, contextError(ctx.Err())
+			}
+			if other.err == nil {
+				return nil, Errorf(ErrConflict, "World already exists: %s", clientID)
+			}
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(h.dir, clientID)); err == nil {
+			h.mu.Unlock()
+			return nil, Errorf(ErrConflict, "World already exists: %s", clientID)
+		}
+		w = &hostWorld{ready: make(chan struct{})}
+		h.worlds[clientID] = w
+		h.mu.Unlock()
+	}
+	h.finish(clientID, w, func() (*Engine, error) { return h.create(ctx, clientID, seed, w) })
+	if w.err != nil {
+		return nil, w.err
+	}
+	return w.eng, nil
+}
+
+// create builds a world's directory aside, moves it into place and opens
+// the world, for the host's entry w.
+func (h *Host) create(ctx context.Context, clientID string, seed Seed, w *hostWorld) (*Engine, error) {
+	tmp, err := os.MkdirTemp(h.dir, creatingPrefix+clientID+"-")
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := seedWorld(ctx, filepath.Join(tmp, dbFile), clientID, seed, h.opts); err != nil {
+		return nil, err
+	}
+	final := filepath.Join(h.dir, clientID)
+	if err := os.Rename(tmp, final); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, Errorf(ErrConflict, "World already exists: %s", clientID)
+		}
+		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+	}
+	done = true
+	// Make the rename itself durable before anyone relies on the world.
+	if err := syncDir(h.dir); err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+	}
+	return h.open(ctx, clientID, w)
+}
+
+// syncDir flushes a directory's entries to disk.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// List describes every world of the host, sorted by client id. Worlds not
+// open yet are described from their settings without being opened.
+func (h *Host) List(ctx context.Context) ([]Info, error) {
+	entries, err := os.ReadDir(h.dir)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not read the worlds directory: %v", err)
+	}
+	var out []Info
+	for _, e := range entries {
+		id := e.Name()
+		if !e.IsDir() || !clientIDPattern.MatchString(id) {
+			continue
+		}
+		path := filepath.Join(h.dir, id, dbFile)
+		if _, err := os.Stat(path); err != nil {
+			continue
+		}
+		h.mu.Lock()
+		w := h.worlds[id]
+		h.mu.Unlock()
+		if w != nil {
+			select {
+			case <-w.ready:
+				if w.eng != nil {
+					out = append(out, w.eng.Info())
+					continue
+				}
+			default:
+			}
+		}
+		out = append(out, readInfo(ctx, path, id))
+	}
+	return out, nil
+}
+
+// readInfo reads a world's description from its settings. A world whose
+// settings cannot be read is still listed, by its client id.
+func readInfo(ctx context.Context, path, clientID string) Info {
+	info := Info{ClientID: clientID}
+	st, err := openStore(path, false)
+	if err != nil {
+		return info
+	}
+	defer st.close()
+	if meta, err := st.loadMeta(ctx); err == nil {
+		info.Title, info.System = meta[metaTitle], meta[metaSystem]
+	}
+	return info
+}
+
+// Close closes every open world; the host serves nothing afterwards.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	worlds := slices.Collect(maps.Values(h.worlds))
+	h.mu.Unlock()
+	var errs []error
+	for _, w := range worlds {
+		<-w.ready
+		if w.eng != nil {
+			errs = append(errs, w.eng.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func errUnknownWorld(clientID string) error {
+	return Errorf(ErrNotFound, "Unknown world: %s", clientID)
+}
+
+func errHostClosed() error { return Errorf(ErrUnavailable, "The world host is closed") }

@@ -1,0 +1,181 @@
+package world
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// The store keeps one world in one SQLite file. It is deliberately dumb: a
+// table of top-level documents as JSON rows and a table of settings. All
+// rules live in the engine, which holds every document in memory and uses the
+// store only to load at start and to write each transaction through.
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schemaVersion is the PRAGMA user_version this code writes and understands.
+const schemaVersion = 1
+
+// Connection settings, applied by the driver to every connection:
+//   - WAL lets a reader (such as Host.List peeking at the settings) work
+//     next to the writer;
+//   - synchronous=FULL makes every acknowledged commit survive a crash or a
+//     power loss;
+//   - the busy timeout waits out such a reader instead of failing;
+//   - BEGIN IMMEDIATE takes the write lock when a transaction starts, so a
+//     transaction never fails half-way for want of it.
+const dsnParams = "_txlock=immediate" +
+	"&_pragma=busy_timeout(10000)" +
+	"&_pragma=journal_mode(WAL)" +
+	"&_pragma=synchronous(FULL)" +
+	"&_pragma=foreign_keys(1)"
+
+// store is a world's SQLite database.
+type store struct {
+	db *sql.DB
+}
+
+// row is one top-level document as stored. A nil data deletes the row.
+type row struct {
+	collection string
+	id         string
+	data       []byte
+}
+
+// openStore opens the database at path, creating the file only when create
+// is set, and makes sure the schema is in place.
+func openStore(path string, create bool) (*store, error) {
+	mode := "rw"
+	if create {
+		mode = "rwc"
+	}
+	db, err := sql.Open("sqlite", "file:"+escapeURIPath(path)+"?mode="+mode+"&"+dsnParams)
+	if err != nil {
+		return nil, err
+	}
+	// One connection: SQLite has one writer anyway, and a single connection
+	// keeps the per-connection pragmas in force and the writes in order.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	s := &store{db: db}
+	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// escapeURIPath escapes the characters that would end or alter the path of
+// an SQLite URI filename.
+func escapeURIPath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+}
+
+// migrate creates the schema of a new database and refuses one written by
+// a newer version of the relay.
+func (s *store) migrate() error {
+	var version int
+	if err := s.db.QueryRow("PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("database schema version %d is newer than this relay's %d", version, schemaVersion)
+	}
+	if _, err := s.db.Exec(schemaSQL); err != nil {
+		return fmt.Errorf("creating the schema: %w", err)
+	}
+	if version < schemaVersion {
+		if _, err := s.db.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadMeta reads every setting.
+func (s *store) loadMeta(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	meta := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		meta[k] = v
+	}
+	return meta, rows.Err()
+}
+
+// loadDocuments calls fn with every stored document row.
+func (s *store) loadDocuments(ctx context.Context, fn func(collection, id string, data []byte) error) error {
+	rows, err := s.db.QueryContext(ctx, "SELECT collection, id, data FROM documents")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c, id string
+		var data []byte
+		if err := rows.Scan(&c, &id, &data); err != nil {
+			return err
+		}
+		if err := fn(c, id, data); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// write stores rows and settings in one transaction: all of them or, on any
+// error, none.
+func (s *store) write(ctx context.Context, rows []row, meta map[string]string) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ignoreDone(tx.Rollback()))
+		}
+	}()
+	for k, v := range meta {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
+			return err
+		}
+	}
+	for _, r := range rows {
+		if r.data == nil {
+			_, err = tx.ExecContext(ctx, "DELETE FROM documents WHERE collection = ? AND id = ?", r.collection, r.id)
+		} else {
+			_, err = tx.ExecContext(ctx, "INSERT INTO documents (collection, id, data) VALUES (?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET data = excluded.data", r.collection, r.id, string(r.data))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// ignoreDone drops the error a rollback reports when the transaction is
+// already over.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// close checkpoints the write-ahead log and closes the database.
+func (s *store) close() error { return s.db.Close() }

@@ -1,0 +1,211 @@
+package world
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+)
+
+// defaultStructureDepth is how many folder levels a recursive structure
+// descends when no depth is given.
+const defaultStructureDepth = 5
+
+// Structure returns the folder tree of the world, or of one folder, as seen
+// by user:
+//
+//	{
+//	  "folders":  [ <folder>... ],  // the folders at the top of the tree
+//	  "entities": [ <entity>... ]   // the documents outside any folder
+//	}
+//
+// With p.Path (`Folder.<id>`) the tree starts inside that folder: `folders`
+// are its sub-folders and `entities` its own documents. Each folder is
+//
+//	{"id", "uuid", "name", "type", "parentFolder", "folders": [...], "entities": [...]}
+//
+// where `type` is the document type the folder holds and `parentFolder` its
+// parent's id or null. Each entity is a summary `{"uuid", "id", "name",
+// "type", "img"}` (`type` being the document name, e.g. "Actor"; `img` null
+// when absent), or, with p.IncludeData, the full source data plus `uuid`
+// for documents the user may observe.
+//
+// Only folders and documents of p.Types are listed (default: Actor, Item,
+// Scene, JournalEntry, Macro). Without p.Recursive only the first level of
+// folders is listed, with their documents; with it the tree goes p.Depth
+// levels deep (default 5) and deeper folders are left out. Permissions:
+// documents the user cannot see are left out, LIMITED ones are always
+// summaries, and for a non-GM a folder appears only when something in its
+// subtree is visible. Folders and documents are sorted by `sort`, then
+// name.
+func (e *Engine) Structure(ctx context.Context, user *User, p StructureParams) (Document, error) {
+	if err := e.ready(); err != nil {
+		return nil, err
+	}
+	b := &structure{user: user, includeData: p.IncludeData, include: map[string]bool{}}
+	types := folderedTypes
+	if len(p.Types) > 0 {
+		types = nil
+		for _, name := range p.Types {
+			t := foldered(name)
+			if t == nil {
+				return nil, Errorf(ErrInvalid, "'types' must name document types among %s, not %s", folderedNames(), name)
+			}
+			types = append(types, t)
+		}
+	}
+	for _, t := range types {
+		b.include[t.name] = true
+	}
+	switch {
+	case p.Depth < 0:
+		return nil, Errorf(ErrInvalid, "'recursiveDepth' must be a positive number")
+	case !p.Recursive:
+		b.depth = 1
+	case p.Depth == 0:
+		b.depth = defaultStructureDepth
+	default:
+		b.depth = p.Depth
+	}
+	v := e.view()
+	container := ""
+	if p.Path != "" {
+		id, ok := strings.CutPrefix(p.Path, typeFolder.name+".")
+		if !ok || !validID(id) {
+			return nil, Errorf(ErrInvalid, "Invalid folder path: %s", p.Path)
+		}
+		folder := v.top(docKey{typeFolder, id})
+		if folder == nil {
+			return nil, Errorf(ErrNotFound, "Folder not found: %s", p.Path)
+		}
+		if t := str(folder["type"]); !b.include[t] {
+			return nil, Errorf(ErrInvalid, "Folder type %s not included in requested types", t)
+		}
+		container = id
+	}
+	b.index(v, types)
+	return Document{"folders": b.folderNodes(container, 1), "entities": b.entityList(container)}, nil
+}
+
+// structure builds one Structure answer.
+type structure struct {
+	user        *User
+	includeData bool
+	include     map[string]bool // document types listed
+	depth       int
+
+	folders  map[string]Document   // listed folders by id
+	children map[string][]Document // sub-folders by parent id ("" is the root)
+	entities map[string][]entity   // visible documents by folder id ("" is the root)
+	visible  map[string]bool       // memo of folderVisible
+}
+
+// entity is a document the user may see.
+type entity struct {
+	typ   *docType
+	doc   Document
+	level Level
+}
+
+// index sorts the folders and visible documents of the listed types into
+// their folders. A folder or document whose folder does not exist (or is
+// not listed) sits at the root.
+func (b *structure) index(v *View, types []*docType) {
+	b.folders = map[string]Document{}
+	b.children = map[string][]Document{}
+	b.entities = map[string][]entity{}
+	b.visible = map[string]bool{}
+	v.each(typeFolder, func(doc Document) bool {
+		if b.include[str(doc["type"])] {
+			b.folders[str(doc["_id"])] = doc
+		}
+		return true
+	})
+	for _, f := range b.folders {
+		parent := str(f["folder"])
+		if b.folders[parent] == nil {
+			parent = ""
+		}
+		b.children[parent] = append(b.children[parent], f)
+	}
+	for _, t := range types {
+		v.each(t, func(doc Document) bool {
+			if level := levelOf(b.user, t, doc); level > LevelNone {
+				folder := str(doc["folder"])
+				if b.folders[folder] == nil {
+					folder = ""
+				}
+				b.entities[folder] = append(b.entities[folder], entity{t, doc, level})
+			}
+			return true
+		})
+	}
+}
+
+// folderVisible reports whether a folder's subtree holds a document the
+// user may see. GMs see every folder.
+func (b *structure) folderVisible(id string) bool {
+	if b.user.IsGM() {
+		return true
+	}
+	if seen, ok := b.visible[id]; ok {
+		return seen
+	}
+	b.visible[id] = false // a parent cycle in damaged data ends here
+	seen := len(b.entities[id]) > 0 || slices.ContainsFunc(b.children[id], func(f Document) bool {
+		return b.folderVisible(str(f["_id"]))
+	})
+	b.visible[id] = seen
+	return seen
+}
+
+// folderNodes lists the visible sub-folders of a folder ("" for the root)
+// as nodes at the given level of the tree.
+func (b *structure) folderNodes(parent string, level int) []any {
+	folders := slices.Clone(b.children[parent])
+	slices.SortFunc(folders, bySortThenName)
+	nodes := []any{}
+	for _, f := range folders {
+		id := str(f["_id"])
+		if !b.folderVisible(id) {
+			continue
+		}
+		sub := []any{}
+		if level < b.depth {
+			sub = b.folderNodes(id, level+1)
+		}
+		node := folderSummary(f)
+		node["folders"] = sub
+		node["entities"] = b.entityList(id)
+		nodes = append(nodes, node)
+	}
+	return nodes
+}
+
+// entityList lists the visible documents of a folder ("" for the root).
+func (b *structure) entityList(folder string) []any {
+	list := slices.Clone(b.entities[folder])
+	slices.SortFunc(list, func(x, y entity) int { return bySortThenName(x.doc, y.doc) })
+	out := make([]any, len(list))
+	for i, en := range list {
+		id := str(en.doc["_id"])
+		uuid := en.typ.name + "." + id
+		if b.includeData && en.level >= LevelObserver {
+			out[i] = fullData(uuid, en.doc)
+			continue
+		}
+		img, ok := en.doc["img"]
+		if !ok {
+			img = nil
+		}
+		out[i] = Document{"uuid": uuid, "id": id, "name": en.doc["name"], "type": en.typ.name, "img": img}
+	}
+	return out
+}
+
+// bySortThenName orders documents by their `sort` number, then name, then id.
+func bySortThenName(a, b Document) int {
+	sa, _ := number(a["sort"])
+	sb, _ := number(b["sort"])
+	return cmp.Or(cmp.Compare(sa, sb), cmp.Compare(docName(a), docName(b)), cmp.Compare(str(a["_id"]), str(b["_id"])))
+}

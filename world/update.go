@@ -1,0 +1,189 @@
+package world
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Update applies an update diff to a document, with the tabletop's update
+// semantics:
+//
+//   - keys may be dotted paths: {"system.attributes.hp.value": 5};
+//   - objects merge into objects recursively (the tabletop's mergeObject);
+//     any other value, arrays included, replaces what was there;
+//   - `-=key` deletes a key ({"system.-=temp": null}) and `==key` replaces
+//     an object whole instead of merging into it;
+//   - embedded collections (`items`, `effects`, `tokens`, `pages`,
+//     `combatants`) cannot be replaced through the parent: update embedded
+//     documents through their own uuids. `_id` and `_stats` cannot change;
+//     a `uuid` key (as returned by Get) is ignored;
+//   - a given `name` must be a non-empty string.
+//
+// The user needs OWNER, and changing `ownership` is for GMs only. The result
+// is the updated document, as Get returns it.
+func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
+	if uuid == "" {
+		return nil, Errorf(ErrInvalid, "'uuid' is required")
+	}
+	if data == nil {
+		return nil, Errorf(ErrInvalid, "'data' must be an object")
+	}
+	var out Document
+	err := e.Mutate(ctx, func(tx *Tx) error {
+		r, top, doc, err := tx.View().find(uuid)
+		if err != nil {
+			return err
+		}
+		if err := requireOwner(user, r, top, doc, "update"); err != nil {
+			return err
+		}
+		if !user.IsGM() && touchesOwnership(data) {
+			return errNoWrite(user, "change the ownership of", r.uuid, doc)
+		}
+		if out, err = tx.Update(uuid, data); err != nil {
+			return err
+		}
+		out["uuid"] = uuid
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// touchesOwnership reports whether an update diff changes `ownership`.
+func touchesOwnership(diff Document) bool {
+	for k := range diff {
+		if topField(k) == "ownership" {
+			return true
+		}
+	}
+	return false
+}
+
+// topField returns the top-level field a diff key addresses:
+// "-=ownership" and "ownership.abc" both address "ownership".
+func topField(key string) string {
+	key = strings.TrimPrefix(strings.TrimPrefix(key, "-="), "==")
+	field, _, _ := strings.Cut(key, ".")
+	return field
+}
+
+// applyDiff returns a new version of cur with an update diff applied (see
+// [Engine.Update] for the rules). cur is not changed; the new version
+// shares cur's embedded collections, which a diff cannot touch.
+func applyDiff(t *docType, cur, diff Document) (Document, error) {
+	if diff == nil {
+		return nil, Errorf(ErrInvalid, "'data' must be an object")
+	}
+	norm, err := normalizeDoc("data", diff)
+	if err != nil {
+		return nil, err
+	}
+	expanded, err := expand(norm)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range expanded {
+		switch field := topField(k); {
+		case field == "uuid":
+			delete(expanded, k)
+		case field == "_id":
+			if k != "_id" || v != cur["_id"] {
+				return nil, Errorf(ErrInvalid, "'_id' cannot be changed")
+			}
+			delete(expanded, k)
+		case field == "_stats":
+			return nil, Errorf(ErrInvalid, "'_stats' is kept by the world and cannot be changed")
+		case t.isEmbeddedKey(field):
+			return nil, Errorf(ErrInvalid, "'%s' holds embedded documents and cannot be changed through its parent; update them through their own uuids", field)
+		}
+	}
+	next := cloneOwn(t, cur)
+	merge(next, expanded)
+	if err := validateOwn(t, next); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// expand turns dotted keys into nested objects, at every depth, like the
+// tabletop's expandObject. Keys are taken in sorted order so that the
+// result does not depend on map order: {"system": {...}, "system.x": 1}
+// merges x into system. A deletion key (`-=x`) must be the last step of a
+// path.
+func expand(m map[string]any) (map[string]any, error) {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make(map[string]any, len(m))
+	for _, k := range keys {
+		v := m[k]
+		if sub, ok := v.(map[string]any); ok {
+			var err error
+			if v, err = expand(sub); err != nil {
+				return nil, err
+			}
+		}
+		path := strings.Split(k, ".")
+		for i, p := range path {
+			if p == "" || p == "-=" || p == "==" || i < len(path)-1 && strings.HasPrefix(p, "-=") {
+				return nil, Errorf(ErrInvalid, "Invalid key in 'data': %s", k)
+			}
+		}
+		setPath(out, path, v)
+	}
+	return out, nil
+}
+
+// setPath sets a value at a path of a fresh object, creating objects on the
+// way and merging into an object already there.
+func setPath(m map[string]any, path []string, v any) {
+	for _, p := range path[:len(path)-1] {
+		child, ok := m[p].(map[string]any)
+		if !ok {
+			child = map[string]any{}
+			m[p] = child
+		}
+		m = child
+	}
+	last := path[len(path)-1]
+	if old, ok := m[last].(map[string]any); ok {
+		if add, ok := v.(map[string]any); ok {
+			merge(old, add)
+			return
+		}
+	}
+	m[last] = v
+}
+
+// merge applies an expanded diff to a fresh target in place, as the
+// tabletop's mergeObject does for updates: deletions (`-=key`) first, then
+// `==key` replacements and recursive merges of objects into objects; every
+// other value replaces the old one. Objects inserted where there was none
+// are built through merge as well, so no `-=` key is ever stored.
+func merge(target, diff map[string]any) {
+	for k := range diff {
+		if field, ok := strings.CutPrefix(k, "-="); ok {
+			delete(target, field)
+		}
+	}
+	for k, v := range diff {
+		if strings.HasPrefix(k, "-=") {
+			continue
+		}
+		field, replace := strings.CutPrefix(k, "==")
+		add, isObject := v.(map[string]any)
+		if old, ok := target[field].(map[string]any); ok && isObject && !replace {
+			merge(old, add)
+			continue
+		}
+		if isObject {
+			fresh := make(map[string]any, len(add))
+			merge(fresh, add)
+			v = fresh
+		}
+		target[field] = v
+	}
+}
