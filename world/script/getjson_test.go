@@ -1,0 +1,18 @@
+package script_test
+
+import (
+	"context"
+	"encoding/json"
+
+	"relay/world"
+)
+
+// GetJSON completes the fake's world.World; scripts read documents through
+// Get, so this only serialises what Get returns.
+func (f *fakeWorld) GetJSON(ctx context.Context, user *world.User, uuid string) ([]byte, error) {
+	doc, err := f.Get(ctx, user, uuid)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
