@@ -238,6 +238,9 @@ type World interface {
 	Can(user *User, permission string) bool
 
 	Get(ctx context.Context, user *User, uuid string) (Document, error)
+	// GetJSON is Get serialised as JSON; the bytes are shared and must not
+	// be changed.
+	GetJSON(ctx context.Context, user *User, uuid string) ([]byte, error)
 	Update(ctx context.Context, user *User, uuid string, data Document) (Document, error)
 	Create(ctx context.Context, user *User, p CreateParams) (Document, error)
 	Delete(ctx context.Context, user *User, uuid string) error

@@ -34,6 +34,7 @@ type Engine struct {
 	closed atomic.Bool
 
 	selection selection
+	json      jsonCache
 	// onClose, set by the host, forgets the world once it is closed.
 	onClose func()
 }

@@ -111,6 +111,7 @@ func (e *Engine) commit(ctx context.Context, tx *Tx, meta map[string]string) err
 		return Errorf(ErrUnavailable, "Could not save changes to world %s: %v", e.info.ClientID, err)
 	}
 	e.snap.Store(tx.base.withDocs(tx, changed))
+	e.json.forget(changes)
 	if e.onCommit != nil && len(changes) > 0 {
 		e.onCommit(changes)
 	}

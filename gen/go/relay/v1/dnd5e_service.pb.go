@@ -10,7 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	structpb "google.golang.org/protobuf/types/known/structpb"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -101,24 +101,24 @@ type GetActorDetailsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	// `primary`, `secondary` and `tertiary`, each with `value`, `max`, `sr`, `lr`, `label`.
-	Resources *structpb.Struct `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
-	// Inventory items' source data.
-	Items []*structpb.Struct `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
-	// Spells' source data.
-	Spells []*structpb.Struct `protobuf:"bytes,4,rep,name=spells,proto3" json:"spells,omitempty"`
-	// Spell slots by level, each with `value` and `max`.
-	SpellSlots *structpb.Struct `protobuf:"bytes,5,opt,name=spell_slots,json=spellSlots,proto3" json:"spell_slots,omitempty"`
-	// Features' source data.
-	Features []*structpb.Struct `protobuf:"bytes,6,rep,name=features,proto3" json:"features,omitempty"`
-	// Hit points, armour class, speed, proficiency bonus and level.
-	Stats *structpb.Struct `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
-	// Ability scores, modifiers and saves.
-	Abilities *structpb.Struct `protobuf:"bytes,8,opt,name=abilities,proto3" json:"abilities,omitempty"`
-	// Skill totals, proficiency and passive scores.
-	Skills *structpb.Struct `protobuf:"bytes,9,opt,name=skills,proto3" json:"skills,omitempty"`
-	// Biographical details, experience and level.
-	Details *structpb.Struct `protobuf:"bytes,10,opt,name=details,proto3" json:"details,omitempty"`
+	// A JSON object (inline over REST): `primary`, `secondary` and `tertiary`, each with `value`, `max`, `sr`, `lr`, `label`.
+	Resources []byte `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	// A JSON array (inline over REST): inventory items' source data.
+	Items []byte `protobuf:"bytes,3,opt,name=items,proto3" json:"items,omitempty"`
+	// A JSON array (inline over REST): spells' source data.
+	Spells []byte `protobuf:"bytes,4,opt,name=spells,proto3" json:"spells,omitempty"`
+	// A JSON object (inline over REST): spell slots by level, each with `value` and `max`.
+	SpellSlots []byte `protobuf:"bytes,5,opt,name=spell_slots,json=spellSlots,proto3" json:"spell_slots,omitempty"`
+	// A JSON array (inline over REST): features' source data.
+	Features []byte `protobuf:"bytes,6,opt,name=features,proto3" json:"features,omitempty"`
+	// A JSON object (inline over REST): hit points, armour class, speed, proficiency bonus and level.
+	Stats []byte `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
+	// A JSON object (inline over REST): ability scores, modifiers and saves.
+	Abilities []byte `protobuf:"bytes,8,opt,name=abilities,proto3" json:"abilities,omitempty"`
+	// A JSON object (inline over REST): skill totals, proficiency and passive scores.
+	Skills []byte `protobuf:"bytes,9,opt,name=skills,proto3" json:"skills,omitempty"`
+	// A JSON object (inline over REST): biographical details, experience and level.
+	Details []byte `protobuf:"bytes,10,opt,name=details,proto3" json:"details,omitempty"`
 	// Active conditions.
 	Conditions    []string `protobuf:"bytes,11,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -162,63 +162,63 @@ func (x *GetActorDetailsResponse) GetUuid() string {
 	return ""
 }
 
-func (x *GetActorDetailsResponse) GetResources() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetResources() []byte {
 	if x != nil {
 		return x.Resources
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetItems() []*structpb.Struct {
+func (x *GetActorDetailsResponse) GetItems() []byte {
 	if x != nil {
 		return x.Items
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSpells() []*structpb.Struct {
+func (x *GetActorDetailsResponse) GetSpells() []byte {
 	if x != nil {
 		return x.Spells
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSpellSlots() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetSpellSlots() []byte {
 	if x != nil {
 		return x.SpellSlots
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetFeatures() []*structpb.Struct {
+func (x *GetActorDetailsResponse) GetFeatures() []byte {
 	if x != nil {
 		return x.Features
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetStats() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetStats() []byte {
 	if x != nil {
 		return x.Stats
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetAbilities() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetAbilities() []byte {
 	if x != nil {
 		return x.Abilities
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSkills() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetSkills() []byte {
 	if x != nil {
 		return x.Skills
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetDetails() *structpb.Struct {
+func (x *GetActorDetailsResponse) GetDetails() []byte {
 	if x != nil {
 		return x.Details
 	}
@@ -1642,10 +1642,10 @@ type GetConcentrationResponse struct {
 	ActorUuid string `protobuf:"bytes,1,opt,name=actor_uuid,json=actorUuid,proto3" json:"actor_uuid,omitempty"`
 	// Whether the actor is concentrating.
 	IsConcentrating bool `protobuf:"varint,2,opt,name=is_concentrating,json=isConcentrating,proto3" json:"is_concentrating,omitempty"`
-	// The concentration effect, or null.
-	Effect *structpb.Struct `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
+	// A JSON object (inline over REST): the concentration effect, or null.
+	Effect []byte `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
 	// The spell's name, or null.
-	Spell         *structpb.Value `protobuf:"bytes,4,opt,name=spell,proto3" json:"spell,omitempty"`
+	Spell         *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=spell,proto3" json:"spell,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1694,14 +1694,14 @@ func (x *GetConcentrationResponse) GetIsConcentrating() bool {
 	return false
 }
 
-func (x *GetConcentrationResponse) GetEffect() *structpb.Struct {
+func (x *GetConcentrationResponse) GetEffect() []byte {
 	if x != nil {
 		return x.Effect
 	}
 	return nil
 }
 
-func (x *GetConcentrationResponse) GetSpell() *structpb.Value {
+func (x *GetConcentrationResponse) GetSpell() *wrapperspb.StringValue {
 	if x != nil {
 		return x.Spell
 	}
@@ -3644,18 +3644,18 @@ type RestResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// `short` or `long`.
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	// Changes in hit points and hit dice, and of resources and item uses.
-	Deltas *structpb.Struct `protobuf:"bytes,2,opt,name=deltas,proto3" json:"deltas,omitempty"`
-	// The changes applied to the actor, by dotted path.
-	UpdateData *structpb.Struct `protobuf:"bytes,3,opt,name=update_data,json=updateData,proto3" json:"update_data,omitempty"`
-	// The changes applied to items, each with its `_id`.
-	UpdateItems []*structpb.Struct `protobuf:"bytes,4,rep,name=update_items,json=updateItems,proto3" json:"update_items,omitempty"`
+	// A JSON object (inline over REST): changes in hit points and hit dice, and of resources and item uses.
+	Deltas []byte `protobuf:"bytes,2,opt,name=deltas,proto3" json:"deltas,omitempty"`
+	// A JSON object (inline over REST): the changes applied to the actor, by dotted path.
+	UpdateData []byte `protobuf:"bytes,3,opt,name=update_data,json=updateData,proto3" json:"update_data,omitempty"`
+	// A JSON array (inline over REST): the changes applied to items, each with its `_id`.
+	UpdateItems []byte `protobuf:"bytes,4,opt,name=update_items,json=updateItems,proto3" json:"update_items,omitempty"`
 	// Whether the rest marked a new day.
 	NewDay bool `protobuf:"varint,5,opt,name=new_day,json=newDay,proto3" json:"new_day,omitempty"`
-	// The hit dice rolled.
-	Rolls []*structpb.Struct `protobuf:"bytes,6,rep,name=rolls,proto3" json:"rolls,omitempty"`
-	// The actor's data after the rest.
-	Clone *structpb.Struct `protobuf:"bytes,7,opt,name=clone,proto3" json:"clone,omitempty"`
+	// A JSON array (inline over REST): the hit dice rolled.
+	Rolls []byte `protobuf:"bytes,6,opt,name=rolls,proto3" json:"rolls,omitempty"`
+	// A JSON object (inline over REST): the actor's data after the rest.
+	Clone []byte `protobuf:"bytes,7,opt,name=clone,proto3" json:"clone,omitempty"`
 	// The change in hit dice.
 	Dhd int32 `protobuf:"varint,8,opt,name=dhd,proto3" json:"dhd,omitempty"`
 	// The change in hit points.
@@ -3703,21 +3703,21 @@ func (x *RestResult) GetType() string {
 	return ""
 }
 
-func (x *RestResult) GetDeltas() *structpb.Struct {
+func (x *RestResult) GetDeltas() []byte {
 	if x != nil {
 		return x.Deltas
 	}
 	return nil
 }
 
-func (x *RestResult) GetUpdateData() *structpb.Struct {
+func (x *RestResult) GetUpdateData() []byte {
 	if x != nil {
 		return x.UpdateData
 	}
 	return nil
 }
 
-func (x *RestResult) GetUpdateItems() []*structpb.Struct {
+func (x *RestResult) GetUpdateItems() []byte {
 	if x != nil {
 		return x.UpdateItems
 	}
@@ -3731,14 +3731,14 @@ func (x *RestResult) GetNewDay() bool {
 	return false
 }
 
-func (x *RestResult) GetRolls() []*structpb.Struct {
+func (x *RestResult) GetRolls() []byte {
 	if x != nil {
 		return x.Rolls
 	}
 	return nil
 }
 
-func (x *RestResult) GetClone() *structpb.Struct {
+func (x *RestResult) GetClone() []byte {
 	if x != nil {
 		return x.Clone
 	}
@@ -3825,26 +3825,26 @@ var File_relay_v1_dnd5e_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16relay/v1/options.proto\"\x87\x01\n" +
+	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\x87\x01\n" +
 	"\x16GetActorDetailsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x18\n" +
-	"\adetails\x18\x04 \x03(\tR\adetails\"\x9d\x04\n" +
+	"\adetails\x18\x04 \x03(\tR\adetails\"\xf2\x02\n" +
 	"\x17GetActorDetailsResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x125\n" +
-	"\tresources\x18\x02 \x01(\v2\x17.google.protobuf.StructR\tresources\x12-\n" +
-	"\x05items\x18\x03 \x03(\v2\x17.google.protobuf.StructR\x05items\x12/\n" +
-	"\x06spells\x18\x04 \x03(\v2\x17.google.protobuf.StructR\x06spells\x128\n" +
-	"\vspell_slots\x18\x05 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"spellSlots\x123\n" +
-	"\bfeatures\x18\x06 \x03(\v2\x17.google.protobuf.StructR\bfeatures\x12-\n" +
-	"\x05stats\x18\a \x01(\v2\x17.google.protobuf.StructR\x05stats\x125\n" +
-	"\tabilities\x18\b \x01(\v2\x17.google.protobuf.StructR\tabilities\x12/\n" +
-	"\x06skills\x18\t \x01(\v2\x17.google.protobuf.StructR\x06skills\x121\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\"\n" +
+	"\tresources\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\tresources\x12\x1a\n" +
+	"\x05items\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x05items\x12\x1c\n" +
+	"\x06spells\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\x06spells\x12%\n" +
+	"\vspell_slots\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
+	"spellSlots\x12 \n" +
+	"\bfeatures\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\bfeatures\x12\x1a\n" +
+	"\x05stats\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x05stats\x12\"\n" +
+	"\tabilities\x18\b \x01(\fB\x04\xb0\x9f\x19\x01R\tabilities\x12\x1c\n" +
+	"\x06skills\x18\t \x01(\fB\x04\xb0\x9f\x19\x01R\x06skills\x12\x1e\n" +
 	"\adetails\x18\n" +
-	" \x01(\v2\x17.google.protobuf.StructR\adetails\x12\x1e\n" +
+	" \x01(\fB\x04\xb0\x9f\x19\x01R\adetails\x12\x1e\n" +
 	"\n" +
 	"conditions\x18\v \x03(\tR\n" +
 	"conditions\"\xd1\x01\n" +
@@ -3979,13 +3979,13 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1d\n" +
 	"\n" +
 	"actor_name\x18\x04 \x01(\tR\tactorName\x12\x1a\n" +
-	"\bselected\x18\x05 \x01(\bR\bselected\"\xc3\x01\n" +
+	"\bselected\x18\x05 \x01(\bR\bselected\"\xb6\x01\n" +
 	"\x18GetConcentrationResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12)\n" +
-	"\x10is_concentrating\x18\x02 \x01(\bR\x0fisConcentrating\x12/\n" +
-	"\x06effect\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06effect\x12,\n" +
-	"\x05spell\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x05spell\"\xab\x01\n" +
+	"\x10is_concentrating\x18\x02 \x01(\bR\x0fisConcentrating\x12\x1c\n" +
+	"\x06effect\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x06effect\x122\n" +
+	"\x05spell\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\x05spell\"\xab\x01\n" +
 	"\x19BreakConcentrationRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4171,17 +4171,17 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x02gp\x18\x02 \x01(\x05R\x02gp\x12\x0e\n" +
 	"\x02ep\x18\x03 \x01(\x05R\x02ep\x12\x0e\n" +
 	"\x02sp\x18\x04 \x01(\x05R\x02sp\x12\x0e\n" +
-	"\x02cp\x18\x05 \x01(\x05R\x02cp\"\xff\x02\n" +
+	"\x02cp\x18\x05 \x01(\x05R\x02cp\"\xa0\x02\n" +
 	"\n" +
 	"RestResult\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12/\n" +
-	"\x06deltas\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x06deltas\x128\n" +
-	"\vupdate_data\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"updateData\x12:\n" +
-	"\fupdate_items\x18\x04 \x03(\v2\x17.google.protobuf.StructR\vupdateItems\x12\x17\n" +
-	"\anew_day\x18\x05 \x01(\bR\x06newDay\x12-\n" +
-	"\x05rolls\x18\x06 \x03(\v2\x17.google.protobuf.StructR\x05rolls\x12-\n" +
-	"\x05clone\x18\a \x01(\v2\x17.google.protobuf.StructR\x05clone\x12\x10\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1c\n" +
+	"\x06deltas\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\x06deltas\x12%\n" +
+	"\vupdate_data\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
+	"updateData\x12'\n" +
+	"\fupdate_items\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vupdateItems\x12\x17\n" +
+	"\anew_day\x18\x05 \x01(\bR\x06newDay\x12\x1a\n" +
+	"\x05rolls\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x05rolls\x12\x1a\n" +
+	"\x05clone\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x05clone\x12\x10\n" +
 	"\x03dhd\x18\b \x01(\x05R\x03dhd\x12\x10\n" +
 	"\x03dhp\x18\t \x01(\x05R\x03dhp\x12\x1b\n" +
 	"\tlong_rest\x18\n" +
@@ -4300,81 +4300,65 @@ var file_relay_v1_dnd5e_service_proto_goTypes = []any{
 	(*Currency)(nil),                   // 42: relay.v1.Currency
 	(*RestResult)(nil),                 // 43: relay.v1.RestResult
 	(*DeathSaves)(nil),                 // 44: relay.v1.DeathSaves
-	(*structpb.Struct)(nil),            // 45: google.protobuf.Struct
-	(*structpb.Value)(nil),             // 46: google.protobuf.Value
+	(*wrapperspb.StringValue)(nil),     // 45: google.protobuf.StringValue
 }
 var file_relay_v1_dnd5e_service_proto_depIdxs = []int32{
-	45, // 0: relay.v1.GetActorDetailsResponse.resources:type_name -> google.protobuf.Struct
-	45, // 1: relay.v1.GetActorDetailsResponse.items:type_name -> google.protobuf.Struct
-	45, // 2: relay.v1.GetActorDetailsResponse.spells:type_name -> google.protobuf.Struct
-	45, // 3: relay.v1.GetActorDetailsResponse.spell_slots:type_name -> google.protobuf.Struct
-	45, // 4: relay.v1.GetActorDetailsResponse.features:type_name -> google.protobuf.Struct
-	45, // 5: relay.v1.GetActorDetailsResponse.stats:type_name -> google.protobuf.Struct
-	45, // 6: relay.v1.GetActorDetailsResponse.abilities:type_name -> google.protobuf.Struct
-	45, // 7: relay.v1.GetActorDetailsResponse.skills:type_name -> google.protobuf.Struct
-	45, // 8: relay.v1.GetActorDetailsResponse.details:type_name -> google.protobuf.Struct
-	43, // 9: relay.v1.ShortRestResponse.result:type_name -> relay.v1.RestResult
-	43, // 10: relay.v1.LongRestResponse.result:type_name -> relay.v1.RestResult
-	44, // 11: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
-	45, // 12: relay.v1.GetConcentrationResponse.effect:type_name -> google.protobuf.Struct
-	46, // 13: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.Value
-	42, // 14: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
-	42, // 15: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
-	42, // 16: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
-	42, // 17: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
-	42, // 18: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
-	45, // 19: relay.v1.RestResult.deltas:type_name -> google.protobuf.Struct
-	45, // 20: relay.v1.RestResult.update_data:type_name -> google.protobuf.Struct
-	45, // 21: relay.v1.RestResult.update_items:type_name -> google.protobuf.Struct
-	45, // 22: relay.v1.RestResult.rolls:type_name -> google.protobuf.Struct
-	45, // 23: relay.v1.RestResult.clone:type_name -> google.protobuf.Struct
-	0,  // 24: relay.v1.Dnd5eService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
-	2,  // 25: relay.v1.Dnd5eService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
-	4,  // 26: relay.v1.Dnd5eService.ShortRest:input_type -> relay.v1.ShortRestRequest
-	6,  // 27: relay.v1.Dnd5eService.LongRest:input_type -> relay.v1.LongRestRequest
-	8,  // 28: relay.v1.Dnd5eService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
-	10, // 29: relay.v1.Dnd5eService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
-	12, // 30: relay.v1.Dnd5eService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
-	14, // 31: relay.v1.Dnd5eService.DeathSave:input_type -> relay.v1.DeathSaveRequest
-	16, // 32: relay.v1.Dnd5eService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
-	18, // 33: relay.v1.Dnd5eService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
-	20, // 34: relay.v1.Dnd5eService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
-	22, // 35: relay.v1.Dnd5eService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
-	24, // 36: relay.v1.Dnd5eService.EquipItem:input_type -> relay.v1.EquipItemRequest
-	26, // 37: relay.v1.Dnd5eService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
-	28, // 38: relay.v1.Dnd5eService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
-	30, // 39: relay.v1.Dnd5eService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
-	32, // 40: relay.v1.Dnd5eService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
-	34, // 41: relay.v1.Dnd5eService.UseAbility:input_type -> relay.v1.UseAbilityRequest
-	36, // 42: relay.v1.Dnd5eService.UseFeature:input_type -> relay.v1.UseFeatureRequest
-	38, // 43: relay.v1.Dnd5eService.UseSpell:input_type -> relay.v1.UseSpellRequest
-	40, // 44: relay.v1.Dnd5eService.UseItem:input_type -> relay.v1.UseItemRequest
-	1,  // 45: relay.v1.Dnd5eService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
-	3,  // 46: relay.v1.Dnd5eService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
-	5,  // 47: relay.v1.Dnd5eService.ShortRest:output_type -> relay.v1.ShortRestResponse
-	7,  // 48: relay.v1.Dnd5eService.LongRest:output_type -> relay.v1.LongRestResponse
-	9,  // 49: relay.v1.Dnd5eService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
-	11, // 50: relay.v1.Dnd5eService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
-	13, // 51: relay.v1.Dnd5eService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
-	15, // 52: relay.v1.Dnd5eService.DeathSave:output_type -> relay.v1.DeathSaveResponse
-	17, // 53: relay.v1.Dnd5eService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
-	19, // 54: relay.v1.Dnd5eService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
-	21, // 55: relay.v1.Dnd5eService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
-	23, // 56: relay.v1.Dnd5eService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
-	25, // 57: relay.v1.Dnd5eService.EquipItem:output_type -> relay.v1.EquipItemResponse
-	27, // 58: relay.v1.Dnd5eService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
-	29, // 59: relay.v1.Dnd5eService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
-	31, // 60: relay.v1.Dnd5eService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
-	33, // 61: relay.v1.Dnd5eService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
-	35, // 62: relay.v1.Dnd5eService.UseAbility:output_type -> relay.v1.UseAbilityResponse
-	37, // 63: relay.v1.Dnd5eService.UseFeature:output_type -> relay.v1.UseFeatureResponse
-	39, // 64: relay.v1.Dnd5eService.UseSpell:output_type -> relay.v1.UseSpellResponse
-	41, // 65: relay.v1.Dnd5eService.UseItem:output_type -> relay.v1.UseItemResponse
-	45, // [45:66] is the sub-list for method output_type
-	24, // [24:45] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	43, // 0: relay.v1.ShortRestResponse.result:type_name -> relay.v1.RestResult
+	43, // 1: relay.v1.LongRestResponse.result:type_name -> relay.v1.RestResult
+	44, // 2: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
+	45, // 3: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.StringValue
+	42, // 4: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
+	42, // 5: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
+	42, // 6: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
+	42, // 7: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
+	42, // 8: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
+	0,  // 9: relay.v1.Dnd5eService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
+	2,  // 10: relay.v1.Dnd5eService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
+	4,  // 11: relay.v1.Dnd5eService.ShortRest:input_type -> relay.v1.ShortRestRequest
+	6,  // 12: relay.v1.Dnd5eService.LongRest:input_type -> relay.v1.LongRestRequest
+	8,  // 13: relay.v1.Dnd5eService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
+	10, // 14: relay.v1.Dnd5eService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
+	12, // 15: relay.v1.Dnd5eService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
+	14, // 16: relay.v1.Dnd5eService.DeathSave:input_type -> relay.v1.DeathSaveRequest
+	16, // 17: relay.v1.Dnd5eService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
+	18, // 18: relay.v1.Dnd5eService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
+	20, // 19: relay.v1.Dnd5eService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
+	22, // 20: relay.v1.Dnd5eService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
+	24, // 21: relay.v1.Dnd5eService.EquipItem:input_type -> relay.v1.EquipItemRequest
+	26, // 22: relay.v1.Dnd5eService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
+	28, // 23: relay.v1.Dnd5eService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
+	30, // 24: relay.v1.Dnd5eService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
+	32, // 25: relay.v1.Dnd5eService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
+	34, // 26: relay.v1.Dnd5eService.UseAbility:input_type -> relay.v1.UseAbilityRequest
+	36, // 27: relay.v1.Dnd5eService.UseFeature:input_type -> relay.v1.UseFeatureRequest
+	38, // 28: relay.v1.Dnd5eService.UseSpell:input_type -> relay.v1.UseSpellRequest
+	40, // 29: relay.v1.Dnd5eService.UseItem:input_type -> relay.v1.UseItemRequest
+	1,  // 30: relay.v1.Dnd5eService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
+	3,  // 31: relay.v1.Dnd5eService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
+	5,  // 32: relay.v1.Dnd5eService.ShortRest:output_type -> relay.v1.ShortRestResponse
+	7,  // 33: relay.v1.Dnd5eService.LongRest:output_type -> relay.v1.LongRestResponse
+	9,  // 34: relay.v1.Dnd5eService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
+	11, // 35: relay.v1.Dnd5eService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
+	13, // 36: relay.v1.Dnd5eService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
+	15, // 37: relay.v1.Dnd5eService.DeathSave:output_type -> relay.v1.DeathSaveResponse
+	17, // 38: relay.v1.Dnd5eService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
+	19, // 39: relay.v1.Dnd5eService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
+	21, // 40: relay.v1.Dnd5eService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
+	23, // 41: relay.v1.Dnd5eService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
+	25, // 42: relay.v1.Dnd5eService.EquipItem:output_type -> relay.v1.EquipItemResponse
+	27, // 43: relay.v1.Dnd5eService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
+	29, // 44: relay.v1.Dnd5eService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
+	31, // 45: relay.v1.Dnd5eService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
+	33, // 46: relay.v1.Dnd5eService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
+	35, // 47: relay.v1.Dnd5eService.UseAbility:output_type -> relay.v1.UseAbilityResponse
+	37, // 48: relay.v1.Dnd5eService.UseFeature:output_type -> relay.v1.UseFeatureResponse
+	39, // 49: relay.v1.Dnd5eService.UseSpell:output_type -> relay.v1.UseSpellResponse
+	41, // 50: relay.v1.Dnd5eService.UseItem:output_type -> relay.v1.UseItemResponse
+	30, // [30:51] is the sub-list for method output_type
+	9,  // [9:30] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_dnd5e_service_proto_init() }

@@ -91,9 +91,9 @@ func (x *GetDocumentRequest) GetUuid() string {
 // envelope.
 type GetDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The document's source data with its `uuid`, or `name`, `uuid`, `type`
+	// A JSON object (inline over REST): the document's source data with its `uuid`, or `name`, `uuid`, `type`
 	// and `img` when the user has LIMITED permission.
-	Document      *structpb.Struct `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	Document      []byte `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,7 +128,7 @@ func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
 	return file_relay_v1_document_service_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *GetDocumentResponse) GetDocument() *structpb.Struct {
+func (x *GetDocumentResponse) GetDocument() []byte {
 	if x != nil {
 		return x.Document
 	}
@@ -213,8 +213,8 @@ type UpdateDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The document's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	// The document after the update.
-	Document      *structpb.Struct `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	// A JSON object (inline over REST): the document after the update.
+	Document      []byte `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,7 +256,7 @@ func (x *UpdateDocumentResponse) GetUuid() string {
 	return ""
 }
 
-func (x *UpdateDocumentResponse) GetDocument() *structpb.Struct {
+func (x *UpdateDocumentResponse) GetDocument() []byte {
 	if x != nil {
 		return x.Document
 	}
@@ -370,8 +370,8 @@ type CreateDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new document's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	// The new document.
-	Document      *structpb.Struct `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	// A JSON object (inline over REST): the new document.
+	Document      []byte `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,7 +413,7 @@ func (x *CreateDocumentResponse) GetUuid() string {
 	return ""
 }
 
-func (x *CreateDocumentResponse) GetDocument() *structpb.Struct {
+func (x *CreateDocumentResponse) GetDocument() []byte {
 	if x != nil {
 		return x.Document
 	}
@@ -630,9 +630,9 @@ type SearchDocumentsResponse struct {
 	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
 	// The filter as given.
 	Filter string `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
-	// One entry per document the user may see: `uuid`, `id`, `name`, `img`,
+	// A JSON array (inline over REST): one entry per document the user may see: `uuid`, `id`, `name`, `img`,
 	// `documentType` (and for OBSERVER or better `subType`, `folder`).
-	Results       []*structpb.Struct `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	Results       []byte `protobuf:"bytes,3,opt,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,7 +681,7 @@ func (x *SearchDocumentsResponse) GetFilter() string {
 	return ""
 }
 
-func (x *SearchDocumentsResponse) GetResults() []*structpb.Struct {
+func (x *SearchDocumentsResponse) GetResults() []byte {
 	if x != nil {
 		return x.Results
 	}
@@ -792,10 +792,10 @@ func (x *GetStructureRequest) GetIncludeEntityData() bool {
 // GetStructureResponse carries the tree; over REST it is the envelope's data.
 type GetStructureResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// `folders` (nested, each with `id`, `uuid`, `name`, `type`,
+	// A JSON object (inline over REST): `folders` (nested, each with `id`, `uuid`, `name`, `type`,
 	// `parentFolder`, `folders`, `entities`) and `entities` (documents in no
 	// folder).
-	Structure     *structpb.Struct `protobuf:"bytes,1,opt,name=structure,proto3" json:"structure,omitempty"`
+	Structure     []byte `protobuf:"bytes,1,opt,name=structure,proto3" json:"structure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -830,7 +830,7 @@ func (*GetStructureResponse) Descriptor() ([]byte, []int) {
 	return file_relay_v1_document_service_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *GetStructureResponse) GetStructure() *structpb.Struct {
+func (x *GetStructureResponse) GetStructure() []byte {
 	if x != nil {
 		return x.Structure
 	}
@@ -1620,17 +1620,17 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x12GetDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"J\n" +
-	"\x13GetDocumentResponse\x123\n" +
-	"\bdocument\x18\x01 \x01(\v2\x17.google.protobuf.StructR\bdocument\"\x8e\x01\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"7\n" +
+	"\x13GetDocumentResponse\x12 \n" +
+	"\bdocument\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\x8e\x01\n" +
 	"\x15UpdateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
 	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12+\n" +
-	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\"a\n" +
+	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\"N\n" +
 	"\x16UpdateDocumentResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x123\n" +
-	"\bdocument\x18\x02 \x01(\v2\x17.google.protobuf.StructR\bdocument\"\xed\x01\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
+	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\xed\x01\n" +
 	"\x15CreateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1f\n" +
@@ -1640,10 +1640,10 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x06folder\x18\x05 \x01(\tR\x06folder\x12\x1f\n" +
 	"\vparent_uuid\x18\x06 \x01(\tR\n" +
 	"parentUuid\x12\x17\n" +
-	"\akeep_id\x18\a \x01(\bR\x06keepId\"a\n" +
+	"\akeep_id\x18\a \x01(\bR\x06keepId\"N\n" +
 	"\x16CreateDocumentResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x123\n" +
-	"\bdocument\x18\x02 \x01(\v2\x17.google.protobuf.StructR\bdocument\"a\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
+	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"a\n" +
 	"\x15DeleteDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
@@ -1656,11 +1656,11 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05query\x18\x03 \x01(\tR\x05query\x12\x16\n" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"z\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"g\n" +
 	"\x17SearchDocumentsResponse\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\x16\n" +
-	"\x06filter\x18\x02 \x01(\tR\x06filter\x121\n" +
-	"\aresults\x18\x03 \x03(\v2\x17.google.protobuf.StructR\aresults\"\xec\x01\n" +
+	"\x06filter\x18\x02 \x01(\tR\x06filter\x12\x1e\n" +
+	"\aresults\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\aresults\"\xec\x01\n" +
 	"\x13GetStructureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
@@ -1668,9 +1668,9 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x05 \x01(\bR\trecursive\x12'\n" +
 	"\x0frecursive_depth\x18\x06 \x01(\x05R\x0erecursiveDepth\x12.\n" +
-	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\"M\n" +
-	"\x14GetStructureResponse\x125\n" +
-	"\tstructure\x18\x01 \x01(\v2\x17.google.protobuf.StructR\tstructure\"\xd3\x01\n" +
+	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\":\n" +
+	"\x14GetStructureResponse\x12\"\n" +
+	"\tstructure\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\tstructure\"\xd3\x01\n" +
 	"\x0fGiveItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
@@ -1797,40 +1797,35 @@ var file_relay_v1_document_service_proto_goTypes = []any{
 	(*structpb.Struct)(nil),           // 22: google.protobuf.Struct
 }
 var file_relay_v1_document_service_proto_depIdxs = []int32{
-	22, // 0: relay.v1.GetDocumentResponse.document:type_name -> google.protobuf.Struct
-	22, // 1: relay.v1.UpdateDocumentRequest.data:type_name -> google.protobuf.Struct
-	22, // 2: relay.v1.UpdateDocumentResponse.document:type_name -> google.protobuf.Struct
-	22, // 3: relay.v1.CreateDocumentRequest.data:type_name -> google.protobuf.Struct
-	22, // 4: relay.v1.CreateDocumentResponse.document:type_name -> google.protobuf.Struct
-	22, // 5: relay.v1.SearchDocumentsResponse.results:type_name -> google.protobuf.Struct
-	22, // 6: relay.v1.GetStructureResponse.structure:type_name -> google.protobuf.Struct
-	0,  // 7: relay.v1.DocumentService.GetDocument:input_type -> relay.v1.GetDocumentRequest
-	2,  // 8: relay.v1.DocumentService.UpdateDocument:input_type -> relay.v1.UpdateDocumentRequest
-	4,  // 9: relay.v1.DocumentService.CreateDocument:input_type -> relay.v1.CreateDocumentRequest
-	6,  // 10: relay.v1.DocumentService.DeleteDocument:input_type -> relay.v1.DeleteDocumentRequest
-	8,  // 11: relay.v1.DocumentService.SearchDocuments:input_type -> relay.v1.SearchDocumentsRequest
-	10, // 12: relay.v1.DocumentService.GetStructure:input_type -> relay.v1.GetStructureRequest
-	12, // 13: relay.v1.DocumentService.GiveItem:input_type -> relay.v1.GiveItemRequest
-	14, // 14: relay.v1.DocumentService.RemoveItem:input_type -> relay.v1.RemoveItemRequest
-	16, // 15: relay.v1.DocumentService.DecreaseAttribute:input_type -> relay.v1.DecreaseAttributeRequest
-	18, // 16: relay.v1.DocumentService.IncreaseAttribute:input_type -> relay.v1.IncreaseAttributeRequest
-	20, // 17: relay.v1.DocumentService.Kill:input_type -> relay.v1.KillRequest
-	1,  // 18: relay.v1.DocumentService.GetDocument:output_type -> relay.v1.GetDocumentResponse
-	3,  // 19: relay.v1.DocumentService.UpdateDocument:output_type -> relay.v1.UpdateDocumentResponse
-	5,  // 20: relay.v1.DocumentService.CreateDocument:output_type -> relay.v1.CreateDocumentResponse
-	7,  // 21: relay.v1.DocumentService.DeleteDocument:output_type -> relay.v1.DeleteDocumentResponse
-	9,  // 22: relay.v1.DocumentService.SearchDocuments:output_type -> relay.v1.SearchDocumentsResponse
-	11, // 23: relay.v1.DocumentService.GetStructure:output_type -> relay.v1.GetStructureResponse
-	13, // 24: relay.v1.DocumentService.GiveItem:output_type -> relay.v1.GiveItemResponse
-	15, // 25: relay.v1.DocumentService.RemoveItem:output_type -> relay.v1.RemoveItemResponse
-	17, // 26: relay.v1.DocumentService.DecreaseAttribute:output_type -> relay.v1.DecreaseAttributeResponse
-	19, // 27: relay.v1.DocumentService.IncreaseAttribute:output_type -> relay.v1.IncreaseAttributeResponse
-	21, // 28: relay.v1.DocumentService.Kill:output_type -> relay.v1.KillResponse
-	18, // [18:29] is the sub-list for method output_type
-	7,  // [7:18] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	22, // 0: relay.v1.UpdateDocumentRequest.data:type_name -> google.protobuf.Struct
+	22, // 1: relay.v1.CreateDocumentRequest.data:type_name -> google.protobuf.Struct
+	0,  // 2: relay.v1.DocumentService.GetDocument:input_type -> relay.v1.GetDocumentRequest
+	2,  // 3: relay.v1.DocumentService.UpdateDocument:input_type -> relay.v1.UpdateDocumentRequest
+	4,  // 4: relay.v1.DocumentService.CreateDocument:input_type -> relay.v1.CreateDocumentRequest
+	6,  // 5: relay.v1.DocumentService.DeleteDocument:input_type -> relay.v1.DeleteDocumentRequest
+	8,  // 6: relay.v1.DocumentService.SearchDocuments:input_type -> relay.v1.SearchDocumentsRequest
+	10, // 7: relay.v1.DocumentService.GetStructure:input_type -> relay.v1.GetStructureRequest
+	12, // 8: relay.v1.DocumentService.GiveItem:input_type -> relay.v1.GiveItemRequest
+	14, // 9: relay.v1.DocumentService.RemoveItem:input_type -> relay.v1.RemoveItemRequest
+	16, // 10: relay.v1.DocumentService.DecreaseAttribute:input_type -> relay.v1.DecreaseAttributeRequest
+	18, // 11: relay.v1.DocumentService.IncreaseAttribute:input_type -> relay.v1.IncreaseAttributeRequest
+	20, // 12: relay.v1.DocumentService.Kill:input_type -> relay.v1.KillRequest
+	1,  // 13: relay.v1.DocumentService.GetDocument:output_type -> relay.v1.GetDocumentResponse
+	3,  // 14: relay.v1.DocumentService.UpdateDocument:output_type -> relay.v1.UpdateDocumentResponse
+	5,  // 15: relay.v1.DocumentService.CreateDocument:output_type -> relay.v1.CreateDocumentResponse
+	7,  // 16: relay.v1.DocumentService.DeleteDocument:output_type -> relay.v1.DeleteDocumentResponse
+	9,  // 17: relay.v1.DocumentService.SearchDocuments:output_type -> relay.v1.SearchDocumentsResponse
+	11, // 18: relay.v1.DocumentService.GetStructure:output_type -> relay.v1.GetStructureResponse
+	13, // 19: relay.v1.DocumentService.GiveItem:output_type -> relay.v1.GiveItemResponse
+	15, // 20: relay.v1.DocumentService.RemoveItem:output_type -> relay.v1.RemoveItemResponse
+	17, // 21: relay.v1.DocumentService.DecreaseAttribute:output_type -> relay.v1.DecreaseAttributeResponse
+	19, // 22: relay.v1.DocumentService.IncreaseAttribute:output_type -> relay.v1.IncreaseAttributeResponse
+	21, // 23: relay.v1.DocumentService.Kill:output_type -> relay.v1.KillResponse
+	13, // [13:24] is the sub-list for method output_type
+	2,  // [2:13] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_document_service_proto_init() }

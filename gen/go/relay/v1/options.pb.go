@@ -137,6 +137,14 @@ func (x *Policy) GetGrpcOnly() bool {
 
 var file_relay_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51702,
+		Name:          "relay.v1.raw_json",
+		Tag:           "varint,51702,opt,name=raw_json",
+		Filename:      "relay/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
 		ExtensionType: (*Policy)(nil),
 		Field:         51701,
@@ -146,12 +154,22 @@ var file_relay_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 	},
 }
 
+// Extension fields to descriptorpb.FieldOptions.
+var (
+	// Marks a bytes field that holds one JSON value (UTF-8 JSON text). Over
+	// REST the value appears inline, as JSON, not as base64. Documents travel
+	// this way because the world keeps them serialised: no conversion per read.
+	//
+	// optional bool raw_json = 51702;
+	E_RawJson = &file_relay_v1_options_proto_extTypes[0]
+)
+
 // Extension fields to descriptorpb.MethodOptions.
 var (
 	// The access rule of the RPC.
 	//
 	// optional relay.v1.Policy policy = 51701;
-	E_Policy = &file_relay_v1_options_proto_extTypes[0]
+	E_Policy = &file_relay_v1_options_proto_extTypes[1]
 )
 
 var File_relay_v1_options_proto protoreflect.FileDescriptor
@@ -167,7 +185,8 @@ const file_relay_v1_options_proto_rawDesc = "" +
 	"\tgm_action\x18\x05 \x01(\tR\bgmAction\x12)\n" +
 	"\x10world_permission\x18\x06 \x01(\tR\x0fworldPermission\x12+\n" +
 	"\x11permission_action\x18\a \x01(\tR\x10permissionAction\x12\x1b\n" +
-	"\tgrpc_only\x18\b \x01(\bR\bgrpcOnly:J\n" +
+	"\tgrpc_only\x18\b \x01(\bR\bgrpcOnly::\n" +
+	"\braw_json\x12\x1d.google.protobuf.FieldOptions\x18\xf6\x93\x03 \x01(\bR\arawJson:J\n" +
 	"\x06policy\x12\x1e.google.protobuf.MethodOptions\x18\xf5\x93\x03 \x01(\v2\x10.relay.v1.PolicyR\x06policyB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
@@ -185,15 +204,17 @@ func file_relay_v1_options_proto_rawDescGZIP() []byte {
 var file_relay_v1_options_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_relay_v1_options_proto_goTypes = []any{
 	(*Policy)(nil),                     // 0: relay.v1.Policy
-	(*descriptorpb.MethodOptions)(nil), // 1: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),  // 1: google.protobuf.FieldOptions
+	(*descriptorpb.MethodOptions)(nil), // 2: google.protobuf.MethodOptions
 }
 var file_relay_v1_options_proto_depIdxs = []int32{
-	1, // 0: relay.v1.policy:extendee -> google.protobuf.MethodOptions
-	0, // 1: relay.v1.policy:type_name -> relay.v1.Policy
-	2, // [2:2] is the sub-list for method output_type
-	2, // [2:2] is the sub-list for method input_type
-	1, // [1:2] is the sub-list for extension type_name
-	0, // [0:1] is the sub-list for extension extendee
+	1, // 0: relay.v1.raw_json:extendee -> google.protobuf.FieldOptions
+	2, // 1: relay.v1.policy:extendee -> google.protobuf.MethodOptions
+	0, // 2: relay.v1.policy:type_name -> relay.v1.Policy
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	2, // [2:3] is the sub-list for extension type_name
+	0, // [0:2] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
 }
 
@@ -209,7 +230,7 @@ func file_relay_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relay_v1_options_proto_rawDesc), len(file_relay_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   1,
-			NumExtensions: 1,
+			NumExtensions: 2,
 			NumServices:   0,
 		},
 		GoTypes:           file_relay_v1_options_proto_goTypes,

@@ -30,10 +30,11 @@ const (
 type ScriptServiceClient interface {
 	// Runs `script` as the body of an async function in an embedded engine,
 	// with a time limit and no file or network access. The script sees a
-	// global `game` object: `game.get(uuid)`, `game.search(query, filter)`,
-	// `game.update(uuid, data)`, `game.create(type, data, options)`,
-	// `game.delete(uuid)`, `game.users()`, `game.structure(options)` and
-	// `game.world`. What it returns is the result.
+	// global `game` object whose calls return promises: `await game.get(uuid)`,
+	// `game.search(query, filter)`, `game.update(uuid, data)`,
+	// `game.create(type, data, options)`, `game.delete(uuid)`, `game.users()`,
+	// `game.structure(options)`, and the object `game.world`. What it returns
+	// is the result.
 	ExecuteJs(ctx context.Context, in *ExecuteJsRequest, opts ...grpc.CallOption) (*ExecuteJsResponse, error)
 }
 
@@ -63,10 +64,11 @@ func (c *scriptServiceClient) ExecuteJs(ctx context.Context, in *ExecuteJsReques
 type ScriptServiceServer interface {
 	// Runs `script` as the body of an async function in an embedded engine,
 	// with a time limit and no file or network access. The script sees a
-	// global `game` object: `game.get(uuid)`, `game.search(query, filter)`,
-	// `game.update(uuid, data)`, `game.create(type, data, options)`,
-	// `game.delete(uuid)`, `game.users()`, `game.structure(options)` and
-	// `game.world`. What it returns is the result.
+	// global `game` object whose calls return promises: `await game.get(uuid)`,
+	// `game.search(query, filter)`, `game.update(uuid, data)`,
+	// `game.create(type, data, options)`, `game.delete(uuid)`, `game.users()`,
+	// `game.structure(options)`, and the object `game.world`. What it returns
+	// is the result.
 	ExecuteJs(context.Context, *ExecuteJsRequest) (*ExecuteJsResponse, error)
 	mustEmbedUnimplementedScriptServiceServer()
 }

@@ -1,0 +1,37 @@
+# Targets for working on the relay. `make test` is the README's test command
+# and what CI runs.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## start the relay with the demo world in ./data
+	go run ./cmd/relay serve
+
+.PHONY: generate
+generate: ## regenerate gen/ from proto/ (buf lint included)
+	./scripts/generate.sh
+
+.PHONY: check-generate
+check-generate: generate ## fail when gen/ is not what proto/ generates
+	@if [ -n "$$(git status --porcelain -- gen proto)" ]; then \
+		echo "gen/ or proto/ changed when regenerated: run 'make generate' and commit" >&2; \
+		git status --porcelain -- gen proto >&2; exit 1; fi
+
+.PHONY: lint
+lint: ## gofmt, go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
+	go vet ./...
+
+.PHONY: test
+test: lint check-generate ## every check and test (what CI runs)
+	go test -race -count=1 ./...
+
+.PHONY: test-short
+test-short: ## the Go tests only, without the race detector
+	go test -count=1 ./...

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// benchRelay starts a relay for a benchmark.
+func benchRelay(b *testing.B) (*relay, string) {
+	b.Helper()
+	cfg := serveConfig{listen: "127.0.0.1:0", dataDir: b.TempDir(), demo: true, nodeID: 1, maxBodyBytes: 1 << 20, scriptTimeout: time.Second}
+	r, err := startRelay(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.close(context.Background()) })
+	return r, r.adminKey
+}
+
+// benchClient keeps enough idle connections for the parallel goroutines.
+func benchClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}}
+}
+
+func doBench(b *testing.B, c *http.Client, req *http.Request, body []byte) {
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Errorf("status %d", resp.StatusCode)
+	}
+}
+
+// BenchmarkRESTGet is GET /get of an actor as a player, over keep-alive
+// HTTP/1.1 connections from parallel clients.
+func BenchmarkRESTGet(b *testing.B) {
+	r, key := benchRelay(b)
+	c := benchClient()
+	url := fmt.Sprintf("http://%s/get?uuid=%s&userId=Alice", r.addr, ariaUUID)
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Header.Set("x-api-key", key)
+			doBench(b, c, req, nil)
+		}
+	})
+}
+
+// BenchmarkRESTUpdate is PUT /update of an actor's hit points; each one is a
+// committed SQLite transaction with synchronous=FULL.
+func BenchmarkRESTUpdate(b *testing.B) {
+	r, key := benchRelay(b)
+	c := benchClient()
+	url := fmt.Sprintf("http://%s/update?uuid=%s", r.addr, bromUUID)
+	body := []byte(`{"data":{"system.attributes.hp.value":30}}`)
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, _ := http.NewRequest(http.MethodPut, url, nil)
+			req.Header.Set("x-api-key", key)
+			req.Header.Set("Content-Type", "application/json")
+			doBench(b, c, req, body)
+		}
+	})
+}
+
+// BenchmarkGRPCGet is GetDocument over the relay's in-memory gRPC connection
+// (what the gateway uses), without HTTP.
+func BenchmarkGRPCGet(b *testing.B) {
+	r, key := benchRelay(b)
+	client := relayv1.NewDocumentServiceClient(r.conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID, UserId: "Alice"}); err != nil {
+				b.Error(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// cli runs the relay command line and returns stdout and stderr.
+func cli(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	return stdout.String(), stderr.String(), err
+}
+
+// TestKeysCLI is not parallel: a subtest sets RELAY_API_KEY.
+func TestKeysCLI(t *testing.T) {
+	tr := startTestRelay(t)
+	keyFile := filepath.Join(tr.dataDir, "admin.key")
+	common := []string{"--addr", tr.addr, "--admin-key-file", keyFile}
+
+	out, errOut, err := cli(t, append([]string{"keys", "create", "--name", "bot", "--scopes", "dnd5e,events:subscribe,entity:read", "--client", "demo", "--user", "Alice"}, common...)...)
+	if err != nil {
+		t.Fatalf("create: %v\n%s", err, errOut)
+	}
+	key := strings.TrimSpace(out)
+	if !regexp.MustCompile(`^rk_[A-Za-z0-9_-]{43}$`).MatchString(key) || strings.Count(out, "\n") != 1 {
+		t.Fatalf("stdout must hold only the key, got %q", out)
+	}
+	if !strings.Contains(errOut, "Created key") {
+		t.Fatalf("stderr %q", errOut)
+	}
+	// The key acts as Alice: the Goblin is hidden from it.
+	if r := tr.do(http.MethodGet, "/get", key, q("uuid", goblinUUID), nil); r.status != http.StatusForbidden {
+		t.Fatalf("bot key read the Goblin: %d %s", r.status, r.body)
+	}
+	if r := tr.do(http.MethodGet, "/get", key, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
+		t.Fatalf("bot key read Aria: %d %s", r.status, r.body)
+	}
+
+	out, errOut, err = cli(t, append([]string{"keys", "list"}, common...)...)
+	if err != nil || !strings.Contains(out, "bot") || !strings.Contains(out, "admin") {
+		t.Fatalf("list: %v\n%s%s", err, out, errOut)
+	}
+	var id string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == "bot" {
+			id = f[0]
+		}
+	}
+	if _, errOut, err = cli(t, append(append([]string{"keys", "revoke"}, common...), id)...); err != nil {
+		t.Fatalf("revoke: %v\n%s", err, errOut)
+	}
+	// Revocation takes effect on the very next request.
+	if r := tr.do(http.MethodGet, "/get", key, q("uuid", ariaUUID), nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("revoked key: %d %s", r.status, r.body)
+	}
+
+	// RELAY_API_KEY stands in for the key file; --scopes all grants every scope.
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("RELAY_API_KEY", tr.adminKey)
+		out, errOut, err := cli(t, "keys", "create", "--addr", tr.addr, "--name", "everything", "--scopes", "all", "--client-user", "demo=Bob")
+		if err != nil {
+			t.Fatalf("create: %v\n%s", err, errOut)
+		}
+		if r := tr.do(http.MethodGet, "/get", strings.TrimSpace(out), q("uuid", ariaUUID), nil); r.status != http.StatusOK || r.data(t)["name"] != "Aria Vale" || len(r.data(t)) != 4 {
+			t.Fatalf("Bob sees Aria as LIMITED: %d %s", r.status, r.body)
+		}
+	})
+
+	// Usage mistakes are clear.
+	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x"}, common...)...); err == nil || !strings.Contains(err.Error(), "--scopes") {
+		t.Fatalf("missing scopes: %v", err)
+	}
+	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x", "--scopes", "wizardry"}, common...)...); err == nil || !strings.Contains(err.Error(), "wizardry") {
+		t.Fatalf("unknown scope: %v", err)
+	}
+	if _, _, err := cli(t, "keys", "list", "--addr", tr.addr, "--admin-key-file", filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("missing key file accepted")
+	}
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// clientFlags are the flags of every command that talks to a running relay.
+type clientFlags struct {
+	addr         string
+	adminKeyFile string
+	timeout      time.Duration
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", envOr("RELAY_ADDR", "127.0.0.1:8080"), "`host:port` of the running relay (RELAY_ADDR)")
+	fs.StringVar(&c.adminKeyFile, "admin-key-file", "", "`file` holding an API key with the needed scope; default: RELAY_API_KEY, else ./data/admin.key")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the relay")
+}
+
+// apiKey finds the key to call with: the named file, RELAY_API_KEY, or
+// ./data/admin.key.
+func (c *clientFlags) apiKey() (string, error) {
+	path := c.adminKeyFile
+	if path == "" {
+		if v := strings.TrimSpace(os.Getenv("RELAY_API_KEY")); v != "" {
+			return v, nil
+		}
+		path = "./data/admin.key"
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read API key: %w (pass --admin-key-file or set RELAY_API_KEY)", err)
+	}
+	key := strings.TrimSpace(string(data))
+	if key == "" {
+		return "", fmt.Errorf("API key file %s is empty", path)
+	}
+	return key, nil
+}
+
+// dial connects to the relay's gRPC endpoint and returns a context carrying
+// the API key.
+func (c *clientFlags) dial(ctx context.Context) (context.Context, *grpc.ClientConn, context.CancelFunc, error) {
+	key, err := c.apiKey()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.addr, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	return ctx, conn, func() { cancel(); _ = conn.Close() }, nil
+}
+
+// callError turns an RPC failure into a message naming the relay.
+func (c *clientFlags) callError(err error) error {
+	st := status.Convert(err)
+	return fmt.Errorf("relay at %s: %s (%s)", c.addr, st.Message(), st.Code())
+}
+
+// repeated is a flag that may be given several times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func keysCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "Usage: relay keys create|list|revoke [flags]")
+		return usageError{"keys needs a subcommand"}
+	}
+	switch args[0] {
+	case "create":
+		return keysCreate(ctx, args[1:], stdout, stderr)
+	case "list":
+		return keysList(ctx, args[1:], stdout, stderr)
+	case "revoke":
+		return keysRevoke(ctx, args[1:], stdout, stderr)
+	}
+	return usageError{fmt.Sprintf("unknown keys subcommand %q (create, list or revoke)", args[0])}
+}
+
+func keysCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay keys create", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var (
+		cf          clientFlags
+		name        = fset.String("name", "", "a name to recognise the key by (required)")
+		scopes      = fset.String("scopes", "", "comma-separated scopes, or `all` (required)")
+		user        = fset.String("user", "", "tabletop user (id or name) every request acts as, in every world")
+		expires     = fset.String("expires", "", "expiry: an RFC 3339 time or a duration from now such as 720h")
+		clients     repeated
+		clientUsers repeated
+	)
+	cf.register(fset)
+	fset.Var(&clients, "client", "a `clientId` the key may use (repeat for several; every world when absent)")
+	fset.Var(&clientUsers, "client-user", "`clientId=user`: the user the key acts as in that world (repeatable)")
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay keys create --name NAME --scopes SCOPES [flags]\n\nCreates an API key on a running relay and prints only the key on standard output.\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if *name == "" || *scopes == "" {
+		fset.Usage()
+		return usageError{"--name and --scopes are required"}
+	}
+	req := &relayv1.CreateKeyRequest{
+		Name:         *name,
+		Scopes:       []string{*scopes},
+		ClientIds:    clients,
+		ScopedUserId: *user,
+		ClientUsers:  map[string]string{},
+	}
+	for _, cu := range clientUsers {
+		cid, u, ok := strings.Cut(cu, "=")
+		if !ok || cid == "" || u == "" {
+			return usageError{fmt.Sprintf("--client-user %q: want clientId=user", cu)}
+		}
+		req.ClientUsers[cid] = u
+	}
+	if *expires != "" {
+		t, err := parseExpiry(*expires, time.Now())
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		req.ExpiresAt = t.UTC().Format(time.RFC3339)
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewKeyServiceClient(conn).CreateKey(ctx, req)
+	if err != nil {
+		return cf.callError(err)
+	}
+	k := resp.GetApiKey()
+	fmt.Fprintf(stderr, "Created key %s (%s) with scopes %s\n", k.GetId(), k.GetName(), strings.Join(k.GetScopes(), ","))
+	fmt.Fprintln(stdout, resp.GetKey())
+	return nil
+}
+
+// parseExpiry reads an RFC 3339 time or a duration from now.
+func parseExpiry(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("--expires %q: want an RFC 3339 time or a positive duration such as 720h", v)
+	}
+	return now.Add(d), nil
+}
+
+func keysList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay keys list", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewKeyServiceClient(conn).ListKeys(ctx, &relayv1.ListKeysRequest{})
+	if err != nil {
+		return cf.callError(err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPES\tCLIENTS\tUSER\tSTATE\tEXPIRES")
+	for _, k := range resp.GetKeys() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetId(), k.GetName(), k.GetPrefix(),
+			strings.Join(k.GetScopes(), ","), orDash(strings.Join(k.GetClientIds(), ",")),
+			orDash(keyUsers(k)), keyState(k), orDash(k.GetExpiresAt()))
+	}
+	return tw.Flush()
+}
+
+// keyUsers describes the users a key acts as.
+func keyUsers(k *relayv1.ApiKey) string {
+	var parts []string
+	if k.GetScopedUserId() != "" {
+		parts = append(parts, k.GetScopedUserId())
+	}
+	for cid, u := range k.GetClientUsers() {
+		parts = append(parts, cid+"="+u)
+	}
+	return strings.Join(parts, ",")
+}
+
+func keyState(k *relayv1.ApiKey) string {
+	switch {
+	case k.GetRevokedAt() != "":
+		return "revoked"
+	case !k.GetEnabled():
+		return "disabled"
+	}
+	return "active"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay keys revoke", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return usageError{"relay keys revoke needs exactly one key ID (see relay keys list)"}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewKeyServiceClient(conn).RevokeKey(ctx, &relayv1.RevokeKeyRequest{Id: fset.Arg(0)})
+	if err != nil {
+		return cf.callError(err)
+	}
+	fmt.Fprintf(stderr, "Revoked key %s (%s); requests with it are refused from now on\n", resp.GetApiKey().GetId(), resp.GetApiKey().GetName())
+	return nil
+}
+
+func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "list" {
+		return usageError{"usage: relay worlds list [flags]"}
+	}
+	fset := flag.NewFlagSet("relay worlds list", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	if err := fset.Parse(args[1:]); err != nil {
+		return err
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewClientServiceClient(conn).ListClients(ctx, &relayv1.ListClientsRequest{})
+	if err != nil {
+		return cf.callError(err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLIENT ID\tTITLE\tSYSTEM")
+	for _, c := range resp.GetClients() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.GetClientId(), c.GetTitle(), c.GetSystem())
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,88 @@
+// Command relay serves the relay API (REST, Server-Sent Events and gRPC on
+// one address) in front of tabletop worlds, and administers its API keys.
+//
+//	relay serve [flags]             start the relay
+//	relay keys create|list|revoke   manage API keys of a running relay
+//	relay worlds list               list the worlds of a running relay
+//
+// Every flag has a RELAY_* environment variable; `relay <command> -h` lists
+// them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `relay: an API in front of tabletop worlds
+
+Usage:
+  relay serve [flags]           start the relay (REST, SSE and gRPC on one address)
+  relay keys create [flags]     create an API key and print it
+  relay keys list [flags]       list API keys
+  relay keys revoke [flags] ID  revoke an API key
+  relay worlds list [flags]     list worlds
+
+Run 'relay <command> -h' for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "relay:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// exitCode is 2 for usage errors, 1 for everything else.
+func exitCode(err error) int {
+	var uerr usageError
+	if errors.As(err, &uerr) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// run dispatches a command line; stdout gets results only, stderr progress
+// and messages.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	switch args[0] {
+	case "serve":
+		return serveCommand(ctx, args[1:], stdout, stderr)
+	case "keys":
+		return keysCommand(ctx, args[1:], stdout, stderr)
+	case "worlds":
+		return worldsCommand(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Sprintf("unknown command %q", args[0])}
+}
+
+// envOr returns the environment variable's value, or def when it is unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}

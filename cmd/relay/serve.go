@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"relay/gateway"
+	"relay/server"
+	"relay/server/keys"
+	"relay/world"
+	"relay/world/demo"
+)
+
+// serveConfig is the configuration of `relay serve`.
+type serveConfig struct {
+	listen        string
+	dataDir       string
+	demo          bool
+	logFormat     string
+	logLevel      string
+	nodeID        int
+	maxBodyBytes  int64
+	scriptTimeout time.Duration
+}
+
+func (c *serveConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.listen, "listen", envOr("RELAY_LISTEN", "127.0.0.1:8080"), "address for REST, SSE and gRPC (h2c) `host:port` (RELAY_LISTEN)")
+	fs.StringVar(&c.dataDir, "data", envOr("RELAY_DATA", "./data"), "data `directory`: relay.db, admin.key and worlds/ (RELAY_DATA)")
+	fs.BoolVar(&c.demo, "demo", envBool("RELAY_DEMO", true), "create the demo world (clientId demo) when the data directory has no world (RELAY_DEMO)")
+	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("RELAY_LOG_LEVEL", "info"), "log `level`: debug, info, warn or error (RELAY_LOG_LEVEL)")
+	fs.IntVar(&c.nodeID, "node-id", envInt("RELAY_NODE_ID", -1), "`number` (0-999999) that keeps request ids unique across relays; random when negative (RELAY_NODE_ID)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", 1<<20)), "largest JSON request body in `bytes`; larger ones get 413 (RELAY_MAX_BODY_BYTES)")
+	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
+}
+
+func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay serve", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cfg serveConfig
+	cfg.flags(fset)
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay serve [flags]\n\nStarts the relay: REST, Server-Sent Events and gRPC (h2c) on one address.\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fset.Arg(0))}
+	}
+	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	r, err := startRelay(ctx, cfg, log, stdout)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return r.close(shutdownCtx)
+}
+
+// relay is a running relay: its listener, servers and stores.
+type relay struct {
+	addr     string
+	http     *http.Server
+	grpc     *server.Server
+	conn     *grpc.ClientConn
+	inner    *bufconn.Listener
+	keys     *keys.Store
+	worlds   *world.Host
+	served   chan error
+	log      *slog.Logger
+	adminKey string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// startRelay opens the stores, creates the demo world and admin key on
+// first start, and starts serving. It returns once the relay accepts
+// requests.
+func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout io.Writer) (*relay, error) {
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	keyStore, err := keys.Open(filepath.Join(cfg.dataDir, "relay.db"), time.Now)
+	if err != nil {
+		return nil, fmt.Errorf("open key store: %w", err)
+	}
+	r := &relay{keys: keyStore, log: log, served: make(chan error, 1)}
+	fail := func(err error) (*relay, error) {
+		_ = r.close(context.Background())
+		return nil, err
+	}
+	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{}); err != nil {
+		return fail(fmt.Errorf("open worlds: %w", err))
+	}
+	if cfg.demo {
+		if err := ensureDemoWorld(ctx, r.worlds, cfg.dataDir, log); err != nil {
+			return fail(err)
+		}
+	}
+	adminFile := filepath.Join(cfg.dataDir, "admin.key")
+	plaintext, created, err := keyStore.Bootstrap(ctx, adminFile)
+	if err != nil {
+		return fail(fmt.Errorf("create admin key: %w", err))
+	}
+	if created {
+		r.adminKey = plaintext
+		fmt.Fprintf(stdout, "Created the admin API key (every scope); it is shown only this once and saved in %s:\n%s\n", adminFile, plaintext)
+	}
+
+	ids := server.NewRequestIDs(cfg.nodeID, nil)
+	if r.grpc, err = server.New(server.Config{
+		Keys:          keyStore,
+		Worlds:        r.worlds,
+		RequestIDs:    ids,
+		Log:           log,
+		ScriptTimeout: cfg.scriptTimeout,
+	}); err != nil {
+		return fail(err)
+	}
+	// The gateway reaches the gRPC server through an in-memory listener, so
+	// REST calls pass the same interceptors as gRPC calls without a network
+	// hop.
+	r.inner = bufconn.Listen(1 << 20)
+	go func() { _ = r.grpc.GRPC.Serve(r.inner) }()
+	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.inner.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	)
+	if err != nil {
+		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
+	}
+	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes})
+	if err != nil {
+		return fail(err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
+	}
+	r.addr = ln.Addr().String()
+	r.http = &http.Server{
+		Handler:           splitGRPC(r.grpc.GRPC, rest),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	// gRPC clients speak HTTP/2 without TLS (h2c); REST clients HTTP/1.1 or
+	// h2c.
+	r.http.Protocols = new(http.Protocols)
+	r.http.Protocols.SetHTTP1(true)
+	r.http.Protocols.SetUnencryptedHTTP2(true)
+	go func() { r.served <- r.http.Serve(ln) }()
+	r.grpc.SetServing(true)
+	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
+	return r, nil
+}
+
+// splitGRPC sends gRPC requests to the gRPC server and everything else to
+// the REST gateway.
+func splitGRPC(grpcServer *grpc.Server, rest http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			grpcServer.ServeHTTP(w, r)
+			return
+		}
+		rest.ServeHTTP(w, r)
+	})
+}
+
+// close stops serving and closes the stores; later calls return the first
+// call's result.
+func (r *relay) close(ctx context.Context) error {
+	r.closeOnce.Do(func() { r.closeErr = r.shutdown(ctx) })
+	return r.closeErr
+}
+
+func (r *relay) shutdown(ctx context.Context) error {
+	var errs []error
+	if r.grpc != nil {
+		r.grpc.SetServing(false)
+	}
+	if r.http != nil {
+		errs = append(errs, r.http.Shutdown(ctx))
+	}
+	if r.grpc != nil {
+		r.grpc.Stop(ctx)
+	}
+	if r.conn != nil {
+		errs = append(errs, r.conn.Close())
+	}
+	if r.worlds != nil {
+		errs = append(errs, r.worlds.Close())
+	}
+	if r.keys != nil {
+		errs = append(errs, r.keys.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ensureDemoWorld creates the demo world, with its files, when the data
+// directory holds no world yet.
+func ensureDemoWorld(ctx context.Context, host *world.Host, dataDir string, log *slog.Logger) error {
+	infos, err := host.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list worlds: %w", err)
+	}
+	if len(infos) > 0 {
+		return nil
+	}
+	seed, err := demo.Seed()
+	if err != nil {
+		return fmt.Errorf("read demo world: %w", err)
+	}
+	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
+		return fmt.Errorf("create demo world: %w", err)
+	}
+	filesDir := filepath.Join(dataDir, "worlds", demo.ClientID, "files")
+	if err := copyFS(filesDir, demo.Files()); err != nil {
+		return fmt.Errorf("write demo files: %w", err)
+	}
+	log.Info("created the demo world", "clientId", demo.ClientID)
+	return nil
+}
+
+// copyFS writes every file of src under dir.
+func copyFS(dir string, src fs.FS) error {
+	return fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, filepath.FromSlash(path))
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := fs.ReadFile(src, path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}
+
+// newLogger builds the slog logger: text on a terminal, JSON otherwise.
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "auto":
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be auto, text or json, not %q", format)
+}
+
+// envBool reads a boolean environment variable, or def.
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// envInt reads an integer environment variable, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// envDuration reads a duration environment variable, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,183 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// Metadata and header names shared with the gRPC server.
+const (
+	requestIDMetadata = "x-request-id"
+	requestIDHeader   = "X-Request-Id"
+	apiKeyHeader      = "X-Api-Key"
+	// Reasons the server attaches as errdetails.ErrorInfo where the HTTP
+	// status cannot follow from the gRPC code alone.
+	reasonTooLarge    = "TOO_LARGE"
+	reasonRateLimited = "RATE_LIMITED"
+)
+
+// envelope is a success body: `{type, requestId, data}`.
+type envelope struct {
+	Type      string
+	RequestID string
+	Data      any // a proto.Message, raw JSON ([]byte) or nil
+}
+
+// errorBody is an error body: `{type, requestId, error}`.
+type errorBody struct {
+	Type      string `json:"type"`
+	RequestID string `json:"requestId"`
+	Error     string `json:"error"`
+}
+
+// jsonMarshaler writes protobuf messages as the contract wants them: field
+// names in lowerCamelCase, every field present (zero values and nulls
+// included), unknown input fields ignored; and it writes envelopes around
+// them.
+type jsonMarshaler struct {
+	runtime.JSONPb
+}
+
+func newJSONMarshaler() *jsonMarshaler {
+	return &jsonMarshaler{JSONPb: runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+	}}
+}
+
+// Marshal writes envelopes and error bodies itself and hands everything else
+// to protojson.
+func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
+	switch e := v.(type) {
+	case *envelope:
+		buf := make([]byte, 0, 256)
+		buf = append(buf, `{"type":`...)
+		buf = appendString(buf, e.Type)
+		buf = append(buf, `,"requestId":`...)
+		buf = appendString(buf, e.RequestID)
+		buf = append(buf, `,"data":`...)
+		var err error
+		switch d := e.Data.(type) {
+		case []byte:
+			// A response_body naming a raw_json field: the JSON itself.
+			buf, err = appendRawJSON(buf, d)
+		case proto.Message:
+			if isNil(d) {
+				buf = append(buf, "{}"...)
+			} else {
+				buf, err = appendMessage(buf, d.ProtoReflect())
+			}
+		default:
+			buf = append(buf, "{}"...)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return append(buf, '}'), nil
+	case *errorBody:
+		return json.Marshal(e)
+	}
+	return m.JSONPb.Marshal(v)
+}
+
+// isNil reports whether a message is a typed nil pointer.
+func isNil(msg proto.Message) bool {
+	v := reflect.ValueOf(msg)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// wrapResponse is the mux's ForwardResponseRewriter: it puts the RPC's
+// response (or the part its rule's response_body selects) in the envelope.
+func (g *gateway) wrapResponse(ctx context.Context, resp proto.Message) (any, error) {
+	var data any = resp
+	if rb, ok := resp.(interface{ XXX_ResponseBody() any }); ok {
+		data = rb.XXX_ResponseBody()
+	}
+	op := g.operationOf(ctx)
+	return &envelope{Type: op + "-result", RequestID: g.requestIDOf(ctx, op), Data: data}, nil
+}
+
+// operationOf returns the operation of the RPC a request was routed to.
+func (g *gateway) operationOf(ctx context.Context) string {
+	if method, ok := runtime.RPCMethod(ctx); ok {
+		if op := g.routes.operation(method); op != "" {
+			return op
+		}
+	}
+	return "error"
+}
+
+// requestIDOf returns the request id the server issued, or a fresh one when
+// the request failed before reaching the server.
+func (g *gateway) requestIDOf(ctx context.Context, op string) string {
+	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
+		if v := md.HeaderMD.Get(requestIDMetadata); len(v) > 0 {
+			return v[0]
+		}
+		if v := md.TrailerMD.Get(requestIDMetadata); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return g.newRequestID(op)
+}
+
+// handleError is the mux's error handler: `{type, requestId, error}` with the
+// HTTP status of the gRPC code.
+func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	op := g.operationOf(ctx)
+	var perr *paramError
+	if errors.As(err, &perr) {
+		err = status.Error(codes.InvalidArgument, perr.msg)
+	}
+	st := status.Convert(err)
+	g.writeError(w, httpStatus(st), op, g.requestIDOf(ctx, op), st.Message())
+}
+
+// handleRoutingError answers requests that match no route.
+func (g *gateway) handleRoutingError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	msg := "Not found: " + r.Method + " " + r.URL.Path
+	if code == http.StatusMethodNotAllowed {
+		msg = "Method not allowed: " + r.Method + " " + r.URL.Path
+	}
+	g.writeError(w, code, "error", g.newRequestID("error"), msg)
+}
+
+// writeError writes an error body.
+func (g *gateway) writeError(w http.ResponseWriter, code int, op, requestID, msg string) {
+	body, _ := json.Marshal(&errorBody{Type: op + "-result", RequestID: requestID, Error: msg})
+	h := w.Header()
+	h.Del("Trailer")
+	h.Set("Content-Type", "application/json")
+	h.Set(requestIDHeader, requestID)
+	if code == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `ApiKey header="x-api-key"`)
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// httpStatus maps a status to its HTTP code: the gRPC code's usual status,
+// except where an ErrorInfo reason asks for 413 or 429.
+func httpStatus(st *status.Status) int {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			switch info.GetReason() {
+			case reasonTooLarge:
+				return http.StatusRequestEntityTooLarge
+			case reasonRateLimited:
+				return http.StatusTooManyRequests
+			}
+		}
+	}
+	return runtime.HTTPStatusFromCode(st.Code())
+}

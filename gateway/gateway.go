@@ -1,0 +1,193 @@
+// Package gateway is the relay's HTTP side: REST on the documented paths
+// through grpc-gateway, the parameter merging that lets any parameter come in
+// the query string or the JSON body, the `{type, requestId, data}` envelope
+// and `{type, requestId, error}` error bodies, `/healthz` and
+// `/openapi.json`.
+//
+// Every REST call goes to the gRPC server over a real client connection, so
+// the server's interceptor chain (authentication, scopes, world and user
+// resolution, policy) runs for REST exactly as for gRPC callers. The gateway
+// knows nothing of worlds or keys.
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/gen/openapi"
+)
+
+// Options configure the gateway.
+type Options struct {
+	// NewRequestID issues a request id for an operation, for requests that
+	// fail before they reach the gRPC server (bad JSON, unknown path). It
+	// should be the server's own generator, so ids stay unique.
+	NewRequestID func(operation string) string
+	// MaxBodyBytes bounds a request body; 1 MiB when 0.
+	MaxBodyBytes int64
+	// KeepaliveInterval is how long an event stream may stay silent before
+	// a keepalive comment is sent; 15 s when 0.
+	KeepaliveInterval time.Duration
+}
+
+// gateway holds the mux and what its hooks need.
+type gateway struct {
+	mux            *runtime.ServeMux
+	conn           *grpc.ClientConn
+	routes         *routeTable
+	newRequestID   func(string) string
+	maxBody        int64
+	keepaliveEvery time.Duration
+}
+
+// New returns the HTTP handler of the REST API, calling the gRPC server
+// through conn.
+func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler, error) {
+	if opts.NewRequestID == nil {
+		return nil, errors.New("gateway: NewRequestID is required")
+	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	if opts.KeepaliveInterval == 0 {
+		opts.KeepaliveInterval = 15 * time.Second
+	}
+	g := &gateway{
+		conn:           conn,
+		routes:         loadRoutes(),
+		newRequestID:   opts.NewRequestID,
+		maxBody:        opts.MaxBodyBytes,
+		keepaliveEvery: opts.KeepaliveInterval,
+	}
+	g.mux = runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithForwardResponseRewriter(g.wrapResponse),
+		runtime.WithErrorHandler(g.handleError),
+		runtime.WithRoutingErrorHandler(g.handleRoutingError),
+		runtime.WithDisablePathLengthFallback(),
+		runtime.SetQueryParameterParser(queryParser{}),
+	)
+	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		relayv1.RegisterDocumentServiceHandler,
+		relayv1.RegisterFolderServiceHandler,
+		relayv1.RegisterCanvasServiceHandler,
+		relayv1.RegisterScriptServiceHandler,
+		relayv1.RegisterCombatServiceHandler,
+		relayv1.RegisterFileServiceHandler,
+		relayv1.RegisterDnd5EServiceHandler,
+		relayv1.RegisterEventServiceHandler,
+		relayv1.RegisterKeyServiceHandler,
+		relayv1.RegisterClientServiceHandler,
+	} {
+		if err := register(ctx, g.mux, conn); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	if err := g.mux.HandlePath(http.MethodGet, "/healthz", g.healthz); err != nil {
+		return nil, err
+	}
+	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(g.serveHTTP), nil
+}
+
+// incomingHeader forwards the API key into gRPC metadata, and nothing else
+// the caller could use to impersonate the gateway.
+func incomingHeader(key string) (string, bool) {
+	if strings.EqualFold(key, apiKeyHeader) {
+		return "x-api-key", true
+	}
+	return "", false
+}
+
+// outgoingHeader passes the request id back as a plain HTTP header and keeps
+// other gRPC metadata out of responses.
+func outgoingHeader(key string) (string, bool) {
+	if key == requestIDMetadata {
+		return requestIDHeader, true
+	}
+	return "", false
+}
+
+// serveHTTP merges query and body parameters into the form the generated
+// handlers read, then hands the request to the mux.
+func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := g.routes.match(r.Method, r.URL.Path)
+	if rt == nil || rt.clientStreaming {
+		g.mux.ServeHTTP(w, r)
+		return
+	}
+	var body []byte
+	if r.Body != nil {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				g.writeError(w, http.StatusRequestEntityTooLarge, rt.operation, g.newRequestID(rt.operation),
+					fmt.Sprintf("Request body too large: the limit is %d bytes", g.maxBody))
+				return
+			}
+			g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), "Could not read the request body")
+			return
+		}
+	}
+	merged, err := mergeParams(rt.input, body, r.URL.Query())
+	if err != nil {
+		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
+		return
+	}
+	if rt.serverStreaming {
+		g.serveEvents(w, r, rt, merged)
+		return
+	}
+	if rt.bodyStar {
+		r.Body = io.NopCloser(bytes.NewReader(merged))
+		r.ContentLength = int64(len(merged))
+		r.Header.Set("Content-Type", "application/json")
+		r.URL.RawQuery = ""
+	} else {
+		r.Body = http.NoBody
+		r.ContentLength = 0
+		r.URL.RawQuery = paramsKey + "=" + url.QueryEscape(string(merged))
+	}
+	g.mux.ServeHTTP(w, r)
+}
+
+// healthz answers 200 when the gRPC server reports SERVING, else 503.
+func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(g.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	code, state := http.StatusOK, "SERVING"
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		code, state = http.StatusServiceUnavailable, "NOT_SERVING"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, `{"status":`+strconv.Quote(state)+`}`)
+}
+
+// serveOpenAPI serves the generated OpenAPI document.
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
+	_, _ = w.Write(openapi.JSON)
+}

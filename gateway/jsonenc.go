@@ -1,0 +1,225 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// appendMessage appends a message as JSON the way the contract shows it:
+// protojson's mapping with every field present (unset messages as null,
+// zero values as zero), lowerCamelCase names, and bytes fields marked
+// `raw_json` spliced in as the JSON they hold. Unlike protojson the output is
+// compact and stable, and documents are copied, not converted: the world
+// hands them over already serialised.
+func appendMessage(buf []byte, m protoreflect.Message) ([]byte, error) {
+	md := m.Descriptor()
+	if md.FullName().Parent() == "google.protobuf" {
+		return appendWellKnown(buf, m)
+	}
+	buf = append(buf, '{')
+	fields := md.Fields()
+	first := true
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.ContainingOneof() != nil && !m.Has(fd) {
+			// protojson leaves out unset oneof members (proto3 optional
+			// included); responses use wrappers where a null must show.
+			continue
+		}
+		if !first {
+			buf = append(buf, ',')
+		}
+		first = false
+		buf = appendString(buf, fd.JSONName())
+		buf = append(buf, ':')
+		var err error
+		switch {
+		case fd.IsList():
+			buf, err = appendList(buf, fd, m.Get(fd).List())
+		case fd.IsMap():
+			buf, err = appendMap(buf, fd, m.Get(fd).Map())
+		case fd.Message() != nil && !m.Has(fd):
+			buf = append(buf, "null"...)
+		default:
+			buf, err = appendValue(buf, fd, m.Get(fd))
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, '}'), nil
+}
+
+func appendList(buf []byte, fd protoreflect.FieldDescriptor, l protoreflect.List) ([]byte, error) {
+	buf = append(buf, '[')
+	for i := range l.Len() {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		var err error
+		if buf, err = appendValue(buf, fd, l.Get(i)); err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, ']'), nil
+}
+
+// appendMap writes a map with its keys sorted, so equal maps are equal bytes.
+func appendMap(buf []byte, fd protoreflect.FieldDescriptor, mp protoreflect.Map) ([]byte, error) {
+	keys := make([]protoreflect.MapKey, 0, mp.Len())
+	mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+		keys = append(keys, k)
+		return true
+	})
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	buf = append(buf, '{')
+	for i, k := range keys {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendString(buf, k.String())
+		buf = append(buf, ':')
+		var err error
+		if buf, err = appendValue(buf, fd.MapValue(), mp.Get(k)); err != nil {
+			return nil, err
+		}
+	}
+	return append(buf, '}'), nil
+}
+
+// appendValue writes one singular value of a field.
+func appendValue(buf []byte, fd protoreflect.FieldDescriptor, v protoreflect.Value) ([]byte, error) {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return strconv.AppendBool(buf, v.Bool()), nil
+	case protoreflect.StringKind:
+		return appendString(buf, v.String()), nil
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		return strconv.AppendInt(buf, v.Int(), 10), nil
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return strconv.AppendUint(buf, v.Uint(), 10), nil
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return strconv.AppendQuote(buf, strconv.FormatInt(v.Int(), 10)), nil
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return strconv.AppendQuote(buf, strconv.FormatUint(v.Uint(), 10)), nil
+	case protoreflect.FloatKind:
+		return appendFloat(buf, v.Float(), 32), nil
+	case protoreflect.DoubleKind:
+		return appendFloat(buf, v.Float(), 64), nil
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return appendString(buf, string(ev.Name())), nil
+		}
+		return strconv.AppendInt(buf, int64(v.Enum()), 10), nil
+	case protoreflect.BytesKind:
+		if isRawJSON(fd) {
+			return appendRawJSON(buf, v.Bytes())
+		}
+		buf = append(buf, '"')
+		buf = base64.StdEncoding.AppendEncode(buf, v.Bytes())
+		return append(buf, '"'), nil
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return appendMessage(buf, v.Message())
+	}
+	return append(buf, "null"...), nil
+}
+
+// isRawJSON reports whether a bytes field carries the raw_json option.
+func isRawJSON(fd protoreflect.FieldDescriptor) bool {
+	opts := fd.Options()
+	if opts == nil {
+		return false
+	}
+	raw, _ := proto.GetExtension(opts, relayv1.E_RawJson).(bool)
+	return raw
+}
+
+// appendRawJSON splices JSON text in, compacted to one line; empty is null.
+func appendRawJSON(buf []byte, raw []byte) ([]byte, error) {
+	if len(raw) == 0 {
+		return append(buf, "null"...), nil
+	}
+	out := bytes.NewBuffer(buf)
+	if err := json.Compact(out, raw); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// appendFloat writes a number as protojson does, with NaN and the infinities
+// as strings.
+func appendFloat(buf []byte, f float64, bits int) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(buf, `"NaN"`...)
+	case math.IsInf(f, 1):
+		return append(buf, `"Infinity"`...)
+	case math.IsInf(f, -1):
+		return append(buf, `"-Infinity"`...)
+	}
+	return strconv.AppendFloat(buf, f, 'g', -1, bits)
+}
+
+// appendWellKnown writes google.protobuf types (wrappers, Struct, Value,
+// Timestamp, ...) with protojson, which knows their special forms.
+func appendWellKnown(buf []byte, m protoreflect.Message) ([]byte, error) {
+	raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m.Interface())
+	if err != nil {
+		return nil, err
+	}
+	return appendRawJSON(buf, raw)
+}
+
+// appendString writes a JSON string, replacing invalid UTF-8.
+func appendString(buf []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	buf = append(buf, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			buf = append(buf, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				buf = append(buf, '\\', c)
+			case '\n':
+				buf = append(buf, '\\', 'n')
+			case '\r':
+				buf = append(buf, '\\', 'r')
+			case '\t':
+				buf = append(buf, '\\', 't')
+			default:
+				buf = append(buf, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			buf = append(buf, s[start:i]...)
+			buf = append(buf, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	buf = append(buf, s[start:]...)
+	return append(buf, '"')
+}

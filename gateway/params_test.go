@@ -1,0 +1,81 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/url"
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+func TestMergeParams(t *testing.T) {
+	t.Parallel()
+	details := (&relayv1.GetActorDetailsRequest{}).ProtoReflect().Descriptor()
+	update := (&relayv1.UpdateDocumentRequest{}).ProtoReflect().Descriptor()
+	search := (&relayv1.SearchDocumentsRequest{}).ProtoReflect().Descriptor()
+	rest := (&relayv1.ShortRestRequest{}).ProtoReflect().Descriptor()
+	transfer := (&relayv1.TransferCurrencyRequest{}).ProtoReflect().Descriptor()
+	tests := []struct {
+		name  string
+		md    protoreflect.MessageDescriptor
+		body  string
+		query string
+		want  string // JSON, compared as values
+		err   string
+	}{
+		{"query only", search, "", "clientId=demo&query=Aria&limit=5", `{"clientId":"demo","query":"Aria","limit":5}`, ""},
+		{"body wins over query", search, `{"query":"Brom"}`, "query=Aria", `{"query":"Brom"}`, ""},
+		{"query fills what the body lacks", update, `{"data":{"name":"X"}}`, "clientId=demo&uuid=Actor.a", `{"clientId":"demo","uuid":"Actor.a","data":{"name":"X"}}`, ""},
+		{"JSON array in query", details, "", `details=["items","spells"]`, `{"details":["items","spells"]}`, ""},
+		{"repeated keys in query", details, "", "details=items&details=spells", `{"details":["items","spells"]}`, ""},
+		{"comma list in query", details, "", "details=items,spells", `{"details":["items","spells"]}`, ""},
+		{"bool and double from query", rest, "", "autoHD=true&autoHDThreshold=0.25", `{"autoHD":true,"autoHDThreshold":0.25}`, ""},
+		{"bool given as string in body", rest, `{"autoHD":"false"}`, "", `{"autoHD":false}`, ""},
+		{"proto names accepted", search, "", "client_id=demo", `{"clientId":"demo"}`, ""},
+		{"unknown parameters ignored", search, `{"nonsense":1}`, "other=2", `{}`, ""},
+		{"null is absent", search, `{"query":null}`, "query=Aria", `{"query":"Aria"}`, ""},
+		{"nested message checked", transfer, `{"currency":{"gp":"5"}}`, "", `{"currency":{"gp":5}}`, ""},
+		{"object in query", update, "", `data={"name":"X"}`, `{"data":{"name":"X"}}`, ""},
+		{"body not an object", search, `[1,2]`, "", "", "The request body must be a JSON object"},
+		{"body not JSON", search, `{"query":`, "", "", "The request body must be a JSON object"},
+		{"bad number", search, "", "limit=ten", "", "'limit' must be a number"},
+		{"fraction for an integer", search, `{"limit":2.5}`, "", "", "'limit' must be a whole number"},
+		{"bad bool", rest, "", "autoHD=maybe", "", "'autoHD' must be true or false"},
+		{"string expected", search, `{"query":5}`, "", "", "'query' must be a string"},
+		{"object expected", update, `{"data":"x"}`, "", "", "'data' must be a JSON object"},
+		{"array expected", details, `{"details":"items"}`, "", "", "'details' must be an array"},
+		{"bad array in query", details, "", `details=["items"`, "", "'details' must be an array"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			q, err := url.ParseQuery(tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := mergeParams(tt.md, []byte(tt.body), q)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gotV, wantV any
+			if err := json.Unmarshal(got, &gotV); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal([]byte(tt.want), &wantV); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(gotV, wantV) {
+				t.Fatalf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// serveEvents bridges a server-streaming event RPC to Server-Sent Events.
+//
+// It calls the RPC through the gateway's client connection, so every
+// interceptor runs, and waits for the stream's first message (the
+// `connected` event every event stream sends at once) before committing to
+// 200: a missing key, a missing scope or a bad parameter therefore answers
+// with its real status and the usual error body. Then each message becomes a
+// frame `id: <sequence>`, `event: <name>`, `data: <JSON>`, and a keepalive
+// comment is written when nothing else was for a while. The stream ends when
+// the caller goes away or the server ends it.
+func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route, params []byte) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	req, err := newRequest(rt.input, params)
+	if err != nil {
+		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
+		return
+	}
+	if key := r.Header.Get(apiKeyHeader); key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	}
+	var header metadata.MD
+	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
+	if err == nil {
+		err = stream.SendMsg(req)
+	}
+	if err == nil {
+		err = stream.CloseSend()
+	}
+	first := newStreamResponse(rt)
+	if err == nil {
+		err = stream.RecvMsg(first)
+	}
+	requestID := firstValue(header, requestIDMetadata)
+	if requestID == "" {
+		requestID = firstValue(stream.Trailer(), requestIDMetadata)
+	}
+	if requestID == "" {
+		requestID = g.newRequestID(rt.operation)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		g.writeError(w, httpStatus(st), rt.operation, requestID, st.Message())
+		return
+	}
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set(requestIDHeader, requestID)
+	w.WriteHeader(http.StatusOK)
+
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	// The server's write deadline must not cut a long stream.
+	_ = sw.rc.SetWriteDeadline(time.Time{})
+	if err := sw.write([]byte("retry: 3000\n\n")); err != nil {
+		return
+	}
+	stopKeepalive := sw.keepalive(ctx, g.keepaliveEvery)
+	defer stopKeepalive()
+	for msg := first; ; {
+		if err := sw.event(msg); err != nil {
+			return
+		}
+		msg = newStreamResponse(rt)
+		if err := stream.RecvMsg(msg); err != nil {
+			return
+		}
+	}
+}
+
+// newRequest builds a request message from merged JSON parameters.
+func newRequest(md protoreflect.MessageDescriptor, params []byte) (proto.Message, error) {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+	if err != nil {
+		return nil, err
+	}
+	msg := mt.New().Interface()
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(params, msg); err != nil {
+		return nil, paramErrorf("Invalid parameters: %v", err)
+	}
+	return msg, nil
+}
+
+// newStreamResponse returns an empty response message of a route's RPC.
+func newStreamResponse(rt *route) proto.Message {
+	return rt.output.New().Interface()
+}
+
+func firstValue(md metadata.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// eventCarrier is implemented by every event stream response: each holds one
+// relayv1.Event.
+type eventCarrier interface {
+	GetEvent() *relayv1.Event
+}
+
+// sseWriter serialises the frames of one stream; the keepalive goroutine and
+// the event loop share it.
+type sseWriter struct {
+	mu sync.Mutex
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// wrote is set by every write, so the keepalive stays quiet while
+	// events flow.
+	wrote bool
+}
+
+func (s *sseWriter) write(frame []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.w.Write(frame); err != nil {
+		return err
+	}
+	s.wrote = true
+	return s.rc.Flush()
+}
+
+// event writes one stream message as an SSE frame.
+func (s *sseWriter) event(msg proto.Message) error {
+	var buf bytes.Buffer
+	name, data := "message", []byte("{}")
+	if ev, ok := msg.(eventCarrier); ok && ev.GetEvent() != nil {
+		e := ev.GetEvent()
+		if e.GetSequence() > 0 {
+			buf.WriteString("id: " + strconv.FormatUint(e.GetSequence(), 10) + "\n")
+		}
+		if e.GetName() != "" {
+			name = e.GetName()
+		}
+		if len(e.GetData()) > 0 {
+			data = e.GetData()
+		}
+	} else {
+		raw, err := appendMessage(nil, msg.ProtoReflect())
+		if err != nil {
+			return err
+		}
+		data = raw
+	}
+	buf.WriteString("event: " + name + "\ndata: ")
+	// One line of JSON: compacting removes any newline protojson might add.
+	if err := json.Compact(&buf, data); err != nil {
+		return fmt.Errorf("event data: %w", err)
+	}
+	buf.WriteString("\n\n")
+	return s.write(buf.Bytes())
+}
+
+// keepalive writes a comment every interval in which nothing else was
+// written, until ctx ends or the returned stop is called.
+func (s *sseWriter) keepalive(ctx context.Context, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-t.C:
+				s.mu.Lock()
+				quiet := !s.wrote
+				s.wrote = false
+				s.mu.Unlock()
+				if quiet {
+					if err := s.write([]byte(": keepalive\n\n")); err != nil {
+						return
+					}
+				}
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}

@@ -1,0 +1,48 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+func TestSSEFrames(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
+	data := []byte(`{"changes": {"name": "B\nC"},
+		"uuid": "Actor.a"}`)
+	if err := sw.event(&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 42, Name: "actor-update", Data: data}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.event(&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Name: "connected"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := "id: 42\nevent: actor-update\ndata: {\"changes\":{\"name\":\"B\\nC\"},\"uuid\":\"Actor.a\"}\n\n" +
+		"event: connected\ndata: {}\n\n"
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("frames:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestKeepaliveOnlyWhenQuiet(t *testing.T) {
+	t.Parallel()
+	rec := httptest.NewRecorder()
+	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := sw.keepalive(ctx, 20*time.Millisecond)
+	time.Sleep(110 * time.Millisecond)
+	stop()
+	sw.mu.Lock()
+	n := strings.Count(rec.Body.String(), ": keepalive\n\n")
+	sw.mu.Unlock()
+	if n < 2 {
+		t.Fatalf("got %d keepalives in 110ms at 20ms intervals", n)
+	}
+}

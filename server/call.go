@@ -1,0 +1,47 @@
+package server
+
+import (
+	"context"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/server/keys"
+	"relay/world"
+)
+
+// Call is what the interceptors learn about one request: who calls, with
+// which key, on which world, as which tabletop user. Handlers read it with
+// [CallFrom].
+type Call struct {
+	// Method is the full gRPC method name.
+	Method string
+	// Policy is the method's declared access rule.
+	Policy *relayv1.Policy
+	// RequestID is `<operation>_<digits>`, unique across relays.
+	RequestID string
+	// Key is the authenticated API key.
+	Key keys.Key
+	// World is the resolved world; nil for worldless methods.
+	World world.World
+	// User is the resolved tabletop user; nil means GM-level access.
+	User *world.User
+}
+
+// callKey is the context key of the [Call]; an unexported type so that no
+// other package can collide with it.
+type callKey struct{}
+
+// withCall returns a context carrying call.
+func withCall(ctx context.Context, call *Call) context.Context {
+	return context.WithValue(ctx, callKey{}, call)
+}
+
+// CallFrom returns the request's [Call]. Every handler runs behind the
+// interceptor chain, so the call is always there; a missing one is a wiring
+// bug and panics, which the recovery interceptor turns into an internal error.
+func CallFrom(ctx context.Context) *Call {
+	call, ok := ctx.Value(callKey{}).(*Call)
+	if !ok {
+		panic("server: no call in context: handler reached without the interceptor chain")
+	}
+	return call
+}

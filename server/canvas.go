@@ -1,0 +1,46 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/world"
+)
+
+// canvasService implements relayv1.CanvasServiceServer over the world.
+type canvasService struct {
+	relayv1.UnimplementedCanvasServiceServer
+}
+
+func (canvasService) SelectTokens(ctx context.Context, req *relayv1.SelectTokensRequest) (*relayv1.SelectTokensResponse, error) {
+	call := CallFrom(ctx)
+	selected, err := call.World.Select(ctx, call.User, world.SelectParams{
+		UUIDs:     req.GetUuids(),
+		Name:      req.GetName(),
+		All:       req.GetAll(),
+		Overwrite: req.GetOverwrite(),
+		Match:     fromStruct(req.GetData()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.SelectTokensResponse{
+		Count:    int32(len(selected)),
+		Message:  fmt.Sprintf("%d entities selected", len(selected)),
+		Selected: selected,
+	}, nil
+}
+
+func (canvasService) GetSelectedTokens(ctx context.Context, _ *relayv1.GetSelectedTokensRequest) (*relayv1.GetSelectedTokensResponse, error) {
+	call := CallFrom(ctx)
+	tokens, err := call.World.Selected(ctx, call.User)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relayv1.SelectedToken, 0, len(tokens))
+	for _, t := range tokens {
+		out = append(out, &relayv1.SelectedToken{TokenUuid: t.TokenUUID, ActorUuid: t.ActorUUID})
+	}
+	return &relayv1.GetSelectedTokensResponse{Selected: out}, nil
+}

@@ -1,0 +1,30 @@
+package server
+
+import (
+	"context"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// clientService implements relayv1.ClientServiceServer: the worlds a key may
+// use.
+type clientService struct {
+	relayv1.UnimplementedClientServiceServer
+	worlds Worlds
+}
+
+func (s clientService) ListClients(ctx context.Context, _ *relayv1.ListClientsRequest) (*relayv1.ListClientsResponse, error) {
+	call := CallFrom(ctx)
+	infos, err := s.worlds.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relayv1.Client, 0, len(infos))
+	for _, info := range infos {
+		if !call.Key.BoundTo(info.ClientID) {
+			continue
+		}
+		out = append(out, &relayv1.Client{ClientId: info.ClientID, Title: info.Title, System: info.System, Online: true})
+	}
+	return &relayv1.ListClientsResponse{Total: int32(len(out)), Clients: out}, nil
+}

@@ -1,0 +1,389 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"relay/server/keys"
+	"relay/world"
+)
+
+// Metadata keys the relay reads and writes.
+const (
+	// APIKeyHeader carries the API key (the gateway forwards the HTTP header
+	// of the same name).
+	APIKeyHeader = "x-api-key"
+	// RequestIDHeader carries the request id back, in the response header and
+	// trailer metadata.
+	RequestIDHeader = "x-request-id"
+)
+
+// Authenticator turns an API key into its record.
+type Authenticator interface {
+	Authenticate(ctx context.Context, plaintext string) (keys.Key, error)
+}
+
+// Worlds finds worlds by client id.
+type Worlds interface {
+	World(ctx context.Context, clientID string) (world.World, error)
+	List(ctx context.Context) ([]world.Info, error)
+}
+
+// Chain is the interceptor chain every RPC passes through, for REST callers
+// (through the gateway) and gRPC callers alike. The order, outermost first:
+//
+//  1. recovery: a panic becomes an internal error and is logged with its stack;
+//  2. request id: the method's policy is looked up and `<operation>_<digits>`
+//     is issued and sent back in header and trailer metadata;
+//  3. logging: one line per call with its outcome and duration;
+//  4. error mapping: world and key errors become gRPC statuses (errors.go);
+//  5. authentication: `x-api-key` → key record;
+//  6. scope: the key must hold the policy's scope; a method without a policy
+//     is refused (fail closed);
+//  7. world resolution: `clientId`, or the key's only world, or the relay's
+//     only world; a key bound to worlds can reach only those;
+//  8. user resolution: the key's injected user, or `userId`, by id then by
+//     case-insensitive name; no user means GM-level access;
+//  9. policy: GM-only methods and world permissions (FILES_BROWSE, ...).
+//
+// Steps 7 to 9 need the request message; on streams they run when the
+// handler receives the first message. Document permissions are decided later,
+// in the world, with the resolved user.
+type Chain struct {
+	Policies   Policies
+	Keys       Authenticator
+	Worlds     Worlds
+	RequestIDs *RequestIDs
+	Log        *slog.Logger
+}
+
+// Unary returns the unary interceptors in chain order (first is outermost),
+// for grpc.ChainUnaryInterceptor.
+func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{
+		c.recoverUnary,
+		c.requestIDUnary,
+		c.logUnary,
+		c.errorsUnary,
+		unaryStep(c.authenticate),
+		unaryStep(c.checkScope),
+		unaryStep(c.resolveWorld),
+		unaryStep(c.resolveUser),
+		unaryStep(c.checkPolicy),
+	}
+}
+
+// Stream returns the stream interceptors in chain order (first is
+// outermost), for grpc.ChainStreamInterceptor.
+func (c *Chain) Stream() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{
+		c.recoverStream,
+		c.requestIDStream,
+		c.logStream,
+		c.errorsStream,
+		streamStep(c.authenticate, false),
+		streamStep(c.checkScope, false),
+		streamStep(c.resolveWorld, true),
+		streamStep(c.resolveUser, true),
+		streamStep(c.checkPolicy, true),
+	}
+}
+
+// isPublic reports whether a method is served without an API key: the
+// standard health and reflection services.
+func isPublic(method string) bool {
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(method, "/grpc.reflection.")
+}
+
+func (c *Chain) recoverUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer c.recoverInto(ctx, info.FullMethod, &err)
+	return handler(ctx, req)
+}
+
+func (c *Chain) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	defer c.recoverInto(ss.Context(), info.FullMethod, &err)
+	return handler(srv, ss)
+}
+
+// recoverInto turns a panic into an internal error.
+func (c *Chain) recoverInto(ctx context.Context, method string, err *error) {
+	if r := recover(); r != nil {
+		c.Log.ErrorContext(ctx, "panic in handler", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		*err = status.Error(codes.Internal, "Internal error")
+	}
+}
+
+// newCall starts the request's [Call] and issues its request id.
+func (c *Chain) newCall(method string) *Call {
+	policy := c.Policies[method]
+	op := "unknown"
+	if policy != nil {
+		op = policy.GetOperation()
+	}
+	return &Call{Method: method, Policy: policy, RequestID: c.RequestIDs.New(op)}
+}
+
+func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	call := c.newCall(info.FullMethod)
+	md := metadata.Pairs(RequestIDHeader, call.RequestID)
+	_ = grpc.SetHeader(ctx, md)
+	_ = grpc.SetTrailer(ctx, md)
+	return handler(withCall(ctx, call), req)
+}
+
+func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	call := c.newCall(info.FullMethod)
+	md := metadata.Pairs(RequestIDHeader, call.RequestID)
+	_ = ss.SetHeader(md)
+	ss.SetTrailer(md)
+	return handler(srv, &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)})
+}
+
+func (c *Chain) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	c.logCall(ctx, start, err)
+	return resp, err
+}
+
+func (c *Chain) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	err := handler(srv, ss)
+	c.logCall(ss.Context(), start, err)
+	return err
+}
+
+// logCall writes one line for a finished call. It never logs the API key,
+// only the key's id.
+func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
+	call := CallFrom(ctx)
+	code := status.Code(err)
+	level := slog.LevelInfo
+	if code == codes.Internal || code == codes.Unknown {
+		level = slog.LevelError
+	}
+	if !c.Log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", call.Method),
+		slog.String("requestId", call.RequestID),
+		slog.String("code", code.String()),
+		slog.Duration("duration", time.Since(start)),
+	}
+	if call.Key.ID != "" {
+		attrs = append(attrs, slog.String("keyId", call.Key.ID))
+	}
+	if call.World != nil {
+		attrs = append(attrs, slog.String("clientId", call.World.Info().ClientID))
+	}
+	if call.User != nil {
+		attrs = append(attrs, slog.String("user", call.User.Name))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	}
+	c.Log.LogAttrs(ctx, level, "rpc", attrs...)
+}
+
+func (c *Chain) errorsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, toStatus(ctx, c.Log, err)
+	}
+	return resp, nil
+}
+
+func (c *Chain) errorsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return toStatus(ss.Context(), c.Log, handler(srv, ss))
+}
+
+// authenticate resolves the API key to its record.
+func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
+	if isPublic(call.Method) {
+		return nil
+	}
+	var plaintext string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(APIKeyHeader); len(v) > 0 {
+			plaintext = v[0]
+		}
+	}
+	if plaintext == "" {
+		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
+	}
+	key, err := c.Keys.Authenticate(ctx, plaintext)
+	if err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	call.Key = key
+	return nil
+}
+
+// checkScope refuses methods without a policy and keys without the scope.
+func (c *Chain) checkScope(_ context.Context, call *Call, _ any) error {
+	if isPublic(call.Method) {
+		return nil
+	}
+	if call.Policy == nil {
+		return status.Errorf(codes.PermissionDenied, "Method %s has no access policy", call.Method)
+	}
+	if !call.Key.HasScope(call.Policy.GetScope()) {
+		return status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s", call.Policy.GetScope())
+	}
+	return nil
+}
+
+// clientIDGetter and userIDGetter are implemented by every world-scoped
+// request message (a test checks that).
+type (
+	clientIDGetter interface{ GetClientId() string }
+	userIDGetter   interface{ GetUserId() string }
+)
+
+// resolveWorld picks the world the request targets.
+func (c *Chain) resolveWorld(ctx context.Context, call *Call, req any) error {
+	if isPublic(call.Method) || call.Policy.GetWorldless() {
+		return nil
+	}
+	var clientID string
+	if g, ok := req.(clientIDGetter); ok {
+		clientID = strings.TrimSpace(g.GetClientId())
+	}
+	bound := call.Key.ClientIDs
+	switch {
+	case clientID != "" && !call.Key.BoundTo(clientID):
+		return status.Errorf(codes.PermissionDenied, "API key is not authorized for client '%s'", clientID)
+	case clientID == "" && len(bound) == 1:
+		clientID = bound[0]
+	case clientID == "" && len(bound) > 1:
+		return status.Errorf(codes.InvalidArgument, "'clientId' is required: this API key is bound to several worlds (%s)", strings.Join(bound, ", "))
+	case clientID == "":
+		infos, err := c.Worlds.List(ctx)
+		if err != nil {
+			return toStatus(ctx, c.Log, err)
+		}
+		if len(infos) != 1 {
+			return status.Error(codes.InvalidArgument, "'clientId' is required")
+		}
+		clientID = infos[0].ClientID
+	}
+	w, err := c.Worlds.World(ctx, clientID)
+	if err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	call.World = w
+	return nil
+}
+
+// resolveUser finds the tabletop user the request acts as. A user injected by
+// the key cannot be replaced by the caller's `userId`.
+func (c *Chain) resolveUser(ctx context.Context, call *Call, req any) error {
+	if call.World == nil {
+		return nil
+	}
+	var given string
+	if g, ok := req.(userIDGetter); ok {
+		given = strings.TrimSpace(g.GetUserId())
+	}
+	injected := call.Key.UserFor(call.World.Info().ClientID)
+	name := given
+	if injected != "" {
+		name = injected
+	}
+	if name == "" {
+		return nil
+	}
+	user, err := call.World.ResolveUser(ctx, name)
+	if err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	if injected != "" && given != "" {
+		other, err := call.World.ResolveUser(ctx, given)
+		if err != nil || other.ID != user.ID {
+			return status.Errorf(codes.PermissionDenied, "This API key acts as user '%s' and cannot act as '%s'", user.Name, given)
+		}
+	}
+	call.User = user
+	return nil
+}
+
+// checkPolicy applies the GM-only rule and world permissions of the method.
+func (c *Chain) checkPolicy(_ context.Context, call *Call, _ any) error {
+	user, policy := call.User, call.Policy
+	if user == nil || policy == nil {
+		return nil
+	}
+	if policy.GetGmOnly() && !user.IsGM() {
+		return status.Errorf(codes.PermissionDenied, "User '%s' must be a GM to %s", user.Name, policy.GetGmAction())
+	}
+	if perm := policy.GetWorldPermission(); perm != "" && !call.World.Can(user, perm) {
+		return status.Errorf(codes.PermissionDenied, "User '%s' does not have '%s' permission required to %s", user.Name, perm, policy.GetPermissionAction())
+	}
+	return nil
+}
+
+// step is one check of the chain that reads (and fills in) the [Call]; req
+// is the request message, or nil for checks that do not need it.
+type step func(ctx context.Context, call *Call, req any) error
+
+// unaryStep runs a step before a unary handler.
+func unaryStep(s step) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := s(ctx, CallFrom(ctx), req); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// streamStep runs a step on a stream: at once, or, when it needs the request,
+// when the handler receives the first message.
+func streamStep(s step, needsRequest bool) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !needsRequest {
+			if err := s(ss.Context(), CallFrom(ss.Context()), nil); err != nil {
+				return err
+			}
+			return handler(srv, ss)
+		}
+		return handler(srv, &stepStream{ServerStream: ss, step: s})
+	}
+}
+
+// contextStream replaces a stream's context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
+
+// stepStream runs a step on the first message received.
+type stepStream struct {
+	grpc.ServerStream
+	step step
+	done bool
+}
+
+func (s *stepStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if s.done {
+		return nil
+	}
+	s.done = true
+	ctx := s.Context()
+	return s.step(ctx, CallFrom(ctx), m)
+}

@@ -1,0 +1,101 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/server/keys"
+)
+
+// KeyAdmin is what the key service needs of the key store.
+type KeyAdmin interface {
+	Create(ctx context.Context, spec keys.Spec) (string, keys.Key, error)
+	List(ctx context.Context) ([]keys.Key, error)
+	Revoke(ctx context.Context, id string) (keys.Key, error)
+}
+
+// keyService implements relayv1.KeyServiceServer.
+type keyService struct {
+	relayv1.UnimplementedKeyServiceServer
+	store KeyAdmin
+}
+
+func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest) (*relayv1.CreateKeyResponse, error) {
+	var scopes []string
+	for _, sc := range req.GetScopes() {
+		parsed, err := keys.ParseScopes(sc)
+		if err != nil {
+			return nil, err
+		}
+		scopes = append(scopes, parsed...)
+	}
+	spec := keys.Spec{
+		Name:         req.GetName(),
+		Scopes:       scopes,
+		ClientIDs:    req.GetClientIds(),
+		ScopedUserID: req.GetScopedUserId(),
+		ClientUsers:  req.GetClientUsers(),
+	}
+	if v := req.GetExpiresAt(); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: 'expiresAt' must be an RFC 3339 time: %q", keys.ErrInvalid, v)
+		}
+		spec.ExpiresAt = t
+	}
+	plaintext, key, err := s.store.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.CreateKeyResponse{Key: plaintext, ApiKey: keyToProto(key)}, nil
+}
+
+func (s keyService) ListKeys(ctx context.Context, _ *relayv1.ListKeysRequest) (*relayv1.ListKeysResponse, error) {
+	list, err := s.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relayv1.ApiKey, 0, len(list))
+	for _, k := range list {
+		out = append(out, keyToProto(k))
+	}
+	return &relayv1.ListKeysResponse{Keys: out}, nil
+}
+
+func (s keyService) RevokeKey(ctx context.Context, req *relayv1.RevokeKeyRequest) (*relayv1.RevokeKeyResponse, error) {
+	if req.GetId() == "" {
+		return nil, fmt.Errorf("%w: 'id' is required", keys.ErrInvalid)
+	}
+	k, err := s.store.Revoke(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.RevokeKeyResponse{ApiKey: keyToProto(k)}, nil
+}
+
+// keyToProto describes a key without its secret.
+func keyToProto(k keys.Key) *relayv1.ApiKey {
+	return &relayv1.ApiKey{
+		Id:           k.ID,
+		Name:         k.Name,
+		Prefix:       k.Prefix,
+		Scopes:       k.Scopes,
+		ClientIds:    k.ClientIDs,
+		ScopedUserId: k.ScopedUserID,
+		ClientUsers:  k.ClientUsers,
+		ExpiresAt:    formatOptionalTime(k.ExpiresAt),
+		Enabled:      k.Enabled,
+		CreatedAt:    formatOptionalTime(k.CreatedAt),
+		RevokedAt:    formatOptionalTime(k.RevokedAt),
+	}
+}
+
+// formatOptionalTime renders a time as RFC 3339, or "" for the zero time.
+func formatOptionalTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,125 @@
+// Package server implements the relay's gRPC services over the world engine,
+// the interceptor chain that authenticates and authorises every call, and the
+// single mapping from world errors to gRPC statuses.
+//
+// Services only translate between protobuf messages and world types; the
+// rules live in package world. The request flow is documented on [Chain].
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// Config wires a relay gRPC server.
+type Config struct {
+	// Keys authenticates callers and administers keys.
+	Keys interface {
+		Authenticator
+		KeyAdmin
+	}
+	// Worlds finds worlds.
+	Worlds Worlds
+	// RequestIDs issues request ids; a random node number when nil.
+	RequestIDs *RequestIDs
+	// Log receives one line per call; discarded when nil.
+	Log *slog.Logger
+	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
+	ScriptTimeout time.Duration
+	// MaxMessageBytes bounds a received message; 4 MiB when 0.
+	MaxMessageBytes int
+}
+
+// Server is the relay's gRPC server with its health service.
+type Server struct {
+	GRPC   *grpc.Server
+	Health *health.Server
+}
+
+// New builds the gRPC server with every relay service, the interceptor
+// chain, the standard health service and server reflection.
+func New(cfg Config) (*Server, error) {
+	if cfg.Keys == nil || cfg.Worlds == nil {
+		return nil, errors.New("server: Keys and Worlds are required")
+	}
+	if cfg.RequestIDs == nil {
+		cfg.RequestIDs = NewRequestIDs(-1, nil)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = 4 << 20
+	}
+	policies, err := LoadPolicies()
+	if err != nil {
+		return nil, err
+	}
+	chain := &Chain{
+		Policies:   policies,
+		Keys:       cfg.Keys,
+		Worlds:     cfg.Worlds,
+		RequestIDs: cfg.RequestIDs,
+		Log:        cfg.Log,
+	}
+	s := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(chain.Unary()...),
+		grpc.ChainStreamInterceptor(chain.Stream()...),
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+	)
+	relayv1.RegisterDocumentServiceServer(s, documentService{})
+	relayv1.RegisterFolderServiceServer(s, folderService{})
+	relayv1.RegisterCanvasServiceServer(s, canvasService{})
+	relayv1.RegisterScriptServiceServer(s, scriptService{timeout: cfg.ScriptTimeout})
+	relayv1.RegisterKeyServiceServer(s, keyService{store: cfg.Keys})
+	relayv1.RegisterClientServiceServer(s, clientService{worlds: cfg.Worlds})
+	// These services belong to later milestones: the contract is in place and
+	// every call passes the full interceptor chain, then answers
+	// Unimplemented (HTTP 501).
+	relayv1.RegisterCombatServiceServer(s, relayv1.UnimplementedCombatServiceServer{})
+	relayv1.RegisterFileServiceServer(s, relayv1.UnimplementedFileServiceServer{})
+	relayv1.RegisterDnd5EServiceServer(s, relayv1.UnimplementedDnd5EServiceServer{})
+	relayv1.RegisterEventServiceServer(s, relayv1.UnimplementedEventServiceServer{})
+
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(s, hs)
+	reflection.Register(s)
+	return &Server{GRPC: s, Health: hs}, nil
+}
+
+// SetServing marks the relay (and each of its services) serving or not in
+// the health service.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.Health.SetServingStatus("", st)
+	for name := range s.GRPC.GetServiceInfo() {
+		s.Health.SetServingStatus(name, st)
+	}
+}
+
+// Stop stops the server gracefully, waiting at most for ctx.
+func (s *Server) Stop(ctx context.Context) {
+	s.Health.Shutdown()
+	done := make(chan struct{})
+	go func() {
+		s.GRPC.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.GRPC.Stop()
+	}
+}

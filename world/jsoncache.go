@@ -1,0 +1,101 @@
+package world
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"reflect"
+	"sync"
+	"unsafe"
+)
+
+// jsonCache keeps the JSON of documents as full readers see them (source
+// data plus `uuid`), one entry per uuid. Stored documents are never changed
+// (a commit builds new ones), so an entry is valid exactly while it was made
+// from the document that is stored now; the entry remembers that document's
+// identity and holds it, so the identity cannot be reused by another map.
+type jsonCache struct {
+	entries sync.Map // uuid → *jsonEntry
+}
+
+type jsonEntry struct {
+	src  unsafe.Pointer // the stored document the JSON was made from
+	json []byte
+}
+
+// identity returns a document's identity: the address of its map.
+func identity(doc Document) unsafe.Pointer {
+	return reflect.ValueOf(doc).UnsafePointer()
+}
+
+// full returns the JSON of a stored document with its uuid, from the cache
+// when it is current. The bytes are shared and must not be changed.
+func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
+	id := identity(doc)
+	if v, ok := c.entries.Load(uuid); ok {
+		if e := v.(*jsonEntry); e.src == id {
+			return e.json, nil
+		}
+	}
+	// A shallow copy is enough to add the uuid: values are only read.
+	withUUID := make(map[string]any, len(doc)+1)
+	for k, v := range doc {
+		withUUID[k] = v
+	}
+	withUUID["uuid"] = uuid
+	raw, err := encodeJSON(withUUID)
+	if err != nil {
+		return nil, err
+	}
+	c.entries.Store(uuid, &jsonEntry{src: id, json: raw})
+	return raw, nil
+}
+
+// forget drops the entries of deleted documents.
+func (c *jsonCache) forget(changes []Change) {
+	for _, ch := range changes {
+		if ch.Op == ChangeDelete {
+			c.entries.Delete(ch.UUID)
+		}
+	}
+}
+
+// encodeJSON writes JSON without escaping HTML characters (the output is
+// data, not markup) and without the encoder's trailing newline.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// GetJSON is [Engine.Get] serialised as JSON, for callers that pass documents
+// on as JSON text. Full documents come from a cache that a commit renews, so
+// a read of an unchanged document costs a lookup, not a serialisation. The
+// returned bytes are shared and must not be changed.
+func (e *Engine) GetJSON(ctx context.Context, user *User, uuid string) ([]byte, error) {
+	if err := e.ready(); err != nil {
+		return nil, err
+	}
+	if uuid == "" {
+		return nil, Errorf(ErrInvalid, "'uuid' is required")
+	}
+	r, top, doc, err := e.view().find(uuid)
+	if err != nil {
+		return nil, err
+	}
+	switch levelOf(user, r.segs[0].typ, top) {
+	case LevelNone:
+		return nil, errNoView(user)
+	case LevelLimited:
+		return encodeJSON(limitedData(r.typ(), r.uuid, doc))
+	}
+	raw, err := e.json.full(r.uuid, doc)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not serialise %s: %v", r.uuid, err)
+	}
+	return raw, nil
+}
