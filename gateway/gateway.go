@@ -20,6 +20,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -42,6 +43,11 @@ type Options struct {
 	// a keepalive comment is sent; 15 s when 0.
 	KeepaliveInterval time.Duration
 }
+
+// installQueryParser installs queryParser once: grpc-gateway keeps the query
+// parser in a package variable, so setting it per mux would race with the
+// requests of muxes already serving.
+var installQueryParser sync.Once
 
 // gateway holds the mux and what its hooks need.
 type gateway struct {
@@ -72,6 +78,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		maxBody:        opts.MaxBodyBytes,
 		keepaliveEvery: opts.KeepaliveInterval,
 	}
+	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -81,7 +88,6 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
 		runtime.WithDisablePathLengthFallback(),
-		runtime.SetQueryParameterParser(queryParser{}),
 	)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		relayv1.RegisterDocumentServiceHandler,

@@ -149,7 +149,10 @@ func (e *exporter) array(obj *goja.Object) (any, bool, error) {
 		return nil, false, err
 	}
 	defer e.leave(obj)
-	n := obj.Get("length").ToInteger()
+	var n int64
+	if length := obj.Get("length"); length != nil {
+		n = length.ToInteger()
+	}
 	// Every element takes at least one byte and a separator.
 	if err := e.grow(2); err != nil {
 		return nil, false, err

@@ -85,31 +85,48 @@
 // Values cross between JavaScript and Go as JSON would, with JSON.stringify's
 // rules: objects become map[string]any (own enumerable keys; `toJSON` is
 // honoured, so a Date becomes its ISO string), arrays []any, numbers float64
-// (NaN and ±Infinity become nil), strings, booleans and null nil; functions,
-// symbols and undefined are dropped from objects, become null in arrays and
-// nil at the top level. A BigInt, a circular structure or nesting deeper than
-// 256 levels is an error. The script's result and every value handed to the
-// world are limited to [Options.MaxResultBytes] of JSON.
+// (NaN and ±Infinity become nil), strings string, booleans bool and null
+// nil; functions, symbols and undefined are dropped from objects, become
+// null in arrays and nil at the top level. A BigInt, a circular structure or
+// nesting deeper than [MaxDepth] levels is an error. The script's result and
+// every value handed to the world are limited to [Options.MaxResultBytes] of
+// JSON.
 //
 // # Limits
 //
 // The time limit ([Options.Timeout]) is the main guard: when it passes, or
 // when the caller's context ends, the runtime is interrupted at the next
 // JavaScript instruction and any world call in progress sees its context
-// end. goja cannot interrupt a single long-running built-in (for example
-// `new Array(1e9).fill(0)` or a long `join`), and it has no memory limit, so
-// a script can still build large strings and arrays quickly (`s += s` in a
-// loop); the time limit bounds how long it can keep doing so. Where it is
-// cheap the package guards more closely:
+// end. goja has no memory limit and cannot interrupt a built-in while it
+// runs, so the package hardens the built-ins where that is cheap (see
+// harden.go):
 //
-//   - the call stack is limited to 10,000 frames (deep recursion ends the
-//     script with "Maximum call stack size exceeded" instead of growing
-//     without bound);
-//   - String.prototype.repeat, padStart and padEnd throw a RangeError for
-//     results over 16 Mi characters;
+//   - the JavaScript call stack is limited to [MaxCallStack] frames (deep
+//     recursion ends the script with "Maximum call stack size exceeded");
+//   - built-ins that can be made to call themselves through properties
+//     the script controls (`a.join = a.toString; "" + a`, an error whose
+//     message is itself, ...) would otherwise recurse in Go until the
+//     process dies of a stack overflow; they are wrapped and throw a
+//     RangeError past [MaxNativeDepth] nested calls;
+//   - Array.prototype.flat(Infinity) on a cyclic array, JSON.parse and
+//     JSON.stringify are limited in depth ([MaxJSONDepth]);
+//   - ArrayBuffer and typed arrays are limited to [MaxBufferBytes];
+//     Array.prototype methods, Array.from, Function.prototype.apply,
+//     Reflect.apply and Reflect.construct refuse array-likes longer than
+//     [MaxArrayLength] (a loop over `new Array(1e9)` inside one built-in
+//     would run past any time limit); String.prototype.repeat, padStart and
+//     padEnd refuse results over [MaxStringLength] characters;
 //   - a backtracking regular expression match (one that goja hands to
-//     regexp2: look-arounds, back-references) gives up after one second and
-//     reports no match, since the interrupt cannot reach into it. This sets
+//     regexp2: look-arounds, back-references) gives up after
+//     [RegexpMatchTimeout] and reports no match. This sets
 //     regexp2.DefaultMatchTimeout, which is process-wide, in the package's
 //     init (only if nothing else has set it).
+//
+// What remains: a script can still allocate a lot of memory quickly (`s +=
+// s` in a loop, large arrays built element by element), bounded only by
+// how much it can do before the time limit; a few built-ins outside the
+// list above can still run for a while on a large input; and goja is not a
+// security boundary. execute-js is GM-only; a relay that must survive
+// hostile scripts should run them in a separate process with an OS memory
+// limit.
 package script

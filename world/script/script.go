@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,7 +32,10 @@ const (
 	MaxLogBytes   = 10 << 10
 	// MaxDepth is how deeply a value crossing into Go may nest.
 	MaxDepth = 256
-	// MaxCallStack is the JavaScript call stack limit in frames.
+	// MaxCallStack is the JavaScript call stack limit in frames. Unwinding a
+	// deep stack that interleaves built-ins costs time quadratic in its
+	// depth (goja re-panics at every level), so the limit stays well below
+	// a browser's.
 	MaxCallStack = 2500
 	// MaxStringLength caps the results of String.prototype.repeat, padStart
 	// and padEnd, in UTF-16 code units.
@@ -99,8 +104,9 @@ type Result struct {
 //     <timeout>"; ctx's deadline passing: ErrTimeout too; ctx being
 //     cancelled: an error wrapping ctx's cause (context.Canceled).
 //
-// Run returns only once the runtime has stopped; it starts no goroutine that
-// outlives it.
+// The returned Result carries the console output collected so far even when
+// Run fails. Run returns only once the runtime has stopped; it starts no
+// goroutine that outlives it.
 func Run(ctx context.Context, w world.World, user *world.User, script string, opts Options) (res Result, err error) {
 	opts = opts.withDefaults()
 	if strings.TrimSpace(script) == "" {
@@ -115,9 +121,9 @@ func Run(ctx context.Context, w world.World, user *world.User, script string, op
 
 	// The script shares the wrapper's first line so that line numbers in
 	// messages match the script's own.
-	prg, err := goja.Compile("script", "(async function () {"+script+"\n})", false)
+	prg, err := goja.Compile("script", wrapperStart+script+"\n})", false)
 	if err != nil {
-		return Result{}, scriptError(err.Error())
+		return Result{}, scriptError(syntaxMessage(err.Error()))
 	}
 
 	runCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -152,7 +158,7 @@ func Run(ctx context.Context, w world.World, user *world.User, script string, op
 		// engine or from a world implementation must not take the process
 		// down: the runtime is discarded anyway.
 		if r := recover(); r != nil {
-			res = Result{}
+			res = Result{Logs: s.logs, LogsTruncated: s.logsTruncated}
 			if runCtx.Err() != nil {
 				err = stoppedError(ctx, opts)
 			} else {
@@ -171,6 +177,23 @@ func Run(ctx context.Context, w world.World, user *world.User, script string, op
 	}
 	res.Value = value
 	return res, nil
+}
+
+const wrapperStart = "(async function () {"
+
+var firstLinePosition = regexp.MustCompile(`script: Line 1:(\d+)`)
+
+// syntaxMessage drops the file name from a syntax error and takes the
+// wrapper's length off a column on the first line.
+func syntaxMessage(msg string) string {
+	msg = firstLinePosition.ReplaceAllStringFunc(msg, func(m string) string {
+		col, err := strconv.Atoi(m[len("script: Line 1:"):])
+		if err != nil || col <= len(wrapperStart) {
+			return m
+		}
+		return fmt.Sprintf("script: Line 1:%d", col-len(wrapperStart))
+	})
+	return strings.ReplaceAll(msg, "script: Line ", "Line ")
 }
 
 // errStopped marks a run stopped because its context ended.

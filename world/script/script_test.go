@@ -428,9 +428,11 @@ func TestThrownError(t *testing.T) {
 func TestSyntaxError(t *testing.T) {
 	_, err := run(t, nil, "const x = ;\nreturn x", script.Options{})
 	wantErr(t, err, world.ErrInvalid, "Error executing script: SyntaxError")
-	if !strings.Contains(err.Error(), "Line 1:") {
-		t.Errorf("message %q does not name line 1", err)
+	if !strings.Contains(err.Error(), "SyntaxError: Line 1:11 Unexpected token ;") {
+		t.Errorf("message %q does not name line 1, column 11", err)
 	}
+	_, err = run(t, nil, "const a = 1;\nreturn a +;", script.Options{})
+	wantErr(t, err, world.ErrInvalid, "Error executing script: SyntaxError: Line 2:")
 }
 
 func TestEmptyScript(t *testing.T) {
@@ -657,6 +659,10 @@ func TestHardenedBuiltins(t *testing.T) {
 		{`const d = new Date(0); d.toISOString = d.toJSON; return d.toJSON()`, "Maximum call stack size exceeded"},
 		{`const r = /a/; Object.defineProperty(r, "global", {get: Object.getOwnPropertyDescriptor(RegExp.prototype, "flags").get}); return r.flags`, "Maximum call stack size exceeded"},
 		{`const ta = Object.getPrototypeOf(Int8Array.prototype).toString; const a = []; a.join = ta; return "" + a`, "Maximum call stack size exceeded"},
+		{`const o = {}; o.toString = String.prototype.trim; return String(o)`, "Maximum call stack size exceeded"},
+		{`const o = {}; Object.defineProperty(o, Symbol.toStringTag, {get: Object.prototype.toString}); return String(o)`, "Maximum call stack size exceeded"},
+		{`const o = {}; o.toString = String.prototype.repeat; return String(o)`, "Maximum call stack size exceeded"},
+		{`function f() { return new Map([[1, 1]]).forEach(f) } f()`, "Maximum call stack size exceeded"},
 		{`return JSON.parse("[".repeat(1e7) + "]".repeat(1e7))`, "JSON nested deeper than 5000 levels"},
 		{`let a = []; for (let i = 0; i < 1e5; i++) a = [a]; return JSON.stringify(a)`, "nested deeper than 5000 levels"},
 		{`let a = []; for (let i = 0; i < 1e5; i++) a = [a]; return JSON.stringify(a, ["x"])`, "nested deeper than 5000 levels"},
@@ -681,6 +687,17 @@ func TestHardenedBuiltins(t *testing.T) {
 		if elapsed := time.Since(start); elapsed > 2*time.Second {
 			t.Errorf("%s: took %v", tc.src, elapsed)
 		}
+	}
+}
+
+// Runaway recursion through the wrapped built-ins is a RangeError the
+// script can catch, like in a browser.
+func TestNativeRecursionCatchable(t *testing.T) {
+	res := mustRun(t, nil, `
+		const a = []; a.join = a.toString;
+		try { String(a); } catch (e) { return [e instanceof RangeError, e.message]; }`)
+	if want := []any{true, "Maximum call stack size exceeded"}; !reflect.DeepEqual(res.Value, want) {
+		t.Errorf("got %#v", res.Value)
 	}
 }
 
