@@ -64,6 +64,9 @@ func (w *fakeWorld) Can(u *world.User, perm string) bool {
 type fakeWorlds map[string]*fakeWorld
 
 func (f fakeWorlds) World(_ context.Context, id string) (world.World, error) {
+	if id == "down" {
+		return nil, world.Errorf(world.ErrUnavailable, "World down is unavailable")
+	}
 	if w, ok := f[id]; ok {
 		return w, nil
 	}
@@ -194,6 +197,7 @@ func TestWorldResolution(t *testing.T) {
 	}{
 		{"explicit", two, "all", "b", "b", codes.OK, ""},
 		{"unknown world", two, "all", "zz", "", codes.NotFound, "Unknown world: zz"},
+		{"world unavailable", two, "all", "down", "", codes.Unavailable, "World down is unavailable"},
 		{"only world of the relay", one, "all", "", "a", codes.OK, ""},
 		{"several worlds need clientId", two, "all", "", "", codes.InvalidArgument, "'clientId' is required"},
 		{"key bound to one world", two, "bound-a", "", "a", codes.OK, ""},

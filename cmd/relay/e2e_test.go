@@ -190,8 +190,12 @@ func TestPermissionTable(t *testing.T) {
 		{"OWNER", ariaUUID, "Alice", 200, false, 200},
 		{"NONE as GM", goblinUUID, "Gamemaster", 200, false, 200},
 		{"LIMITED as GM", guardUUID, "Gamemaster", 200, false, 200},
+		{"OBSERVER as GM", maraUUID, "Gamemaster", 200, false, 200},
+		{"OWNER as GM", ariaUUID, "Gamemaster", 200, false, 200},
 		{"NONE without user", goblinUUID, "", 200, false, 200},
+		{"LIMITED without user", guardUUID, "", 200, false, 200},
 		{"OBSERVER without user", maraUUID, "", 200, false, 200},
+		{"OWNER without user", ariaUUID, "", 200, false, 200},
 	}
 	for _, r := range rows {
 		t.Run(r.level, func(t *testing.T) {
@@ -272,6 +276,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"world permission", "GET", "/file-system", admin, map[string]string{"userId": "Bob"}, nil, 403, "User 'Bob' does not have 'FILES_BROWSE' permission required to browse the file system"},
 		{"later milestone", "POST", "/start-encounter", admin, nil, map[string]any{}, 501, "method StartEncounter not implemented"},
 		{"body not JSON", "PUT", "/update", admin, map[string]string{"uuid": ariaUUID}, "{not json", 400, "The request body must be a JSON object"},
+		{"wrong document type", "POST", "/give", admin, nil, map[string]any{"toUuid": potionUUID, "itemUuid": potionUUID}, 400, "Target entity must be an Actor, got Item"},
 		{"wrong type", "GET", "/search", admin, map[string]string{"limit": "lots"}, nil, 400, "'limit' must be a number"},
 		{"body too large", "PUT", "/update", admin, map[string]string{"uuid": ariaUUID}, big, 413, "Request body too large: the limit is 65536 bytes"},
 		{"script time-out", "POST", "/execute-js", admin, nil, map[string]any{"script": "while (true) {}"}, 504, "Script exceeded the time limit of 2s"},
