@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -12,15 +10,13 @@ import (
 
 // toJSON serialises world data for a `raw_json` response field. World data
 // holds only JSON values, so a failure here is a bug and becomes an internal
-// error. HTML characters are kept as they are: the output is data, not markup.
+// error.
 func toJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	raw, err := world.EncodeJSON(v)
+	if err != nil {
 		return nil, fmt.Errorf("serialise world data: %w", err)
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return raw, nil
 }
 
 // fromStruct converts request data to a world document; nil stays nil.

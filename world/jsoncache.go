@@ -43,7 +43,7 @@ func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
 		withUUID[k] = v
 	}
 	withUUID["uuid"] = uuid
-	raw, err := encodeJSON(withUUID)
+	raw, err := EncodeJSON(withUUID)
 	if err != nil {
 		return nil, err
 	}
@@ -60,9 +60,10 @@ func (c *jsonCache) forget(changes []Change) {
 	}
 }
 
-// encodeJSON writes JSON without escaping HTML characters (the output is
-// data, not markup) and without the encoder's trailing newline.
-func encodeJSON(v any) ([]byte, error) {
+// EncodeJSON serialises world data the way the world does for GetJSON:
+// without escaping HTML characters (the output is data, not markup) and
+// without a trailing newline.
+func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -91,7 +92,7 @@ func (e *Engine) GetJSON(ctx context.Context, user *User, uuid string) ([]byte, 
 	case LevelNone:
 		return nil, errNoView(user)
 	case LevelLimited:
-		return encodeJSON(limitedData(r.typ(), r.uuid, doc))
+		return EncodeJSON(limitedData(r.typ(), r.uuid, doc))
 	}
 	raw, err := e.json.full(r.uuid, doc)
 	if err != nil {
