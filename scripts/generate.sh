@@ -24,6 +24,9 @@ buf format -w proto
 buf lint
 buf generate
 mv gen/openapi/relay.swagger.json gen/openapi/relay.json
+# Describe what the gateway adds on the wire: the envelope, error bodies,
+# JSON (not base64) raw_json fields and the event streams.
+go run ./scripts/openapienvelope gen/openapi/relay.json
 
 # The OpenAPI document is served by the gateway; this generated file embeds it.
 cat > gen/openapi/openapi.go <<'GO'

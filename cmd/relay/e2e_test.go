@@ -78,6 +78,16 @@ func TestHealthOpenAPIAndReflection(t *testing.T) {
 			t.Errorf("openapi.json lacks %s", p)
 		}
 	}
+	// The document describes the envelope and the error body, not just the
+	// RPC's response message.
+	get := paths["/get"].(map[string]any)["get"].(map[string]any)["responses"].(map[string]any)
+	props := get["200"].(map[string]any)["schema"].(map[string]any)["properties"].(map[string]any)
+	if props["data"].(map[string]any)["type"] != "object" || props["type"].(map[string]any)["enum"].([]any)[0] != "entity-result" {
+		t.Errorf("GET /get success schema is not the envelope: %v", props)
+	}
+	if get["default"].(map[string]any)["schema"].(map[string]any)["$ref"] != "#/definitions/relayError" {
+		t.Errorf("GET /get has no error body schema: %v", get["default"])
+	}
 	// gRPC over h2c on the same port: the standard health service.
 	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
