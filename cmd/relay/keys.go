@@ -102,7 +102,7 @@ func keysCreate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var (
 		cf          clientFlags
 		name        = fset.String("name", "", "a name to recognise the key by (required)")
-		scopes      = fset.String("scopes", "", "comma-separated scopes, or `all` (required)")
+		scopes      = fset.String("scopes", "", "comma-separated `scopes`, or all for every scope (required)")
 		user        = fset.String("user", "", "tabletop user (id or name) every request acts as, in every world")
 		expires     = fset.String("expires", "", "expiry: an RFC 3339 time or a duration from now such as 720h")
 		clients     repeated

@@ -35,10 +35,12 @@ Run 'relay <command> -h' for the flags of a command.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "relay:", err)
-		}
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return // help was asked for and printed
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "relay:", err)
 		os.Exit(exitCode(err))
 	}
 }
@@ -46,7 +48,7 @@ func main() {
 // exitCode is 2 for usage errors, 1 for everything else.
 func exitCode(err error) int {
 	var uerr usageError
-	if errors.As(err, &uerr) || errors.Is(err, flag.ErrHelp) {
+	if errors.As(err, &uerr) {
 		return 2
 	}
 	return 1
