@@ -32,7 +32,7 @@ type GetActorDetailsRequest struct {
 	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The actor's uuid.
 	ActorUuid string `protobuf:"bytes,3,opt,name=actor_uuid,json=actorUuid,proto3" json:"actor_uuid,omitempty"`
-	// The details to return (JSON array text in a query string): `resources`, `items`, `spells`, `features`, `spellSlots`, `stats`, `abilities`, `skills`, `details`, `conditions`.
+	// The details to return (JSON array text in a query string): `resources`, `items`, `spells` (also gives `spellSlots`), `features`, `stats`, `abilities`, `skills`, `details`, `conditions` (also gives `concentration`). Unknown names are ignored; details not asked for are null.
 	Details       []string `protobuf:"bytes,4,rep,name=details,proto3" json:"details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -119,8 +119,10 @@ type GetActorDetailsResponse struct {
 	Skills []byte `protobuf:"bytes,9,opt,name=skills,proto3" json:"skills,omitempty"`
 	// A JSON object (inline over REST): biographical details, experience and level.
 	Details []byte `protobuf:"bytes,10,opt,name=details,proto3" json:"details,omitempty"`
-	// Active conditions.
-	Conditions    []string `protobuf:"bytes,11,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// A JSON array (inline over REST): the actor's conditions, each `{id, name}`.
+	Conditions []byte `protobuf:"bytes,12,opt,name=conditions,proto3" json:"conditions,omitempty"`
+	// A JSON object (inline over REST), with `conditions`: `{active, name}` of the concentration effect (`{active: false}` when none).
+	Concentration []byte `protobuf:"bytes,13,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,9 +227,16 @@ func (x *GetActorDetailsResponse) GetDetails() []byte {
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetConditions() []string {
+func (x *GetActorDetailsResponse) GetConditions() []byte {
 	if x != nil {
 		return x.Conditions
+	}
+	return nil
+}
+
+func (x *GetActorDetailsResponse) GetConcentration() []byte {
+	if x != nil {
+		return x.Concentration
 	}
 	return nil
 }
@@ -1337,7 +1346,13 @@ type DeathSaveResponse struct {
 	// The dice and modifiers, for example `14 + 5`.
 	Result string `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
 	// The counters after the roll.
-	DeathSaves    *DeathSaves `protobuf:"bytes,5,opt,name=death_saves,json=deathSaves,proto3" json:"death_saves,omitempty"`
+	DeathSaves *DeathSaves `protobuf:"bytes,5,opt,name=death_saves,json=deathSaves,proto3" json:"death_saves,omitempty"`
+	// Whether the save succeeded (total of 10 or more).
+	Success bool `protobuf:"varint,6,opt,name=success,proto3" json:"success,omitempty"`
+	// Whether this roll stabilised the actor (the third success, or a natural 20, which also restores 1 hit point).
+	Stable bool `protobuf:"varint,7,opt,name=stable,proto3" json:"stable,omitempty"`
+	// Whether the actor is dead (three failures).
+	Dead          bool `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1420,27 @@ func (x *DeathSaveResponse) GetDeathSaves() *DeathSaves {
 		return x.DeathSaves
 	}
 	return nil
+}
+
+func (x *DeathSaveResponse) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *DeathSaveResponse) GetStable() bool {
+	if x != nil {
+		return x.Stable
+	}
+	return false
+}
+
+func (x *DeathSaveResponse) GetDead() bool {
+	if x != nil {
+		return x.Dead
+	}
+	return false
 }
 
 // ModifyExperienceRequest is the input of ModifyExperience.
@@ -3043,7 +3079,19 @@ type UseAbilityResponse struct {
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
-	Ability       string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
+	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
+	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
+	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
+	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	// Whether the use started concentration (ending any earlier one).
+	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3090,6 +3138,48 @@ func (x *UseAbilityResponse) GetAbility() string {
 		return x.Ability
 	}
 	return ""
+}
+
+func (x *UseAbilityResponse) GetRoll() []byte {
+	if x != nil {
+		return x.Roll
+	}
+	return nil
+}
+
+func (x *UseAbilityResponse) GetDamageRolls() []byte {
+	if x != nil {
+		return x.DamageRolls
+	}
+	return nil
+}
+
+func (x *UseAbilityResponse) GetConsumed() []byte {
+	if x != nil {
+		return x.Consumed
+	}
+	return nil
+}
+
+func (x *UseAbilityResponse) GetTarget() []byte {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UseAbilityResponse) GetSave() []byte {
+	if x != nil {
+		return x.Save
+	}
+	return nil
+}
+
+func (x *UseAbilityResponse) GetConcentration() bool {
+	if x != nil {
+		return x.Concentration
+	}
+	return false
 }
 
 // UseFeatureRequest is the input of UseFeature.
@@ -3198,7 +3288,19 @@ type UseFeatureResponse struct {
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
-	Ability       string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
+	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
+	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
+	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
+	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	// Whether the use started concentration (ending any earlier one).
+	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3245,6 +3347,48 @@ func (x *UseFeatureResponse) GetAbility() string {
 		return x.Ability
 	}
 	return ""
+}
+
+func (x *UseFeatureResponse) GetRoll() []byte {
+	if x != nil {
+		return x.Roll
+	}
+	return nil
+}
+
+func (x *UseFeatureResponse) GetDamageRolls() []byte {
+	if x != nil {
+		return x.DamageRolls
+	}
+	return nil
+}
+
+func (x *UseFeatureResponse) GetConsumed() []byte {
+	if x != nil {
+		return x.Consumed
+	}
+	return nil
+}
+
+func (x *UseFeatureResponse) GetTarget() []byte {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UseFeatureResponse) GetSave() []byte {
+	if x != nil {
+		return x.Save
+	}
+	return nil
+}
+
+func (x *UseFeatureResponse) GetConcentration() bool {
+	if x != nil {
+		return x.Concentration
+	}
+	return false
 }
 
 // UseSpellRequest is the input of UseSpell.
@@ -3353,7 +3497,19 @@ type UseSpellResponse struct {
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
-	Ability       string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
+	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
+	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
+	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
+	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	// Whether the use started concentration (ending any earlier one).
+	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3400,6 +3556,48 @@ func (x *UseSpellResponse) GetAbility() string {
 		return x.Ability
 	}
 	return ""
+}
+
+func (x *UseSpellResponse) GetRoll() []byte {
+	if x != nil {
+		return x.Roll
+	}
+	return nil
+}
+
+func (x *UseSpellResponse) GetDamageRolls() []byte {
+	if x != nil {
+		return x.DamageRolls
+	}
+	return nil
+}
+
+func (x *UseSpellResponse) GetConsumed() []byte {
+	if x != nil {
+		return x.Consumed
+	}
+	return nil
+}
+
+func (x *UseSpellResponse) GetTarget() []byte {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UseSpellResponse) GetSave() []byte {
+	if x != nil {
+		return x.Save
+	}
+	return nil
+}
+
+func (x *UseSpellResponse) GetConcentration() bool {
+	if x != nil {
+		return x.Concentration
+	}
+	return false
 }
 
 // UseItemRequest is the input of UseItem.
@@ -3508,7 +3706,19 @@ type UseItemResponse struct {
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
-	Ability       string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
+	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
+	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
+	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
+	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	// Whether the use started concentration (ending any earlier one).
+	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3555,6 +3765,48 @@ func (x *UseItemResponse) GetAbility() string {
 		return x.Ability
 	}
 	return ""
+}
+
+func (x *UseItemResponse) GetRoll() []byte {
+	if x != nil {
+		return x.Roll
+	}
+	return nil
+}
+
+func (x *UseItemResponse) GetDamageRolls() []byte {
+	if x != nil {
+		return x.DamageRolls
+	}
+	return nil
+}
+
+func (x *UseItemResponse) GetConsumed() []byte {
+	if x != nil {
+		return x.Consumed
+	}
+	return nil
+}
+
+func (x *UseItemResponse) GetTarget() []byte {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *UseItemResponse) GetSave() []byte {
+	if x != nil {
+		return x.Save
+	}
+	return nil
+}
+
+func (x *UseItemResponse) GetConcentration() bool {
+	if x != nil {
+		return x.Concentration
+	}
+	return false
 }
 
 // Currency is an amount of coins by denomination.
@@ -3831,7 +4083,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x18\n" +
-	"\adetails\x18\x04 \x03(\tR\adetails\"\xf2\x02\n" +
+	"\adetails\x18\x04 \x03(\tR\adetails\"\xaa\x03\n" +
 	"\x17GetActorDetailsResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\"\n" +
 	"\tresources\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\tresources\x12\x1a\n" +
@@ -3844,10 +4096,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\tabilities\x18\b \x01(\fB\x04\xb0\x9f\x19\x01R\tabilities\x12\x1c\n" +
 	"\x06skills\x18\t \x01(\fB\x04\xb0\x9f\x19\x01R\x06skills\x12\x1e\n" +
 	"\adetails\x18\n" +
-	" \x01(\fB\x04\xb0\x9f\x19\x01R\adetails\x12\x1e\n" +
+	" \x01(\fB\x04\xb0\x9f\x19\x01R\adetails\x12$\n" +
 	"\n" +
-	"conditions\x18\v \x03(\tR\n" +
-	"conditions\"\xd1\x01\n" +
+	"conditions\x18\f \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
+	"conditions\x12*\n" +
+	"\rconcentration\x18\r \x01(\fB\x04\xb0\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xd1\x01\n" +
 	"\x18ModifyItemChargesRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -3950,7 +4203,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1c\n" +
 	"\tadvantage\x18\x04 \x01(\bR\tadvantage\x123\n" +
 	"\x13create_chat_message\x18\x05 \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
-	"\x14_create_chat_message\"\xb1\x01\n" +
+	"\x14_create_chat_message\"\xf7\x01\n" +
 	"\x11DeathSaveResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x14\n" +
@@ -3958,7 +4211,10 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\aformula\x18\x03 \x01(\tR\aformula\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\tR\x06result\x125\n" +
 	"\vdeath_saves\x18\x05 \x01(\v2\x14.relay.v1.DeathSavesR\n" +
-	"deathSaves\"\xb2\x01\n" +
+	"deathSaves\x12\x18\n" +
+	"\asuccess\x18\x06 \x01(\bR\asuccess\x12\x16\n" +
+	"\x06stable\x18\a \x01(\bR\x06stable\x12\x12\n" +
+	"\x04dead\x18\b \x01(\bR\x04dead\"\xb2\x01\n" +
 	"\x17ModifyExperienceRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
@@ -4120,10 +4376,16 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"B\n" +
+	"targetName\"\x85\x02\n" +
 	"\x12UseAbilityResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\"\xf0\x01\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
+	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
+	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
+	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
+	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
+	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf0\x01\n" +
 	"\x11UseFeatureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4134,10 +4396,16 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"B\n" +
+	"targetName\"\x85\x02\n" +
 	"\x12UseFeatureResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\"\xee\x01\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
+	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
+	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
+	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
+	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
+	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xee\x01\n" +
 	"\x0fUseSpellRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4148,10 +4416,16 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"@\n" +
+	"targetName\"\x83\x02\n" +
 	"\x10UseSpellResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\"\xed\x01\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
+	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
+	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
+	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
+	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
+	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xed\x01\n" +
 	"\x0eUseItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4162,10 +4436,16 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"?\n" +
+	"targetName\"\x82\x02\n" +
 	"\x0fUseItemResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\"Z\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
+	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
+	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
+	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
+	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
+	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"Z\n" +
 	"\bCurrency\x12\x0e\n" +
 	"\x02pp\x18\x01 \x01(\x05R\x02pp\x12\x0e\n" +
 	"\x02gp\x18\x02 \x01(\x05R\x02gp\x12\x0e\n" +
@@ -4190,7 +4470,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"DeathSaves\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\x05R\asuccess\x12\x18\n" +
 	"\afailure\x18\x02 \x01(\x05R\afailure2\xef\x16\n" +
-	"\fDnd5eService\x12\x96\x01\n" +
+	"\fDnd5EService\x12\x96\x01\n" +
 	"\x0fGetActorDetails\x12 .relay.v1.GetActorDetailsRequest\x1a!.relay.v1.GetActorDetailsResponse\">\xaa\x9f\x19\x1a\n" +
 	"\x11get-actor-details\x12\x05dnd5e\x82\xd3\xe4\x93\x02\x1a\x12\x18/dnd5e/get-actor-details\x12\xa3\x01\n" +
 	"\x11ModifyItemCharges\x12\".relay.v1.ModifyItemChargesRequest\x1a#.relay.v1.ModifyItemChargesResponse\"E\xaa\x9f\x19\x1c\n" +
@@ -4312,48 +4592,48 @@ var file_relay_v1_dnd5e_service_proto_depIdxs = []int32{
 	42, // 6: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
 	42, // 7: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
 	42, // 8: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
-	0,  // 9: relay.v1.Dnd5eService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
-	2,  // 10: relay.v1.Dnd5eService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
-	4,  // 11: relay.v1.Dnd5eService.ShortRest:input_type -> relay.v1.ShortRestRequest
-	6,  // 12: relay.v1.Dnd5eService.LongRest:input_type -> relay.v1.LongRestRequest
-	8,  // 13: relay.v1.Dnd5eService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
-	10, // 14: relay.v1.Dnd5eService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
-	12, // 15: relay.v1.Dnd5eService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
-	14, // 16: relay.v1.Dnd5eService.DeathSave:input_type -> relay.v1.DeathSaveRequest
-	16, // 17: relay.v1.Dnd5eService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
-	18, // 18: relay.v1.Dnd5eService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
-	20, // 19: relay.v1.Dnd5eService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
-	22, // 20: relay.v1.Dnd5eService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
-	24, // 21: relay.v1.Dnd5eService.EquipItem:input_type -> relay.v1.EquipItemRequest
-	26, // 22: relay.v1.Dnd5eService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
-	28, // 23: relay.v1.Dnd5eService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
-	30, // 24: relay.v1.Dnd5eService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
-	32, // 25: relay.v1.Dnd5eService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
-	34, // 26: relay.v1.Dnd5eService.UseAbility:input_type -> relay.v1.UseAbilityRequest
-	36, // 27: relay.v1.Dnd5eService.UseFeature:input_type -> relay.v1.UseFeatureRequest
-	38, // 28: relay.v1.Dnd5eService.UseSpell:input_type -> relay.v1.UseSpellRequest
-	40, // 29: relay.v1.Dnd5eService.UseItem:input_type -> relay.v1.UseItemRequest
-	1,  // 30: relay.v1.Dnd5eService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
-	3,  // 31: relay.v1.Dnd5eService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
-	5,  // 32: relay.v1.Dnd5eService.ShortRest:output_type -> relay.v1.ShortRestResponse
-	7,  // 33: relay.v1.Dnd5eService.LongRest:output_type -> relay.v1.LongRestResponse
-	9,  // 34: relay.v1.Dnd5eService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
-	11, // 35: relay.v1.Dnd5eService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
-	13, // 36: relay.v1.Dnd5eService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
-	15, // 37: relay.v1.Dnd5eService.DeathSave:output_type -> relay.v1.DeathSaveResponse
-	17, // 38: relay.v1.Dnd5eService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
-	19, // 39: relay.v1.Dnd5eService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
-	21, // 40: relay.v1.Dnd5eService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
-	23, // 41: relay.v1.Dnd5eService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
-	25, // 42: relay.v1.Dnd5eService.EquipItem:output_type -> relay.v1.EquipItemResponse
-	27, // 43: relay.v1.Dnd5eService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
-	29, // 44: relay.v1.Dnd5eService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
-	31, // 45: relay.v1.Dnd5eService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
-	33, // 46: relay.v1.Dnd5eService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
-	35, // 47: relay.v1.Dnd5eService.UseAbility:output_type -> relay.v1.UseAbilityResponse
-	37, // 48: relay.v1.Dnd5eService.UseFeature:output_type -> relay.v1.UseFeatureResponse
-	39, // 49: relay.v1.Dnd5eService.UseSpell:output_type -> relay.v1.UseSpellResponse
-	41, // 50: relay.v1.Dnd5eService.UseItem:output_type -> relay.v1.UseItemResponse
+	0,  // 9: relay.v1.Dnd5EService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
+	2,  // 10: relay.v1.Dnd5EService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
+	4,  // 11: relay.v1.Dnd5EService.ShortRest:input_type -> relay.v1.ShortRestRequest
+	6,  // 12: relay.v1.Dnd5EService.LongRest:input_type -> relay.v1.LongRestRequest
+	8,  // 13: relay.v1.Dnd5EService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
+	10, // 14: relay.v1.Dnd5EService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
+	12, // 15: relay.v1.Dnd5EService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
+	14, // 16: relay.v1.Dnd5EService.DeathSave:input_type -> relay.v1.DeathSaveRequest
+	16, // 17: relay.v1.Dnd5EService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
+	18, // 18: relay.v1.Dnd5EService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
+	20, // 19: relay.v1.Dnd5EService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
+	22, // 20: relay.v1.Dnd5EService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
+	24, // 21: relay.v1.Dnd5EService.EquipItem:input_type -> relay.v1.EquipItemRequest
+	26, // 22: relay.v1.Dnd5EService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
+	28, // 23: relay.v1.Dnd5EService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
+	30, // 24: relay.v1.Dnd5EService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
+	32, // 25: relay.v1.Dnd5EService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
+	34, // 26: relay.v1.Dnd5EService.UseAbility:input_type -> relay.v1.UseAbilityRequest
+	36, // 27: relay.v1.Dnd5EService.UseFeature:input_type -> relay.v1.UseFeatureRequest
+	38, // 28: relay.v1.Dnd5EService.UseSpell:input_type -> relay.v1.UseSpellRequest
+	40, // 29: relay.v1.Dnd5EService.UseItem:input_type -> relay.v1.UseItemRequest
+	1,  // 30: relay.v1.Dnd5EService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
+	3,  // 31: relay.v1.Dnd5EService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
+	5,  // 32: relay.v1.Dnd5EService.ShortRest:output_type -> relay.v1.ShortRestResponse
+	7,  // 33: relay.v1.Dnd5EService.LongRest:output_type -> relay.v1.LongRestResponse
+	9,  // 34: relay.v1.Dnd5EService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
+	11, // 35: relay.v1.Dnd5EService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
+	13, // 36: relay.v1.Dnd5EService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
+	15, // 37: relay.v1.Dnd5EService.DeathSave:output_type -> relay.v1.DeathSaveResponse
+	17, // 38: relay.v1.Dnd5EService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
+	19, // 39: relay.v1.Dnd5EService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
+	21, // 40: relay.v1.Dnd5EService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
+	23, // 41: relay.v1.Dnd5EService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
+	25, // 42: relay.v1.Dnd5EService.EquipItem:output_type -> relay.v1.EquipItemResponse
+	27, // 43: relay.v1.Dnd5EService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
+	29, // 44: relay.v1.Dnd5EService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
+	31, // 45: relay.v1.Dnd5EService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
+	33, // 46: relay.v1.Dnd5EService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
+	35, // 47: relay.v1.Dnd5EService.UseAbility:output_type -> relay.v1.UseAbilityResponse
+	37, // 48: relay.v1.Dnd5EService.UseFeature:output_type -> relay.v1.UseFeatureResponse
+	39, // 49: relay.v1.Dnd5EService.UseSpell:output_type -> relay.v1.UseSpellResponse
+	41, // 50: relay.v1.Dnd5EService.UseItem:output_type -> relay.v1.UseItemResponse
 	30, // [30:51] is the sub-list for method output_type
 	9,  // [9:30] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name

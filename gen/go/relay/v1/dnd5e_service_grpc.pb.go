@@ -19,37 +19,41 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Dnd5EService_GetActorDetails_FullMethodName    = "/relay.v1.Dnd5eService/GetActorDetails"
-	Dnd5EService_ModifyItemCharges_FullMethodName  = "/relay.v1.Dnd5eService/ModifyItemCharges"
-	Dnd5EService_ShortRest_FullMethodName          = "/relay.v1.Dnd5eService/ShortRest"
-	Dnd5EService_LongRest_FullMethodName           = "/relay.v1.Dnd5eService/LongRest"
-	Dnd5EService_SkillCheck_FullMethodName         = "/relay.v1.Dnd5eService/SkillCheck"
-	Dnd5EService_AbilitySave_FullMethodName        = "/relay.v1.Dnd5eService/AbilitySave"
-	Dnd5EService_AbilityCheck_FullMethodName       = "/relay.v1.Dnd5eService/AbilityCheck"
-	Dnd5EService_DeathSave_FullMethodName          = "/relay.v1.Dnd5eService/DeathSave"
-	Dnd5EService_ModifyExperience_FullMethodName   = "/relay.v1.Dnd5eService/ModifyExperience"
-	Dnd5EService_GetConcentration_FullMethodName   = "/relay.v1.Dnd5eService/GetConcentration"
-	Dnd5EService_BreakConcentration_FullMethodName = "/relay.v1.Dnd5eService/BreakConcentration"
-	Dnd5EService_ConcentrationSave_FullMethodName  = "/relay.v1.Dnd5eService/ConcentrationSave"
-	Dnd5EService_EquipItem_FullMethodName          = "/relay.v1.Dnd5eService/EquipItem"
-	Dnd5EService_AttuneItem_FullMethodName         = "/relay.v1.Dnd5eService/AttuneItem"
-	Dnd5EService_TransferCurrency_FullMethodName   = "/relay.v1.Dnd5eService/TransferCurrency"
-	Dnd5EService_ModifyCurrency_FullMethodName     = "/relay.v1.Dnd5eService/ModifyCurrency"
-	Dnd5EService_PrepareSpell_FullMethodName       = "/relay.v1.Dnd5eService/PrepareSpell"
-	Dnd5EService_UseAbility_FullMethodName         = "/relay.v1.Dnd5eService/UseAbility"
-	Dnd5EService_UseFeature_FullMethodName         = "/relay.v1.Dnd5eService/UseFeature"
-	Dnd5EService_UseSpell_FullMethodName           = "/relay.v1.Dnd5eService/UseSpell"
-	Dnd5EService_UseItem_FullMethodName            = "/relay.v1.Dnd5eService/UseItem"
+	Dnd5EService_GetActorDetails_FullMethodName    = "/relay.v1.Dnd5EService/GetActorDetails"
+	Dnd5EService_ModifyItemCharges_FullMethodName  = "/relay.v1.Dnd5EService/ModifyItemCharges"
+	Dnd5EService_ShortRest_FullMethodName          = "/relay.v1.Dnd5EService/ShortRest"
+	Dnd5EService_LongRest_FullMethodName           = "/relay.v1.Dnd5EService/LongRest"
+	Dnd5EService_SkillCheck_FullMethodName         = "/relay.v1.Dnd5EService/SkillCheck"
+	Dnd5EService_AbilitySave_FullMethodName        = "/relay.v1.Dnd5EService/AbilitySave"
+	Dnd5EService_AbilityCheck_FullMethodName       = "/relay.v1.Dnd5EService/AbilityCheck"
+	Dnd5EService_DeathSave_FullMethodName          = "/relay.v1.Dnd5EService/DeathSave"
+	Dnd5EService_ModifyExperience_FullMethodName   = "/relay.v1.Dnd5EService/ModifyExperience"
+	Dnd5EService_GetConcentration_FullMethodName   = "/relay.v1.Dnd5EService/GetConcentration"
+	Dnd5EService_BreakConcentration_FullMethodName = "/relay.v1.Dnd5EService/BreakConcentration"
+	Dnd5EService_ConcentrationSave_FullMethodName  = "/relay.v1.Dnd5EService/ConcentrationSave"
+	Dnd5EService_EquipItem_FullMethodName          = "/relay.v1.Dnd5EService/EquipItem"
+	Dnd5EService_AttuneItem_FullMethodName         = "/relay.v1.Dnd5EService/AttuneItem"
+	Dnd5EService_TransferCurrency_FullMethodName   = "/relay.v1.Dnd5EService/TransferCurrency"
+	Dnd5EService_ModifyCurrency_FullMethodName     = "/relay.v1.Dnd5EService/ModifyCurrency"
+	Dnd5EService_PrepareSpell_FullMethodName       = "/relay.v1.Dnd5EService/PrepareSpell"
+	Dnd5EService_UseAbility_FullMethodName         = "/relay.v1.Dnd5EService/UseAbility"
+	Dnd5EService_UseFeature_FullMethodName         = "/relay.v1.Dnd5EService/UseFeature"
+	Dnd5EService_UseSpell_FullMethodName           = "/relay.v1.Dnd5EService/UseSpell"
+	Dnd5EService_UseItem_FullMethodName            = "/relay.v1.Dnd5EService/UseItem"
 )
 
 // Dnd5EServiceClient is the client API for Dnd5EService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Dnd5eService runs fifth-edition rules operations on actors: details, rests,
+// Dnd5EService runs fifth-edition rules operations on actors: details, rests,
 // checks and saves, death saves, concentration, equipment, attunement,
 // currency, experience, spell preparation and using abilities, features,
 // spells and items. Every operation needs the `dnd5e` scope.
+//
+// The name is spelt `Dnd5EService`, as the generated Go code and the REST
+// gateway's generator spell it, so that the gRPC method names and the
+// gateway's annotations agree.
 type Dnd5EServiceClient interface {
 	// Returns the requested details of an actor.
 	GetActorDetails(ctx context.Context, in *GetActorDetailsRequest, opts ...grpc.CallOption) (*GetActorDetailsResponse, error)
@@ -317,10 +321,14 @@ func (c *dnd5EServiceClient) UseItem(ctx context.Context, in *UseItemRequest, op
 // All implementations must embed UnimplementedDnd5EServiceServer
 // for forward compatibility.
 //
-// Dnd5eService runs fifth-edition rules operations on actors: details, rests,
+// Dnd5EService runs fifth-edition rules operations on actors: details, rests,
 // checks and saves, death saves, concentration, equipment, attunement,
 // currency, experience, spell preparation and using abilities, features,
 // spells and items. Every operation needs the `dnd5e` scope.
+//
+// The name is spelt `Dnd5EService`, as the generated Go code and the REST
+// gateway's generator spell it, so that the gRPC method names and the
+// gateway's annotations agree.
 type Dnd5EServiceServer interface {
 	// Returns the requested details of an actor.
 	GetActorDetails(context.Context, *GetActorDetailsRequest) (*GetActorDetailsResponse, error)
@@ -840,7 +848,7 @@ func _Dnd5EService_UseItem_Handler(srv interface{}, ctx context.Context, dec fun
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Dnd5EService_ServiceDesc = grpc.ServiceDesc{
-	ServiceName: "relay.v1.Dnd5eService",
+	ServiceName: "relay.v1.Dnd5EService",
 	HandlerType: (*Dnd5EServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{

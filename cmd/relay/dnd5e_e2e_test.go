@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// dnd5eCall sends a ruleset request with the admin key acting as user ("" for
+// GM-level access): GET requests take the parameters in the query, others in
+// the JSON body.
+func (tr *testRelay) dnd5eCall(method, op, user string, params map[string]any) response {
+	tr.t.Helper()
+	if user != "" {
+		params["userId"] = user
+	}
+	if method == http.MethodGet {
+		v := q()
+		for k, p := range params {
+			switch p := p.(type) {
+			case string:
+				v.Set(k, p)
+			case []string:
+				v.Set(k, `["`+strings.Join(p, `","`)+`"]`)
+			}
+		}
+		return tr.do(method, "/dnd5e/"+op, tr.adminKey, v, nil)
+	}
+	return tr.do(method, "/dnd5e/"+op, tr.adminKey, nil, params)
+}
+
+// expect checks a response's status and, for a success, its type; for an
+// error, that its text contains want.
+func expect(t *testing.T, r response, status int, typ, want string) map[string]any {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	body := r.json(t)
+	if status == http.StatusOK {
+		if body["type"] != typ {
+			t.Fatalf("type %v, want %s: %s", body["type"], typ, r.body)
+		}
+		return r.data(t)
+	}
+	if !strings.Contains(r.errorText(t), want) {
+		t.Fatalf("error %q, want it to contain %q", r.errorText(t), want)
+	}
+	return nil
+}
+
+func TestDnd5eReadsAndChecks(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	details := func(user, actor string, status int) map[string]any {
+		return expect(t, tr.dnd5eCall(http.MethodGet, "get-actor-details", user, map[string]any{"actorUuid": actor, "details": []string{"stats", "skills", "spells", "conditions"}}),
+			status, "get-actor-details-result", "does not have permission to view actor")
+	}
+	// The owner, a LIMITED player and the GM all get the details.
+	for _, user := range []string{"Alice", "Bob", "Gamemaster", ""} {
+		d := details(user, ariaUUID, http.StatusOK)
+		stats := d["stats"].(map[string]any)
+		if d["uuid"] != ariaUUID || stats["profBonus"] != 3.0 || stats["level"] != 5.0 || d["skills"].(map[string]any)["arc"].(map[string]any)["total"] != 7.0 {
+			t.Fatalf("%s: %v", user, d)
+		}
+		if d["resources"] != nil || d["items"] != nil || d["spellSlots"] == nil || d["concentration"].(map[string]any)["active"] != false {
+			t.Fatalf("%s: details not asked for, or missing: %v", user, d)
+		}
+	}
+	details("Alice", goblinUUID, http.StatusForbidden)
+	expect(t, tr.dnd5eCall(http.MethodGet, "get-actor-details", "", map[string]any{"actorUuid": ariaUUID}), http.StatusBadRequest, "", "details array is required")
+
+	// Checks need only LIMITED; the formula shows the modifiers.
+	for _, tc := range []struct{ op, key, value, typ, prefix string }{
+		{"skill-check", "skill", "arc", "skill-check-result", "1d20 + 4 + 3"},
+		{"ability-save", "ability", "int", "ability-save-result", "1d20 + 4 + 3"},
+		{"ability-check", "ability", "dex", "ability-check-result", "1d20 + 2"},
+	} {
+		for _, user := range []string{"Alice", "Bob", ""} {
+			d := expect(t, tr.dnd5eCall(http.MethodPost, tc.op, user, map[string]any{"actorUuid": ariaUUID, tc.key: tc.value, "advantage": true, "createChatMessage": false}),
+				http.StatusOK, tc.typ, "")
+			total := d["total"].(float64)
+			if d["actorUuid"] != ariaUUID || d[tc.key] != tc.value || !strings.HasPrefix(d["formula"].(string), strings.Replace(tc.prefix, "1d20", "2d20kh", 1)) || total < 1 || total > 27 {
+				t.Fatalf("%s as %q: %v", tc.op, user, d)
+			}
+		}
+	}
+	d := expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "", map[string]any{"actorUuid": bromUUID, "skill": "ath", "bonus": "+2"}), http.StatusOK, "skill-check-result", "")
+	if d["formula"] != "1d20 + 4 + 3 + 2" {
+		t.Fatalf("bonus: %v", d)
+	}
+	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "", map[string]any{"actorUuid": bromUUID, "skill": "fly"}), http.StatusBadRequest, "", "Invalid skill 'fly'. Valid skills: acr,")
+	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "Alice", map[string]any{"actorUuid": goblinUUID, "skill": "ste"}), http.StatusForbidden, "", "User 'Alice' does not have permission to view actor 'Goblin'")
+	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "", map[string]any{"actorUuid": bromUUID, "skill": "ath", "bonus": "1d"}), http.StatusBadRequest, "", "at position")
+
+	// Concentration: read with LIMITED, change with OWNER.
+	c := expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "Bob", map[string]any{"actorUuid": ariaUUID}), http.StatusOK, "get-concentration-result", "")
+	if c["isConcentrating"] != false || c["effect"] != nil || c["spell"] != nil {
+		t.Fatalf("%v", c)
+	}
+	expect(t, tr.dnd5eCall(http.MethodPost, "break-concentration", "Alice", map[string]any{"actorUuid": ariaUUID}), http.StatusBadRequest, "", "Actor 'Aria Vale' is not concentrating")
+	u := expect(t, tr.dnd5eCall(http.MethodPost, "use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Hold Person", "targetName": "Goblin"}), http.StatusOK, "use-spell-result", "")
+	if u["uuid"] != ariaUUID || u["ability"] != "Hold Person" || u["concentration"] != true || u["save"].(map[string]any)["dc"] != 15.0 || u["roll"] != nil {
+		t.Fatalf("%v", u)
+	}
+	c = expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "", map[string]any{"actorName": "aria vale"}), http.StatusOK, "get-concentration-result", "")
+	if c["isConcentrating"] != true || c["spell"] != "Hold Person" || c["effect"].(map[string]any)["statuses"].([]any)[0] != "concentrating" {
+		t.Fatalf("%v", c)
+	}
+	expect(t, tr.dnd5eCall(http.MethodPost, "concentration-save", "Bob", map[string]any{"actorUuid": ariaUUID, "damage": 12}), http.StatusForbidden, "", "User 'Bob' does not have permission to roll concentration saves for 'Aria Vale'")
+	s := expect(t, tr.dnd5eCall(http.MethodPost, "concentration-save", "Alice", map[string]any{"actorUuid": ariaUUID, "damage": 40}), http.StatusOK, "concentration-save-result", "")
+	if s["dc"] != 20.0 || s["formula"] != "1d20 + 2" || s["maintained"] != (s["total"].(float64) >= 20) {
+		t.Fatalf("%v", s)
+	}
+	if s["maintained"] == true {
+		b := expect(t, tr.dnd5eCall(http.MethodPost, "break-concentration", "Alice", map[string]any{"actorUuid": ariaUUID}), http.StatusOK, "break-concentration-result", "")
+		if b["broken"] != true || b["removedEffectId"] == "" {
+			t.Fatalf("%v", b)
+		}
+	}
+	c = expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "Alice", map[string]any{"actorUuid": ariaUUID}), http.StatusOK, "get-concentration-result", "")
+	if c["isConcentrating"] != false {
+		t.Fatalf("still concentrating: %v", c)
+	}
+}
+
+func TestDnd5eWrites(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	post := func(op, user string, params map[string]any, status int, want string) map[string]any {
+		t.Helper()
+		return expect(t, tr.dnd5eCall(http.MethodPost, op, user, params), status, op+"-result", want)
+	}
+
+	// Death saves: only at 0 HP; the owner rolls, an observer may not.
+	post("death-save", "Alice", map[string]any{"actorUuid": ariaUUID}, http.StatusBadRequest, "not at 0 hit points")
+	if r := tr.do(http.MethodPut, "/update", tr.adminKey, q("uuid", ariaUUID), map[string]any{"data": map[string]any{"system.attributes.hp.value": 0}}); r.status != http.StatusOK {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	d := post("death-save", "Alice", map[string]any{"actorUuid": ariaUUID, "createChatMessage": false}, http.StatusOK, "")
+	ds := d["deathSaves"].(map[string]any)
+	if d["formula"] != "1d20" || ds["success"].(float64)+ds["failure"].(float64) > 2 || d["actorUuid"] != ariaUUID {
+		t.Fatalf("%v", d)
+	}
+	post("death-save", "Bob", map[string]any{"actorUuid": ariaUUID}, http.StatusForbidden, "User 'Bob' does not have permission to roll death saves for 'Aria Vale'")
+
+	// Rests: Bob owns Brom, Alice only observes him.
+	r := post("short-rest", "Bob", map[string]any{"actorUuid": bromUUID, "autoHD": true, "autoHDThreshold": 0.9}, http.StatusOK, "")
+	res := r["result"].(map[string]any)
+	if r["actorUuid"] != bromUUID || res["type"] != "short" || res["longRest"] != false || res["dhd"].(float64) >= 0 || res["clone"].(map[string]any)["uuid"] != bromUUID {
+		t.Fatalf("%v", r)
+	}
+	for _, k := range []string{"deltas", "updateData", "updateItems", "newDay", "rolls", "dhp"} {
+		if _, ok := res[k]; !ok {
+			t.Fatalf("rest result lacks %s: %v", k, res)
+		}
+	}
+	post("short-rest", "Alice", map[string]any{"actorUuid": bromUUID}, http.StatusForbidden, "User 'Alice' does not have permission to perform a short rest on 'Brom Ironfist'")
+	post("short-rest", "Bob", map[string]any{"actorUuid": bromUUID, "autoHD": true, "autoHDThreshold": 2}, http.StatusBadRequest, "autoHDThreshold must be a fraction from 0 to 1")
+	r = post("long-rest", "", map[string]any{"actorUuid": ariaUUID}, http.StatusOK, "")
+	if res = r["result"].(map[string]any); res["type"] != "long" || res["longRest"] != true || res["newDay"] != true || res["dhp"] != 32.0 {
+		t.Fatalf("%v", r)
+	}
+	post("long-rest", "Bob", map[string]any{"actorUuid": ariaUUID}, http.StatusForbidden, "perform a long rest on 'Aria Vale'")
+
+	// Experience, currency, charges.
+	x := post("modify-experience", "Alice", map[string]any{"actorUuid": ariaUUID, "amount": -500}, http.StatusOK, "")
+	if x["oldXp"] != 6500.0 || x["newXp"] != 6000.0 {
+		t.Fatalf("%v", x)
+	}
+	post("modify-experience", "Alice", map[string]any{"actorUuid": bromUUID, "amount": 5}, http.StatusForbidden, "User 'Alice' does not have permission to modify experience on 'Brom Ironfist'")
+	post("modify-experience", "", map[string]any{"actorUuid": ariaUUID, "amount": -7000}, http.StatusBadRequest, "Cannot remove 7000 XP")
+	post("modify-experience", "", map[string]any{"actorUuid": ariaUUID}, http.StatusBadRequest, "amount must be a number")
+
+	m := post("modify-currency", "Alice", map[string]any{"actorUuid": ariaUUID, "currency": "gp", "amount": -5}, http.StatusOK, "")
+	if m["oldAmount"] != 85.0 || m["newAmount"] != 80.0 || m["balance"].(map[string]any)["sp"] != 14.0 {
+		t.Fatalf("%v", m)
+	}
+	post("modify-currency", "Alice", map[string]any{"actorUuid": ariaUUID, "currency": "gp", "amount": -100}, http.StatusBadRequest, "Insufficient gp: Aria Vale has 80, needs 100")
+	post("modify-currency", "Bob", map[string]any{"actorUuid": ariaUUID, "currency": "gp", "amount": 5}, http.StatusForbidden, "modify currency on 'Aria Vale'")
+
+	post("transfer-currency", "Alice", map[string]any{"sourceActorUuid": ariaUUID, "targetActorUuid": bromUUID, "currency": map[string]any{"gp": 1}}, http.StatusForbidden, "User 'Alice' does not have permission to transfer currency to 'Brom Ironfist'")
+	post("transfer-currency", "", map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 81, "sp": 1}}, http.StatusBadRequest, "Insufficient gp: Aria Vale has 80, needs 81")
+	tc := post("transfer-currency", "Gamemaster", map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 30, "cp": 5}}, http.StatusOK, "")
+	if tc["sourceBalance"].(map[string]any)["gp"] != 50.0 || tc["targetBalance"].(map[string]any)["gp"] != 72.0 || tc["transferred"].(map[string]any)["cp"] != 5.0 || tc["targetActorUuid"] != bromUUID {
+		t.Fatalf("%v", tc)
+	}
+
+	// The long rest above was a new day: the wand regained its charges.
+	ch := post("modify-item-charges", "Alice", map[string]any{"actorUuid": ariaUUID, "itemName": "Wand of Magic Missiles", "amount": -1}, http.StatusOK, "")
+	if ch["itemUuid"] != wandUUID || ch["oldCharges"] != 7.0 || ch["newCharges"] != 6.0 {
+		t.Fatalf("%v", ch)
+	}
+	post("modify-item-charges", "Bob", map[string]any{"actorUuid": ariaUUID, "itemUuid": wandUUID, "amount": 1}, http.StatusForbidden, "modify item charges on 'Aria Vale'")
+
+	// Equipment, attunement, spell preparation.
+	eq := post("equip-item", "Alice", map[string]any{"actorUuid": ariaUUID, "itemName": "Ring of Protection", "equipped": true}, http.StatusOK, "")
+	if eq["equipped"] != true || eq["itemName"] != "Ring of Protection" || eq["actorUuid"] != ariaUUID {
+		t.Fatalf("%v", eq)
+	}
+	post("equip-item", "Alice", map[string]any{"actorUuid": bromUUID, "itemName": "Shield", "equipped": false}, http.StatusForbidden, "User 'Alice' does not have permission to modify items on 'Brom Ironfist'")
+	post("equip-item", "Alice", map[string]any{"actorUuid": ariaUUID, "itemName": "Ring of Protection"}, http.StatusBadRequest, "equipped must be a boolean")
+	at := post("attune-item", "Alice", map[string]any{"actorUuid": ariaUUID, "itemName": "Ring of Protection", "attuned": true}, http.StatusOK, "")
+	if at["attuned"] != true {
+		t.Fatalf("%v", at)
+	}
+	post("attune-item", "Alice", map[string]any{"actorUuid": ariaUUID, "itemUuid": wandUUID, "attuned": true}, http.StatusBadRequest, "does not require attunement")
+
+	p := post("prepare-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "spellName": "Detect Magic", "prepared": true}, http.StatusOK, "")
+	if p["prepared"] != true || p["spellUuid"] != ariaUUID+".Item.detectMagic00001" || p["spellName"] != "Detect Magic" {
+		t.Fatalf("%v", p)
+	}
+	post("prepare-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "spellName": "Fire Bolt", "prepared": false}, http.StatusBadRequest, "cantrip")
+	post("prepare-spell", "Bob", map[string]any{"actorUuid": ariaUUID, "spellName": "Fireball", "prepared": false}, http.StatusForbidden, "prepare spells on 'Aria Vale'")
+
+	// The four uses.
+	u := post("use-item", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusOK, "")
+	roll := u["roll"].(map[string]any)
+	if u["ability"] != "Longsword" || roll["formula"] != "1d20 + 4 + 3" || len(u["damageRolls"].([]any)) != 1 || u["target"].(map[string]any)["actorUuid"] != goblinUUID {
+		t.Fatalf("%v", u)
+	}
+	u = post("use-feature", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Second Wind"}, http.StatusOK, "")
+	if u["consumed"].(map[string]any)["uses"] != 1.0 || u["roll"] != nil || u["target"] != nil {
+		t.Fatalf("%v", u)
+	}
+	post("use-feature", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Second Wind"}, http.StatusBadRequest, "Second Wind has no uses left")
+	u = post("use-ability", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityUuid": ariaUUID + ".Item.magicMissile0001"}, http.StatusOK, "")
+	if u["consumed"].(map[string]any)["spellSlot"] != "spell1" {
+		t.Fatalf("%v", u)
+	}
+	post("use-spell", "Bob", map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt"}, http.StatusForbidden, "User 'Bob' does not have permission to use abilities on 'Aria Vale'")
+	post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityUuid": bromUUID + ".Item.secondWind000001"}, http.StatusBadRequest, "does not belong to actor Aria Vale")
+	post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID}, http.StatusBadRequest, "abilityUuid or abilityName is required")
+}
+
+// TestDnd5eGRPC calls the ruleset over gRPC, as an observer (Alice on
+// Brom) who may roll his checks but not change him.
+func TestDnd5eGRPC(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	client := relayv1.NewDnd5EServiceClient(tr.conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+	no := false
+	got, err := client.SkillCheck(ctx, &relayv1.SkillCheckRequest{UserId: "Alice", ActorUuid: bromUUID, Skill: "ath", CreateChatMessage: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got.GetFormula(), "1d20 + 4 + 3") || got.GetTotal() < 8 || got.GetTotal() > 27 {
+		t.Fatalf("%v", got)
+	}
+	amount := int32(10)
+	_, err = client.ModifyExperience(ctx, &relayv1.ModifyExperienceRequest{UserId: "Alice", ActorUuid: bromUUID, Amount: &amount})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("observer changed experience: %v", err)
+	}
+}

@@ -1,0 +1,249 @@
+package dnd5e
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+
+	"relay/world"
+	"relay/world/dice"
+)
+
+// The concentration effect, as the system creates it.
+const (
+	concentratingStatus = "concentrating"
+	concentratingIcon   = "systems/dnd5e/icons/svg/statuses/concentrating.svg"
+)
+
+// concentrationEffect returns the actor's first effect marking
+// concentration (status `concentrating`, or `concentration` as some
+// modules name it), or nil.
+func concentrationEffect(actor world.Document) world.Document {
+	for _, e := range asList(actor["effects"]) {
+		eff := obj(e)
+		if eff == nil {
+			continue
+		}
+		for _, s := range asList(eff["statuses"]) {
+			if s == concentratingStatus || s == "concentration" {
+				return eff
+			}
+		}
+	}
+	return nil
+}
+
+// Concentration is an actor's concentration.
+type Concentration struct {
+	ActorUUID       string
+	IsConcentrating bool
+	// Effect is `{id, uuid, name, icon, statuses, origin}`, nil when not
+	// concentrating.
+	Effect map[string]any
+	// Spell is the name of the spell at the effect's origin, "" when none.
+	Spell string
+}
+
+// GetConcentration tells whether an actor is concentrating and on what
+// (LIMITED suffices).
+func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world.User, ref ActorRef) (Concentration, error) {
+	e, err := engine(w)
+	if err != nil {
+		return Concentration{}, err
+	}
+	var out Concentration
+	err = e.View(ctx, func(v *world.View) error {
+		uuid, doc, err := resolveActor(ctx, e, v, ref)
+		if err != nil {
+			return err
+		}
+		if err := requireView(v, user, uuid, doc); err != nil {
+			return err
+		}
+		out.ActorUUID = uuid
+		eff := concentrationEffect(doc)
+		if eff == nil {
+			return nil
+		}
+		out.IsConcentrating = true
+		img := eff["img"]
+		if img == nil {
+			img = eff["icon"]
+		}
+		origin := eff["origin"]
+		out.Effect = map[string]any{
+			"id": eff["_id"], "uuid": uuid + ".ActiveEffect." + str(eff["_id"]), "name": eff["name"], "icon": img,
+			"statuses": world.Clone(world.Document{"s": eff["statuses"]})["s"], "origin": origin,
+		}
+		if o := str(origin); o != "" {
+			if src, err := v.Get(o); err == nil {
+				out.Spell = str(src["name"])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Concentration{}, err
+	}
+	return out, nil
+}
+
+// BreakConcentration ends an actor's concentration by deleting its
+// concentration effect; an actor that is not concentrating is an error.
+// It returns the actor's uuid and the removed effect's id.
+func (r *Rules) BreakConcentration(ctx context.Context, w world.World, user *world.User, ref ActorRef) (string, string, error) {
+	e, err := engine(w)
+	if err != nil {
+		return "", "", err
+	}
+	var actorUUID, removed string
+	err = e.Mutate(ctx, func(tx *world.Tx) error {
+		v := tx.View()
+		uuid, doc, err := resolveActor(ctx, e, v, ref)
+		if err != nil {
+			return err
+		}
+		if err := v.RequireOwner(user, uuid, "break concentration on"); err != nil {
+			return err
+		}
+		eff := concentrationEffect(doc)
+		if eff == nil {
+			return world.Errorf(world.ErrFailedPrecondition, "Actor '%s' is not concentrating", str(doc["name"]))
+		}
+		actorUUID, removed = uuid, str(eff["_id"])
+		return tx.Delete(uuid + ".ActiveEffect." + removed)
+	})
+	return actorUUID, removed, err
+}
+
+// ConcentrationSaveParams are the parameters of a concentration save.
+type ConcentrationSaveParams struct {
+	Actor        ActorRef
+	Damage       float64
+	Advantage    bool
+	Disadvantage bool
+	Bonus        string
+	ChatMessage  bool
+}
+
+// ConcentrationSaveResult is a concentration save.
+type ConcentrationSaveResult struct {
+	RollResult
+	DC         int
+	Maintained bool
+	// RemovedEffectID is the concentration effect removed by a failed save.
+	RemovedEffectID string
+}
+
+// ConcentrationDC is the DC of a concentration save after damage:
+// max(10, floor(damage / 2)).
+func ConcentrationDC(damage float64) int {
+	return max(10, int(math.Floor(damage/2)))
+}
+
+// ConcentrationSave rolls a concentration save after damage: a
+// constitution saving throw (or the actor's concentration ability) with
+// the save bonuses and the actor's concentration bonus, against
+// [ConcentrationDC]. A failed save removes the concentration effect.
+func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *world.User, p ConcentrationSaveParams) (ConcentrationSaveResult, error) {
+	if math.IsNaN(p.Damage) || math.IsInf(p.Damage, 0) || p.Damage < 0 {
+		return ConcentrationSaveResult{}, world.Errorf(world.ErrInvalid, "damage must be a number of at least 0")
+	}
+	if err := checkBonus(p.Bonus); err != nil {
+		return ConcentrationSaveResult{}, err
+	}
+	e, err := engine(w)
+	if err != nil {
+		return ConcentrationSaveResult{}, err
+	}
+	var by string
+	if p.ChatMessage {
+		by = author(ctx, e, user)
+	}
+	var out ConcentrationSaveResult
+	err = e.Mutate(ctx, func(tx *world.Tx) error {
+		v := tx.View()
+		uuid, doc, err := resolveActor(ctx, e, v, p.Actor)
+		if err != nil {
+			return err
+		}
+		if err := v.RequireOwner(user, uuid, "roll concentration saves for"); err != nil {
+			return err
+		}
+		eff := concentrationEffect(doc)
+		if eff == nil {
+			return world.Errorf(world.ErrFailedPrecondition, "Actor '%s' is not concentrating", str(doc["name"]))
+		}
+		a := derive(uuid, doc)
+		ability := str(at(a.system, "attributes.concentration.ability"))
+		if !slices.Contains(abilityKeys, ability) {
+			ability = "con"
+		}
+		parts := append(saveParts(a, ability), nonEmpty(str(at(a.system, "attributes.concentration.bonuses.save")))...)
+		roll, err := r.d20(a, p.Advantage, p.Disadvantage, parts, p.Bonus)
+		if err != nil {
+			return err
+		}
+		out.RollResult = rollResult(uuid, roll)
+		out.DC = ConcentrationDC(p.Damage)
+		out.Maintained = out.Total >= out.DC
+		if !out.Maintained {
+			out.RemovedEffectID = str(eff["_id"])
+			if err := tx.Delete(uuid + ".ActiveEffect." + out.RemovedEffectID); err != nil {
+				return err
+			}
+		}
+		if !p.ChatMessage {
+			return nil
+		}
+		outcome := "maintained"
+		if !out.Maintained {
+			outcome = "lost"
+		}
+		return post(tx, message{
+			author: by, actor: a, class: "D20Roll", rolls: []dice.Result{roll},
+			flavor:  "Concentration Saving Throw (DC " + strconv.Itoa(out.DC) + ")",
+			content: strconv.Itoa(out.Total) + ": concentration " + outcome,
+			flags:   map[string]any{"roll": map[string]any{"type": "concentration", "abilityId": ability, "dc": float64(out.DC)}},
+		})
+	})
+	if err != nil {
+		return ConcentrationSaveResult{}, err
+	}
+	return out, nil
+}
+
+// startConcentration ends any concentration of the actor and starts it on
+// a spell.
+func startConcentration(tx *world.Tx, actorUUID string, actor world.Document, spell world.Document) error {
+	for _, e := range asList(actor["effects"]) {
+		eff := obj(e)
+		if eff == nil {
+			continue
+		}
+		for _, s := range asList(eff["statuses"]) {
+			if s == concentratingStatus || s == "concentration" {
+				if err := tx.Delete(actorUUID + ".ActiveEffect." + str(eff["_id"])); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	_, err := tx.Create("ActiveEffect", actorUUID, world.Document{
+		"name":        "Concentrating",
+		"img":         concentratingIcon,
+		"type":        "base",
+		"system":      map[string]any{},
+		"changes":     []any{},
+		"disabled":    false,
+		"transfer":    false,
+		"statuses":    []any{concentratingStatus},
+		"origin":      itemUUID(actorUUID, spell),
+		"description": "Concentrating on " + str(spell["name"]),
+		"duration":    map[string]any{"startTime": float64(tx.Now().Unix())},
+		"flags":       map[string]any{"dnd5e": map[string]any{"item": map[string]any{"id": spell["_id"], "type": spell["type"]}}},
+	})
+	return err
+}

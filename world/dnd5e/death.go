@@ -1,0 +1,127 @@
+package dnd5e
+
+import (
+	"context"
+	"strings"
+
+	"relay/world"
+	"relay/world/dice"
+)
+
+// DeathSaveParams are the parameters of a death save.
+type DeathSaveParams struct {
+	ActorUUID   string
+	Advantage   bool
+	ChatMessage bool
+}
+
+// DeathSaveResult is a death save and the counters after it.
+type DeathSaveResult struct {
+	RollResult
+	Successes int
+	Failures  int
+	// Success tells whether this save succeeded (10 or more).
+	Success bool
+	// Stable is set when this save stabilised the actor: the third success,
+	// or a natural 20 (which also restores 1 hit point).
+	Stable bool
+	// Dead is set at three failures.
+	Dead bool
+}
+
+// DeathSave rolls a death saving throw for an actor at 0 hit points: DC 10,
+// with the actor's save and death save bonuses. A success counts one, a
+// failure one and a natural 1 two failures; counters stop at three. The
+// third success stabilises (both counters back to 0); a natural 20 restores
+// 1 hit point and clears the counters; three failures mean death, after
+// which no more saves are rolled.
+func (r *Rules) DeathSave(ctx context.Context, w world.World, user *world.User, p DeathSaveParams) (DeathSaveResult, error) {
+	if p.ActorUUID == "" {
+		return DeathSaveResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
+	}
+	e, err := engine(w)
+	if err != nil {
+		return DeathSaveResult{}, err
+	}
+	var by string
+	if p.ChatMessage {
+		by = author(ctx, e, user)
+	}
+	var out DeathSaveResult
+	err = e.Mutate(ctx, func(tx *world.Tx) error {
+		v := tx.View()
+		uuid, doc, err := actorByUUID(v, p.ActorUUID)
+		if err != nil {
+			return err
+		}
+		if err := v.RequireOwner(user, uuid, "roll death saves for"); err != nil {
+			return err
+		}
+		a := derive(uuid, doc)
+		hp := numOr(at(a.system, "attributes.hp.value"), 0)
+		successes := int(numOr(at(a.system, "attributes.death.success"), 0))
+		failures := int(numOr(at(a.system, "attributes.death.failure"), 0))
+		switch {
+		case failures >= 3:
+			return world.Errorf(world.ErrFailedPrecondition, "%s is dead: three death saves failed", a.name())
+		case hp > 0:
+			return world.Errorf(world.ErrFailedPrecondition, "%s is not at 0 hit points and makes no death saves", a.name())
+		}
+		parts := nonEmpty(str(at(a.system, "bonuses.abilities.save")), str(at(a.system, "attributes.death.bonuses.save")))
+		roll, err := r.d20(a, p.Advantage, false, parts, "")
+		if err != nil {
+			return err
+		}
+		out.RollResult = rollResult(uuid, roll)
+		natural, _ := roll.Natural(20)
+		update := world.Document{}
+		var outcome string
+		switch {
+		case natural == 20:
+			successes, failures = 0, 0
+			update["system.attributes.hp.value"] = 1.0
+			out.Success, out.Stable = true, true
+			outcome = "Critical success: regains 1 hit point"
+		case out.Total >= 10:
+			out.Success = true
+			successes++
+			outcome = "Success"
+			if successes >= 3 {
+				successes, failures = 0, 0
+				out.Stable = true
+				outcome = "Third success: stable"
+			}
+		default:
+			failures += 1
+			outcome = "Failure"
+			if natural == 1 {
+				failures++
+				outcome = "Critical failure: two failures"
+			}
+			failures = min(failures, 3)
+			if failures >= 3 {
+				out.Dead = true
+				outcome += "; dead"
+			}
+		}
+		update["system.attributes.death.success"] = float64(successes)
+		update["system.attributes.death.failure"] = float64(failures)
+		out.Successes, out.Failures = successes, failures
+		if _, err := tx.Update(uuid, update); err != nil {
+			return err
+		}
+		if !p.ChatMessage {
+			return nil
+		}
+		return post(tx, message{
+			author: by, actor: a, class: "D20Roll", rolls: []dice.Result{roll},
+			flavor:  "Death Saving Throw",
+			content: strings.TrimSpace(outcome),
+			flags:   map[string]any{"roll": map[string]any{"type": "death"}},
+		})
+	})
+	if err != nil {
+		return DeathSaveResult{}, err
+	}
+	return out, nil
+}

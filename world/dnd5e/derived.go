@@ -1,0 +1,392 @@
+package dnd5e
+
+import (
+	"maps"
+	"math"
+	"strings"
+
+	"relay/world"
+	"relay/world/dice"
+)
+
+// The abilities and skills, in the system's order.
+var (
+	abilityKeys = []string{"str", "dex", "con", "int", "wis", "cha"}
+	skillKeys   = []string{"acr", "ani", "arc", "ath", "dec", "his", "ins", "itm", "inv", "med", "nat", "prc", "prf", "per", "rel", "slt", "ste", "sur"}
+	// skillAbility is each skill's default ability.
+	skillAbility = map[string]string{
+		"acr": "dex", "ani": "wis", "arc": "int", "ath": "str", "dec": "cha", "his": "int",
+		"ins": "wis", "itm": "cha", "inv": "int", "med": "wis", "nat": "int", "prc": "wis",
+		"prf": "cha", "per": "cha", "rel": "int", "slt": "dex", "ste": "dex", "sur": "wis",
+	}
+)
+
+// actor is an actor with the values the system derives from its source
+// data, which the tabletop never stores: ability modifiers, proficiency
+// bonus, skill totals. It is built from shared documents and never changes
+// them; system is a private copy when effects had to be applied.
+type actor struct {
+	uuid   string
+	doc    world.Document
+	system map[string]any
+	items  []world.Document
+	level  int
+	prof   int
+	mods   map[string]int
+	data   map[string]any // roll data, built on first use
+}
+
+// derive computes an actor's derived data.
+func derive(uuid string, doc world.Document) *actor {
+	a := &actor{uuid: uuid, doc: doc, items: items(doc), mods: map[string]int{}}
+	a.system = applyEffects(doc, a.items)
+	for _, it := range a.items {
+		if str(it["type"]) == "class" {
+			a.level += int(numOr(at(it, "system.levels"), 0))
+		}
+	}
+	if a.level > 0 {
+		a.prof = proficiencyForLevel(a.level)
+	} else {
+		cr := numOr(at(a.system, "details.cr"), 0)
+		a.prof = int(math.Floor((math.Max(cr, 1) + 7) / 4))
+	}
+	for _, ab := range abilityKeys {
+		a.mods[ab] = abilityMod(numOr(at(a.system, "abilities."+ab+".value"), 10))
+	}
+	return a
+}
+
+// proficiencyForLevel is the proficiency bonus of a character level:
+// +2 at levels 1-4, +3 at 5-8, up to +6 at 17-20.
+func proficiencyForLevel(level int) int {
+	return (max(level, 1) + 7) / 4
+}
+
+// abilityMod is an ability score's modifier: floor((score - 10) / 2).
+func abilityMod(score float64) int { return int(math.Floor((score - 10) / 2)) }
+
+// name is the actor's name.
+func (a *actor) name() string { return str(a.doc["name"]) }
+
+// jackOfAllTrades reports the bard feature that adds half proficiency to
+// checks without proficiency.
+func (a *actor) jackOfAllTrades() bool {
+	return at(a.doc, "flags.dnd5e.jackOfAllTrades") == true
+}
+
+// profContribution is the proficiency bonus a multiplier adds (0, 0.5
+// rounded down, 1, 2 for expertise).
+func (a *actor) profContribution(multiplier float64) int {
+	return int(math.Floor(multiplier * float64(a.prof)))
+}
+
+// fixed evaluates the parts of a bonus formula that do not roll: a bonus
+// with dice counts 0 in totals (it is rolled with the check instead), as
+// the system's simplified bonuses do.
+func (a *actor) fixed(formula string) int {
+	if strings.TrimSpace(formula) == "" {
+		return 0
+	}
+	r, err := dice.Evaluate(formula, a.rollData(), dice.NewSequence())
+	if err != nil || len(r.Dice) > 0 {
+		return 0
+	}
+	return int(math.Floor(r.Total))
+}
+
+// skillInfo is a skill's derived values.
+type skillInfo struct {
+	ability    string
+	multiplier float64
+	mod        int
+	profBonus  int
+	bonuses    []string // bonus formulas, in the order they are added
+	total      int
+	passive    int
+}
+
+// skill derives one skill.
+func (a *actor) skill(key string) skillInfo {
+	sk := obj(at(a.system, "skills."+key))
+	ability := str(sk["ability"])
+	if ability == "" {
+		ability = skillAbility[key]
+	}
+	mult := numOr(sk["value"], 0)
+	if mult < 0.5 && a.jackOfAllTrades() {
+		mult = 0.5
+	}
+	s := skillInfo{ability: ability, multiplier: numOr(sk["value"], 0), mod: a.mods[ability], profBonus: a.profContribution(mult)}
+	s.bonuses = nonEmpty(
+		str(at(a.system, "abilities."+ability+".bonuses.check")),
+		str(at(sk, "bonuses.check")),
+		str(at(a.system, "bonuses.abilities.check")),
+		str(at(a.system, "bonuses.abilities.skill")),
+	)
+	s.total = s.mod + s.profBonus
+	for _, b := range s.bonuses {
+		s.total += a.fixed(b)
+	}
+	s.passive = 10 + s.total + a.fixed(str(at(sk, "bonuses.passive")))
+	return s
+}
+
+// saveInfo is an ability's saving throw.
+type saveInfo struct {
+	mod        int
+	proficient bool
+	profBonus  int
+	bonuses    []string
+	total      int
+}
+
+// save derives one ability's saving throw.
+func (a *actor) save(ability string) saveInfo {
+	prof := numOr(at(a.system, "abilities."+ability+".proficient"), 0)
+	s := saveInfo{mod: a.mods[ability], proficient: prof > 0, profBonus: a.profContribution(prof)}
+	s.bonuses = nonEmpty(
+		str(at(a.system, "abilities."+ability+".bonuses.save")),
+		str(at(a.system, "bonuses.abilities.save")),
+	)
+	s.total = s.mod + s.profBonus
+	for _, b := range s.bonuses {
+		s.total += a.fixed(b)
+	}
+	return s
+}
+
+// nonEmpty drops empty formulas.
+func nonEmpty(formulas ...string) []string {
+	out := formulas[:0]
+	for _, f := range formulas {
+		if strings.TrimSpace(f) != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// spellcastingAbility is the actor's spellcasting ability: the actor's
+// own setting, else its first spellcasting class's, else intelligence.
+func (a *actor) spellcastingAbility() string {
+	if ab := str(at(a.system, "attributes.spellcasting")); ab != "" {
+		return ab
+	}
+	for _, it := range a.items {
+		if str(it["type"]) == "class" {
+			if ab := str(at(it, "system.spellcasting.ability")); ab != "" {
+				return ab
+			}
+		}
+	}
+	return "int"
+}
+
+// spellDC is the actor's spell save DC: 8 + proficiency + spellcasting
+// modifier (+ the actor's spell DC bonus).
+func (a *actor) spellDC() int {
+	return 8 + a.prof + a.mods[a.spellcastingAbility()] + a.fixed(str(at(a.system, "bonuses.spell.dc")))
+}
+
+// rollData is what `@path` references in the actor's formulas read: the
+// system data (effects applied) plus the derived values the system adds
+// (`abilities.<a>.mod`, `prof`, `attributes.prof`, `details.level`,
+// `classes.<identifier>.levels`, `skills.<s>.total`, ...).
+func (a *actor) rollData() map[string]any {
+	if a.data != nil {
+		return a.data
+	}
+	data := maps.Clone(a.system)
+	if data == nil {
+		data = map[string]any{}
+	}
+	a.data = data
+	abilities := map[string]any{}
+	for _, ab := range abilityKeys {
+		m := maps.Clone(obj(at(a.system, "abilities."+ab)))
+		if m == nil {
+			m = map[string]any{}
+		}
+		m["mod"] = float64(a.mods[ab])
+		abilities[ab] = m
+	}
+	data["abilities"] = abilities
+	attributes := maps.Clone(obj(a.system["attributes"]))
+	if attributes == nil {
+		attributes = map[string]any{}
+	}
+	attributes["prof"] = float64(a.prof)
+	spellAbility := a.spellcastingAbility()
+	attributes["spellmod"] = float64(a.mods[spellAbility])
+	data["attributes"] = attributes
+	data["prof"] = float64(a.prof)
+	details := maps.Clone(obj(a.system["details"]))
+	if details == nil {
+		details = map[string]any{}
+	}
+	details["level"] = float64(a.level)
+	data["details"] = details
+	classes := map[string]any{}
+	for _, it := range a.items {
+		if str(it["type"]) != "class" {
+			continue
+		}
+		id := str(at(it, "system.identifier"))
+		if id == "" {
+			id = strings.ToLower(str(it["name"]))
+		}
+		c := maps.Clone(obj(it["system"]))
+		if c == nil {
+			c = map[string]any{}
+		}
+		classes[id] = c
+	}
+	data["classes"] = classes
+	// Abilities' save totals and skills' totals need the roll data of the
+	// bonuses, which is complete now but for them.
+	for _, ab := range abilityKeys {
+		abilities[ab].(map[string]any)["save"] = map[string]any{"value": float64(a.save(ab).total)}
+	}
+	skills := map[string]any{}
+	for _, key := range skillKeys {
+		s := a.skill(key)
+		m := maps.Clone(obj(at(a.system, "skills."+key)))
+		if m == nil {
+			m = map[string]any{}
+		}
+		m["mod"], m["total"], m["passive"] = float64(s.mod), float64(s.total), float64(s.passive)
+		skills[key] = m
+	}
+	data["skills"] = skills
+	attributes["spelldc"] = float64(a.spellDC())
+	return data
+}
+
+// applyEffects returns the actor's system data with its active effects'
+// changes applied: the actor's own effects and those its items transfer
+// (an item's effects are off while it is unequipped, or needs attunement
+// and is not attuned). Only `system.` keys are changed. When nothing
+// applies the shared system object is returned as it is.
+func applyEffects(doc world.Document, its []world.Document) map[string]any {
+	system := obj(doc["system"])
+	var changes []map[string]any
+	collect := func(effects any) {
+		list, _ := effects.([]any)
+		for _, e := range list {
+			eff := obj(e)
+			if eff == nil || eff["disabled"] == true {
+				continue
+			}
+			for _, c := range asList(eff["changes"]) {
+				if ch := obj(c); ch != nil && strings.HasPrefix(str(ch["key"]), "system.") {
+					changes = append(changes, ch)
+				}
+			}
+		}
+	}
+	collect(doc["effects"])
+	for _, it := range its {
+		if suppressed(it) {
+			continue
+		}
+		list, _ := it["effects"].([]any)
+		for _, e := range list {
+			if eff := obj(e); eff != nil && eff["transfer"] == true {
+				collect([]any{eff})
+			}
+		}
+	}
+	if len(changes) == 0 {
+		return system
+	}
+	out := world.Clone(world.Document{"system": system})["system"].(map[string]any)
+	for _, ch := range changes {
+		applyChange(out, strings.TrimPrefix(str(ch["key"]), "system."), int(numOr(ch["mode"], 2)), str(ch["value"]))
+	}
+	return out
+}
+
+// suppressed reports whether an item's transferred effects are off.
+func suppressed(it world.Document) bool {
+	sys := obj(it["system"])
+	if eq, ok := sys["equipped"].(bool); ok && !eq {
+		return true
+	}
+	return needsAttunement(it) && sys["attuned"] != true
+}
+
+// needsAttunement reports whether an item requires attunement to work.
+func needsAttunement(it world.Document) bool {
+	switch v := at(it, "system.attunement").(type) {
+	case string:
+		return v == "required"
+	case float64:
+		return v == 1 // the numeric form of older system versions
+	}
+	return false
+}
+
+// applyChange applies one effect change (modes of the tabletop: 1 multiply,
+// 2 add, 3 downgrade, 4 upgrade, 5 override) to the value at path.
+func applyChange(system map[string]any, path string, mode int, value string) {
+	parts := strings.Split(path, ".")
+	parent := system
+	for _, p := range parts[:len(parts)-1] {
+		next := obj(parent[p])
+		if next == nil {
+			next = map[string]any{}
+			parent[p] = next
+		}
+		parent = next
+	}
+	key := parts[len(parts)-1]
+	cur, exists := parent[key]
+	if s, isString := cur.(string); isString || !exists || cur == nil {
+		// Bonuses are formula strings: adding appends the term.
+		switch mode {
+		case 2:
+			parent[key] = joinFormula(s, value)
+		case 5:
+			parent[key] = value
+		}
+		return
+	}
+	n, ok := num(cur)
+	delta, ok2 := num(value)
+	if !ok || !ok2 {
+		return
+	}
+	switch mode {
+	case 1:
+		parent[key] = n * delta
+	case 2:
+		parent[key] = n + delta
+	case 3:
+		parent[key] = math.Min(n, delta)
+	case 4:
+		parent[key] = math.Max(n, delta)
+	case 5:
+		parent[key] = delta
+	}
+}
+
+// joinFormula adds a term to a formula.
+func joinFormula(formula, term string) string {
+	formula, term = strings.TrimSpace(formula), strings.TrimSpace(term)
+	switch {
+	case formula == "":
+		return term
+	case term == "":
+		return formula
+	case strings.HasPrefix(term, "+") || strings.HasPrefix(term, "-"):
+		return formula + " " + term
+	}
+	return formula + " + " + term
+}
+
+// asList returns v as a list, or nil.
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}

@@ -1,0 +1,348 @@
+package dnd5e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"relay/world"
+)
+
+// Details is what get-actor-details returns: one field per detail asked
+// for, nil for those not asked for.
+type Details struct {
+	UUID          string
+	Resources     any
+	Items         []any
+	Spells        []any
+	SpellSlots    map[string]any
+	Features      []any
+	Stats         map[string]any
+	Abilities     map[string]any
+	Skills        map[string]any
+	Info          map[string]any // the `details` detail
+	Conditions    []any
+	Concentration map[string]any
+}
+
+// itemSourceKeys are the fields of an item's source object in the details.
+var itemSourceKeys = []string{"_id", "name", "type", "img", "system", "effects", "folder", "sort", "ownership", "flags", "_stats"}
+
+// ActorDetails returns the requested details of an actor (`resources`,
+// `items`, `spells` with `spellSlots`, `features`, `stats`, `abilities`,
+// `skills`, `details`, `conditions` with `concentration`). Unknown names
+// are ignored; an empty list is an error. LIMITED suffices, as in the
+// tabletop module.
+func (r *Rules) ActorDetails(ctx context.Context, w world.World, user *world.User, actorUUID string, details []string) (Details, error) {
+	if actorUUID == "" {
+		return Details{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
+	}
+	if len(details) == 0 {
+		return Details{}, world.Errorf(world.ErrInvalid, "details array is required and cannot be empty")
+	}
+	e, err := engine(w)
+	if err != nil {
+		return Details{}, err
+	}
+	out := Details{UUID: actorUUID}
+	err = e.View(ctx, func(v *world.View) error {
+		uuid, doc, err := actorByUUID(v, actorUUID)
+		if err != nil {
+			return err
+		}
+		if err := requireView(v, user, uuid, doc); err != nil {
+			return err
+		}
+		a := derive(uuid, doc)
+		for _, d := range details {
+			switch d {
+			case "resources":
+				res := at(doc, "system.resources")
+				if res == nil {
+					res = map[string]any{}
+				}
+				out.Resources = world.Clone(world.Document{"r": res})["r"]
+			case "items":
+				out.Items = itemSources(a, ofType(inventoryTypes...))
+			case "spells", "spellSlots":
+				out.Spells = itemSources(a, ofType("spell"))
+				out.SpellSlots = spellSlots(a)
+			case "features":
+				out.Features = itemSources(a, ofType(featureTypes...))
+			case "stats":
+				out.Stats = stats(a)
+			case "abilities":
+				out.Abilities = abilities(a)
+			case "skills":
+				out.Skills = skills(a)
+			case "details":
+				out.Info = biography(a)
+			case "conditions":
+				out.Conditions, out.Concentration = conditions(a)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Details{}, err
+	}
+	return out, nil
+}
+
+// itemSources returns the actor's items that pass keep, as private copies
+// of their source objects.
+func itemSources(a *actor, keep func(world.Document) bool) []any {
+	out := []any{}
+	for _, it := range a.items {
+		if !keep(it) {
+			continue
+		}
+		src := world.Document{}
+		for _, k := range itemSourceKeys {
+			if v, ok := it[k]; ok {
+				src[k] = v
+			}
+		}
+		out = append(out, world.Clone(src))
+	}
+	return out
+}
+
+// slotMax is a spell slot level's maximum: its override when set.
+func slotMax(slot map[string]any) int {
+	if o, ok := num(slot["override"]); ok {
+		return int(o)
+	}
+	return int(numOr(slot["max"], 0))
+}
+
+// spellSlots lists the slot levels the actor has: `spell1`..`spell9` with
+// `{value, max}` and `pact` with `{value, max, level}`.
+func spellSlots(a *actor) map[string]any {
+	out := map[string]any{}
+	for i := 1; i <= 9; i++ {
+		slot := obj(at(a.system, fmt.Sprintf("spells.spell%d", i)))
+		if m := slotMax(slot); m > 0 {
+			out[fmt.Sprintf("spell%d", i)] = map[string]any{"value": numOr(slot["value"], 0), "max": float64(m)}
+		}
+	}
+	pact := obj(at(a.system, "spells.pact"))
+	if m := slotMax(pact); m > 0 {
+		out["pact"] = map[string]any{"value": numOr(pact["value"], 0), "max": float64(m), "level": float64(pactLevel(a, pact))}
+	}
+	return out
+}
+
+// pactLevel is the level of pact slots: stored, else from warlock levels.
+func pactLevel(a *actor, pact map[string]any) int {
+	if l, ok := num(pact["level"]); ok && l > 0 {
+		return int(l)
+	}
+	for _, it := range a.items {
+		if str(it["type"]) == "class" && str(at(it, "system.spellcasting.progression")) == "pact" {
+			return min(5, (int(numOr(at(it, "system.levels"), 1))+1)/2)
+		}
+	}
+	return 1
+}
+
+// armorClass computes the actor's armour class the system's way for the
+// common calculations: flat, natural, unarmoured and worn armour.
+func armorClass(a *actor) int {
+	ac := obj(at(a.system, "attributes.ac"))
+	bonus := a.fixed(str(ac["bonus"]))
+	dex := a.mods["dex"]
+	switch str(ac["calc"]) {
+	case "flat":
+		return int(numOr(ac["flat"], 10))
+	case "natural":
+		return int(numOr(ac["flat"], 10)) + bonus
+	case "mage":
+		return 13 + dex + bonus
+	case "unarmoredMonk":
+		return 10 + dex + a.mods["wis"] + bonus
+	case "unarmoredBarb":
+		return 10 + dex + a.mods["con"] + bonus
+	}
+	base, shield := 10+dex, 0
+	for _, it := range a.items {
+		if str(it["type"]) != "equipment" || at(it, "system.equipped") != true {
+			continue
+		}
+		armor := obj(at(it, "system.armor"))
+		value := int(numOr(armor["value"], 0)) + int(numOr(armor["magicalBonus"], 0))
+		switch str(at(it, "system.type.value")) {
+		case "shield":
+			shield = max(shield, value)
+		case "light", "medium", "heavy":
+			capped := dex
+			if c, ok := num(armor["dex"]); ok {
+				capped = min(dex, int(c))
+			}
+			if str(at(it, "system.type.value")) == "heavy" {
+				capped = 0
+			}
+			base = value + capped
+		}
+	}
+	return base + shield + bonus
+}
+
+// stats is the `stats` detail.
+func stats(a *actor) map[string]any {
+	hp := obj(at(a.system, "attributes.hp"))
+	weight := 0.0
+	for _, it := range a.items {
+		w := at(it, "system.weight.value")
+		if w == nil {
+			w = at(it, "system.weight")
+		}
+		weight += numOr(w, 0) * numOr(at(it, "system.quantity"), 1)
+	}
+	currency := obj(at(a.system, "currency"))
+	if currency == nil {
+		currency = map[string]any{}
+	}
+	return map[string]any{
+		"name":         a.name(),
+		"img":          a.doc["img"],
+		"uuid":         a.uuid,
+		"level":        float64(a.level),
+		"profBonus":    float64(a.prof),
+		"ac":           float64(armorClass(a)),
+		"hp":           map[string]any{"value": numOr(hp["value"], 0), "max": numOr(hp["max"], 0), "temp": numOr(hp["temp"], 0)},
+		"speed":        numOr(at(a.system, "attributes.movement.walk"), 0),
+		"exhaustion":   numOr(at(a.system, "attributes.exhaustion"), 0),
+		"inspiration":  at(a.system, "attributes.inspiration") == true,
+		"initBonus":    float64(a.mods["dex"] + a.fixed(str(at(a.system, "attributes.init.bonus")))),
+		"deathSaves":   map[string]any{"success": numOr(at(a.system, "attributes.death.success"), 0), "failure": numOr(at(a.system, "attributes.death.failure"), 0)},
+		"encumbrance":  map[string]any{"value": math.Round(weight*100) / 100, "max": numOr(at(a.system, "abilities.str.value"), 10) * 15},
+		"currency":     world.Clone(world.Document{"c": currency})["c"],
+		"spellDC":      float64(a.spellDC()),
+		"spellAbility": a.spellcastingAbility(),
+	}
+}
+
+// abilities is the `abilities` detail.
+func abilities(a *actor) map[string]any {
+	out := map[string]any{}
+	for _, ab := range abilityKeys {
+		s := a.save(ab)
+		prof := 0.0
+		if s.proficient {
+			prof = 1
+		}
+		out[ab] = map[string]any{
+			"value":      numOr(at(a.system, "abilities."+ab+".value"), 10),
+			"mod":        float64(a.mods[ab]),
+			"save":       float64(s.total),
+			"proficient": prof,
+		}
+	}
+	return out
+}
+
+// skills is the `skills` detail.
+func skills(a *actor) map[string]any {
+	out := map[string]any{}
+	for _, key := range skillKeys {
+		s := a.skill(key)
+		out[key] = map[string]any{
+			"ability": s.ability,
+			"total":   float64(s.total),
+			"mod":     float64(s.mod),
+			"value":   s.multiplier,
+			"passive": float64(s.passive),
+		}
+	}
+	return out
+}
+
+// biography is the `details` detail.
+func biography(a *actor) map[string]any {
+	firstOf := func(typ string) string {
+		for _, it := range a.items {
+			if str(it["type"]) == typ {
+				return str(it["name"])
+			}
+		}
+		return "?"
+	}
+	var classes []string
+	for _, it := range a.items {
+		if str(it["type"]) == "class" {
+			classes = append(classes, str(it["name"]))
+		}
+	}
+	class := strings.Join(classes, "/")
+	if class == "" {
+		class = "?"
+	}
+	d := obj(at(a.system, "details"))
+	raw := func(k string) any {
+		if v, ok := d[k]; ok && v != nil {
+			if _, isObj := v.(map[string]any); !isObj {
+				return v
+			}
+		}
+		return ""
+	}
+	out := map[string]any{
+		"race": firstOf("race"), "background": firstOf("background"), "class": class,
+		"biography": str(at(d, "biography.value")),
+		"level":     float64(a.level),
+		"xp":        at(d, "xp.value"),
+	}
+	if notes := obj(d["notes"]); notes != nil {
+		out["notes"] = str(notes["value"])
+	} else {
+		out["notes"] = raw("notes")
+	}
+	for _, k := range []string{"alignment", "age", "height", "weight", "eyes", "skin", "hair", "faith", "gender", "trait", "ideal", "bond", "flaw", "journal", "goals"} {
+		out[k] = raw(k)
+	}
+	return out
+}
+
+// conditionNames are the system's status conditions.
+var conditionNames = map[string]string{
+	"blinded": "Blinded", "charmed": "Charmed", "deafened": "Deafened", "exhaustion": "Exhaustion",
+	"frightened": "Frightened", "grappled": "Grappled", "incapacitated": "Incapacitated", "invisible": "Invisible",
+	"paralyzed": "Paralyzed", "petrified": "Petrified", "poisoned": "Poisoned", "prone": "Prone",
+	"restrained": "Restrained", "stunned": "Stunned", "unconscious": "Unconscious", "dead": "Dead",
+	"concentrating": "Concentrating", "bleeding": "Bleeding", "burrowing": "Burrowing", "dodging": "Dodging",
+	"flying": "Flying", "hiding": "Hiding", "marked": "Marked", "silenced": "Silenced", "stable": "Stable",
+	"surprised": "Surprised", "transformed": "Transformed", "cursed": "Cursed", "diseased": "Diseased",
+}
+
+// conditions is the `conditions` detail: the statuses of the actor's
+// enabled effects, and its concentration.
+func conditions(a *actor) ([]any, map[string]any) {
+	var ids []string
+	for _, e := range asList(a.doc["effects"]) {
+		eff := obj(e)
+		if eff == nil || eff["disabled"] == true {
+			continue
+		}
+		for _, s := range asList(eff["statuses"]) {
+			if id := str(s); id != "" && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	out := []any{}
+	for _, id := range ids {
+		name := conditionNames[id]
+		if name == "" {
+			name = id
+		}
+		out = append(out, map[string]any{"id": id, "name": name})
+	}
+	conc := map[string]any{"active": false}
+	if eff := concentrationEffect(a.doc); eff != nil {
+		conc = map[string]any{"active": true, "name": str(eff["name"])}
+	}
+	return out, conc
+}
