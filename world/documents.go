@@ -3,6 +3,7 @@ package world
 import (
 	"context"
 	"maps"
+	"slices"
 )
 
 // Get returns a document as user may see it: the full source data plus a
@@ -142,6 +143,42 @@ func (e *Engine) Delete(ctx context.Context, user *User, uuid string) error {
 				return err
 			}
 		}
+		if err := removeCombatantsOf(tx, r); err != nil {
+			return err
+		}
 		return tx.Delete(uuid)
 	})
+}
+
+// removeCombatantsOf removes, from every combat, the combatants that stand
+// for a document being deleted: an actor's, a token's, or those of a
+// scene's tokens. A combat's `turn` is left as it is; readers clamp it.
+func removeCombatantsOf(tx *Tx, r ref) error {
+	var match func(c Document) bool
+	switch r.typ() {
+	case typeActor:
+		match = func(c Document) bool { return c["actorId"] == r.id() }
+	case typeToken:
+		match = func(c Document) bool { return c["tokenId"] == r.id() && c["sceneId"] == r.segs[0].id }
+	case typeScene:
+		match = func(c Document) bool { return c["sceneId"] == r.id() }
+	default:
+		return nil
+	}
+	var uuids []string
+	tx.View().each(typeCombat, func(combat Document) bool {
+		for _, d := range docsOf(combat, combatCombatants.key) {
+			if c := d.(map[string]any); match(c) {
+				uuids = append(uuids, typeCombat.name+"."+str(combat["_id"])+"."+typeCombatant.name+"."+str(c["_id"]))
+			}
+		}
+		return true
+	})
+	slices.Sort(uuids)
+	for _, uuid := range uuids {
+		if err := tx.Delete(uuid); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -341,7 +341,7 @@ type StartEncounterRequest struct {
 	// Add the player-owned tokens of the active scene.
 	StartWithPlayers bool `protobuf:"varint,6,opt,name=start_with_players,json=startWithPlayers,proto3" json:"start_with_players,omitempty"`
 	// Roll initiative for non-player combatants.
-	RollNpc bool `protobuf:"varint,7,opt,name=roll_npc,json=rollNpc,proto3" json:"roll_npc,omitempty"`
+	RollNpc bool `protobuf:"varint,7,opt,name=roll_npc,json=rollNPC,proto3" json:"roll_npc,omitempty"`
 	// Roll initiative for every combatant.
 	RollAll       bool `protobuf:"varint,8,opt,name=roll_all,json=rollAll,proto3" json:"roll_all,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1662,7 +1662,7 @@ const file_relay_v1_combat_service_proto_rawDesc = "" +
 	"tokenUuids\x12.\n" +
 	"\x13start_with_selected\x18\x05 \x01(\bR\x11startWithSelected\x12,\n" +
 	"\x12start_with_players\x18\x06 \x01(\bR\x10startWithPlayers\x12\x19\n" +
-	"\broll_npc\x18\a \x01(\bR\arollNpc\x12\x19\n" +
+	"\broll_npc\x18\a \x01(\bR\arollNPC\x12\x19\n" +
 	"\broll_all\x18\b \x01(\bR\arollAll\"n\n" +
 	"\x16StartEncounterResponse\x12!\n" +
 	"\fencounter_id\x18\x01 \x01(\tR\vencounterId\x121\n" +

@@ -1,0 +1,485 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// The file transfer RPCs, whose REST handlers (below) read and write the
+// HTTP bodies themselves instead of going through the generic JSON path.
+const (
+	downloadMethod = "/relay.v1.FileService/DownloadFile"
+	uploadMethod   = "/relay.v1.FileService/UploadFile"
+)
+
+// Upload and download tuning.
+const (
+	// fileChunkBytes is the size of the chunks sent to the upload RPC.
+	fileChunkBytes = 256 << 10
+	// defaultMaxUpload is the upload limit assumed when none is configured
+	// (the server's own default).
+	defaultMaxUpload = 64 << 20
+	// maxFormField bounds one text field of a multipart upload.
+	maxFormField = 64 << 10
+	// maxFormParts bounds the parts of a multipart upload.
+	maxFormParts = 64
+	// uploadSlack is what an upload body may hold beyond the file itself
+	// (multipart framing and fields, JSON keys).
+	uploadSlack = 1 << 20
+)
+
+// uploadFields are the request parameters a multipart form may carry.
+var uploadFields = map[string]bool{"clientId": true, "userId": true, "path": true, "filename": true, "overwrite": true, "mimeType": true}
+
+// isFileTransfer reports whether a route is served by the handlers of this
+// file, which read the request themselves.
+func isFileTransfer(rt *route) bool {
+	return rt.fullMethod == downloadMethod || rt.fullMethod == uploadMethod
+}
+
+// handleFiles registers `GET /download` and `POST /upload` on the mux,
+// ahead of the generated handlers (the mux tries the latest registration
+// first). maxUpload is the server's upload limit (0: its default); the
+// gateway uses it only to bound the JSON bodies it must buffer.
+func (g *gateway) handleFiles(maxUpload int64) error {
+	if maxUpload <= 0 {
+		maxUpload = defaultMaxUpload
+	}
+	if err := g.mux.HandlePath(http.MethodGet, "/download", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		g.serveDownload(w, r)
+	}); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := g.mux.HandlePath(http.MethodPost, "/upload", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		g.serveUpload(w, r, maxUpload)
+	}); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}
+
+// withKey forwards the caller's API key to the gRPC call.
+func withKey(ctx context.Context, r *http.Request) context.Context {
+	if key := r.Header.Get(apiKeyHeader); key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	}
+	return ctx
+}
+
+// callRequestID is the request id the server issued for a call, or a fresh
+// one when the call failed before the server issued one.
+func (g *gateway) callRequestID(op string, mds ...metadata.MD) string {
+	for _, md := range mds {
+		if id := firstValue(md, requestIDMetadata); id != "" {
+			return id
+		}
+	}
+	return g.newRequestID(op)
+}
+
+// serveDownload streams a file: the raw bytes with Content-Type,
+// Content-Length and Content-Disposition, or with `format=base64` a JSON
+// envelope whose `data.fileData` is a base64 data URL. Either way the file
+// flows through in chunks and is never held whole in memory. A failure
+// before the first byte (key, scope, permission, bad path, missing file) is
+// the usual error body with its status; one after it (the file changed or
+// the caller went away) can only cut the response short, which the caller
+// sees as a body shorter than Content-Length.
+func (g *gateway) serveDownload(w http.ResponseWriter, r *http.Request) {
+	rt := g.routes.byRPC[downloadMethod]
+	op := rt.operation
+	merged, err := mergeParams(rt.input, nil, r.URL.Query())
+	req := &relayv1.DownloadFileRequest{}
+	if err == nil {
+		err = unmarshalParams(merged, req)
+	}
+	if err == nil && req.GetFormat() != "" && req.GetFormat() != "raw" && req.GetFormat() != "base64" {
+		err = paramErrorf("'format' must be raw or base64")
+	}
+	if err != nil {
+		g.writeError(w, http.StatusBadRequest, op, g.newRequestID(op), err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancel(withKey(r.Context(), r))
+	defer cancel()
+	var header metadata.MD
+	stream, err := relayv1.NewFileServiceClient(g.conn).DownloadFile(ctx, req, grpc.Header(&header))
+	var first *relayv1.DownloadFileResponse
+	if err == nil {
+		first, err = stream.Recv()
+	}
+	if err != nil {
+		var trailer metadata.MD
+		if stream != nil {
+			trailer = stream.Trailer()
+		}
+		st := status.Convert(err)
+		g.writeError(w, httpStatus(st), op, g.callRequestID(op, header, trailer), st.Message())
+		return
+	}
+	requestID := g.callRequestID(op, header)
+	next := func() ([]byte, error) {
+		msg, err := stream.Recv()
+		return msg.GetChunk(), err
+	}
+	if req.GetFormat() == "base64" {
+		writeBase64Download(w, op, requestID, first, next)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", first.GetMimeType())
+	h.Set("Content-Length", strconv.FormatInt(int64(first.GetSize()), 10))
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": first.GetFilename()}))
+	// Served from the API's origin, a file (an SVG, say) must never run as
+	// a page there.
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set(requestIDHeader, requestID)
+	w.WriteHeader(http.StatusOK)
+	chunk := first.GetChunk()
+	for {
+		if len(chunk) > 0 {
+			if _, err := w.Write(chunk); err != nil {
+				return // the caller went away
+			}
+		}
+		var err error
+		if chunk, err = next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				// Too late for a status: cut the response short.
+				panic(http.ErrAbortHandler)
+			}
+			return
+		}
+	}
+}
+
+// writeBase64Download writes a download as the JSON envelope
+// `{type, requestId, data: {path, filename, mimeType, size, fileData}}`,
+// encoding the chunks as they arrive.
+func writeBase64Download(w http.ResponseWriter, op, requestID string, first *relayv1.DownloadFileResponse, next func() ([]byte, error)) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set(requestIDHeader, requestID)
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	prefix := make([]byte, 0, 256)
+	prefix = append(prefix, `{"type":`...)
+	prefix = appendString(prefix, op+"-result")
+	prefix = append(prefix, `,"requestId":`...)
+	prefix = appendString(prefix, requestID)
+	prefix = append(prefix, `,"data":{"path":`...)
+	prefix = appendString(prefix, first.GetPath())
+	prefix = append(prefix, `,"filename":`...)
+	prefix = appendString(prefix, first.GetFilename())
+	prefix = append(prefix, `,"mimeType":`...)
+	prefix = appendString(prefix, first.GetMimeType())
+	prefix = append(prefix, `,"size":`...)
+	prefix = strconv.AppendInt(prefix, int64(first.GetSize()), 10)
+	prefix = append(prefix, `,"fileData":`...)
+	// A data URL's media type has no spaces: `text/markdown;charset=utf-8`.
+	url := appendString(nil, "data:"+strings.ReplaceAll(first.GetMimeType(), " ", "")+";base64,")
+	prefix = append(prefix, url[:len(url)-1]...) // the string goes on with the data
+	if _, err := bw.Write(prefix); err != nil {
+		return
+	}
+	enc := base64.NewEncoder(base64.StdEncoding, bw)
+	chunk := first.GetChunk()
+	for {
+		if _, err := enc.Write(chunk); err != nil {
+			return
+		}
+		var err error
+		if chunk, err = next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				panic(http.ErrAbortHandler)
+			}
+			break
+		}
+	}
+	if enc.Close() != nil {
+		return
+	}
+	if _, err := bw.WriteString(`"}}`); err != nil {
+		return
+	}
+	_ = bw.Flush()
+}
+
+// unmarshalParams reads a request message from merged JSON parameters.
+func unmarshalParams(merged []byte, req proto.Message) error {
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(merged, req); err != nil {
+		return paramErrorf("Invalid parameters: %v", err)
+	}
+	return nil
+}
+
+// serveUpload writes a file through the client-streaming upload RPC. The
+// body is either multipart form data, whose file part is streamed to the
+// RPC as it arrives (never buffered whole), or a JSON object whose
+// `fileData` is a data URL or plain base64 (buffered, so bounded by the
+// upload limit's base64 size). The parameters (path, filename, overwrite,
+// mimeType, clientId, userId) come from the query string, from form fields
+// placed before the file part, or from the JSON object; the body wins.
+func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request, maxUpload int64) {
+	op := g.routes.byRPC[uploadMethod].operation
+	ctx, cancel := context.WithCancel(withKey(r.Context(), r))
+	defer cancel()
+	var (
+		resp *relayv1.UploadFileResponse
+		md   []metadata.MD
+		err  error
+	)
+	if ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" {
+		body := http.MaxBytesReader(w, r.Body, maxUpload+uploadSlack)
+		resp, md, err = g.uploadMultipart(ctx, cancel, multipart.NewReader(body, params["boundary"]), r.URL.Query())
+	} else {
+		resp, md, err = g.uploadJSON(ctx, w, r, maxUpload)
+	}
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			err = withHTTPStatus(http.StatusRequestEntityTooLarge, fmt.Sprintf("Request body too large: the limit is %d bytes", tooLarge.Limit))
+		case errors.As(err, new(*paramError)):
+			err = withHTTPStatus(http.StatusBadRequest, err.Error())
+		}
+		var he *httpError
+		if errors.As(err, &he) {
+			g.writeError(w, he.code, op, g.callRequestID(op, md...), he.msg)
+			return
+		}
+		st := status.Convert(err)
+		g.writeError(w, httpStatus(st), op, g.callRequestID(op, md...), st.Message())
+		return
+	}
+	requestID := g.callRequestID(op, md...)
+	out, err := newJSONMarshaler().Marshal(&envelope{Type: op + "-result", RequestID: requestID, Data: resp})
+	if err != nil {
+		g.writeError(w, http.StatusInternalServerError, op, requestID, "Internal error")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(requestIDHeader, requestID)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+}
+
+// httpError is a failure the gateway itself answers, with its status.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func withHTTPStatus(code int, msg string) error { return &httpError{code: code, msg: msg} }
+
+// uploadMultipart streams the file part of a multipart form to the upload
+// RPC. Text fields before the file part are parameters; after it, only
+// the end of the form may follow (cancel aborts the RPC otherwise, so the
+// server keeps nothing).
+func (g *gateway) uploadMultipart(ctx context.Context, cancel context.CancelFunc, mr *multipart.Reader, query url.Values) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+	values := url.Values{}
+	for k, v := range query {
+		values[k] = v
+	}
+	for parts := 0; ; parts++ {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return nil, nil, withHTTPStatus(http.StatusBadRequest, "Missing file: send it as a form part with a file name (for example field 'file')")
+		}
+		if err != nil {
+			return nil, nil, readError(err, "Could not read the multipart form")
+		}
+		if parts >= maxFormParts {
+			return nil, nil, withHTTPStatus(http.StatusBadRequest, "Too many form parts")
+		}
+		name := part.FormName()
+		if part.FileName() == "" && name != "file" && name != "upload" {
+			text, err := io.ReadAll(io.LimitReader(part, maxFormField+1))
+			if err != nil {
+				return nil, nil, readError(err, "Could not read the multipart form")
+			}
+			if len(text) > maxFormField {
+				return nil, nil, withHTTPStatus(http.StatusBadRequest, fmt.Sprintf("Form field '%s' is too long", name))
+			}
+			if uploadFields[name] {
+				values.Set(name, string(text))
+			}
+			continue
+		}
+		meta, err := uploadParams(values)
+		if err != nil {
+			return nil, nil, err
+		}
+		if meta.Filename == "" {
+			meta.Filename = part.FileName()
+		}
+		if meta.MimeType == "" {
+			meta.MimeType = part.Header.Get("Content-Type")
+		}
+		// After the file, only the end of the form may come.
+		rest := func() error {
+			next, err := mr.NextPart()
+			switch {
+			case errors.Is(err, io.EOF):
+				return nil
+			case err != nil:
+				return readError(err, "Could not read the multipart form")
+			case next.FileName() != "":
+				return withHTTPStatus(http.StatusBadRequest, "Only one file can be uploaded at a time")
+			}
+			return withHTTPStatus(http.StatusBadRequest, fmt.Sprintf("Form field '%s' must come before the file", next.FormName()))
+		}
+		return g.upload(ctx, cancel, meta, part, rest)
+	}
+}
+
+// uploadJSON uploads the `fileData` of a JSON body.
+func (g *gateway) uploadJSON(ctx context.Context, w http.ResponseWriter, r *http.Request, maxUpload int64) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+	limit := base64.StdEncoding.EncodedLen(int(maxUpload)) + uploadSlack
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+	if err != nil {
+		return nil, nil, readError(err, "Could not read the request body")
+	}
+	var fields map[string]json.RawMessage
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+			return nil, nil, paramErrorf("The request body must be a JSON object")
+		}
+	}
+	body = nil // let the collector have it while the file is sent
+	rawData, ok := fields["fileData"]
+	delete(fields, "fileData")
+	rest, _ := json.Marshal(fields)
+	rt := g.routes.byRPC[uploadMethod]
+	merged, err := mergeParams(rt.input, rest, r.URL.Query())
+	if err != nil {
+		return nil, nil, err
+	}
+	meta := &relayv1.UploadFileRequest{}
+	if err := unmarshalParams(merged, meta); err != nil {
+		return nil, nil, err
+	}
+	meta.Chunk = nil
+	var fileData string
+	if !ok || isNull(rawData) {
+		return nil, nil, paramErrorf("Missing file data: send 'fileData' (a data URL or base64) or a multipart form")
+	}
+	if err := json.Unmarshal(rawData, &fileData); err != nil {
+		return nil, nil, paramErrorf("'fileData' must be a string")
+	}
+	payload := fileData
+	if rest, isURL := strings.CutPrefix(fileData, "data:"); isURL {
+		header, data, found := strings.Cut(rest, ",")
+		mediaType, isBase64 := strings.CutSuffix(header, ";base64")
+		if !found || !isBase64 {
+			return nil, nil, paramErrorf("Invalid file data format: must be a data URL with base64 content")
+		}
+		if meta.MimeType == "" {
+			meta.MimeType = mediaType
+		}
+		payload = data
+	}
+	// Check the whole payload first, so a bad character near the end does
+	// not abort an upload half sent.
+	if _, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, strings.NewReader(payload))); err != nil {
+		return nil, nil, paramErrorf("Invalid base64 data: %v", err)
+	}
+	return g.upload(ctx, func() {}, meta, base64.NewDecoder(base64.StdEncoding, strings.NewReader(payload)), nil)
+}
+
+// uploadParams builds the upload's first message from text parameters.
+func uploadParams(values url.Values) (*relayv1.UploadFileRequest, error) {
+	md := (&relayv1.UploadFileRequest{}).ProtoReflect().Descriptor()
+	merged, err := mergeParams(md, nil, values)
+	if err != nil {
+		return nil, err
+	}
+	meta := &relayv1.UploadFileRequest{}
+	if err := unmarshalParams(merged, meta); err != nil {
+		return nil, err
+	}
+	meta.Chunk = nil
+	return meta, nil
+}
+
+// upload runs the upload RPC: meta first, then body in chunks. When the
+// server ends the call early (a refused permission, the size limit), the
+// rest of the body is left unread and the server's status returned. after,
+// when set, runs once the body is sent and may still refuse the upload:
+// then cancel aborts the call and the server keeps nothing.
+func (g *gateway) upload(ctx context.Context, cancel context.CancelFunc, meta *relayv1.UploadFileRequest, body io.Reader, after func() error) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+	var header metadata.MD
+	stream, err := relayv1.NewFileServiceClient(g.conn).UploadFile(ctx, grpc.Header(&header))
+	if err != nil {
+		return nil, []metadata.MD{header}, err
+	}
+	mds := func() []metadata.MD { return []metadata.MD{header, stream.Trailer()} }
+	sendErr := stream.Send(meta)
+	for sendErr == nil {
+		buf := make([]byte, fileChunkBytes) // a message may be read after Send returns: never reuse
+		n, rerr := io.ReadFull(body, buf)
+		if n > 0 {
+			sendErr = stream.Send(&relayv1.UploadFileRequest{Chunk: buf[:n]})
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			cancel()
+			_, _ = stream.CloseAndRecv()
+			return nil, mds(), readError(rerr, "Could not read the upload")
+		}
+	}
+	if sendErr == nil && after != nil {
+		if err := after(); err != nil {
+			cancel()
+			_, _ = stream.CloseAndRecv()
+			return nil, mds(), err
+		}
+	}
+	// After a failed Send the server has ended the call: its status comes
+	// with the answer.
+	resp, err := stream.CloseAndRecv()
+	return resp, mds(), err
+}
+
+// readError turns an error reading the request body into the caller's
+// error: 413 past the body limit, else 400.
+func readError(err error, msg string) error {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return err
+	}
+	var he *httpError
+	if errors.As(err, &he) {
+		return err
+	}
+	if status.Code(err) == codes.Canceled {
+		return err
+	}
+	return withHTTPStatus(http.StatusBadRequest, msg)
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/world/combat"
+)
+
+// combatService implements relayv1.CombatServiceServer over package combat.
+type combatService struct {
+	relayv1.UnimplementedCombatServiceServer
+	encounters *combat.Manager
+}
+
+// newCombatService returns the combat service, rolling initiative with
+// fair random dice.
+func newCombatService() combatService {
+	return combatService{encounters: combat.New(nil)}
+}
+
+func (s combatService) ListEncounters(ctx context.Context, req *relayv1.ListEncountersRequest) (*relayv1.ListEncountersResponse, error) {
+	call := CallFrom(ctx)
+	list, err := s.encounters.List(ctx, call.World, call.User)
+	if err != nil {
+		return nil, err
+	}
+	out := &relayv1.ListEncountersResponse{Encounters: make([]*relayv1.Encounter, 0, len(list))}
+	for _, e := range list {
+		out.Encounters = append(out.Encounters, encounterPB(e))
+	}
+	return out, nil
+}
+
+func (s combatService) StartEncounter(ctx context.Context, req *relayv1.StartEncounterRequest) (*relayv1.StartEncounterResponse, error) {
+	call := CallFrom(ctx)
+	e, err := s.encounters.Start(ctx, call.World, call.User, combat.StartParams{
+		Name:         req.GetName(),
+		TokenUUIDs:   req.GetTokenUuids(),
+		WithSelected: req.GetStartWithSelected(),
+		WithPlayers:  req.GetStartWithPlayers(),
+		RollNPC:      req.GetRollNpc(),
+		RollAll:      req.GetRollAll(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.StartEncounterResponse{EncounterId: e.ID, Encounter: encounterPB(e)}, nil
+}
+
+func (s combatService) EndEncounter(ctx context.Context, req *relayv1.EndEncounterRequest) (*relayv1.EndEncounterResponse, error) {
+	call := CallFrom(ctx)
+	id, err := s.encounters.End(ctx, call.World, call.User, req.GetEncounterId())
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.EndEncounterResponse{EncounterId: id, Message: "Encounter successfully ended"}, nil
+}
+
+func (s combatService) NextTurn(ctx context.Context, req *relayv1.NextTurnRequest) (*relayv1.NextTurnResponse, error) {
+	p, err := s.navigate(ctx, req.GetEncounterId(), combat.NextTurn)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.NextTurnResponse{EncounterId: p.EncounterID, Action: string(p.Action), CurrentTurn: int32(p.Turn), CurrentRound: int32(p.Round),
+		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
+}
+
+func (s combatService) NextRound(ctx context.Context, req *relayv1.NextRoundRequest) (*relayv1.NextRoundResponse, error) {
+	p, err := s.navigate(ctx, req.GetEncounterId(), combat.NextRound)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.NextRoundResponse{EncounterId: p.EncounterID, Action: string(p.Action), CurrentTurn: int32(p.Turn), CurrentRound: int32(p.Round),
+		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
+}
+
+func (s combatService) PreviousTurn(ctx context.Context, req *relayv1.PreviousTurnRequest) (*relayv1.PreviousTurnResponse, error) {
+	p, err := s.navigate(ctx, req.GetEncounterId(), combat.PreviousTurn)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.PreviousTurnResponse{EncounterId: p.EncounterID, Action: string(p.Action), CurrentTurn: int32(p.Turn), CurrentRound: int32(p.Round),
+		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
+}
+
+func (s combatService) PreviousRound(ctx context.Context, req *relayv1.PreviousRoundRequest) (*relayv1.PreviousRoundResponse, error) {
+	p, err := s.navigate(ctx, req.GetEncounterId(), combat.PreviousRound)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.PreviousRoundResponse{EncounterId: p.EncounterID, Action: string(p.Action), CurrentTurn: int32(p.Turn), CurrentRound: int32(p.Round),
+		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
+}
+
+// navigate runs one turn or round move for the call's world and user.
+func (s combatService) navigate(ctx context.Context, id string, action combat.Action) (combat.Position, error) {
+	call := CallFrom(ctx)
+	return s.encounters.Navigate(ctx, call.World, call.User, id, action)
+}
+
+func (s combatService) AddToEncounter(ctx context.Context, req *relayv1.AddToEncounterRequest) (*relayv1.AddToEncounterResponse, error) {
+	call := CallFrom(ctx)
+	res, err := s.encounters.Add(ctx, call.World, call.User, combat.MembersParams{
+		EncounterID:    req.GetEncounterId(),
+		UUIDs:          req.GetUuids(),
+		Selected:       req.GetSelected(),
+		RollInitiative: req.GetRollInitiative(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.AddToEncounterResponse{EncounterId: res.EncounterID, Added: res.Done, Failed: failedPB(res.Failed)}, nil
+}
+
+func (s combatService) RemoveFromEncounter(ctx context.Context, req *relayv1.RemoveFromEncounterRequest) (*relayv1.RemoveFromEncounterResponse, error) {
+	call := CallFrom(ctx)
+	res, err := s.encounters.Remove(ctx, call.World, call.User, combat.MembersParams{
+		EncounterID: req.GetEncounterId(),
+		UUIDs:       req.GetUuids(),
+		Selected:    req.GetSelected(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.RemoveFromEncounterResponse{EncounterId: res.EncounterID, Removed: res.Done, Failed: failedPB(res.Failed)}, nil
+}
+
+// encounterPB converts an encounter summary.
+func encounterPB(e combat.Encounter) *relayv1.Encounter {
+	out := &relayv1.Encounter{
+		Id:         e.ID,
+		Name:       e.Name,
+		Round:      int32(e.Round),
+		Turn:       int32(e.Turn),
+		Current:    e.Current,
+		Combatants: make([]*relayv1.Combatant, 0, len(e.Combatants)),
+	}
+	for _, c := range e.Combatants {
+		pc := &relayv1.Combatant{
+			Id:        c.ID,
+			Name:      c.Name,
+			TokenUuid: c.TokenUUID,
+			ActorUuid: c.ActorUUID,
+			Img:       c.Img,
+			Hidden:    c.Hidden,
+			Defeated:  c.Defeated,
+		}
+		if c.Initiative != nil {
+			pc.Initiative = wrapperspb.Double(*c.Initiative)
+		}
+		out.Combatants = append(out.Combatants, pc)
+	}
+	return out
+}
+
+// failedPB converts the uuids an add or remove could not handle.
+func failedPB(failed []combat.Failed) []*relayv1.FailedUuid {
+	out := make([]*relayv1.FailedUuid, 0, len(failed))
+	for _, f := range failed {
+		out = append(out, &relayv1.FailedUuid{Uuid: f.UUID, Reason: f.Reason})
+	}
+	return out
+}

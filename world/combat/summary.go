@@ -1,0 +1,98 @@
+package combat
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"relay/world"
+)
+
+// List returns the world's encounters in the order they were started. A non-GM user sees a
+// hidden combatant only when they own its actor; Turn still indexes the
+// full initiative order.
+func (m *Manager) List(ctx context.Context, w world.World, user *world.User) ([]Encounter, error) {
+	eng, err := engineOf(w)
+	if err != nil {
+		return nil, err
+	}
+	out := []Encounter{}
+	err = eng.View(ctx, func(v *world.View) error {
+		var docs []world.Document
+		v.Each(combatName, func(doc world.Document) bool {
+			docs = append(docs, doc)
+			return true
+		})
+		slices.SortFunc(docs, func(a, b world.Document) int {
+			sa, _ := a["sort"].(float64)
+			sb, _ := b["sort"].(float64)
+			if c := cmp.Compare(sa, sb); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(createdTime(a), createdTime(b)); c != 0 {
+				return c
+			}
+			return cmp.Compare(str(a["_id"]), str(b["_id"]))
+		})
+		for _, doc := range docs {
+			out = append(out, summarize(v, doc, user))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// createdTime is a document's creation stamp in milliseconds, 0 when absent.
+func createdTime(doc world.Document) float64 {
+	t, _ := world.Property(doc, "_stats.createdTime")
+	n, _ := t.(float64)
+	return n
+}
+
+// summarize describes a combat as user may see it (nil: everything).
+func summarize(v *world.View, combat world.Document, user *world.User) Encounter {
+	ord := order(v, combat)
+	e := Encounter{
+		ID:         str(combat["_id"]),
+		Name:       str(combat["name"]),
+		Round:      intField(combat, "round"),
+		Turn:       clampTurn(intField(combat, "turn"), len(ord)),
+		Current:    combat["active"] == true,
+		Started:    combat["started"] == true,
+		Combatants: make([]Combatant, 0, len(ord)),
+	}
+	for _, c := range ord {
+		if c["hidden"] == true && !user.IsGM() && !ownsActor(v, user, c) {
+			continue
+		}
+		e.Combatants = append(e.Combatants, toCombatant(c))
+	}
+	return e
+}
+
+// ownsActor reports whether user owns a combatant's actor.
+func ownsActor(v *world.View, user *world.User, c world.Document) bool {
+	uuid := actorUUID(c)
+	if uuid == "" {
+		return false
+	}
+	level, err := v.Level(user, uuid)
+	return err == nil && level >= world.LevelOwner
+}
+
+// toCombatant converts a combatant document.
+func toCombatant(c world.Document) Combatant {
+	out := Combatant{
+		ID:        str(c["_id"]),
+		Name:      str(c["name"]),
+		TokenUUID: tokenUUID(c),
+		ActorUUID: actorUUID(c),
+		Img:       str(c["img"]),
+		Hidden:    c["hidden"] == true,
+		Defeated:  defeated(c),
+	}
+	if n, ok := c["initiative"].(float64); ok {
+		out.Initiative = &n
+	}
+	return out
+}
