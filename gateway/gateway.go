@@ -42,6 +42,9 @@ type Options struct {
 	// KeepaliveInterval is how long an event stream may stay silent before
 	// a keepalive comment is sent; 15 s when 0.
 	KeepaliveInterval time.Duration
+	// MaxUploadBytes is the server's upload limit (files.go); the gateway
+	// bounds the JSON upload bodies it buffers with it. 64 MiB when 0.
+	MaxUploadBytes int64
 }
 
 // installQueryParser installs queryParser once: grpc-gateway keeps the query
@@ -100,6 +103,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		relayv1.RegisterEventServiceHandler,
 		relayv1.RegisterKeyServiceHandler,
 		relayv1.RegisterClientServiceHandler,
+		relayv1.RegisterTicketServiceHandler,
 	} {
 		if err := register(ctx, g.mux, conn); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -109,6 +113,12 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		return nil, err
 	}
 	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
+		return nil, err
+	}
+	if err := g.handleEventStreams(); err != nil {
+		return nil, err
+	}
+	if err := g.handleFiles(opts.MaxUploadBytes); err != nil {
 		return nil, err
 	}
 	return http.HandlerFunc(g.serveHTTP), nil
@@ -136,7 +146,7 @@ func outgoingHeader(key string) (string, bool) {
 // handlers read, then hands the request to the mux.
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.routes.match(r.Method, r.URL.Path)
-	if rt == nil || rt.clientStreaming {
+	if rt == nil || rt.clientStreaming || isEventStream(rt) || isFileTransfer(rt) {
 		g.mux.ServeHTTP(w, r)
 		return
 	}

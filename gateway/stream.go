@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,12 @@ import (
 // comment is written when nothing else was for a while. The stream ends when
 // the caller goes away or the server ends it.
 func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route, params []byte) {
+	g.serveStream(w, r, rt, params, "")
+}
+
+// serveStream is serveEvents with an optional stream ticket, forwarded as
+// `x-stream-ticket` metadata for the server's authentication step.
+func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route, params []byte, ticket string) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	req, err := newRequest(rt.input, params)
@@ -41,6 +49,9 @@ func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route,
 	}
 	if key := r.Header.Get(apiKeyHeader); key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	}
+	if ticket != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, streamTicketMetadata, ticket)
 	}
 	var header metadata.MD
 	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
@@ -92,6 +103,88 @@ func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route,
 			return
 		}
 	}
+}
+
+// streamTicketMetadata carries a stream ticket to the server, which accepts
+// it on the event streams only.
+const streamTicketMetadata = "x-stream-ticket"
+
+// isEventStream reports whether a route is one of the event streams
+// (`/hooks/subscribe`, `/encounters/subscribe`, `/actor/subscribe`,
+// `/scene/subscribe`), which have hand-written handlers.
+func isEventStream(rt *route) bool {
+	return rt.serverStreaming && strings.HasPrefix(rt.fullMethod, "/relay.v1.EventService/")
+}
+
+// handleEventStreams registers the event streams' handlers on the mux,
+// ahead of the generated ones (the mux tries the latest registration
+// first).
+func (g *gateway) handleEventStreams() error {
+	for _, list := range g.routes.byMethod {
+		for _, rt := range list {
+			if !isEventStream(rt) {
+				continue
+			}
+			err := g.mux.HandlePath(rt.httpMethod, "/"+strings.Join(rt.segments, "/"), func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+				g.serveSubscribe(w, r, rt)
+			})
+			if err != nil {
+				return fmt.Errorf("gateway: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// serveSubscribe serves an event stream. Next to the usual parameters it
+// reads the resume point from the `Last-Event-ID` header (what an
+// EventSource sends when it reconnects; it wins over a `lastEventId`
+// parameter) and a browser's stream ticket from the `ticket` query
+// parameter. Streams are never compressed and have no write time-out; any
+// origin may read them, since they carry no cookie and need a key or a
+// ticket.
+func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *route) {
+	w.Header().Set("Access-Control-Allow-Origin", "*")
+	var body []byte
+	if r.Body != nil {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+		if err != nil {
+			g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), "Could not read the request body")
+			return
+		}
+	}
+	query := r.URL.Query()
+	ticket := query.Get("ticket")
+	query.Del("ticket")
+	merged, err := mergeParams(rt.input, body, query)
+	if err == nil {
+		merged, err = withLastEventID(merged, r.Header.Get("Last-Event-ID"))
+	}
+	if err != nil {
+		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
+		return
+	}
+	g.serveStream(w, r, rt, merged, ticket)
+}
+
+// withLastEventID sets the merged parameters' `lastEventId` from a
+// `Last-Event-ID` header, when there is one.
+func withLastEventID(params []byte, header string) ([]byte, error) {
+	id := strings.TrimSpace(header)
+	if id == "" {
+		return params, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil || m == nil {
+		m = map[string]json.RawMessage{}
+	}
+	quoted, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	m["lastEventId"] = quoted
+	return json.Marshal(m)
 }
 
 // newRequest builds a request message from merged JSON parameters.

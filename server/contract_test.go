@@ -82,7 +82,7 @@ func TestDocumentedPaths(t *testing.T) {
 		"POST /end-encounter", "POST /execute-js", "POST /give", "POST /increase", "POST /keys", "POST /kill",
 		"POST /last-round", "POST /last-turn", "POST /next-round", "POST /next-turn", "POST /previous-round",
 		"POST /previous-turn", "POST /remove", "POST /remove-from-encounter", "POST /select",
-		"POST /start-encounter", "POST /upload", "PUT /update",
+		"POST /start-encounter", "POST /stream-tickets", "POST /upload", "PUT /update",
 	}
 	services, err := ServiceDescriptors()
 	if err != nil {

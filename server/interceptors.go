@@ -64,6 +64,9 @@ type Chain struct {
 	Worlds     Worlds
 	RequestIDs *RequestIDs
 	Log        *slog.Logger
+	// Tickets, when set, lets the event streams authenticate with a stream
+	// ticket instead of an API key (see tickets.go).
+	Tickets *Tickets
 }
 
 // Unary returns the unary interceptors in chain order (first is outermost),
@@ -220,6 +223,17 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 		}
 	}
 	if plaintext == "" {
+		// Browsers cannot send headers on an event stream: the four
+		// subscribe methods also accept a single-use stream ticket, which
+		// stands for the key that asked for it.
+		if md, _ := metadata.FromIncomingContext(ctx); c.Tickets != nil && acceptsTicket(call.Method) && len(md.Get(StreamTicketHeader)) > 0 {
+			key, err := c.Tickets.Redeem(ctx, md.Get(StreamTicketHeader)[0])
+			if err != nil {
+				return err
+			}
+			call.Key = key
+			return nil
+		}
 		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
 	}
 	key, err := c.Keys.Authenticate(ctx, plaintext)

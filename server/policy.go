@@ -24,10 +24,11 @@ var relayServices = []protoreflect.FullName{
 	"relay.v1.ScriptService",
 	"relay.v1.CombatService",
 	"relay.v1.FileService",
-	"relay.v1.Dnd5eService",
+	"relay.v1.Dnd5EService",
 	"relay.v1.EventService",
 	"relay.v1.KeyService",
 	"relay.v1.ClientService",
+	"relay.v1.TicketService",
 }
 
 // ServiceDescriptors returns the descriptors of every service of the relay's

@@ -37,6 +37,14 @@ type Config struct {
 	ScriptTimeout time.Duration
 	// MaxMessageBytes bounds a received message; 4 MiB when 0.
 	MaxMessageBytes int
+	// Events configures the event streams (events.go).
+	Events EventsConfig
+	// DataDir is the data directory: each world's file area is
+	// `<DataDir>/worlds/<clientId>/files`. File calls answer Unavailable
+	// when it is empty.
+	DataDir string
+	// MaxUploadBytes bounds an uploaded file; DefaultMaxUploadBytes when 0.
+	MaxUploadBytes int64
 }
 
 // Server is the relay's gRPC server with its health service.
@@ -70,6 +78,7 @@ func New(cfg Config) (*Server, error) {
 		Worlds:     cfg.Worlds,
 		RequestIDs: cfg.RequestIDs,
 		Log:        cfg.Log,
+		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 	}
 	s := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(chain.Unary()...),
@@ -82,13 +91,11 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterScriptServiceServer(s, scriptService{timeout: cfg.ScriptTimeout})
 	relayv1.RegisterKeyServiceServer(s, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(s, clientService{worlds: cfg.Worlds})
-	// These services belong to later milestones: the contract is in place and
-	// every call passes the full interceptor chain, then answers
-	// Unimplemented (HTTP 501).
-	relayv1.RegisterCombatServiceServer(s, relayv1.UnimplementedCombatServiceServer{})
-	relayv1.RegisterFileServiceServer(s, relayv1.UnimplementedFileServiceServer{})
-	relayv1.RegisterDnd5EServiceServer(s, relayv1.UnimplementedDnd5EServiceServer{})
-	relayv1.RegisterEventServiceServer(s, relayv1.UnimplementedEventServiceServer{})
+	relayv1.RegisterEventServiceServer(s, newEventService(cfg.Events))
+	relayv1.RegisterTicketServiceServer(s, ticketService{tickets: chain.Tickets})
+	relayv1.RegisterCombatServiceServer(s, newCombatService())
+	relayv1.RegisterFileServiceServer(s, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
+	relayv1.RegisterDnd5EServiceServer(s, newDnd5eService(nil))
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)

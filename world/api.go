@@ -221,6 +221,10 @@ type Options struct {
 	// its changes, in commit order, while the world's write lock is still
 	// held (so calls never interleave). It must not block.
 	OnCommit func(changes []Change)
+	// Journal, when set, keeps records about each transaction's changes in
+	// the world's database, written in the same SQLite transaction (see
+	// journal.go). The event hub keeps its sequence and resume window there.
+	Journal Journal
 }
 
 // World is one tabletop world. Every method is safe for concurrent use.

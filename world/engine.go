@@ -25,6 +25,7 @@ type Engine struct {
 	clock    func() time.Time
 	newID    func() string
 	onCommit func([]Change)
+	journal  Journal
 
 	store *store
 	// writer is the write lock: a token taken by the one writer at a time.
@@ -65,6 +66,7 @@ func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]ma
 		clock:    opts.Clock,
 		newID:    opts.NewID,
 		onCommit: opts.OnCommit,
+		journal:  opts.Journal,
 		store:    st,
 		writer:   make(chan struct{}, 1),
 	}

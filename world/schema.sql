@@ -16,3 +16,11 @@ CREATE TABLE IF NOT EXISTS documents (
     data       TEXT NOT NULL,
     PRIMARY KEY (collection, id)
 ) STRICT, WITHOUT ROWID;
+
+-- journal holds records about committed changes, written in the same
+-- transaction as the changes (Options.Journal): the event hub keeps each
+-- event of its resume window here, by sequence number.
+CREATE TABLE IF NOT EXISTS journal (
+    seq  INTEGER PRIMARY KEY,
+    data BLOB NOT NULL
+) STRICT;

@@ -140,7 +140,13 @@ func (s *store) loadDocuments(ctx context.Context, fn func(collection, id string
 
 // write stores rows and settings in one transaction: all of them or, on any
 // error, none.
-func (s *store) write(ctx context.Context, rows []row, meta map[string]string) (err error) {
+func (s *store) write(ctx context.Context, rows []row, meta map[string]string) error {
+	return s.writeWith(ctx, rows, meta, journalBatch{})
+}
+
+// writeWith is write, also storing journal records (and dropping the
+// records older than the journal keeps) in the same transaction.
+func (s *store) writeWith(ctx context.Context, rows []row, meta map[string]string, journal journalBatch) (err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -164,6 +170,9 @@ func (s *store) write(ctx context.Context, rows []row, meta map[string]string) (
 		if err != nil {
 			return err
 		}
+	}
+	if err := writeJournal(ctx, tx, journal); err != nil {
+		return err
 	}
 	return tx.Commit()
 }

@@ -107,7 +107,11 @@ func (e *Engine) commit(ctx context.Context, tx *Tx, meta map[string]string) err
 	if len(rows) == 0 && len(meta) == 0 {
 		return nil
 	}
-	if err := e.store.write(context.WithoutCancel(ctx), rows, meta); err != nil {
+	var journal journalBatch
+	if e.journal != nil && len(changes) > 0 {
+		journal.records, journal.keepFrom = e.journal.Record(e, changes)
+	}
+	if err := e.store.writeWith(context.WithoutCancel(ctx), rows, meta, journal); err != nil {
 		return Errorf(ErrUnavailable, "Could not save changes to world %s: %v", e.info.ClientID, err)
 	}
 	e.snap.Store(tx.base.withDocs(tx, changed))

@@ -284,7 +284,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"GM-only", "POST", "/create-folder", admin, map[string]string{"userId": "Alice"}, map[string]any{"name": "Mine", "folderType": "Actor"}, 403, "User 'Alice' must be a GM to create folders"},
 		{"execute-js GM-only", "POST", "/execute-js", admin, map[string]string{"userId": "alice"}, map[string]any{"script": "return 1"}, 403, "User 'Alice' must be a GM to execute JavaScript"},
 		{"world permission", "GET", "/file-system", admin, map[string]string{"userId": "Bob"}, nil, 403, "User 'Bob' does not have 'FILES_BROWSE' permission required to browse the file system"},
-		{"later milestone", "POST", "/start-encounter", admin, nil, map[string]any{}, 501, "method StartEncounter not implemented"},
+		{"GM-only encounter", "POST", "/start-encounter", admin, map[string]string{"userId": "Bob"}, map[string]any{}, 403, "User 'Bob' must be a GM to start encounters"},
 		{"body not JSON", "PUT", "/update", admin, map[string]string{"uuid": ariaUUID}, "{not json", 400, "The request body must be a JSON object"},
 		{"wrong document type", "POST", "/give", admin, nil, map[string]any{"toUuid": potionUUID, "itemUuid": potionUUID}, 400, "Target entity must be an Actor, got Item"},
 		{"wrong type", "GET", "/search", admin, map[string]string{"limit": "lots"}, nil, 400, "'limit' must be a number"},
@@ -294,7 +294,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"stream without key", "GET", "/actor/subscribe", "", nil, nil, 401, "API key is required"},
 		{"stream without scope", "GET", "/hooks/subscribe", readOnly, nil, nil, 403, "API key lacks required scope: events:subscribe"},
 		{"stream for a player of another world", "GET", "/scene/subscribe", otherWorld, map[string]string{"clientId": "demo"}, nil, 403, "API key is not authorized for client 'demo'"},
-		{"stream of a later milestone", "GET", "/encounters/subscribe", admin, nil, nil, 501, "method SubscribeEncounters not implemented"},
+		{"stream with a malformed resume id", "GET", "/encounters/subscribe", admin, map[string]string{"lastEventId": "abc"}, nil, 400, "'lastEventId' must be an event id (a whole number), not 'abc'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -533,14 +533,14 @@ func TestGRPCDirect(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no key: %v", err)
 	}
-	// A streaming RPC of a later milestone passes authentication, then
-	// answers Unimplemented.
+	// A stream passes authentication, then sends `connected` at once.
 	stream, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{})
+	var first *relayv1.SubscribeActorsResponse
 	if err == nil {
-		_, err = stream.Recv()
+		first, err = stream.Recv()
 	}
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("subscribe: %v", err)
+	if err != nil || first.GetEvent().GetName() != "connected" || !strings.Contains(string(first.GetEvent().GetData()), `"clientId":"demo"`) {
+		t.Fatalf("subscribe: %v %v", first, err)
 	}
 	noKey, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(context.Background(), &relayv1.SubscribeActorsRequest{})
 	if err == nil {

@@ -27,6 +27,7 @@ import (
 	"relay/server/keys"
 	"relay/world"
 	"relay/world/demo"
+	"relay/world/events"
 )
 
 // serveConfig is the configuration of `relay serve`.
@@ -39,6 +40,14 @@ type serveConfig struct {
 	nodeID        int
 	maxBodyBytes  int64
 	scriptTimeout time.Duration
+	// maxUploadBytes bounds an uploaded file (0: the server's default).
+	maxUploadBytes int64
+	// Event streams.
+	eventKeepalive     time.Duration
+	eventRingSize      int
+	eventQueueSize     int
+	maxStreamsPerKey   int
+	maxStreamsPerWorld int
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -49,7 +58,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", envOr("RELAY_LOG_LEVEL", "info"), "log `level`: debug, info, warn or error (RELAY_LOG_LEVEL)")
 	fs.IntVar(&c.nodeID, "node-id", envInt("RELAY_NODE_ID", -1), "`number` (0-999999) that keeps request ids unique across relays; random when negative (RELAY_NODE_ID)")
 	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", 1<<20)), "largest JSON request body in `bytes`; larger ones get 413 (RELAY_MAX_BODY_BYTES)")
+	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
+	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
+	fs.IntVar(&c.eventRingSize, "event-ring-size", envInt("RELAY_EVENT_RING_SIZE", events.DefaultRingSize), "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
+	fs.IntVar(&c.eventQueueSize, "event-queue-size", envInt("RELAY_EVENT_QUEUE_SIZE", events.DefaultQueueSize), "`events` a stream may fall behind before it is closed with an overflow event (RELAY_EVENT_QUEUE_SIZE)")
+	fs.IntVar(&c.maxStreamsPerKey, "max-streams-per-key", envInt("RELAY_MAX_STREAMS_PER_KEY", server.DefaultMaxStreamsPerKey), "open event streams allowed per API key; more get 429 (RELAY_MAX_STREAMS_PER_KEY)")
+	fs.IntVar(&c.maxStreamsPerWorld, "max-streams-per-world", envInt("RELAY_MAX_STREAMS_PER_WORLD", server.DefaultMaxStreamsPerWorld), "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -91,6 +106,7 @@ type relay struct {
 	inner    *bufconn.Listener
 	keys     *keys.Store
 	worlds   *world.Host
+	hub      *events.Hub
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -115,9 +131,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		_ = r.close(context.Background())
 		return nil, err
 	}
-	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{}); err != nil {
+	// The event hub numbers and stores each transaction's events in the
+	// transaction (as the worlds' journal), then publishes them once
+	// committed (as a host listener).
+	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize})
+	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub}); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
+	r.worlds.Watch(r.hub.Committed)
 	if cfg.demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.dataDir, log); err != nil {
 			return fail(err)
@@ -140,6 +161,15 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.scriptTimeout,
+		// Each world's file area is <data>/worlds/<clientId>/files.
+		DataDir:        cfg.dataDir,
+		MaxUploadBytes: cfg.maxUploadBytes,
+		Events: server.EventsConfig{
+			Hub:                r.hub,
+			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
+			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
+			QueueSize:          cfg.eventQueueSize,
+		},
 	}); err != nil {
 		return fail(err)
 	}
@@ -155,7 +185,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if err != nil {
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes})
+	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes})
 	if err != nil {
 		return fail(err)
 	}
@@ -206,6 +236,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	var errs []error
 	if r.grpc != nil {
 		r.grpc.SetServing(false)
+	}
+	if r.hub != nil {
+		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))

@@ -30,7 +30,26 @@ type Event struct {
 	Sequence uint64 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The event's name, for example `updateActor` or `combat-turn`.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// A JSON object (inline over REST): the payload; always carries the uuid of the document concerned.
+	// A JSON object (inline over REST): the payload; always carries the uuid
+	// of the document concerned. Hooks: `{uuid, documentName, parentUuid}`
+	// plus `data` (the new document) for create*, `changes` (the changed
+	// fields, nested; a removed key as `-=key`) for update*, `id` and `name`
+	// for delete*; combatStart/combatRound/combatTurn carry the combat state
+	// `{encounterId, uuid, round, turn, started, active, combatants}`. Actor
+	// channel: `{actorUuid, uuid}` plus `changes` (actor-update), `itemId` and
+	// `item`, `itemName`, `changes` (actor-item-*), `effectId` and `effect` or
+	// `effectName` (actor-effect-*). Scene channel: `{sceneId, uuid}` plus
+	// `changes`, `name` (scene-activate), `tokenId` and `token`, `changes` or
+	// `tokenName` (scene-token-*). Combat channel: the combat state
+	// (combat-start, -turn, -round), `{encounterId, uuid, round}`
+	// (combat-end), `{encounterId, uuid, combatant}` (combat-combatant-add,
+	// -remove). A reader LIMITED on the document gets only its `name`, `uuid`,
+	// `type` and `img` (and update events only when `name` or `img` changed);
+	// hidden combatants reach GMs only. Stream events: `connected`
+	// `{clientId, channel, <filter>}`; `reset` `{lastEventId, oldestEventId,
+	// currentEventId, message}` when a resume id is out of the retained
+	// window; `overflow` `{lastEventId, message}` before the stream closes
+	// because the reader fell behind.
 	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

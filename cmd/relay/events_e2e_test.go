@@ -1,0 +1,642 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// sseFrame is one frame of an event stream: an event, or a comment.
+type sseFrame struct {
+	id, event, data, comment string
+}
+
+// json decodes an event's data.
+func (f sseFrame) json(t *testing.T) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal([]byte(f.data), &v); err != nil {
+		t.Fatalf("event %s data is not a JSON object: %v: %s", f.event, err, f.data)
+	}
+	return v
+}
+
+// sseClient is an open event stream read by a goroutine.
+type sseClient struct {
+	t      *testing.T
+	resp   *http.Response
+	cancel context.CancelFunc
+	frames chan sseFrame
+}
+
+// openStream opens an event stream; it fails the test unless the answer is
+// 200 with text/event-stream. header may add request headers.
+func (tr *testRelay) openStream(path, key string, query url.Values, header http.Header) *sseClient {
+	tr.t.Helper()
+	resp, cancel := tr.startStream(path, key, query, header)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		body := make([]byte, 512)
+		n, _ := resp.Body.Read(body)
+		cancel()
+		tr.t.Fatalf("GET %s: status %d %s: %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), body[:n])
+	}
+	c := &sseClient{t: tr.t, resp: resp, cancel: cancel, frames: make(chan sseFrame, 10000)}
+	go c.read()
+	tr.t.Cleanup(c.close)
+	return c
+}
+
+// startStream sends a stream request and returns the response as is.
+func (tr *testRelay) startStream(path, key string, query url.Values, header http.Header) (*http.Response, context.CancelFunc) {
+	tr.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	u := tr.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	// No client time-out: a stream lasts.
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		cancel()
+		tr.t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp, func() { cancel(); resp.Body.Close() }
+}
+
+func (c *sseClient) close() { c.cancel() }
+
+// read parses frames until the stream ends, then closes frames.
+func (c *sseClient) read() {
+	defer close(c.frames)
+	sc := bufio.NewScanner(c.resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	var f sseFrame
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if f.event != "" || f.data != "" {
+				c.frames <- f
+			}
+			f = sseFrame{}
+		case strings.HasPrefix(line, ":"):
+			c.frames <- sseFrame{comment: strings.TrimSpace(line[1:])}
+		case strings.HasPrefix(line, "id: "):
+			f.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			f.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			f.data = line[6:]
+		}
+	}
+}
+
+// next returns the next event, skipping comments; it fails after timeout.
+func (c *sseClient) next(timeout time.Duration) sseFrame {
+	c.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatal("the stream ended")
+			}
+			if f.comment == "" {
+				return f
+			}
+		case <-deadline:
+			c.t.Fatalf("no event within %v", timeout)
+		}
+	}
+}
+
+// expect reads the next events and checks their names.
+func (c *sseClient) expect(names ...string) []sseFrame {
+	c.t.Helper()
+	var out []sseFrame
+	for _, name := range names {
+		f := c.next(5 * time.Second)
+		if f.event != name {
+			c.t.Fatalf("event %q (%s), want %q; so far %v", f.event, f.data, name, out)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// ended reports whether the stream ends (after any remaining frames)
+// within timeout, returning the events read meanwhile.
+func (c *sseClient) ended(timeout time.Duration) ([]sseFrame, bool) {
+	var got []sseFrame
+	deadline := time.After(timeout)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				return got, true
+			}
+			if f.comment == "" {
+				got = append(got, f)
+			}
+		case <-deadline:
+			return got, false
+		}
+	}
+}
+
+// write sends a REST write with the admin key and checks it succeeded.
+func (tr *testRelay) write(method, path string, body map[string]any) map[string]any {
+	tr.t.Helper()
+	resp := tr.do(method, path, tr.adminKey, nil, body)
+	if resp.status != http.StatusOK {
+		tr.t.Fatalf("%s %s: %d %s", method, path, resp.status, resp.body)
+	}
+	return resp.data(tr.t)
+}
+
+func (tr *testRelay) setHP(uuid string, hp int) {
+	tr.t.Helper()
+	tr.write("PUT", "/update", map[string]any{"uuid": uuid, "data": map[string]any{"system.attributes.hp.value": hp}})
+}
+
+// names lists the event names of frames.
+func names(frames []sseFrame) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		out[i] = f.event
+	}
+	return out
+}
+
+// quiet fails when an event (not a keepalive) arrives within d.
+func (c *sseClient) quiet(d time.Duration) {
+	c.t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				return
+			}
+			if f.comment == "" {
+				c.t.Fatalf("unexpected event %s: %s", f.event, f.data)
+			}
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func TestEventChannelsAndFilters(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	key := tr.adminKey
+	const combatID = "combatOne0000001"
+	allHooks := tr.openStream("/hooks/subscribe", key, nil, nil)
+	someHooks := tr.openStream("/hooks/subscribe", key, q("hooks", "createItem, deleteItem"), nil)
+	allActors := tr.openStream("/actor/subscribe", key, nil, nil)
+	aria := tr.openStream("/actor/subscribe", key, q("actorUuid", ariaUUID), nil)
+	tavern := tr.openStream("/scene/subscribe", key, q("sceneId", "tavernScene00001"), nil)
+	anyScene := tr.openStream("/scene/subscribe", key, nil, nil)
+	combat := tr.openStream("/encounters/subscribe", key, q("encounterId", combatID), nil)
+	otherCombat := tr.openStream("/encounters/subscribe", key, q("encounterId", "otherCombat00001"), nil)
+	streams := []*sseClient{allHooks, someHooks, allActors, aria, tavern, anyScene, combat, otherCombat}
+	for _, c := range streams {
+		f := c.expect("connected")[0]
+		if f.id != "" || f.json(t)["clientId"] != "demo" {
+			t.Fatalf("connected frame %+v", f)
+		}
+	}
+	tavernToken := "Scene.tavernScene00001.Token.ariaToken0000001"
+
+	tr.setHP(bromUUID, 20)
+	tr.setHP(ariaUUID, 1)
+	item := tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Gem", "type": "loot"}})["uuid"].(string)
+	tr.write("PUT", "/update", map[string]any{"uuid": item, "data": map[string]any{"name": "Ruby"}})
+	tr.write("DELETE", "/delete", map[string]any{"uuid": item})
+	effect := tr.write("POST", "/create", map[string]any{"entityType": "ActiveEffect", "parentUuid": ariaUUID, "data": map[string]any{"name": "Blessed"}})["uuid"].(string)
+	tr.write("DELETE", "/delete", map[string]any{"uuid": effect})
+	tr.write("PUT", "/update", map[string]any{"uuid": tavernToken, "data": map[string]any{"x": 500}})
+	barrel := tr.write("POST", "/create", map[string]any{"entityType": "Token", "parentUuid": tavernScene, "data": map[string]any{"name": "Barrel"}})["uuid"].(string)
+	tr.write("DELETE", "/delete", map[string]any{"uuid": barrel})
+	tr.write("PUT", "/update", map[string]any{"uuid": tavernScene, "data": map[string]any{"name": "The Tavern"}})
+	cellar := tr.write("POST", "/create", map[string]any{"entityType": "Scene", "data": map[string]any{"name": "Cellar"}})["uuid"].(string)
+	tr.write("PUT", "/update", map[string]any{"uuid": cellar, "data": map[string]any{"active": true}})
+	tr.write("POST", "/create", map[string]any{"entityType": "Combat", "keepId": true, "data": map[string]any{"_id": combatID, "round": 0, "turn": 0, "started": false, "scene": "tavernScene00001"}})
+	tr.write("POST", "/create", map[string]any{"entityType": "Combatant", "parentUuid": "Combat." + combatID, "data": map[string]any{"name": "Brom", "actorId": "bromIronfist0001", "tokenId": "bromToken0000001"}})
+	tr.write("PUT", "/update", map[string]any{"uuid": "Combat." + combatID, "data": map[string]any{"started": true, "round": 1}})
+	tr.write("PUT", "/update", map[string]any{"uuid": "Combat." + combatID, "data": map[string]any{"turn": 1}})
+	tr.write("PUT", "/update", map[string]any{"uuid": "Combat." + combatID, "data": map[string]any{"round": 2, "turn": 0}})
+	tr.write("DELETE", "/delete", map[string]any{"uuid": "Combat." + combatID})
+
+	hooks := allHooks.expect("updateActor", "updateActor", "createItem", "updateItem", "deleteItem",
+		"createActiveEffect", "deleteActiveEffect", "updateToken", "createToken", "deleteToken",
+		"updateScene", "createScene", "updateScene", "createCombat", "createCombatant",
+		"updateCombat", "combatStart", "updateCombat", "combatTurn", "updateCombat", "combatRound", "deleteCombat")
+	var last uint64
+	for _, f := range hooks {
+		id, err := strconv.ParseUint(f.id, 10, 64)
+		if err != nil || id <= last {
+			t.Fatalf("event ids must increase: %q after %d", f.id, last)
+		}
+		last = id
+		if f.json(t)["uuid"] == nil {
+			t.Fatalf("%s payload without uuid: %s", f.event, f.data)
+		}
+	}
+	if got := hooks[1].json(t); got["uuid"] != ariaUUID || got["changes"].(map[string]any)["system"] == nil {
+		t.Fatalf("updateActor payload %v", got)
+	}
+	if got := hooks[2].json(t)["data"].(map[string]any); got["name"] != "Gem" || got["uuid"] != item {
+		t.Fatalf("createItem data %v", got)
+	}
+	someHooks.expect("createItem", "deleteItem")
+	actorEvents := allActors.expect("actor-update", "actor-update", "actor-item-add", "actor-item-update", "actor-item-remove", "actor-effect-add", "actor-effect-remove")
+	if got := actorEvents[3].json(t); got["actorUuid"] != ariaUUID || got["itemName"] != "Ruby" || got["changes"].(map[string]any)["name"] != "Ruby" {
+		t.Fatalf("actor-item-update payload %v", got)
+	}
+	aria.expect("actor-update", "actor-item-add", "actor-item-update", "actor-item-remove", "actor-effect-add", "actor-effect-remove")
+	tavern.expect("scene-token-update", "scene-token-create", "scene-token-delete", "scene-update")
+	anyScene.expect("scene-token-update", "scene-token-create", "scene-token-delete", "scene-update", "scene-activate", "scene-update")
+	fights := combat.expect("combat-combatant-add", "combat-start", "combat-turn", "combat-round", "combat-end")
+	start := fights[1].json(t)
+	if start["encounterId"] != combatID || start["round"] != 1.0 || start["started"] != true {
+		t.Fatalf("combat-start payload %v", start)
+	}
+	if list := start["combatants"].([]any); len(list) != 1 || list[0].(map[string]any)["actorUuid"] != bromUUID ||
+		list[0].(map[string]any)["tokenUuid"] != "Scene.tavernScene00001.Token.bromToken0000001" {
+		t.Fatalf("combatants %v", list)
+	}
+	for _, c := range streams {
+		c.quiet(200 * time.Millisecond)
+	}
+}
+
+func TestEventsFollowTheSubscribersPermissions(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	aliceKey, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	bobKey, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "bob", Scopes: []string{"events:subscribe"}})
+	alice := tr.openStream("/actor/subscribe", aliceKey, nil, nil)
+	bob := tr.openStream("/hooks/subscribe", bobKey, q("userId", "Bob", "hooks", "createItem,updateActor"), nil)
+	aliceCombat := tr.openStream("/encounters/subscribe", aliceKey, nil, nil)
+	alice.expect("connected")
+	bob.expect("connected")
+	aliceCombat.expect("connected")
+
+	tr.setHP(goblinUUID, 2)                                                                                  // NONE for both
+	tr.setHP(guardUUID, 3)                                                                                   // LIMITED: no limited field changed
+	tr.write("PUT", "/update", map[string]any{"uuid": guardUUID, "data": map[string]any{"name": "Captain"}}) // LIMITED: the name
+	tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Secret map", "type": "loot", "system": map[string]any{"description": map[string]any{"value": "X marks the spot"}}}})
+	tr.setHP(ariaUUID, 7) // Alice owns Aria; Bob is LIMITED on her
+	combat := tr.write("POST", "/create", map[string]any{"entityType": "Combat", "data": map[string]any{"round": 1, "turn": 0, "started": false}})["uuid"].(string)
+	tr.write("POST", "/create", map[string]any{"entityType": "Combatant", "parentUuid": combat, "data": map[string]any{"name": "Lurker", "actorId": "goblin0000000001", "hidden": true}})
+	tr.write("POST", "/create", map[string]any{"entityType": "Combatant", "parentUuid": combat, "data": map[string]any{"name": "Brom", "actorId": "bromIronfist0001"}})
+	tr.write("PUT", "/update", map[string]any{"uuid": combat, "data": map[string]any{"started": true}})
+
+	got := alice.expect("actor-update", "actor-item-add", "actor-update")
+	if d := got[0].json(t); d["actorUuid"] != guardUUID || len(d["changes"].(map[string]any)) != 1 || d["changes"].(map[string]any)["name"] != "Captain" {
+		t.Fatalf("LIMITED actor-update for Alice: %v", d)
+	}
+	if d := got[1].json(t)["item"].(map[string]any); d["system"] == nil {
+		t.Fatalf("Alice owns Aria and gets the whole item: %v", d)
+	}
+	if d := got[2].json(t); d["actorUuid"] != ariaUUID {
+		t.Fatalf("Alice's own actor: %v", d)
+	}
+	alice.quiet(200 * time.Millisecond)
+
+	got = bob.expect("updateActor", "createItem")
+	if d := got[0].json(t); d["uuid"] != guardUUID || len(d["changes"].(map[string]any)) != 1 {
+		t.Fatalf("Bob's LIMITED updateActor: %v", d)
+	}
+	item := got[1].json(t)["data"].(map[string]any)
+	if len(item) != 4 || item["name"] != "Secret map" || item["type"] != "Item" || item["system"] != nil {
+		t.Fatalf("Bob is LIMITED on Aria and gets only the limited fields of her item: %v", item)
+	}
+	bob.quiet(200 * time.Millisecond)
+
+	fight := aliceCombat.expect("combat-combatant-add", "combat-start")
+	if d := fight[0].json(t)["combatant"].(map[string]any); d["name"] != "Brom" {
+		t.Fatalf("Alice must not learn of the hidden combatant: %v", d)
+	}
+	if list := fight[1].json(t)["combatants"].([]any); len(list) != 1 {
+		t.Fatalf("combatants shown to Alice: %v", list)
+	}
+	aliceCombat.quiet(200 * time.Millisecond)
+}
+
+func TestEventStreamRefusals(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.maxStreamsPerKey = 2; c.maxStreamsPerWorld = 3 })
+	elsewhere, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "elsewhere", Scopes: []string{"events:subscribe"}, ClientIds: []string{"elsewhere"}})
+	resp, cancel := tr.startStream("/actor/subscribe", elsewhere, q("clientId", "demo"), nil)
+	cancel()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a key bound to another world: status %d, want 403", resp.StatusCode)
+	}
+
+	first, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "one", Scopes: []string{"events:subscribe"}})
+	second, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "two", Scopes: []string{"events:subscribe"}})
+	a := tr.openStream("/hooks/subscribe", first, nil, nil)
+	tr.openStream("/hooks/subscribe", first, nil, nil)
+	over := tr.do("GET", "/scene/subscribe", first, nil, nil)
+	if over.status != http.StatusTooManyRequests || over.errorText(t) != "Too many event streams for this API key: at most 2 may be open at once" {
+		t.Fatalf("third stream of a key: %d %s", over.status, over.body)
+	}
+	tr.openStream("/hooks/subscribe", second, nil, nil)
+	over = tr.do("GET", "/hooks/subscribe", second, nil, nil)
+	if over.status != http.StatusTooManyRequests || over.errorText(t) != "Too many event streams on world 'demo': at most 3 may be open at once" {
+		t.Fatalf("fourth stream of the world: %d %s", over.status, over.body)
+	}
+	// Closing a stream gives its place back.
+	a.close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		resp, cancel := tr.startStream("/hooks/subscribe", second, nil, nil)
+		cancel()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the closed stream's place was not released: %d", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestEventResumeWhileWritesContinue(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	const writes = 60
+	first := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	first.expect("connected")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 1; i <= writes; i++ {
+			tr.setHP(ariaUUID, i)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	hp := func(f sseFrame) int {
+		v := f.json(t)["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"]
+		return int(v.(float64))
+	}
+	var seen []int
+	var lastID string
+	for range 10 {
+		f := first.expect("actor-update")[0]
+		seen = append(seen, hp(f))
+		lastID = f.id
+	}
+	first.close() // the caller goes away while writes go on
+	time.Sleep(30 * time.Millisecond)
+	second := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), http.Header{"Last-Event-Id": {lastID}})
+	second.expect("connected")
+	for len(seen) < writes {
+		seen = append(seen, hp(second.expect("actor-update")[0]))
+	}
+	<-done
+	for i, v := range seen {
+		if v != i+1 {
+			t.Fatalf("after resuming, hp values %v: want 1..%d, each once, in order", seen, writes)
+		}
+	}
+	second.quiet(200 * time.Millisecond)
+
+	// An id older than the window, or from the future, is a reset.
+	third := tr.openStream("/actor/subscribe", tr.adminKey, q("lastEventId", "999999"), nil)
+	third.expect("connected")
+	if d := third.expect("reset")[0].json(t); d["lastEventId"] != "999999" {
+		t.Fatalf("reset payload %v", d)
+	}
+	tr.setHP(ariaUUID, 1)
+	third.expect("actor-update")
+}
+
+func TestEventSequencesSurviveARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tr := startTestRelay(t, func(c *serveConfig) { c.dataDir = dir })
+	s := tr.openStream("/actor/subscribe", tr.adminKey, nil, nil)
+	s.expect("connected")
+	tr.setHP(ariaUUID, 3)
+	before, _ := strconv.ParseUint(s.expect("actor-update")[0].id, 10, 64)
+	s.close()
+	if err := tr.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	again := startTestRelay(t, func(c *serveConfig) { c.dataDir = dir })
+	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.adminKey = strings.TrimSpace(string(key))
+	resumed := again.openStream("/actor/subscribe", again.adminKey, q("lastEventId", strconv.FormatUint(before-1, 10)), nil)
+	resumed.expect("connected")
+	if f := resumed.expect("actor-update")[0]; f.id != strconv.FormatUint(before, 10) {
+		t.Fatalf("replayed id %s after a restart, want %d", f.id, before)
+	}
+	again.setHP(ariaUUID, 4)
+	if after, _ := strconv.ParseUint(resumed.expect("actor-update")[0].id, 10, 64); after <= before {
+		t.Fatalf("sequence %d after a restart, not above %d", after, before)
+	}
+}
+
+func TestEventOverflow(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.eventQueueSize = 4; c.maxBodyBytes = 1 << 20 })
+	resp, cancel := tr.startStream("/hooks/subscribe", tr.adminKey, q("hooks", "updateActor"), nil)
+	defer cancel()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// The subscriber reads nothing while large events pile up: the socket
+	// buffers fill, then the gRPC window, then its queue.
+	blob := strings.Repeat("x", 256<<10)
+	for i := range 60 {
+		tr.write("PUT", "/update", map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.test.blob": fmt.Sprint(i, blob)}})
+	}
+	c := &sseClient{t: t, resp: resp, cancel: cancel, frames: make(chan sseFrame, 10000)}
+	go c.read()
+	frames, ended := c.ended(10 * time.Second)
+	if !ended {
+		t.Fatal("an overflowed stream must end")
+	}
+	if len(frames) < 2 || frames[len(frames)-1].event != "overflow" {
+		t.Fatalf("the last event is %v, want overflow", names(frames))
+	}
+	d := frames[len(frames)-1].json(t)
+	lastID := frames[len(frames)-2].id
+	if d["lastEventId"] != lastID {
+		t.Fatalf("overflow says resume from %v, the last event was %s", d["lastEventId"], lastID)
+	}
+	t.Logf("%d events before the overflow", len(frames)-2)
+	if len(frames) >= 60 {
+		t.Fatalf("the stream delivered %d events: it never overflowed", len(frames))
+	}
+}
+
+func TestEventKeepalivesAndRelease(t *testing.T) {
+	tr := startTestRelay(t, func(c *serveConfig) { c.eventKeepalive = 40 * time.Millisecond })
+	s := tr.openStream("/scene/subscribe", tr.adminKey, nil, nil)
+	s.expect("connected")
+	keepalives := 0
+	timeout := time.After(2 * time.Second)
+	for keepalives < 3 {
+		select {
+		case f := <-s.frames:
+			if f.comment == "keepalive" {
+				keepalives++
+			} else {
+				t.Fatalf("unexpected frame %+v", f)
+			}
+		case <-timeout:
+			t.Fatalf("%d keepalives in 2s at a 40ms interval", keepalives)
+		}
+	}
+	s.close()
+
+	// Goroutines of open streams are released when their callers go away.
+	settle := func() int {
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond)
+		return runtime.NumGoroutine()
+	}
+	base := settle()
+	var streams []*sseClient
+	for range 20 {
+		c := tr.openStream("/hooks/subscribe", tr.adminKey, nil, nil)
+		c.expect("connected")
+		streams = append(streams, c)
+	}
+	if open := runtime.NumGoroutine(); open < base+20 {
+		t.Fatalf("%d goroutines with 20 streams open, %d before", open, base)
+	}
+	for _, c := range streams {
+		c.close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for n := settle(); n > base+2; n = settle() {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after closing 20 streams, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+func TestStreamTickets(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	key, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	noEvents, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read"}})
+	if r := tr.do("POST", "/stream-tickets", noEvents, nil, map[string]any{}); r.status != http.StatusForbidden {
+		t.Fatalf("ticket for a key without events:subscribe: %d %s", r.status, r.body)
+	}
+	issue := func() string {
+		r := tr.do("POST", "/stream-tickets", key, nil, map[string]any{})
+		d := r.data(t)
+		if r.status != http.StatusOK || d["expiresIn"] != 60.0 || !strings.HasPrefix(d["ticket"].(string), "st_") {
+			t.Fatalf("ticket: %d %s", r.status, r.body)
+		}
+		return d["ticket"].(string)
+	}
+	ticket := issue()
+	s := tr.openStream("/actor/subscribe", "", q("ticket", ticket), nil)
+	s.expect("connected")
+	tr.setHP(goblinUUID, 1) // the ticket acts as the key's user: Alice sees nothing of the goblin
+	tr.setHP(ariaUUID, 2)
+	if d := s.expect("actor-update")[0].json(t); d["actorUuid"] != ariaUUID {
+		t.Fatalf("ticket stream got %v", d)
+	}
+	if r := tr.do("GET", "/actor/subscribe", "", q("ticket", ticket), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "Invalid or expired stream ticket" {
+		t.Fatalf("a used ticket: %d %s", r.status, r.body)
+	}
+	if r := tr.do("GET", "/get", "", q("ticket", issue(), "uuid", ariaUUID), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key is required" {
+		t.Fatalf("a ticket outside the event streams: %d %s", r.status, r.body)
+	}
+}
+
+// TestBrowserEventSource opens an EventSource in headless Chromium with a
+// stream ticket and checks that a live event reaches the page.
+func TestBrowserEventSource(t *testing.T) {
+	const chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("skipped: %s is missing (Debian's chromium package; .ci/run installs it)", chromium)
+	}
+	t.Parallel()
+	tr := startTestRelay(t)
+	key, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}})
+	r := tr.do("POST", "/stream-tickets", key, nil, map[string]any{})
+	ticket := r.data(t)["ticket"].(string)
+
+	// The page writes what it receives into the DOM.
+	page := `<!doctype html><html><body><pre id="out">waiting</pre><script>
+const out = document.getElementById("out");
+const es = new EventSource(` + strconv.Quote(tr.base+"/actor/subscribe?actorUuid="+ariaUUID+"&ticket="+url.QueryEscape(ticket)) + `);
+es.addEventListener("connected", () => { out.textContent = "connected"; });
+es.addEventListener("actor-update", (e) => { out.textContent = "received " + e.lastEventId + " " + e.data; es.close(); });
+es.onerror = () => { if (!out.textContent.startsWith("received")) out.textContent = "error"; };
+</script></body></html>`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "page.html")
+	if err := os.WriteFile(file, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A writer changes Aria every 100 ms until the browser is done; the
+	// page keeps the first change it receives after connecting.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			body := fmt.Sprintf(`{"uuid":%q,"data":{"system.attributes.hp.value":%d}}`, ariaUUID, i)
+			req, _ := http.NewRequest("PUT", tr.base+"/update", strings.NewReader(body))
+			req.Header.Set("x-api-key", tr.adminKey)
+			if resp, err := tr.client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--virtual-time-budget=15000", "--dump-dom", "file://"+file)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "received ") || !strings.Contains(string(out), ariaUUID) {
+		t.Fatalf("the page did not receive the event:\n%s", out)
+	}
+}

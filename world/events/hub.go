@@ -1,0 +1,303 @@
+// Package events is the relay's event hub. It turns the changes the world
+// engine commits into events on four channels (tabletop hooks, combat,
+// actors, scenes), numbers them per world, keeps the most recent ones in a
+// ring for resuming streams (in memory and in the world's own database, so
+// that sequence numbers keep increasing across restarts), and fans them out
+// to subscriptions.
+//
+// Each subscription filters by channel and parameters, applies the read
+// rules of the world for its user to every event (as the document was at
+// the time of the event), and has a bounded queue: a subscriber that falls
+// behind is told so (ErrOverflow) rather than slowing the world or anyone
+// else.
+//
+// The hub is wired to a [world.Host] twice: as the worlds' [world.Journal]
+// (it numbers and stores a transaction's events in the transaction itself)
+// and as a [world.Host.Watch] listener (it publishes them once committed).
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"relay/world"
+)
+
+// Options tune a hub. The zero value works.
+type Options struct {
+	// RingSize is how many events each world keeps for resuming streams;
+	// 10,000 when 0.
+	RingSize int
+	// QueueSize is how many events may wait for one subscriber before it
+	// is overflowed; 1,024 when 0.
+	QueueSize int
+}
+
+// Default sizes.
+const (
+	DefaultRingSize  = 10000
+	DefaultQueueSize = 1024
+)
+
+// Hub publishes the events of every world of a host. It is safe for
+// concurrent use.
+type Hub struct {
+	opts    Options
+	mu      sync.Mutex
+	worlds  map[string]*stream
+	closing bool // set under mu: no dispatcher starts any more
+	closed  chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+var _ world.Journal = (*Hub)(nil)
+
+// New returns a hub.
+func New(opts Options) *Hub {
+	if opts.RingSize <= 0 {
+		opts.RingSize = DefaultRingSize
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{})}
+}
+
+// Close stops delivering: every subscription's Next returns ErrClosed.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
+	h.once.Do(func() { close(h.closed) })
+	h.wg.Wait()
+}
+
+// startDispatcher runs a world's dispatcher unless the hub is closing.
+func (h *Hub) startDispatcher(s *stream, from uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return
+	}
+	h.wg.Add(1)
+	go s.dispatch(from)
+}
+
+// stream is one world's event stream.
+type stream struct {
+	hub      *Hub
+	clientID string
+	wakeup   chan struct{} // a token: events wait for the dispatcher
+
+	mu     sync.Mutex
+	loaded bool
+	head   uint64 // sequence of the last published event
+	ring   ring
+	// pending are the events Record numbered for the transaction being
+	// committed; Committed publishes them.
+	pending    []*event
+	pendingFor *world.Change
+	subs       map[Channel]map[*Subscription]struct{}
+	// snapshot lists the subscriptions by channel for the dispatcher;
+	// rebuilt when dirty.
+	snapshot map[Channel][]*Subscription
+	dirty    bool
+}
+
+// stream returns a world's stream, creating it on first use.
+func (h *Hub) stream(clientID string) *stream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.worlds[clientID]
+	if s == nil {
+		s = &stream{
+			hub:      h,
+			clientID: clientID,
+			wakeup:   make(chan struct{}, 1),
+			ring:     ring{buf: make([]*event, h.opts.RingSize)},
+			subs:     map[Channel]map[*Subscription]struct{}{},
+		}
+		h.worlds[clientID] = s
+	}
+	return s
+}
+
+// loadLocked reads the world's retained events from its journal, once,
+// and starts the world's dispatcher.
+func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
+	if s.loaded {
+		return nil
+	}
+	if e != nil {
+		err := e.ReadJournal(ctx, 0, func(r world.JournalRecord) error {
+			ev := &event{}
+			if err := json.Unmarshal(r.Data, ev); err != nil {
+				return world.Errorf(world.ErrUnavailable, "Could not read event %d of world %s: %v", r.Seq, s.clientID, err)
+			}
+			ev.Seq = r.Seq
+			s.ring.push(ev)
+			s.head = r.Seq
+			return nil
+		})
+		if err != nil {
+			s.ring.reset()
+			s.head = 0
+			return err
+		}
+	}
+	s.loaded = true
+	s.hub.startDispatcher(s, s.head)
+	return nil
+}
+
+// Record numbers the events of a transaction about to be committed and
+// returns them as journal records; it implements [world.Journal].
+func (h *Hub) Record(e *world.Engine, changes []world.Change) ([]world.JournalRecord, uint64) {
+	s := h.stream(e.Info().ClientID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A world whose journal cannot be read still gets events, numbered
+	// from what is known.
+	_ = s.loadLocked(context.Background(), e)
+	evs := buildEvents(changes)
+	records := make([]world.JournalRecord, 0, len(evs))
+	seq := s.head
+	for _, ev := range evs {
+		seq++
+		ev.Seq = seq
+		data, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		records = append(records, world.JournalRecord{Seq: seq, Data: data})
+	}
+	s.pending, s.pendingFor = evs, &changes[0]
+	var keepFrom uint64
+	if size := uint64(len(s.ring.buf)); seq > size {
+		keepFrom = seq - size + 1
+	}
+	return records, keepFrom
+}
+
+// Committed publishes the events of a committed transaction; it is the
+// hub's [world.Host.Watch] listener. It never blocks on subscribers.
+func (h *Hub) Committed(clientID string, changes []world.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	s := h.stream(clientID)
+	s.mu.Lock()
+	evs := s.pending
+	if s.pendingFor != &changes[0] {
+		// Not recorded through the journal (a world opened without it):
+		// publish anyway, numbered in memory.
+		_ = s.loadLocked(context.Background(), nil)
+		evs = buildEvents(changes)
+		for i, ev := range evs {
+			ev.Seq = s.head + uint64(i) + 1
+		}
+	}
+	s.pending, s.pendingFor = nil, nil
+	for _, ev := range evs {
+		s.ring.push(ev)
+		s.head = ev.Seq
+	}
+	s.mu.Unlock()
+	select {
+	case s.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch hands each published event to the subscriptions of its channel
+// until the hub closes. It runs in its own goroutine, so that fan-out to
+// many subscribers costs the world's writers nothing.
+func (s *stream) dispatch(done uint64) {
+	defer s.hub.wg.Done()
+	for {
+		select {
+		case <-s.hub.closed:
+			return
+		case <-s.wakeup:
+		}
+		s.mu.Lock()
+		lost := s.ring.n > 0 && s.ring.oldest() > done+1
+		evs := s.ring.after(done)
+		done = s.head
+		if s.dirty {
+			s.snapshot = make(map[Channel][]*Subscription, len(s.subs))
+			for ch, set := range s.subs {
+				list := make([]*Subscription, 0, len(set))
+				for sub := range set {
+					list = append(list, sub)
+				}
+				s.snapshot[ch] = list
+			}
+			s.dirty = false
+		}
+		subs := s.snapshot
+		s.mu.Unlock()
+		if lost {
+			// The ring moved past events this dispatcher never handed out:
+			// every subscriber missed some and must resume.
+			for _, list := range subs {
+				for _, sub := range list {
+					sub.overflow()
+				}
+			}
+		}
+		for _, ev := range evs {
+			for _, sub := range subs[ev.Channel] {
+				sub.offer(ev)
+			}
+		}
+	}
+}
+
+// ring keeps the most recent events of a world, oldest first.
+type ring struct {
+	buf      []*event
+	start, n int
+}
+
+func (r *ring) push(ev *event) {
+	if r.n < len(r.buf) {
+		r.buf[(r.start+r.n)%len(r.buf)] = ev
+		r.n++
+		return
+	}
+	r.buf[r.start] = ev
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring) reset() {
+	clear(r.buf)
+	r.start, r.n = 0, 0
+}
+
+func (r *ring) at(i int) *event { return r.buf[(r.start+i)%len(r.buf)] }
+
+// oldest is the sequence of the oldest event kept; the ring must not be
+// empty.
+func (r *ring) oldest() uint64 { return r.at(0).Seq }
+
+// after returns the events with a sequence above seq, oldest first.
+func (r *ring) after(seq uint64) []*event {
+	// Sequences increase along the ring: find the first one above seq.
+	lo, hi := 0, r.n
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if r.at(mid).Seq > seq {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	out := make([]*event, 0, r.n-lo)
+	for i := lo; i < r.n; i++ {
+		out = append(out, r.at(i))
+	}
+	return out
+}

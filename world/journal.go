@@ -1,0 +1,105 @@
+package world
+
+import (
+	"context"
+	"database/sql"
+	"math"
+)
+
+// This file lets a listener of committed changes (the event hub) keep its
+// own records in the world's database, atomically with the changes they
+// describe, and judge who may read a document as it was at the time.
+
+// Journal keeps records about committed changes in the world's database.
+// Its records are written in the same SQLite transaction as the documents
+// they describe: a change is durable exactly when its records are.
+type Journal interface {
+	// Record is called under the world's write lock, just before the
+	// SQLite commit of a transaction that changed something, with the
+	// changes Options.OnCommit is about to receive. It returns the records
+	// to insert and the lowest sequence number to keep: older records are
+	// deleted in the same transaction (0 keeps them all). The commit may
+	// still fail; then OnCommit is not called and the next transaction
+	// calls Record again. Record must not block on other writers of this
+	// world; it may read the journal with [Engine.ReadJournal].
+	Record(e *Engine, changes []Change) (records []JournalRecord, keepFrom uint64)
+}
+
+// JournalRecord is one journal entry: a sequence number, unique and
+// increasing, and opaque data.
+type JournalRecord struct {
+	Seq  uint64
+	Data []byte
+}
+
+// journalBatch is what one commit adds to the journal.
+type journalBatch struct {
+	records  []JournalRecord
+	keepFrom uint64
+}
+
+// ReadJournal calls fn with every journal record whose sequence is at
+// least from, in sequence order, until fn returns an error.
+func (e *Engine) ReadJournal(ctx context.Context, from uint64, fn func(JournalRecord) error) error {
+	if err := e.ready(); err != nil {
+		return err
+	}
+	rows, err := e.store.db.QueryContext(ctx, "SELECT seq, data FROM journal WHERE seq >= ? ORDER BY seq", clampSeq(from))
+	if err != nil {
+		return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var data []byte
+		if err := rows.Scan(&seq, &data); err != nil {
+			return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+		}
+		if err := fn(JournalRecord{Seq: uint64(seq), Data: data}); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+	}
+	return nil
+}
+
+// writeJournal stores a commit's journal records inside its transaction.
+func writeJournal(ctx context.Context, tx *sql.Tx, j journalBatch) error {
+	for _, r := range j.records {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO journal (seq, data) VALUES (?, ?) ON CONFLICT (seq) DO UPDATE SET data = excluded.data", clampSeq(r.Seq), r.Data); err != nil {
+			return err
+		}
+	}
+	if j.keepFrom > 0 {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM journal WHERE seq < ?", clampSeq(j.keepFrom)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clampSeq converts a sequence number to SQLite's signed integers.
+func clampSeq(seq uint64) int64 {
+	if seq > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(seq)
+}
+
+// LevelOf returns user's permission level on a top-level document of the
+// named type, as the document is given (not as the world holds it now):
+// listeners of changes use it to apply the read rules to a document's
+// version before or after a change. Embedded documents have their
+// top-level document's level. An unknown type is NONE for non-GMs.
+func LevelOf(user *User, documentName string, top Document) Level {
+	if user.IsGM() {
+		return LevelOwner
+	}
+	t := docTypes[documentName]
+	if t == nil || !t.topLevel {
+		return LevelNone
+	}
+	return levelOf(user, t, top)
+}
