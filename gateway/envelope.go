@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strconv"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -140,7 +142,34 @@ func (g *gateway) handleError(ctx context.Context, _ *runtime.ServeMux, m runtim
 		err = status.Error(codes.InvalidArgument, perr.msg)
 	}
 	st := status.Convert(err)
-	g.writeError(w, httpStatus(st), op, g.requestIDOf(ctx, op), st.Message())
+	if st.Code() == codes.DeadlineExceeded && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The gateway's own time limit (Options.UnaryTimeout) passed: the
+		// client side of the call reports only the context's error.
+		st = status.New(codes.DeadlineExceeded, "The request timed out: it took longer than the relay's time limit")
+	}
+	g.writeStatus(w, st, op, g.requestIDOf(ctx, op))
+}
+
+// writeStatus writes the error body of a failed call, with the HTTP status of
+// its code and, when it carries a retry delay, a Retry-After header. Every
+// handler that turns a gRPC status into a response goes through it.
+func (g *gateway) writeStatus(w http.ResponseWriter, st *status.Status, op, requestID string) {
+	setRetryAfter(w, st)
+	g.writeError(w, httpStatus(st), op, requestID, st.Message())
+}
+
+// setRetryAfter sets the Retry-After header, in whole seconds (at least
+// one), when the status carries a retry delay (an errdetails.RetryInfo, as
+// the server's rate limit sends).
+func setRetryAfter(w http.ResponseWriter, st *status.Status) {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.RetryInfo); ok && info.GetRetryDelay() != nil {
+			delay := info.GetRetryDelay().AsDuration()
+			seconds := int64((delay + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.FormatInt(max(seconds, 1), 10))
+			return
+		}
+	}
 }
 
 // handleRoutingError answers requests that match no route.

@@ -135,7 +135,7 @@ func (g *gateway) serveDownload(w http.ResponseWriter, r *http.Request) {
 			trailer = stream.Trailer()
 		}
 		st := status.Convert(err)
-		g.writeError(w, httpStatus(st), op, g.callRequestID(op, header, trailer), st.Message())
+		g.writeStatus(w, st, op, g.callRequestID(op, header, trailer))
 		return
 	}
 	requestID := g.callRequestID(op, header)
@@ -271,7 +271,7 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request, maxUpload 
 			return
 		}
 		st := status.Convert(err)
-		g.writeError(w, httpStatus(st), op, g.callRequestID(op, md...), st.Message())
+		g.writeStatus(w, st, op, g.callRequestID(op, md...))
 		return
 	}
 	requestID := g.callRequestID(op, md...)

@@ -45,7 +45,19 @@ type Options struct {
 	// MaxUploadBytes is the server's upload limit (files.go); the gateway
 	// bounds the JSON upload bodies it buffers with it. 64 MiB when 0.
 	MaxUploadBytes int64
+	// MaxQueryBytes bounds the query string (DefaultMaxQueryBytes when 0);
+	// a longer one is refused with 414 before anything else is read.
+	MaxQueryBytes int
+	// UnaryTimeout bounds the handling of a unary REST call, which then
+	// answers 504; 0 means no bound. Event streams and file transfers are
+	// not bounded.
+	UnaryTimeout time.Duration
 }
+
+// DefaultMaxQueryBytes is the query string limit when Options leave it 0:
+// room for a JSON `data` object or array parameter, far below the header
+// limit.
+const DefaultMaxQueryBytes = 16 << 10
 
 // installQueryParser installs queryParser once: grpc-gateway keeps the query
 // parser in a package variable, so setting it per mux would race with the
@@ -59,6 +71,8 @@ type gateway struct {
 	routes         *routeTable
 	newRequestID   func(string) string
 	maxBody        int64
+	maxQuery       int
+	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
 }
 
@@ -74,11 +88,16 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	if opts.KeepaliveInterval == 0 {
 		opts.KeepaliveInterval = 15 * time.Second
 	}
+	if opts.MaxQueryBytes == 0 {
+		opts.MaxQueryBytes = DefaultMaxQueryBytes
+	}
 	g := &gateway{
 		conn:           conn,
 		routes:         loadRoutes(),
 		newRequestID:   opts.NewRequestID,
 		maxBody:        opts.MaxBodyBytes,
+		maxQuery:       opts.MaxQueryBytes,
+		unaryTimeout:   opts.UnaryTimeout,
 		keepaliveEvery: opts.KeepaliveInterval,
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
@@ -146,6 +165,15 @@ func outgoingHeader(key string) (string, bool) {
 // handlers read, then hands the request to the mux.
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.routes.match(r.Method, r.URL.Path)
+	if len(r.URL.RawQuery) > g.maxQuery {
+		op := "error"
+		if rt != nil {
+			op = rt.operation
+		}
+		g.writeError(w, http.StatusRequestURITooLong, op, g.newRequestID(op),
+			fmt.Sprintf("Query string too long: the limit is %d bytes; send large parameters in the JSON body", g.maxQuery))
+		return
+	}
 	if rt == nil || rt.clientStreaming || isEventStream(rt) || isFileTransfer(rt) {
 		g.mux.ServeHTTP(w, r)
 		return
@@ -183,6 +211,14 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.NoBody
 		r.ContentLength = 0
 		r.URL.RawQuery = paramsKey + "=" + url.QueryEscape(string(merged))
+	}
+	if g.unaryTimeout > 0 {
+		// The deadline travels with the gRPC call: the server's handler
+		// sees it, and the call ends with DeadlineExceeded (504) when it
+		// passes. Streams and file transfers took other branches above.
+		ctx, cancel := context.WithTimeout(r.Context(), g.unaryTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 	}
 	g.mux.ServeHTTP(w, r)
 }

@@ -47,15 +47,17 @@ type Worlds interface {
 //  3. logging: one line per call with its outcome and duration;
 //  4. error mapping: world and key errors become gRPC statuses (errors.go);
 //  5. authentication: `x-api-key` → key record;
-//  6. scope: the key must hold the policy's scope; a method without a policy
+//  6. rate limit: the key spends a token of its bucket (ratelimit.go; off
+//     when RateLimit is nil); a stream spends one when it is opened;
+//  7. scope: the key must hold the policy's scope; a method without a policy
 //     is refused (fail closed);
-//  7. world resolution: `clientId`, or the key's only world, or the relay's
+//  8. world resolution: `clientId`, or the key's only world, or the relay's
 //     only world; a key bound to worlds can reach only those;
-//  8. user resolution: the key's injected user, or `userId`, by id then by
+//  9. user resolution: the key's injected user, or `userId`, by id then by
 //     case-insensitive name; no user means GM-level access;
-//  9. policy: GM-only methods and world permissions (FILES_BROWSE, ...).
+//  10. policy: GM-only methods and world permissions (FILES_BROWSE, ...).
 //
-// Steps 7 to 9 need the request message; on streams they run when the
+// Steps 8 to 10 need the request message; on streams they run when the
 // handler receives the first message. Document permissions are decided later,
 // in the world, with the resolved user.
 type Chain struct {
@@ -67,6 +69,8 @@ type Chain struct {
 	// Tickets, when set, lets the event streams authenticate with a stream
 	// ticket instead of an API key (see tickets.go).
 	Tickets *Tickets
+	// RateLimit limits each key's requests; nil allows everything.
+	RateLimit *RateLimiter
 }
 
 // Unary returns the unary interceptors in chain order (first is outermost),
@@ -78,6 +82,7 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		c.logUnary,
 		c.errorsUnary,
 		unaryStep(c.authenticate),
+		unaryStep(c.rateLimit),
 		unaryStep(c.checkScope),
 		unaryStep(c.resolveWorld),
 		unaryStep(c.resolveUser),
@@ -94,6 +99,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 		c.logStream,
 		c.errorsStream,
 		streamStep(c.authenticate, false),
+		streamStep(c.rateLimit, false),
 		streamStep(c.checkScope, false),
 		streamStep(c.resolveWorld, true),
 		streamStep(c.resolveUser, true),

@@ -45,6 +45,9 @@ type Config struct {
 	DataDir string
 	// MaxUploadBytes bounds an uploaded file; DefaultMaxUploadBytes when 0.
 	MaxUploadBytes int64
+	// RateLimit limits each API key's requests (ratelimit.go); nil allows
+	// everything.
+	RateLimit *RateLimiter
 }
 
 // Server is the relay's gRPC server with its health service.
@@ -79,6 +82,7 @@ func New(cfg Config) (*Server, error) {
 		RequestIDs: cfg.RequestIDs,
 		Log:        cfg.Log,
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
+		RateLimit:  cfg.RateLimit,
 	}
 	s := grpc.NewServer(
 		grpc.ChainUnaryInterceptor(chain.Unary()...),

@@ -114,7 +114,7 @@ func applyDiff(t *docType, cur, diff Document) (Document, error) {
 // tabletop's expandObject. Keys are taken in sorted order so that the
 // result does not depend on map order: {"system": {...}, "system.x": 1}
 // merges x into system. A deletion key (`-=x`) must be the last step of a
-// path.
+// path, and a replacement key cannot name a deletion (`==-=x`).
 func expand(m map[string]any) (map[string]any, error) {
 	keys := slices.Sorted(maps.Keys(m))
 	out := make(map[string]any, len(m))
@@ -128,7 +128,8 @@ func expand(m map[string]any) (map[string]any, error) {
 		}
 		path := strings.Split(k, ".")
 		for i, p := range path {
-			if p == "" || p == "-=" || p == "==" || i < len(path)-1 && strings.HasPrefix(p, "-=") {
+			// "==-=x" would store a key named "-=x" (found by FuzzApplyDiff).
+			if p == "" || p == "-=" || p == "==" || strings.HasPrefix(p, "==-=") || i < len(path)-1 && strings.HasPrefix(p, "-=") {
 				return nil, Errorf(ErrInvalid, "Invalid key in 'data': %s", k)
 			}
 		}

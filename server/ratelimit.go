@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// RateLimiter limits the requests of each API key with a token bucket: a
+// key may spend up to Burst requests at once, and its bucket refills at
+// PerMinute tokens a minute. A unary call takes one token; an event stream
+// takes one when it is opened, however long it then stays open.
+//
+// A nil *RateLimiter allows everything.
+type RateLimiter struct {
+	perMinute int
+	burst     float64
+	perToken  time.Duration // the time one token takes to come back
+	now       func() time.Time
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	calls   int // since the last sweep of idle buckets
+}
+
+// bucket is one key's tokens as of last.
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// sweepEvery is how many calls pass between sweeps that forget the buckets
+// of keys that have been idle long enough to be full again.
+const sweepEvery = 4096
+
+// NewRateLimiter returns a limiter allowing perMinute requests a minute per
+// key, with bursts of up to burst requests (perMinute when burst <= 0). It
+// returns nil, which allows everything, when perMinute <= 0. now is the
+// clock (time.Now when nil).
+func NewRateLimiter(perMinute, burst int, now func() time.Time) *RateLimiter {
+	if perMinute <= 0 {
+		return nil
+	}
+	if burst <= 0 {
+		burst = perMinute
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &RateLimiter{
+		perMinute: perMinute,
+		burst:     float64(burst),
+		perToken:  time.Minute / time.Duration(perMinute),
+		now:       now,
+		buckets:   map[string]*bucket{},
+	}
+}
+
+// Allow takes a token from the key's bucket. When there is none it returns
+// false and how long until there is one.
+func (l *RateLimiter) Allow(keyID string) (bool, time.Duration) {
+	if l == nil {
+		return true, 0
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if l.calls >= sweepEvery {
+		l.calls = 0
+		l.sweep(now)
+	}
+	b := l.buckets[keyID]
+	if b == nil {
+		b = &bucket{tokens: l.burst, last: now}
+		l.buckets[keyID] = b
+	}
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = math.Min(l.burst, b.tokens+float64(elapsed)/float64(l.perToken))
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	wait := time.Duration((1 - b.tokens) * float64(l.perToken))
+	return false, wait
+}
+
+// sweep forgets buckets that would be full by now: a fresh bucket is the
+// same. l.mu must be held.
+func (l *RateLimiter) sweep(now time.Time) {
+	for id, b := range l.buckets {
+		if b.tokens+float64(now.Sub(b.last))/float64(l.perToken) >= l.burst {
+			delete(l.buckets, id)
+		}
+	}
+}
+
+// rateLimited is the refusal of a request over the limit: ResourceExhausted
+// with the RATE_LIMITED reason (429 over REST) and a RetryInfo detail (the
+// gateway's Retry-After header).
+func (l *RateLimiter) rateLimited(wait time.Duration) error {
+	seconds := int(math.Ceil(wait.Seconds()))
+	if seconds < 1 {
+		seconds = 1
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
+		"Rate limit exceeded: this API key may make %d requests per minute; retry in %d s", l.perMinute, seconds))
+	if detailed, err := st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
+	); err == nil {
+		st = detailed
+	}
+	return st.Err()
+}
+
+// rateLimit is the chain's step after authentication: the authenticated key
+// spends a token. Public methods (health, reflection) have no key and are
+// not limited.
+func (c *Chain) rateLimit(_ context.Context, call *Call, _ any) error {
+	if c.RateLimit == nil || isPublic(call.Method) {
+		return nil
+	}
+	if ok, wait := c.RateLimit.Allow(call.Key.ID); !ok {
+		return c.RateLimit.rateLimited(wait)
+	}
+	return nil
+}
