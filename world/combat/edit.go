@@ -16,28 +16,7 @@ import (
 // With p.RollInitiative the added combatants roll initiative. The current
 // combatant keeps its turn.
 func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	eng, err := engineOf(w)
-	if err != nil {
-		return MembersResult{}, err
-	}
-	selected, err := selection(ctx, eng, p.Selected)
-	if err != nil {
-		return MembersResult{}, err
-	}
-	res := MembersResult{Done: []string{}, Failed: []Failed{}}
-	err = eng.Mutate(ctx, func(tx *world.Tx) error {
-		res.Done, res.Failed = res.Done[:0], res.Failed[:0]
-		v := tx.View()
-		uuid, stored, err := findCombat(v, p.EncounterID)
-		if err != nil {
-			return err
-		}
-		res.EncounterID = str(stored["_id"])
-		combat, err := tx.Get(uuid)
-		if err != nil {
-			return err
-		}
-		list := slices.Clone(combatants(combat))
+	return editMembers(ctx, w, p, func(tx *world.Tx, v *world.View, _ string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		var added []any
 		try := func(given, tokenUUID string, token world.Document, quiet bool) {
 			if indexOfToken(list, tokenUUID) >= 0 {
@@ -69,17 +48,13 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 			}
 		}
 		if len(added) == 0 {
-			return nil
+			return list, false
 		}
 		if p.RollInitiative {
 			m.roll(v, added, func(world.Document) bool { return true })
 		}
-		return rewrite(tx, uuid, combat, list)
+		return list, true
 	})
-	if err != nil {
-		return MembersResult{}, err
-	}
-	return res, nil
 }
 
 // Remove removes combatants from an encounter, the active one when
@@ -91,28 +66,7 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 // selected tokens go too. The current combatant keeps its turn; when it is
 // removed, the next one takes it.
 func (m *Manager) Remove(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	eng, err := engineOf(w)
-	if err != nil {
-		return MembersResult{}, err
-	}
-	selected, err := selection(ctx, eng, p.Selected)
-	if err != nil {
-		return MembersResult{}, err
-	}
-	res := MembersResult{Done: []string{}, Failed: []Failed{}}
-	err = eng.Mutate(ctx, func(tx *world.Tx) error {
-		res.Done, res.Failed = res.Done[:0], res.Failed[:0]
-		v := tx.View()
-		uuid, stored, err := findCombat(v, p.EncounterID)
-		if err != nil {
-			return err
-		}
-		res.EncounterID = str(stored["_id"])
-		combat, err := tx.Get(uuid)
-		if err != nil {
-			return err
-		}
-		list := slices.Clone(combatants(combat))
+	return editMembers(ctx, w, p, func(_ *world.Tx, v *world.View, uuid string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		removed := 0
 		drop := func(given string, match func(c world.Document) bool, quiet bool) {
 			var matched []int
@@ -145,7 +99,42 @@ func (m *Manager) Remove(ctx context.Context, w world.World, user *world.User, p
 		for _, s := range selected {
 			drop(s.TokenUUID, matcher(uuid, s.TokenUUID), true)
 		}
-		if removed == 0 {
+		return list, removed > 0
+	})
+}
+
+// membersEdit changes the combatant list of one encounter inside its
+// transaction, recording what it did in res; it returns the new list and
+// whether anything changed.
+type membersEdit func(tx *world.Tx, v *world.View, combatUUID string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool)
+
+// editMembers runs an Add or a Remove: it finds the encounter and the
+// selection, hands the edit a private copy of the combatant list, and writes
+// the list back in the same transaction when the edit changed it.
+func editMembers(ctx context.Context, w world.World, p MembersParams, edit membersEdit) (MembersResult, error) {
+	eng, err := engineOf(w)
+	if err != nil {
+		return MembersResult{}, err
+	}
+	selected, err := selection(ctx, eng, p.Selected)
+	if err != nil {
+		return MembersResult{}, err
+	}
+	res := MembersResult{Done: []string{}, Failed: []Failed{}}
+	err = eng.Mutate(ctx, func(tx *world.Tx) error {
+		res.Done, res.Failed = res.Done[:0], res.Failed[:0]
+		v := tx.View()
+		uuid, stored, err := findCombat(v, p.EncounterID)
+		if err != nil {
+			return err
+		}
+		res.EncounterID = str(stored["_id"])
+		combat, err := tx.Get(uuid)
+		if err != nil {
+			return err
+		}
+		list, changed := edit(tx, v, uuid, slices.Clone(combatants(combat)), selected, &res)
+		if !changed {
 			return nil
 		}
 		return rewrite(tx, uuid, combat, list)
