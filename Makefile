@@ -35,3 +35,18 @@ test: lint check-generate ## every check and test (what CI runs)
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector
 	go test -count=1 ./...
+
+.PHONY: crash
+crash: ## kill the relay 200 times under writes; every acknowledged write must survive
+	RELAY_CRASH_CYCLES=$${RELAY_CRASH_CYCLES:-200} go test -run '^TestCrash$$' -count=1 -v -timeout 60m ./cmd/relay/
+
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (30s by default; make fuzz FUZZTIME=10m)
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		for target in $$(go test -list '^Fuzz' "$$pkg" | grep '^Fuzz'); do \
+			echo "== $$pkg $$target"; \
+			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime "$(FUZZTIME)" "$$pkg"; \
+		done; \
+	done

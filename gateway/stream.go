@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/world/events"
 )
 
 // serveEvents bridges a server-streaming event RPC to Server-Sent Events.
@@ -53,6 +55,9 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if ticket != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, streamTicketMetadata, ticket)
 	}
+	// Ask the RPC to hand its subscription over once connected (see
+	// events.Handoff): the events then skip the in-process gRPC hop.
+	ctx = metadata.AppendToOutgoingContext(ctx, events.HandoffMetadata, events.HandoffSecret())
 	var header metadata.MD
 	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
 	if err == nil {
@@ -91,6 +96,23 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	_ = sw.rc.SetWriteDeadline(time.Time{})
 	if err := sw.write([]byte("retry: 3000\n\n")); err != nil {
 		return
+	}
+	// The stream's header is in once its first message is.
+	if received, err := stream.Header(); err == nil {
+		header = metadata.Join(header, received)
+	}
+	if token := firstValue(header, events.HandoffMetadata); token != "" {
+		if h := events.Claim(token); h != nil {
+			defer h.Release()
+			// The RPC ends once its subscription is claimed: reading its
+			// end releases the in-process stream at once.
+			_ = stream.RecvMsg(newStreamResponse(rt))
+			if err := sw.event(first); err != nil {
+				return
+			}
+			g.serveHandoff(ctx, sw, h)
+			return
+		}
 	}
 	stopKeepalive := sw.keepalive(ctx, g.keepaliveEvery)
 	defer stopKeepalive()
@@ -300,4 +322,111 @@ func (s *sseWriter) keepalive(ctx context.Context, every time.Duration) (stop fu
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// serveHandoff writes the events of a subscription the event RPC handed
+// over (see events.Handoff): the backlog, then live events until the caller
+// goes away, the subscriber overflows or the relay stops. Every batch of
+// events waiting is written as consecutive frames with one write and one
+// flush. A keepalive comment goes out every interval in which nothing else
+// was written, from a ticker of the stream's own goroutine (no goroutine of
+// its own).
+func (g *gateway) serveHandoff(ctx context.Context, sw *sseWriter, h *events.Handoff) {
+	buf := framePool.Get().(*[]byte)
+	defer framePool.Put(buf)
+	flush := func(frames []byte) error {
+		*buf = frames[:0]
+		err := sw.write(frames)
+		if cap(frames) > maxPooledFrame {
+			*buf = nil
+		}
+		return err
+	}
+	// The resume point after an overflow: the backlog's events are all
+	// at or before it.
+	last := h.Last
+	frames := (*buf)[:0]
+	for _, ev := range h.Backlog {
+		frames = appendFrame(frames, ev)
+	}
+	if len(frames) > 0 {
+		if err := flush(frames); err != nil {
+			return
+		}
+	}
+	ticker := time.NewTicker(g.keepaliveEvery)
+	defer ticker.Stop()
+	var batch []events.Event
+	for {
+		var err error
+		batch, err = h.Sub.NextBatch(ctx, ticker.C, batch)
+		switch {
+		case errors.Is(err, events.ErrOverflow):
+			_ = sw.write(appendFrame((*buf)[:0], h.Overflow(last)))
+			return
+		case err != nil:
+			return
+		}
+		if len(batch) == 0 {
+			// The ticker fired: a keepalive unless events went out since
+			// the last tick.
+			sw.mu.Lock()
+			quiet := !sw.wrote
+			sw.wrote = false
+			sw.mu.Unlock()
+			if quiet {
+				if err := sw.write([]byte(": keepalive\n\n")); err != nil {
+					return
+				}
+			}
+			continue
+		}
+		frames := (*buf)[:0]
+		for _, ev := range batch {
+			frames = appendFrame(frames, ev)
+		}
+		if err := flush(frames); err != nil {
+			return
+		}
+		last = batch[len(batch)-1].Seq
+	}
+}
+
+// maxPooledFrame bounds the frame buffers kept for reuse.
+const maxPooledFrame = 64 << 10
+
+// framePool recycles the buffers frames are built in.
+var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// appendFrame appends an event's SSE frame: `id:` (when it has a
+// sequence), `event:` and one line of `data:`.
+func appendFrame(dst []byte, ev events.Event) []byte {
+	if ev.Seq > 0 {
+		dst = append(dst, "id: "...)
+		dst = strconv.AppendUint(dst, ev.Seq, 10)
+		dst = append(dst, '\n')
+	}
+	name := ev.Name
+	if name == "" {
+		name = "message"
+	}
+	dst = append(dst, "event: "...)
+	dst = append(dst, name...)
+	dst = append(dst, "\ndata: "...)
+	switch {
+	case len(ev.Data) == 0:
+		dst = append(dst, "{}"...)
+	case bytes.ContainsAny(ev.Data, "\r\n"):
+		// Payloads are compact JSON already; one that is not is compacted
+		// to keep the frame's data on one line.
+		var b bytes.Buffer
+		if json.Compact(&b, ev.Data) != nil {
+			dst = append(dst, "{}"...)
+		} else {
+			dst = append(dst, b.Bytes()...)
+		}
+	default:
+		dst = append(dst, ev.Data...)
+	}
+	return append(dst, "\n\n"...)
 }

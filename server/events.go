@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
@@ -130,24 +131,27 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 	if err != nil {
 		return err
 	}
-	defer release()
+	// Once handed off (see below), the subscription and the limits belong
+	// to the bridge that claimed them.
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			release()
+		}
+	}()
 	req.User = call.User
 	sub, err := s.hub.Subscribe(ctx, eng, req)
 	if err != nil {
 		return err
 	}
-	defer sub.Close()
+	defer func() {
+		if !handedOff {
+			sub.Close()
+		}
+	}()
 
-	connected := map[string]any{"clientId": clientID, "channel": string(req.Channel)}
-	if len(filter) == 2 {
-		connected[filter[0].(string)] = filter[1]
-	}
-	if err := send(&relayv1.Event{Name: eventConnected, Data: eventJSON(connected)}); err != nil {
-		return err
-	}
-	// last is the resume point a client should use after an overflow:
-	// everything up to it has been handed to this stream or filtered out.
-	last := sub.Start()
+	// The backlog: a reset notice, or the replayed events of a resume.
+	var backlog []events.Event
 	if r, ok := sub.Reset(); ok {
 		reset := map[string]any{
 			"lastEventId":    strconv.FormatUint(r.LastEventID, 10),
@@ -155,11 +159,61 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 			"currentEventId": strconv.FormatUint(r.Head, 10),
 			"message":        fmt.Sprintf("Events after %d are no longer available: reload what you follow; live events resume after %d", r.LastEventID, r.Head),
 		}
-		if err := send(&relayv1.Event{Name: eventReset, Data: eventJSON(reset)}); err != nil {
+		backlog = append(backlog, events.Event{Name: eventReset, Data: eventJSON(reset)})
+	}
+	backlog = append(backlog, sub.Replay()...)
+	// last is the resume point a client should use after an overflow:
+	// everything up to it has been handed to this stream or filtered out.
+	last := sub.Start()
+	overflow := func(last uint64) events.Event {
+		return events.Event{Name: eventOverflow, Data: eventJSON(map[string]any{
+			"lastEventId": strconv.FormatUint(last, 10),
+			"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
+		})}
+	}
+
+	// The relay's own SSE bridge takes the subscription over after the
+	// `connected` message and writes its events itself (see
+	// events.Handoff); the RPC then ends, and the bridge releases the
+	// subscription and its limits when its stream ends.
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(events.HandoffMetadata)) == 1 && events.IsHandoffSecret(md.Get(events.HandoffMetadata)[0]) {
+		h := &events.Handoff{Sub: sub, Backlog: backlog, Last: last, Overflow: overflow, Release: func() { sub.Close(); release() }}
+		token := events.Park(h)
+		claimed := func() bool {
+			// Unless the bridge claimed it meanwhile, the handoff is ours
+			// to drop.
+			handedOff = !events.Drop(token)
+			return handedOff
+		}
+		if err := grpc.SetHeader(ctx, metadata.Pairs(events.HandoffMetadata, token)); err != nil {
+			claimed()
 			return err
 		}
+		if err := send(&relayv1.Event{Name: eventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+			claimed()
+			return err
+		}
+		select {
+		case <-h.Claimed():
+			handedOff = true
+			return nil
+		case <-ctx.Done():
+			if claimed() {
+				return nil
+			}
+			return ctx.Err()
+		case <-s.hub.Closed():
+			if claimed() {
+				return nil
+			}
+			return status.Error(codes.Unavailable, "The relay is shutting down")
+		}
 	}
-	for _, ev := range sub.Replay() {
+
+	if err := send(&relayv1.Event{Name: eventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+		return err
+	}
+	for _, ev := range backlog {
 		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: ev.Data}); err != nil {
 			return err
 		}
@@ -168,11 +222,8 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 		ev, err := sub.Next(ctx)
 		switch {
 		case errors.Is(err, events.ErrOverflow):
-			overflow := map[string]any{
-				"lastEventId": strconv.FormatUint(last, 10),
-				"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
-			}
-			_ = send(&relayv1.Event{Name: eventOverflow, Data: eventJSON(overflow)})
+			o := overflow(last)
+			_ = send(&relayv1.Event{Name: o.Name, Data: o.Data})
 			return nil
 		case errors.Is(err, events.ErrClosed):
 			return status.Error(codes.Unavailable, "The relay is shutting down")
@@ -184,6 +235,16 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 		}
 		last = ev.Seq
 	}
+}
+
+// connectedJSON is the payload of the `connected` event: the world, the
+// channel and its filter (a key, value pair, or nothing).
+func connectedJSON(clientID string, channel events.Channel, filter []any) []byte {
+	connected := map[string]any{"clientId": clientID, "channel": string(channel)}
+	if len(filter) == 2 {
+		connected[filter[0].(string)] = filter[1]
+	}
+	return eventJSON(connected)
 }
 
 // streamLimits counts open streams per API key and per world.

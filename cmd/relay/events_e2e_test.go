@@ -16,7 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
+
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/world/events"
 )
 
 // sseFrame is one frame of an event stream: an event, or a comment.
@@ -638,5 +641,66 @@ es.onerror = () => { if (!out.textContent.startsWith("received")) out.textConten
 	}
 	if !strings.Contains(string(out), "received ") || !strings.Contains(string(out), ariaUUID) {
 		t.Fatalf("the page did not receive the event:\n%s", out)
+	}
+}
+
+func TestEventCoalescedFramesStayWellFormedAndOrdered(t *testing.T) {
+	t.Parallel()
+	// A long window: the quick writes below reach each stream in a few
+	// batches of many frames, written together.
+	tr := startTestRelay(t, func(c *serveConfig) { c.eventCoalesce = 50 * time.Millisecond })
+	actors := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	hooks := tr.openStream("/hooks/subscribe", tr.adminKey, q("hooks", "updateActor"), nil)
+	actors.expect("connected")
+	hooks.expect("connected")
+	const writes = 30
+	for i := 1; i <= writes; i++ {
+		tr.setHP(ariaUUID, i)
+	}
+	hp := func(f sseFrame) int {
+		v := f.json(t)["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"]
+		return int(v.(float64))
+	}
+	for _, s := range []struct {
+		c    *sseClient
+		name string
+	}{{actors, "actor-update"}, {hooks, "updateActor"}} {
+		var last uint64
+		for i := 1; i <= writes; i++ {
+			f := s.c.expect(s.name)[0]
+			id, err := strconv.ParseUint(f.id, 10, 64)
+			if err != nil || id <= last {
+				t.Fatalf("%s %d: id %q after %d", s.name, i, f.id, last)
+			}
+			if got := hp(f); got != i {
+				t.Fatalf("%s %d carries hp %d: frames out of order or merged", s.name, i, got)
+			}
+			last = id
+		}
+		s.c.quiet(150 * time.Millisecond)
+	}
+}
+
+func TestEventHandoffIsForTheRelayItself(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	// A gRPC caller that guesses at the bridge's handoff gets an ordinary
+	// stream: its events come as gRPC messages.
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey, events.HandoffMetadata, "guess"))
+	defer cancel()
+	stream, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := stream.Recv(); err != nil || first.GetEvent().GetName() != "connected" {
+		t.Fatalf("first message %v, %v", first, err)
+	}
+	if header, err := stream.Header(); err != nil || len(header.Get(events.HandoffMetadata)) > 0 {
+		t.Fatalf("header %v, %v: no handoff without the secret", header, err)
+	}
+	tr.setHP(ariaUUID, 7)
+	ev, err := stream.Recv()
+	if err != nil || ev.GetEvent().GetName() != "actor-update" || ev.GetEvent().GetSequence() == 0 {
+		t.Fatalf("event %v, %v", ev, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ import (
 	"relay/world"
 	"relay/world/demo"
 	"relay/world/events"
+	"relay/world/files"
 )
 
 // serveConfig is the configuration of `relay serve`.
@@ -46,8 +48,14 @@ type serveConfig struct {
 	eventKeepalive     time.Duration
 	eventRingSize      int
 	eventQueueSize     int
+	eventCoalesce      time.Duration
 	maxStreamsPerKey   int
 	maxStreamsPerWorld int
+	// Hostile input: per-key rate limit, query size, unary time-out.
+	rateLimit      int
+	rateLimitBurst int
+	maxQueryBytes  int
+	requestTimeout time.Duration
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -62,9 +70,14 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
 	fs.IntVar(&c.eventRingSize, "event-ring-size", envInt("RELAY_EVENT_RING_SIZE", events.DefaultRingSize), "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
+	fs.DurationVar(&c.eventCoalesce, "event-coalesce", envDuration("RELAY_EVENT_COALESCE", events.DefaultCoalesce), "how long events gather before they are fanned out, so each stream writes them together (RELAY_EVENT_COALESCE; 0: at once)")
 	fs.IntVar(&c.eventQueueSize, "event-queue-size", envInt("RELAY_EVENT_QUEUE_SIZE", events.DefaultQueueSize), "`events` a stream may fall behind before it is closed with an overflow event (RELAY_EVENT_QUEUE_SIZE)")
 	fs.IntVar(&c.maxStreamsPerKey, "max-streams-per-key", envInt("RELAY_MAX_STREAMS_PER_KEY", server.DefaultMaxStreamsPerKey), "open event streams allowed per API key; more get 429 (RELAY_MAX_STREAMS_PER_KEY)")
 	fs.IntVar(&c.maxStreamsPerWorld, "max-streams-per-world", envInt("RELAY_MAX_STREAMS_PER_WORLD", server.DefaultMaxStreamsPerWorld), "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
+	fs.IntVar(&c.rateLimit, "rate-limit", envInt("RELAY_RATE_LIMIT", 0), "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
+	fs.IntVar(&c.rateLimitBurst, "rate-limit-burst", envInt("RELAY_RATE_LIMIT_BURST", 0), "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
+	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -134,11 +147,18 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// The event hub numbers and stores each transaction's events in the
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
-	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize})
+	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize, Coalesce: cfg.eventCoalesce})
 	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub}); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
 	r.worlds.Watch(r.hub.Committed)
+	// Uploads cut short by a crash leave temporary files behind; nothing
+	// is writing yet, so every one of them is abandoned.
+	if n, err := files.RemoveTemporaryAll(cfg.dataDir); err != nil {
+		log.Warn("could not remove the temporary files of unfinished uploads", "error", err)
+	} else if n > 0 {
+		log.Info("removed the temporary files of unfinished uploads", "files", n)
+	}
 	if cfg.demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.dataDir, log); err != nil {
 			return fail(err)
@@ -164,6 +184,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
+		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
 		Events: server.EventsConfig{
 			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
@@ -185,7 +206,8 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if err != nil {
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes})
+	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout})
 	if err != nil {
 		return fail(err)
 	}
@@ -258,32 +280,56 @@ func (r *relay) shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// demoPendingFile, in the data directory, marks a demo world whose files
+// may not all be written: it is created before the world and removed once
+// the files are in place, so a start after a crash in between (the world
+// exists, its files are missing or cut short) writes them again.
+const demoPendingFile = ".demo-files-pending"
+
 // ensureDemoWorld creates the demo world, with its files, when the data
-// directory holds no world yet.
+// directory holds no world yet, and finishes writing its files when a
+// crash interrupted the first start.
 func ensureDemoWorld(ctx context.Context, host *world.Host, dataDir string, log *slog.Logger) error {
 	infos, err := host.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list worlds: %w", err)
 	}
-	if len(infos) > 0 {
+	pending := filepath.Join(dataDir, demoPendingFile)
+	_, statErr := os.Stat(pending)
+	interrupted := statErr == nil && slices.ContainsFunc(infos, func(i world.Info) bool { return i.ClientID == demo.ClientID })
+	if len(infos) > 0 && !interrupted {
+		_ = os.Remove(pending)
 		return nil
 	}
-	seed, err := demo.Seed()
-	if err != nil {
-		return fmt.Errorf("read demo world: %w", err)
-	}
-	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
-		return fmt.Errorf("create demo world: %w", err)
+	if !interrupted {
+		if err := writeFileSynced(pending, nil); err != nil {
+			return fmt.Errorf("create demo world: %w", err)
+		}
+		seed, err := demo.Seed()
+		if err != nil {
+			return fmt.Errorf("read demo world: %w", err)
+		}
+		if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
+			return fmt.Errorf("create demo world: %w", err)
+		}
 	}
 	filesDir := filepath.Join(dataDir, "worlds", demo.ClientID, "files")
 	if err := copyFS(filesDir, demo.Files()); err != nil {
 		return fmt.Errorf("write demo files: %w", err)
 	}
-	log.Info("created the demo world", "clientId", demo.ClientID)
+	if err := os.Remove(pending); err != nil {
+		return fmt.Errorf("write demo files: %w", err)
+	}
+	if interrupted {
+		log.Info("wrote the demo world's files again after an interrupted first start", "clientId", demo.ClientID)
+	} else {
+		log.Info("created the demo world", "clientId", demo.ClientID)
+	}
 	return nil
 }
 
-// copyFS writes every file of src under dir.
+// copyFS writes every file of src under dir, replacing what is there, and
+// flushes each to disk.
 func copyFS(dir string, src fs.FS) error {
 	return fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -297,8 +343,34 @@ func copyFS(dir string, src fs.FS) error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(target, data, 0o644)
+		return writeFileSynced(target, data)
 	})
+}
+
+// writeFileSynced writes a file (mode 0644) and flushes it and its
+// directory entry to disk.
+func writeFileSynced(name string, data []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // newLogger builds the slog logger: text on a terminal, JSON otherwise.

@@ -244,3 +244,63 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+func TestCoalescedBatchesKeepOrderAndTick(t *testing.T) {
+	t.Parallel()
+	e, hub := openDemo(t, t.TempDir(), events.Options{Coalesce: 100 * time.Millisecond})
+	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+	// An empty queue and a tick: an empty batch, no error.
+	tick := make(chan time.Time, 1)
+	tick <- time.Now()
+	batch, err := sub.NextBatch(context.Background(), tick, nil)
+	if err != nil || len(batch) != 0 {
+		t.Fatalf("a tick gave %d events, %v; want none and no error", len(batch), err)
+	}
+	for i := range 5 {
+		update(t, e, aria, world.Document{"system.attributes.hp.value": i + 1})
+	}
+	// The five changes fall in one coalescing window: one batch, in order.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var got []events.Event
+	var spare []events.Event
+	for len(got) < 5 {
+		batch, err := sub.NextBatch(ctx, nil, spare)
+		if err != nil {
+			t.Fatalf("after %d events: %v", len(got), err)
+		}
+		got = append(got, batch...)
+		spare = batch
+	}
+	if len(got) != 5 {
+		t.Fatalf("%d events, want 5", len(got))
+	}
+	for i, ev := range got {
+		if i > 0 && ev.Seq <= got[i-1].Seq {
+			t.Fatalf("sequences %d then %d: not in order", got[i-1].Seq, ev.Seq)
+		}
+		var data map[string]any
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if hp := data["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"]; hp != float64(i+1) {
+			t.Fatalf("event %d has hp %v, want %d", i, hp, i+1)
+		}
+	}
+}
+
+func TestBatchesRespectTheQueueLimit(t *testing.T) {
+	t.Parallel()
+	e, hub := openDemo(t, t.TempDir(), events.Options{QueueSize: 3, Coalesce: 200 * time.Millisecond})
+	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+	// Four changes in one window pass the queue of three: the subscriber
+	// overflows rather than queueing past its limit.
+	for i := range 4 {
+		update(t, e, aria, world.Document{"system.attributes.hp.value": i + 1})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if batch, err := sub.NextBatch(ctx, nil, nil); !errors.Is(err, events.ErrOverflow) {
+		t.Fatalf("got %d events, %v; want ErrOverflow", len(batch), err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"relay/world"
 )
@@ -66,11 +67,17 @@ type Subscription struct {
 	req    Request
 	key    string // the normalised filter value of the channel
 	from   uint64 // live events start after this sequence
-	queue  chan Event
+	limit  int    // the most events that may wait in queue
 
-	overflowOnce sync.Once
-	overflowed   chan struct{}
-	closeOnce    sync.Once
+	// qmu guards queue and isOverflowed. The queue grows on demand up to
+	// limit rather than being preallocated, so an idle subscriber costs
+	// little; ready holds a token while events wait.
+	qmu          sync.Mutex
+	queue        []Event
+	isOverflowed bool
+	ready        chan struct{}
+
+	closeOnce sync.Once
 
 	replay []Event
 	reset  *Reset
@@ -82,11 +89,11 @@ type Subscription struct {
 func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Subscription, error) {
 	s := h.stream(e.Info().ClientID)
 	sub := &Subscription{
-		stream:     s,
-		req:        req,
-		key:        filterKey(req),
-		queue:      make(chan Event, h.opts.QueueSize),
-		overflowed: make(chan struct{}),
+		stream: s,
+		req:    req,
+		key:    filterKey(req),
+		limit:  h.opts.QueueSize,
+		ready:  make(chan struct{}, 1),
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,20 +166,73 @@ func (sub *Subscription) Replay() []Event { return sub.replay }
 // subscriber fell behind (its queue was full when an event came), with
 // ErrClosed when the hub closes, and with the context's error.
 func (sub *Subscription) Next(ctx context.Context) (Event, error) {
-	select {
-	case <-sub.overflowed:
-		return Event{}, ErrOverflow
-	default:
+	for {
+		sub.qmu.Lock()
+		if sub.isOverflowed {
+			sub.qmu.Unlock()
+			return Event{}, ErrOverflow
+		}
+		if len(sub.queue) > 0 {
+			ev := sub.queue[0]
+			sub.queue[0] = Event{}
+			sub.queue = sub.queue[1:]
+			if len(sub.queue) == 0 {
+				sub.queue = nil
+			}
+			sub.qmu.Unlock()
+			return ev, nil
+		}
+		sub.qmu.Unlock()
+		if _, err := sub.wait(ctx, nil); err != nil {
+			return Event{}, err
+		}
 	}
+}
+
+// NextBatch waits for live events and returns every one waiting, oldest
+// first, so that a caller can write them together. It returns an empty
+// batch and no error when tick fires first (a nil tick never does). The
+// returned slice is the subscription's queue: pass it back as spare on the
+// next call, once done with it, and the two buffers are reused without
+// allocating. Errors are those of Next; after ErrOverflow the events still
+// waiting are dropped, as the subscriber must resume anyway.
+func (sub *Subscription) NextBatch(ctx context.Context, tick <-chan time.Time, spare []Event) ([]Event, error) {
+	clear(spare)
+	for {
+		sub.qmu.Lock()
+		if sub.isOverflowed {
+			sub.qmu.Unlock()
+			return nil, ErrOverflow
+		}
+		if len(sub.queue) > 0 {
+			batch := sub.queue
+			sub.queue = spare[:0]
+			sub.qmu.Unlock()
+			return batch, nil
+		}
+		sub.qmu.Unlock()
+		ticked, err := sub.wait(ctx, tick)
+		if err != nil {
+			return nil, err
+		}
+		if ticked {
+			return spare[:0], nil
+		}
+	}
+}
+
+// wait blocks until events may be waiting, the subscriber overflowed, the
+// hub closes, ctx ends or tick fires (ticked).
+func (sub *Subscription) wait(ctx context.Context, tick <-chan time.Time) (ticked bool, err error) {
 	select {
-	case ev := <-sub.queue:
-		return ev, nil
-	case <-sub.overflowed:
-		return Event{}, ErrOverflow
+	case <-sub.ready: // events, or an overflow
+		return false, nil
 	case <-sub.stream.hub.closed:
-		return Event{}, ErrClosed
+		return false, ErrClosed
 	case <-ctx.Done():
-		return Event{}, ctx.Err()
+		return false, ctx.Err()
+	case <-tick:
+		return true, nil
 	}
 }
 
@@ -187,30 +247,52 @@ func (sub *Subscription) Close() {
 	})
 }
 
-// offer queues a live event for the subscriber, if it is one it wants and
-// may see; a full queue overflows the subscription.
-func (sub *Subscription) offer(ev *event) {
-	if ev.Seq <= sub.from {
-		return
+// offer queues the live events of evs that the subscriber wants and may
+// see, in one go; a queue that would pass its limit overflows the
+// subscription. The caller wakes the subscriber with notify.
+func (sub *Subscription) offer(evs []*event) (queued bool) {
+	sub.qmu.Lock()
+	defer sub.qmu.Unlock()
+	if sub.isOverflowed {
+		return false
 	}
-	out, ok := sub.deliverable(ev)
-	if !ok {
-		return
+	for _, ev := range evs {
+		if ev.Seq <= sub.from {
+			continue
+		}
+		out, ok := sub.deliverable(ev)
+		if !ok {
+			continue
+		}
+		if len(sub.queue) >= sub.limit {
+			sub.overflowLocked()
+			return false
+		}
+		sub.queue = append(sub.queue, out)
+		queued = true
 	}
+	return queued
+}
+
+// notify wakes the subscriber's reader, if it waits.
+func (sub *Subscription) notify() {
 	select {
-	case <-sub.overflowed:
-		return
+	case sub.ready <- struct{}{}:
 	default:
-	}
-	select {
-	case sub.queue <- out:
-	default:
-		sub.overflow()
 	}
 }
 
+// overflow ends the subscription with ErrOverflow.
 func (sub *Subscription) overflow() {
-	sub.overflowOnce.Do(func() { close(sub.overflowed) })
+	sub.qmu.Lock()
+	defer sub.qmu.Unlock()
+	sub.overflowLocked()
+}
+
+func (sub *Subscription) overflowLocked() {
+	sub.isOverflowed = true
+	sub.queue = nil
+	sub.notify() // the reader sees the flag
 }
 
 // deliverable applies the subscription's filter and its user's read rights
