@@ -78,8 +78,7 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		requestID = g.newRequestID(rt.operation)
 	}
 	if err != nil {
-		st := status.Convert(err)
-		g.writeError(w, httpStatus(st), rt.operation, requestID, st.Message())
+		g.writeStatus(w, status.Convert(err), rt.operation, requestID)
 		return
 	}
 

@@ -61,6 +61,9 @@ func TestRateLimitPerKey(t *testing.T) {
 	if sresp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("stream over the limit: %d", sresp.StatusCode)
 	}
+	if retry, err := strconv.Atoi(sresp.Header.Get("Retry-After")); err != nil || retry < 1 || retry > 20 {
+		t.Fatalf("stream over the limit: Retry-After = %q", sresp.Header.Get("Retry-After"))
+	}
 }
 
 func TestQueryAndHeaderLimits(t *testing.T) {
