@@ -100,16 +100,9 @@ func (r *Rules) BreakConcentration(ctx context.Context, w world.World, user *wor
 	var actorUUID, removed string
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		uuid, doc, err := resolveActor(ctx, e, v, ref)
+		uuid, _, eff, err := ownedConcentratingActor(ctx, e, v, user, ref, "break concentration on")
 		if err != nil {
 			return err
-		}
-		if err := v.RequireOwner(user, uuid, "break concentration on"); err != nil {
-			return err
-		}
-		eff := concentrationEffect(doc)
-		if eff == nil {
-			return world.Errorf(world.ErrFailedPrecondition, "Actor '%s' is not concentrating", str(doc["name"]))
 		}
 		actorUUID, removed = uuid, str(eff["_id"])
 		return tx.Delete(uuid + ".ActiveEffect." + removed)
@@ -164,16 +157,9 @@ func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *worl
 	var out ConcentrationSaveResult
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		uuid, doc, err := resolveActor(ctx, e, v, p.Actor)
+		uuid, doc, eff, err := ownedConcentratingActor(ctx, e, v, user, p.Actor, "roll concentration saves for")
 		if err != nil {
 			return err
-		}
-		if err := v.RequireOwner(user, uuid, "roll concentration saves for"); err != nil {
-			return err
-		}
-		eff := concentrationEffect(doc)
-		if eff == nil {
-			return world.Errorf(world.ErrFailedPrecondition, "Actor '%s' is not concentrating", str(doc["name"]))
 		}
 		a := derive(uuid, doc)
 		ability := str(at(a.system, "attributes.concentration.ability"))
@@ -246,4 +232,23 @@ func startConcentration(tx *world.Tx, actorUUID string, actor world.Document, sp
 		"flags":       map[string]any{"dnd5e": map[string]any{"item": map[string]any{"id": spell["_id"], "type": spell["type"]}}},
 	})
 	return err
+}
+
+// ownedConcentratingActor finds the actor of ref, checks that the user owns
+// it (operation names the refused action in the permission error) and returns
+// its concentration effect; an actor that is not concentrating is a failed
+// precondition.
+func ownedConcentratingActor(ctx context.Context, e *world.Engine, v *world.View, user *world.User, ref ActorRef, operation string) (uuid string, doc, effect world.Document, err error) {
+	uuid, doc, err = resolveActor(ctx, e, v, ref)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := v.RequireOwner(user, uuid, operation); err != nil {
+		return "", nil, nil, err
+	}
+	effect = concentrationEffect(doc)
+	if effect == nil {
+		return "", nil, nil, world.Errorf(world.ErrFailedPrecondition, "Actor '%s' is not concentrating", str(doc["name"]))
+	}
+	return uuid, doc, effect, nil
 }
