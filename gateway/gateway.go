@@ -42,6 +42,9 @@ type Options struct {
 	// KeepaliveInterval is how long an event stream may stay silent before
 	// a keepalive comment is sent; 15 s when 0.
 	KeepaliveInterval time.Duration
+	// EventFeeds, when set, lets the SSE bridge take over the event RPC's
+	// subscriptions in this process (see EventFeeds).
+	EventFeeds EventFeeds
 	// MaxUploadBytes is the server's upload limit (files.go); the gateway
 	// bounds the JSON upload bodies it buffers with it. 64 MiB when 0.
 	MaxUploadBytes int64
@@ -74,6 +77,7 @@ type gateway struct {
 	maxQuery       int
 	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
+	feeds          EventFeeds
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
@@ -99,6 +103,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		maxQuery:       opts.MaxQueryBytes,
 		unaryTimeout:   opts.UnaryTimeout,
 		keepaliveEvery: opts.KeepaliveInterval,
+		feeds:          opts.EventFeeds,
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/events"
 )
 
 // serveEvents bridges a server-streaming event RPC to Server-Sent Events.
@@ -56,8 +55,10 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		ctx = metadata.AppendToOutgoingContext(ctx, streamTicketMetadata, ticket)
 	}
 	// Ask the RPC to hand its subscription over once connected (see
-	// events.Handoff): the events then skip the in-process gRPC hop.
-	ctx = metadata.AppendToOutgoingContext(ctx, events.HandoffMetadata, events.HandoffSecret())
+	// EventFeeds): the events then skip the in-process gRPC hop.
+	if g.feeds != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, g.feeds.HandoffKey(), g.feeds.Secret())
+	}
 	var header metadata.MD
 	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
 	if err == nil {
@@ -100,18 +101,16 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if received, err := stream.Header(); err == nil {
 		header = metadata.Join(header, received)
 	}
-	if token := firstValue(header, events.HandoffMetadata); token != "" {
-		if h := events.Claim(token); h != nil {
-			defer h.Release()
-			// The RPC ends once its subscription is claimed: reading its
-			// end releases the in-process stream at once.
-			_ = stream.RecvMsg(newStreamResponse(rt))
-			if err := sw.event(first); err != nil {
-				return
-			}
-			g.serveHandoff(ctx, sw, h)
+	if feed := g.claimFeed(header); feed != nil {
+		defer feed.Release()
+		// The RPC ends once its subscription is claimed: reading its end
+		// releases the in-process stream at once.
+		_ = stream.RecvMsg(newStreamResponse(rt))
+		if err := sw.event(first); err != nil {
 			return
 		}
+		g.serveFeed(ctx, sw, feed)
+		return
 	}
 	stopKeepalive := sw.keepalive(ctx, g.keepaliveEvery)
 	defer stopKeepalive()
@@ -323,14 +322,27 @@ func (s *sseWriter) keepalive(ctx context.Context, every time.Duration) (stop fu
 	return func() { close(done); wg.Wait() }
 }
 
-// serveHandoff writes the events of a subscription the event RPC handed
-// over (see events.Handoff): the backlog, then live events until the caller
+// claimFeed takes over the subscription the event RPC handed over, if it
+// did.
+func (g *gateway) claimFeed(header metadata.MD) EventFeed {
+	if g.feeds == nil {
+		return nil
+	}
+	token := firstValue(header, g.feeds.HandoffKey())
+	if token == "" {
+		return nil
+	}
+	return g.feeds.Claim(token)
+}
+
+// serveFeed writes the events of a subscription the event RPC handed over
+// (see EventFeeds): the backlog, then live events until the caller
 // goes away, the subscriber overflows or the relay stops. Every batch of
 // events waiting is written as consecutive frames with one write and one
 // flush. A keepalive comment goes out every interval in which nothing else
 // was written, from a ticker of the stream's own goroutine (no goroutine of
 // its own).
-func (g *gateway) serveHandoff(ctx context.Context, sw *sseWriter, h *events.Handoff) {
+func (g *gateway) serveFeed(ctx context.Context, sw *sseWriter, feed EventFeed) {
 	buf := framePool.Get().(*[]byte)
 	defer framePool.Put(buf)
 	flush := func(frames []byte) error {
@@ -343,9 +355,9 @@ func (g *gateway) serveHandoff(ctx context.Context, sw *sseWriter, h *events.Han
 	}
 	// The resume point after an overflow: the backlog's events are all
 	// at or before it.
-	last := h.Last
+	last := feed.Last()
 	frames := (*buf)[:0]
-	for _, ev := range h.Backlog {
+	for _, ev := range feed.Backlog() {
 		frames = appendFrame(frames, ev)
 	}
 	if len(frames) > 0 {
@@ -355,13 +367,13 @@ func (g *gateway) serveHandoff(ctx context.Context, sw *sseWriter, h *events.Han
 	}
 	ticker := time.NewTicker(g.keepaliveEvery)
 	defer ticker.Stop()
-	var batch []events.Event
+	var batch []FeedEvent
 	for {
 		var err error
-		batch, err = h.Sub.NextBatch(ctx, ticker.C, batch)
+		batch, err = feed.Next(ctx, ticker.C, batch)
 		switch {
-		case errors.Is(err, events.ErrOverflow):
-			_ = sw.write(appendFrame((*buf)[:0], h.Overflow(last)))
+		case errors.Is(err, ErrFeedOverflow):
+			_ = sw.write(appendFrame((*buf)[:0], feed.Overflow(last)))
 			return
 		case err != nil:
 			return
@@ -399,7 +411,7 @@ var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // appendFrame appends an event's SSE frame: `id:` (when it has a
 // sequence), `event:` and one line of `data:`.
-func appendFrame(dst []byte, ev events.Event) []byte {
+func appendFrame(dst []byte, ev FeedEvent) []byte {
 	if ev.Seq > 0 {
 		dst = append(dst, "id: "...)
 		dst = strconv.AppendUint(dst, ev.Seq, 10)

@@ -207,7 +207,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
 	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout})
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}})
 	if err != nil {
 		return fail(err)
 	}
