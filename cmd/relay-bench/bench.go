@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// runBench starts or targets the relay, creates the keys, runs the
+// warm-up and the measured phase (and the baseline's, with --baseline),
+// and returns the report. Progress goes to progress.
+func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, error) {
+	t, err := startTarget(ctx, cfg, progress)
+	if err != nil {
+		return nil, err
+	}
+	if t.stop != nil {
+		defer t.stop()
+	}
+	base := "http://" + t.addr
+	setup := &http.Client{Timeout: 30 * time.Second}
+	keys, err := createKeys(ctx, setup, base, t.adminKey)
+	defer func() {
+		if err := revokeKeys(setup, base, t.adminKey, keys); err != nil {
+			fmt.Fprintln(progress, "revoking the run's keys:", err)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+
+	var callers []caller
+	if cfg.grpc {
+		// One HTTP/2 connection carries every concurrent call, as a gRPC
+		// client normally does.
+		conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		for range cfg.concurrency {
+			callers = append(callers, newGRPCCaller(conn, keys))
+		}
+	} else {
+		for range cfg.concurrency {
+			c := newRESTCaller(base, keys)
+			defer c.close()
+			callers = append(callers, c)
+		}
+	}
+
+	var subs *subscribers
+	if cfg.subscribers > 0 {
+		fmt.Fprintf(progress, "opening %d SSE subscribers ...\n", cfg.subscribers)
+		if subs, err = openSubscribers(ctx, base, keys.all, cfg.subscribers); err != nil {
+			return nil, err
+		}
+		defer subs.close()
+	}
+
+	rep := &report{
+		Target: t.addr, Protocol: "REST (HTTP/1.1 keep-alive)", Concurrency: cfg.concurrency,
+		DurationSeconds: cfg.duration.Seconds(), WarmupSeconds: cfg.warmup.Seconds(), Mix: mixString(cfg.mix),
+		Subscribers: cfg.subscribers, RelayPID: t.pid,
+	}
+	if cfg.grpc {
+		rep.Protocol = "gRPC (h2c, one connection)"
+	}
+	if cfg.warmup > 0 {
+		fmt.Fprintf(progress, "warming up for %v ...\n", cfg.warmup)
+		drive(ctx, callers, cfg.mix, cfg.warmup)
+	}
+	var before procStats
+	if t.pid != 0 {
+		if before, err = readProcStats(t.pid); err != nil {
+			return nil, fmt.Errorf("relay process %d: %w", t.pid, err)
+		}
+	}
+	var eventsBefore int64
+	if subs != nil {
+		eventsBefore = subs.events.Load()
+	}
+	fmt.Fprintf(progress, "measuring %s at concurrency %d for %v ...\n", rep.Mix, cfg.concurrency, cfg.duration)
+	phase := drive(ctx, callers, cfg.mix, cfg.duration)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rep.ElapsedSeconds = phase.elapsed.Seconds()
+	if t.pid != 0 {
+		after, err := readProcStats(t.pid)
+		if err != nil {
+			return nil, fmt.Errorf("relay process %d: %w", t.pid, err)
+		}
+		rep.RelayCPUSeconds = (after.cpu - before.cpu).Seconds()
+		rep.RelayPeakRSSBytes = after.peakRSS
+	}
+	if subs != nil {
+		rep.SubscriberEvents = subs.events.Load() - eventsBefore
+		if err := subs.err(); err != nil {
+			rep.SubscriberError = err.Error()
+		}
+	}
+	rep.addPhase(cfg.mix, phase)
+
+	if cfg.baseline {
+		if err := runBaseline(ctx, cfg, base, keys, rep, progress); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// runBaseline serves the relay's GET /get bytes from a bare handler and
+// drives it as the relay's get was driven.
+func runBaseline(ctx context.Context, cfg config, base string, keys benchKeys, rep *report, progress io.Writer) error {
+	body, contentType, err := fetchGet(ctx, base, keys)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	srv, err := startBaseline(body, contentType)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	defer srv.close()
+	var callers []caller
+	for range cfg.concurrency {
+		c := newRESTCaller("http://"+srv.addr, keys)
+		defer c.close()
+		callers = append(callers, c)
+	}
+	mix := []weighted{{"get", 1}}
+	if cfg.warmup > 0 {
+		fmt.Fprintf(progress, "warming up the baseline for %v ...\n", cfg.warmup)
+		drive(ctx, callers, mix, cfg.warmup)
+	}
+	fmt.Fprintf(progress, "measuring the baseline (%d bytes per answer) for %v ...\n", len(body), cfg.duration)
+	phase := drive(ctx, callers, mix, cfg.duration)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rep.addBaseline(phase, len(body))
+	return nil
+}
