@@ -76,6 +76,19 @@ func normalizeDoc(param string, doc Document) (Document, error) {
 	return m, nil
 }
 
+// normalizeList normalizes every element of a list into a []any.
+func normalizeList[T any](xs []T) (any, error) {
+	out := make([]any, len(xs))
+	for i, e := range xs {
+		n, err := normalize(e)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
 // normalize copies v into plain JSON values. The common types are handled
 // directly; anything else takes a trip through encoding/json.
 func normalize(v any) (any, error) {
@@ -110,25 +123,9 @@ func normalize(v any) (any, error) {
 		}
 		return out, nil
 	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			n, err := normalize(e)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = n
-		}
-		return out, nil
+		return normalizeList(x)
 	case []Document:
-		out := make([]any, len(x))
-		for i, e := range x {
-			n, err := normalize(e)
-			if err != nil {
-				return nil, err
-			}
-			out[i] = n
-		}
-		return out, nil
+		return normalizeList(x)
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {

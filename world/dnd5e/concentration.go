@@ -21,17 +21,25 @@ const (
 // modules name it), or nil.
 func concentrationEffect(actor world.Document) world.Document {
 	for _, e := range asList(actor["effects"]) {
-		eff := obj(e)
-		if eff == nil {
-			continue
-		}
-		for _, s := range asList(eff["statuses"]) {
-			if s == concentratingStatus || s == "concentration" {
-				return eff
-			}
+		if eff := obj(e); isConcentration(eff) {
+			return eff
 		}
 	}
 	return nil
+}
+
+// isConcentration reports whether an active effect is a concentration
+// effect: one whose statuses include `concentrating` (or `concentration`).
+func isConcentration(eff world.Document) bool {
+	if eff == nil {
+		return false
+	}
+	for _, s := range asList(eff["statuses"]) {
+		if s == concentratingStatus || s == "concentration" {
+			return true
+		}
+	}
+	return false
 }
 
 // Concentration is an actor's concentration.
@@ -204,16 +212,9 @@ func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *worl
 // a spell.
 func startConcentration(tx *world.Tx, actorUUID string, actor world.Document, spell world.Document) error {
 	for _, e := range asList(actor["effects"]) {
-		eff := obj(e)
-		if eff == nil {
-			continue
-		}
-		for _, s := range asList(eff["statuses"]) {
-			if s == concentratingStatus || s == "concentration" {
-				if err := tx.Delete(actorUUID + ".ActiveEffect." + str(eff["_id"])); err != nil {
-					return err
-				}
-				break
+		if eff := obj(e); isConcentration(eff) {
+			if err := tx.Delete(actorUUID + ".ActiveEffect." + str(eff["_id"])); err != nil {
+				return err
 			}
 		}
 	}
