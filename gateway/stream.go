@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -261,33 +260,22 @@ func (s *sseWriter) write(frame []byte) error {
 
 // event writes one stream message as an SSE frame.
 func (s *sseWriter) event(msg proto.Message) error {
-	var buf bytes.Buffer
-	name, data := "message", []byte("{}")
-	if ev, ok := msg.(eventCarrier); ok && ev.GetEvent() != nil {
-		e := ev.GetEvent()
-		if e.GetSequence() > 0 {
-			buf.WriteString("id: " + strconv.FormatUint(e.GetSequence(), 10) + "\n")
-		}
-		if e.GetName() != "" {
-			name = e.GetName()
-		}
-		if len(e.GetData()) > 0 {
-			data = e.GetData()
-		}
+	var ev FeedEvent
+	if c, ok := msg.(eventCarrier); ok && c.GetEvent() != nil {
+		e := c.GetEvent()
+		ev = FeedEvent{Seq: e.GetSequence(), Name: e.GetName(), Data: e.GetData()}
 	} else {
 		raw, err := appendMessage(nil, msg.ProtoReflect())
 		if err != nil {
 			return err
 		}
-		data = raw
+		ev.Data = raw
 	}
-	buf.WriteString("event: " + name + "\ndata: ")
-	// One line of JSON: compacting removes any newline protojson might add.
-	if err := json.Compact(&buf, data); err != nil {
+	frame, err := appendCheckedFrame(nil, ev)
+	if err != nil {
 		return fmt.Errorf("event data: %w", err)
 	}
-	buf.WriteString("\n\n")
-	return s.write(buf.Bytes())
+	return s.write(frame)
 }
 
 // keepalive writes a comment every interval in which nothing else was
@@ -410,8 +398,21 @@ const maxPooledFrame = 64 << 10
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // appendFrame appends an event's SSE frame: `id:` (when it has a
-// sequence), `event:` and one line of `data:`.
+// sequence), `event:` and one line of `data:`. An unreadable payload
+// becomes an empty object: a handed-over feed carries the hub's own JSON.
 func appendFrame(dst []byte, ev FeedEvent) []byte {
+	out, err := appendCheckedFrame(dst, ev)
+	if err != nil {
+		ev.Data = nil
+		out, _ = appendCheckedFrame(dst, ev)
+	}
+	return out
+}
+
+// appendCheckedFrame is appendFrame that reports an unreadable payload
+// instead of replacing it. appendRawJSON keeps the data on one line, as a
+// frame needs; an empty payload is an empty object.
+func appendCheckedFrame(dst []byte, ev FeedEvent) ([]byte, error) {
 	if ev.Seq > 0 {
 		dst = append(dst, "id: "...)
 		dst = strconv.AppendUint(dst, ev.Seq, 10)
@@ -424,20 +425,13 @@ func appendFrame(dst []byte, ev FeedEvent) []byte {
 	dst = append(dst, "event: "...)
 	dst = append(dst, name...)
 	dst = append(dst, "\ndata: "...)
-	switch {
-	case len(ev.Data) == 0:
+	if len(ev.Data) == 0 {
 		dst = append(dst, "{}"...)
-	case bytes.ContainsAny(ev.Data, "\r\n"):
-		// Payloads are compact JSON already; one that is not is compacted
-		// to keep the frame's data on one line.
-		var b bytes.Buffer
-		if json.Compact(&b, ev.Data) != nil {
-			dst = append(dst, "{}"...)
-		} else {
-			dst = append(dst, b.Bytes()...)
+	} else {
+		var err error
+		if dst, err = appendRawJSON(dst, ev.Data); err != nil {
+			return nil, err
 		}
-	default:
-		dst = append(dst, ev.Data...)
 	}
-	return append(dst, "\n\n"...)
+	return append(dst, "\n\n"...), nil
 }
