@@ -164,9 +164,16 @@ func TestDnd5eWrites(t *testing.T) {
 	}
 	post("short-rest", "Alice", map[string]any{"actorUuid": bromUUID}, http.StatusForbidden, "User 'Alice' does not have permission to perform a short rest on 'Brom Ironfist'")
 	post("short-rest", "Bob", map[string]any{"actorUuid": bromUUID, "autoHD": true, "autoHDThreshold": 2}, http.StatusBadRequest, "autoHDThreshold must be a fraction from 0 to 1")
+	// The death saves above roll a real d20: a natural 20 leaves Aria at 1
+	// HP, so the rest restores whatever is missing up to her maximum, 32.
+	aria := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)
+	hpBefore := aria["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"].(float64)
 	r = post("long-rest", "", map[string]any{"actorUuid": ariaUUID}, http.StatusOK, "")
-	if res = r["result"].(map[string]any); res["type"] != "long" || res["longRest"] != true || res["newDay"] != true || res["dhp"] != 32.0 {
-		t.Fatalf("%v", r)
+	if res = r["result"].(map[string]any); res["type"] != "long" || res["longRest"] != true || res["newDay"] != true || res["dhp"] != 32.0-hpBefore {
+		t.Fatalf("hp before %v: %v", hpBefore, r)
+	}
+	if hp := res["clone"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"]; hp != 32.0 {
+		t.Fatalf("hp after a long rest: %v", hp)
 	}
 	post("long-rest", "Bob", map[string]any{"actorUuid": ariaUUID}, http.StatusForbidden, "perform a long rest on 'Aria Vale'")
 
