@@ -33,6 +33,8 @@ type envelope struct {
 	Type      string
 	RequestID string
 	Data      any // a proto.Message, raw JSON ([]byte) or nil
+	// buffer, when set, lends the marshaler a recycled buffer (bufpool.go).
+	buffer *responseBuffer
 }
 
 // errorBody is an error body: `{type, requestId, error}`.
@@ -62,7 +64,11 @@ func newJSONMarshaler() *jsonMarshaler {
 func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 	switch e := v.(type) {
 	case *envelope:
-		buf := make([]byte, 0, 256)
+		size := 256
+		if raw, ok := e.Data.([]byte); ok {
+			size += len(raw)
+		}
+		buf := e.buffer.take(size)
 		buf = append(buf, `{"type":`...)
 		buf = appendString(buf, e.Type)
 		buf = append(buf, `,"requestId":`...)
@@ -85,7 +91,9 @@ func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return append(buf, '}'), nil
+		buf = append(buf, '}')
+		e.buffer.keep(buf)
+		return buf, nil
 	case *errorBody:
 		return json.Marshal(e)
 	}
@@ -106,7 +114,7 @@ func (g *gateway) wrapResponse(ctx context.Context, resp proto.Message) (any, er
 		data = rb.XXX_ResponseBody()
 	}
 	op := g.operationOf(ctx)
-	return &envelope{Type: op + "-result", RequestID: g.requestIDOf(ctx, op), Data: data}, nil
+	return &envelope{Type: op + "-result", RequestID: g.requestIDOf(ctx, op), Data: data, buffer: responseBufferFrom(ctx)}, nil
 }
 
 // operationOf returns the operation of the RPC a request was routed to.

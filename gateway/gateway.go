@@ -4,10 +4,12 @@
 // and `{type, requestId, error}` error bodies, `/healthz` and
 // `/openapi.json`.
 //
-// Every REST call goes to the gRPC server over a real client connection, so
-// the server's interceptor chain (authentication, scopes, world and user
-// resolution, policy) runs for REST exactly as for gRPC callers. The gateway
-// knows nothing of worlds or keys.
+// Every REST call goes through the gRPC server's interceptor chain
+// (authentication, scopes, world and user resolution, policy), exactly as
+// for gRPC callers: unary calls through the server's in-process connection
+// (Options.Unary), which skips serialisation and the HTTP/2 transport,
+// streams through a real client connection. The gateway knows nothing of
+// worlds or keys.
 package gateway
 
 import (
@@ -55,6 +57,12 @@ type Options struct {
 	// answers 504; 0 means no bound. Event streams and file transfers are
 	// not bounded.
 	UnaryTimeout time.Duration
+	// Unary, when set, carries the unary REST calls instead of the client
+	// connection given to New: the server's in-process connection, which
+	// runs the same interceptors without serialising messages or crossing
+	// an HTTP/2 transport. Streams and the health check always use the
+	// client connection.
+	Unary grpc.ClientConnInterface
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -115,21 +123,28 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
 		runtime.WithDisablePathLengthFallback(),
+		// A length lets keep-alive clients read the body without chunked
+		// framing and saves the closing chunk's write.
+		runtime.WithWriteContentLength(),
 	)
-	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
-		relayv1.RegisterDocumentServiceHandler,
-		relayv1.RegisterFolderServiceHandler,
-		relayv1.RegisterCanvasServiceHandler,
-		relayv1.RegisterScriptServiceHandler,
-		relayv1.RegisterCombatServiceHandler,
-		relayv1.RegisterFileServiceHandler,
-		relayv1.RegisterDnd5EServiceHandler,
-		relayv1.RegisterEventServiceHandler,
-		relayv1.RegisterKeyServiceHandler,
-		relayv1.RegisterClientServiceHandler,
-		relayv1.RegisterTicketServiceHandler,
+	var calls grpc.ClientConnInterface = conn
+	if opts.Unary != nil {
+		calls = splitConn{unary: opts.Unary, streams: conn}
+	}
+	for _, register := range []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
+		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
+		bind(relayv1.RegisterFolderServiceHandlerClient, relayv1.NewFolderServiceClient),
+		bind(relayv1.RegisterCanvasServiceHandlerClient, relayv1.NewCanvasServiceClient),
+		bind(relayv1.RegisterScriptServiceHandlerClient, relayv1.NewScriptServiceClient),
+		bind(relayv1.RegisterCombatServiceHandlerClient, relayv1.NewCombatServiceClient),
+		bind(relayv1.RegisterFileServiceHandlerClient, relayv1.NewFileServiceClient),
+		bind(relayv1.RegisterDnd5EServiceHandlerClient, relayv1.NewDnd5EServiceClient),
+		bind(relayv1.RegisterEventServiceHandlerClient, relayv1.NewEventServiceClient),
+		bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient),
+		bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient),
+		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),
 	} {
-		if err := register(ctx, g.mux, conn); err != nil {
+		if err := register(ctx, g.mux, calls); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
@@ -146,6 +161,28 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		return nil, err
 	}
 	return http.HandlerFunc(g.serveHTTP), nil
+}
+
+// bind pairs a service's generated handler registration with its client
+// constructor, so that every service can be registered over any connection.
+func bind[C any](register func(context.Context, *runtime.ServeMux, C) error, newClient func(grpc.ClientConnInterface) C) func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error {
+	return func(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
+		return register(ctx, mux, newClient(conn))
+	}
+}
+
+// splitConn sends unary calls one way and streams the other.
+type splitConn struct {
+	unary   grpc.ClientConnInterface
+	streams grpc.ClientConnInterface
+}
+
+func (c splitConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return c.unary.Invoke(ctx, method, args, reply, opts...)
+}
+
+func (c splitConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.streams.NewStream(ctx, desc, method, opts...)
 }
 
 // incomingHeader forwards the API key into gRPC metadata, and nothing else
@@ -217,15 +254,18 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.ContentLength = 0
 		r.URL.RawQuery = paramsKey + "=" + url.QueryEscape(string(merged))
 	}
+	ctx, answer := withResponseBuffer(r.Context())
 	if g.unaryTimeout > 0 {
 		// The deadline travels with the gRPC call: the server's handler
 		// sees it, and the call ends with DeadlineExceeded (504) when it
 		// passes. Streams and file transfers took other branches above.
-		ctx, cancel := context.WithTimeout(r.Context(), g.unaryTimeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.unaryTimeout)
 		defer cancel()
-		r = r.WithContext(ctx)
 	}
-	g.mux.ServeHTTP(w, r)
+	g.mux.ServeHTTP(w, r.WithContext(ctx))
+	// The answer is written: its buffer can serve the next one.
+	answer.release()
 }
 
 // healthz answers 200 when the gRPC server reports SERVING, else 503.

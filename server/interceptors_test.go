@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +81,10 @@ func (f fakeWorlds) List(context.Context) ([]world.Info, error) {
 		out = append(out, world.Info{ClientID: id})
 	}
 	return out, nil
+}
+
+func (f fakeWorlds) IDs(context.Context) ([]string, error) {
+	return slices.Sorted(maps.Keys(f)), nil
 }
 
 func newWorld(id string) *fakeWorld {

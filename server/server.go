@@ -54,6 +54,9 @@ type Config struct {
 type Server struct {
 	GRPC   *grpc.Server
 	Health *health.Server
+	// Local calls the same services' unary methods in process, through the
+	// same interceptors (see LocalConn).
+	Local *LocalConn
 }
 
 // New builds the gRPC server with every relay service, the interceptor
@@ -89,22 +92,26 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(chain.Stream()...),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 	)
-	relayv1.RegisterDocumentServiceServer(s, documentService{})
-	relayv1.RegisterFolderServiceServer(s, folderService{})
-	relayv1.RegisterCanvasServiceServer(s, canvasService{})
-	relayv1.RegisterScriptServiceServer(s, scriptService{timeout: cfg.ScriptTimeout})
-	relayv1.RegisterKeyServiceServer(s, keyService{store: cfg.Keys})
-	relayv1.RegisterClientServiceServer(s, clientService{worlds: cfg.Worlds})
-	relayv1.RegisterEventServiceServer(s, newEventService(cfg.Events))
-	relayv1.RegisterTicketServiceServer(s, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(s, newCombatService())
-	relayv1.RegisterFileServiceServer(s, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(s, newDnd5eService(nil))
+	// Every relay service is served twice: on the network server and on the
+	// in-process connection the gateway uses for unary calls.
+	local := newLocalConn(cfg.MaxMessageBytes, chain.Unary()...)
+	both := registrars{s, local}
+	relayv1.RegisterDocumentServiceServer(both, documentService{})
+	relayv1.RegisterFolderServiceServer(both, folderService{})
+	relayv1.RegisterCanvasServiceServer(both, canvasService{})
+	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
+	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
+	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
+	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
+	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
+	relayv1.RegisterCombatServiceServer(both, newCombatService())
+	relayv1.RegisterFileServiceServer(both, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
+	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(nil))
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
-	return &Server{GRPC: s, Health: hs}, nil
+	return &Server{GRPC: s, Health: hs, Local: local}, nil
 }
 
 // SetServing marks the relay (and each of its services) serving or not in
@@ -132,5 +139,14 @@ func (s *Server) Stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		s.GRPC.Stop()
+	}
+}
+
+// registrars registers a service with each of its registrars.
+type registrars []grpc.ServiceRegistrar
+
+func (r registrars) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	for _, reg := range r {
+		reg.RegisterService(desc, impl)
 	}
 }

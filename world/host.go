@@ -28,6 +28,10 @@ type Host struct {
 	closed bool
 
 	watchers atomic.Pointer[[]func(clientID string, changes []Change)]
+	// ids caches the client ids of the worlds (see IDs); nil when they
+	// must be read again.
+	ids   atomic.Pointer[[]string]
+	idsMu sync.Mutex
 }
 
 // hostWorld is a world the host opened, or is opening or creating. ready is
@@ -238,6 +242,7 @@ func (h *Host) create(ctx context.Context, clientID string, seed Seed, w *hostWo
 		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
 	}
 	done = true
+	h.forgetIDs()
 	// Make the rename itself durable before anyone relies on the world.
 	if err := syncDir(h.dir); err != nil {
 		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)

@@ -86,9 +86,19 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 		eventsBefore = subs.events.Load()
 	}
 	fmt.Fprintf(progress, "measuring %s at concurrency %d for %v ...\n", rep.Mix, cfg.concurrency, cfg.duration)
+	var profiled func() error
+	if t.pprof != "" {
+		profiled = profileCPU(t.pprof, cfg.duration, cfg.cpuProfile)
+	}
 	phase := drive(ctx, callers, cfg.mix, cfg.duration)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if profiled != nil {
+		if err := profiled(); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "wrote the relay's CPU profile to %s\n", cfg.cpuProfile)
 	}
 	rep.ElapsedSeconds = phase.elapsed.Seconds()
 	if t.pid != 0 {

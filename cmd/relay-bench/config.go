@@ -33,6 +33,9 @@ type config struct {
 	baseline    bool
 
 	jsonPath string
+	// cpuProfile, when set, receives the started relay's CPU profile of
+	// the measured phase.
+	cpuProfile string
 }
 
 // weighted is one operation of the mix and its relative weight.
@@ -61,6 +64,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.subscribers, "subscribers", 0, "open SSE `streams` on /actor/subscribe during the run, counting the events they receive")
 	fs.BoolVar(&cfg.grpc, "grpc", false, "send the operations through gRPC (h2c on the relay's port) instead of REST")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also drive a bare net/http handler (in this process) returning the relay's GET /get bytes, the same way, and report the relay's get throughput as a fraction of it")
+	fs.StringVar(&cfg.cpuProfile, "cpu-profile", "", "write the started relay's CPU profile of the measured phase to this `file` (go tool pprof FILE); not with --addr")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this `file` (- for stdout)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: relay-bench [flags]\n\nDrives load against a relay (started here, or --addr) and reports per operation:\nrequests/s, p50/p90/p99/max latency, errors, and the relay's CPU seconds and peak RSS.\n\nFlags:")
@@ -89,6 +93,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--warmup must not be negative")
 	case cfg.subscribers < 0:
 		return cfg, errors.New("--subscribers must not be negative")
+	case cfg.addr != "" && cfg.cpuProfile != "":
+		return cfg, errors.New("--cpu-profile profiles a relay started here; it cannot be used with --addr (serve that relay with --pprof instead)")
 	case cfg.addr != "" && cfg.adminKeyFile == "":
 		return cfg, errors.New("--addr needs --admin-key-file")
 	case cfg.addr == "" && (cfg.adminKeyFile != "" || cfg.pid != 0):

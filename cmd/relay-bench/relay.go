@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +26,9 @@ type target struct {
 	addr     string
 	adminKey string
 	pid      int
+	// pprof is the started relay's profiler address, when --cpu-profile
+	// asked for one.
+	pprof string
 	// stop ends a relay this program started; nil for --addr.
 	stop func()
 }
@@ -79,6 +83,15 @@ func startChild(bin, dataDir string, cfg config) (*target, error) {
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data", dataDir, "--demo", "--log-format", "json",
 		"--max-streams-per-key", strconv.Itoa(max(100, cfg.subscribers+10)),
 		"--max-streams-per-world", strconv.Itoa(max(1000, cfg.subscribers+10)))
+	var pprofAddr string
+	if cfg.cpuProfile != "" {
+		var err error
+		if pprofAddr, err = freeAddr(); err != nil {
+			logFile.Close()
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args, "--pprof", pprofAddr)
+	}
 	// The relay must not pick up RELAY_* settings from the caller's shell:
 	// the figures are for its defaults.
 	for _, kv := range os.Environ() {
@@ -110,7 +123,7 @@ func startChild(bin, dataDir string, cfg config) (*target, error) {
 				stop()
 				return nil, err
 			}
-			return &target{addr: addr, adminKey: key, pid: cmd.Process.Pid, stop: stop}, nil
+			return &target{addr: addr, adminKey: key, pid: cmd.Process.Pid, pprof: pprofAddr, stop: stop}, nil
 		}
 		select {
 		case <-exited:
@@ -293,4 +306,41 @@ func readProcStats(pid int) (procStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// freeAddr picks a free loopback port.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// profileCPU fetches the relay's CPU profile over d into path, in the
+// background; the returned function waits for it and reports its error.
+func profileCPU(pprofAddr string, d time.Duration, path string) func() error {
+	done := make(chan error, 1)
+	go func() {
+		secs := max(1, int(d.Round(time.Second)/time.Second))
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, secs))
+		if err != nil {
+			done <- fmt.Errorf("cpu profile: %w", err)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("cpu profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return func() error { return <-done }
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,8 @@ type serveConfig struct {
 	rateLimitBurst int
 	maxQueryBytes  int
 	requestTimeout time.Duration
+	// pprofListen, when set, serves Go's profiling handlers there.
+	pprofListen string
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -77,6 +80,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.rateLimit, "rate-limit", envInt("RELAY_RATE_LIMIT", 0), "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.rateLimitBurst, "rate-limit-burst", envInt("RELAY_RATE_LIMIT_BURST", 0), "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
+	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -95,13 +99,32 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fset.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fset.Arg(0))}
 	}
-	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	log, logBuf, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
 		return usageError{err.Error()}
+	}
+	defer logBuf.Close()
+	if os.Getenv("GOGC") == "" {
+		// Every REST read allocates its response (a large actor is tens of
+		// kilobytes) while the live heap stays small, so the default
+		// target collects very often; each collection also shrinks the
+		// stacks of the connections' goroutines, which then grow again on
+		// their next request. Measured under relay-bench, a higher target
+		// removes most of both for a few more megabytes of memory. GOGC
+		// still overrides it.
+		debug.SetGCPercent(serveGCPercent)
 	}
 	r, err := startRelay(ctx, cfg, log, stdout)
 	if err != nil {
 		return err
+	}
+	if cfg.pprofListen != "" {
+		stop, err := serveProfiler(cfg.pprofListen, log)
+		if err != nil {
+			_ = r.close(context.Background())
+			return err
+		}
+		defer stop()
 	}
 	<-ctx.Done()
 	log.Info("shutting down")
@@ -194,9 +217,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}); err != nil {
 		return fail(err)
 	}
-	// The gateway reaches the gRPC server through an in-memory listener, so
-	// REST calls pass the same interceptors as gRPC calls without a network
-	// hop.
+	// The gateway makes unary calls through the server's in-process
+	// connection and opens streams through an in-memory listener: either
+	// way REST calls pass the same interceptors as gRPC calls, without a
+	// network hop.
 	r.inner = bufconn.Listen(1 << 20)
 	go func() { _ = r.grpc.GRPC.Serve(r.inner) }()
 	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
@@ -207,7 +231,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
 	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}})
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local})
 	if err != nil {
 		return fail(err)
 	}
@@ -373,26 +397,39 @@ func writeFileSynced(name string, data []byte) error {
 	return d.Sync()
 }
 
-// newLogger builds the slog logger: text on a terminal, JSON otherwise.
-func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+// newLogger builds the slog logger: text on a terminal, JSON otherwise,
+// written through a logBuffer. The caller must Close the buffer once the
+// logger is no longer used.
+func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, nil, fmt.Errorf("--log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	text := false
 	switch format {
 	case "auto":
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			return slog.New(slog.NewTextHandler(w, opts)), nil
-		}
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		f, ok := w.(*os.File)
+		text = ok && term.IsTerminal(int(f.Fd()))
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		text = true
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, nil, fmt.Errorf("--log-format must be auto, text or json, not %q", format)
 	}
-	return nil, fmt.Errorf("--log-format must be auto, text or json, not %q", format)
+	buf := newLogBuffer(w, logFlushInterval)
+	var h slog.Handler = slog.NewJSONHandler(buf, opts)
+	if text {
+		h = slog.NewTextHandler(buf, opts)
+	}
+	return slog.New(flushingHandler{Handler: h, buf: buf}), buf, nil
 }
+
+// serveGCPercent is the garbage collector's target when GOGC is not set.
+const serveGCPercent = 400
+
+// logFlushInterval is how long Info lines may wait in the log buffer.
+const logFlushInterval = 50 * time.Millisecond
 
 // envBool reads a boolean environment variable, or def.
 func envBool(name string, def bool) bool {

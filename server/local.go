@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// LocalConn calls the server's unary methods inside the process, without
+// serialising messages or crossing an HTTP/2 transport: the gateway's REST
+// calls use it. A call still runs the whole interceptor chain with the same
+// metadata, method name and context (deadline and cancellation included)
+// as a network call, and returns the same status errors, so the gateway
+// cannot tell the difference except in speed.
+//
+// The request message is handed to the handler as it is and the handler's
+// response is moved into the caller's reply without copying its bytes: the
+// gateway builds a fresh request for every call and only reads the reply,
+// so neither side shares memory that the other changes. Streaming methods
+// are not served here (NewStream answers Unimplemented); callers use the
+// network connection for them.
+type LocalConn struct {
+	interceptor grpc.UnaryServerInterceptor
+	maxRecv     int
+
+	mu      sync.RWMutex
+	methods map[string]localMethod // by full method name, "/pkg.Service/Method"
+}
+
+type localMethod struct {
+	impl    any
+	handler grpc.MethodHandler
+}
+
+var (
+	_ grpc.ClientConnInterface = (*LocalConn)(nil)
+	_ grpc.ServiceRegistrar    = (*LocalConn)(nil)
+)
+
+// newLocalConn returns a LocalConn that runs the given interceptors, in
+// order, around every call and refuses requests larger than maxRecv bytes
+// as the network server does.
+func newLocalConn(maxRecv int, interceptors ...grpc.UnaryServerInterceptor) *LocalConn {
+	return &LocalConn{
+		interceptor: chainUnary(interceptors),
+		maxRecv:     maxRecv,
+		methods:     map[string]localMethod{},
+	}
+}
+
+// RegisterService records a service's unary methods; it implements
+// grpc.ServiceRegistrar.
+func (c *LocalConn) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range desc.Methods {
+		c.methods["/"+desc.ServiceName+"/"+m.MethodName] = localMethod{impl: impl, handler: m.Handler}
+	}
+}
+
+// Invoke runs a unary method in the process.
+func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	c.mu.RLock()
+	m, ok := c.methods[method]
+	c.mu.RUnlock()
+	if !ok {
+		return status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
+	req, ok := args.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "local call %s: request %T is not a protobuf message", method, args)
+	}
+	if c.maxRecv > 0 {
+		if n := proto.Size(req); n > c.maxRecv {
+			return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, c.maxRecv)
+		}
+	}
+
+	// The server sees the caller's outgoing metadata as incoming, as it
+	// would after the network hop, and none of it as outgoing.
+	md, _ := metadata.FromOutgoingContext(ctx)
+	ctx = metadata.NewIncomingContext(metadata.NewOutgoingContext(ctx, nil), md.Copy())
+	stream := &localStream{method: method}
+	ctx = grpc.NewContextWithServerTransportStream(ctx, stream)
+
+	decode := func(v any) error {
+		dst, ok := v.(proto.Message)
+		if !ok || dst.ProtoReflect().Descriptor() != req.ProtoReflect().Descriptor() {
+			return status.Errorf(codes.Internal, "local call %s: request %T does not match %T", method, args, v)
+		}
+		moveFields(dst, req)
+		return nil
+	}
+	resp, err := m.handler(m.impl, ctx, decode, c.interceptor)
+	header, trailer := stream.metadata()
+	for _, o := range opts {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			*o.HeaderAddr = header
+		case grpc.TrailerCallOption:
+			*o.TrailerAddr = trailer
+		}
+	}
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.FromContextError(err).Err()
+	}
+	out, ok := resp.(proto.Message)
+	dst, ok2 := reply.(proto.Message)
+	if !ok || !ok2 || out.ProtoReflect().Descriptor() != dst.ProtoReflect().Descriptor() {
+		return status.Errorf(codes.Internal, "local call %s: response %T does not fit %T", method, resp, reply)
+	}
+	moveFields(dst, out)
+	return nil
+}
+
+// NewStream refuses: streams go over the network connection, where flow
+// control and the stream interceptors apply.
+func (c *LocalConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "streaming calls are not served in process")
+}
+
+// moveFields sets every populated field of src on dst, sharing values
+// rather than copying them; dst is reset first.
+func moveFields(dst, src proto.Message) {
+	d := dst.ProtoReflect()
+	proto.Reset(dst)
+	src.ProtoReflect().Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		d.Set(fd, v)
+		return true
+	})
+}
+
+// chainUnary folds interceptors into one, the first outermost, as
+// grpc.ChainUnaryInterceptor does for the network server.
+func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return callChain(interceptors, 0, ctx, req, info, handler)
+	}
+}
+
+func callChain(interceptors []grpc.UnaryServerInterceptor, i int, ctx context.Context, req any, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) (any, error) {
+	if i == len(interceptors) {
+		return final(ctx, req)
+	}
+	return interceptors[i](ctx, req, info, func(ctx context.Context, req any) (any, error) {
+		return callChain(interceptors, i+1, ctx, req, info, final)
+	})
+}
+
+// localStream is the grpc.ServerTransportStream of a local call: it keeps
+// the header and trailer the handler sets, for the caller's Header and
+// Trailer call options.
+type localStream struct {
+	method string
+
+	mu      sync.Mutex
+	header  metadata.MD
+	trailer metadata.MD
+	sent    bool
+}
+
+func (s *localStream) Method() string { return s.method }
+
+func (s *localStream) SetHeader(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sent {
+		return fmt.Errorf("local call %s: header already sent", s.method)
+	}
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+
+func (s *localStream) SendHeader(md metadata.MD) error {
+	if err := s.SetHeader(md); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.sent = true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *localStream) SetTrailer(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trailer = metadata.Join(s.trailer, md)
+	return nil
+}
+
+func (s *localStream) metadata() (header, trailer metadata.MD) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.header == nil {
+		s.header = metadata.MD{}
+	}
+	if s.trailer == nil {
+		s.trailer = metadata.MD{}
+	}
+	return s.header, s.trailer
+}
