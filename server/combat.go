@@ -7,6 +7,7 @@ import (
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/world/combat"
+	"relay/world/dice"
 )
 
 // combatService implements relayv1.CombatServiceServer over package combat.
@@ -17,8 +18,8 @@ type combatService struct {
 
 // newCombatService returns the combat service, rolling initiative with
 // fair random dice.
-func newCombatService() combatService {
-	return combatService{encounters: combat.New(nil)}
+func newCombatService(src dice.Source) combatService {
+	return combatService{encounters: combat.New(src.Roll)}
 }
 
 func (s combatService) ListEncounters(ctx context.Context, req *relayv1.ListEncountersRequest) (*relayv1.ListEncountersResponse, error) {

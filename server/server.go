@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/world/dice"
 )
 
 // Config wires a relay gRPC server.
@@ -48,6 +49,9 @@ type Config struct {
 	// RateLimit limits each API key's requests (ratelimit.go); nil allows
 	// everything.
 	RateLimit *RateLimiter
+	// Dice rolls for the ruleset and for initiative; nil rolls with the
+	// operating system's randomness (dice.NewRandom).
+	Dice dice.Source
 }
 
 // Server is the relay's gRPC server with its health service.
@@ -70,6 +74,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Dice == nil {
+		cfg.Dice = dice.NewRandom()
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 4 << 20
@@ -104,9 +111,9 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
 	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(both, newCombatService())
+	relayv1.RegisterCombatServiceServer(both, newCombatService(cfg.Dice))
 	relayv1.RegisterFileServiceServer(both, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(nil))
+	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(cfg.Dice))
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)

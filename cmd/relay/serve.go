@@ -29,6 +29,7 @@ import (
 	"relay/server/keys"
 	"relay/world"
 	"relay/world/demo"
+	"relay/world/dice"
 	"relay/world/events"
 	"relay/world/files"
 )
@@ -59,6 +60,8 @@ type serveConfig struct {
 	requestTimeout time.Duration
 	// pprofListen, when set, serves Go's profiling handlers there.
 	pprofListen string
+	// diceSeed, when not 0, makes every roll repeat from run to run.
+	diceSeed uint64
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -80,6 +83,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.rateLimit, "rate-limit", envInt("RELAY_RATE_LIMIT", 0), "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.rateLimitBurst, "rate-limit-burst", envInt("RELAY_RATE_LIMIT_BURST", 0), "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
+	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
@@ -198,6 +202,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 
 	ids := server.NewRequestIDs(cfg.nodeID, nil)
+	var rolls dice.Source // nil: the server rolls with real randomness
+	if cfg.diceSeed != 0 {
+		rolls = dice.NewSeeded(cfg.diceSeed)
+	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          keyStore,
 		Worlds:        r.worlds,
@@ -208,6 +216,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
 		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		Dice:           rolls,
 		Events: server.EventsConfig{
 			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
