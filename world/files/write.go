@@ -68,6 +68,12 @@ func (a *Area) Write(ctx context.Context, dir, name string, r io.Reader, o Write
 		removeEmpty(root, created)
 		return Written{}, err
 	}
+	// The directories this write created are entries of their parents:
+	// flush those too, deepest first, or a crash could lose the new file
+	// with the directory that holds it.
+	for i := len(created) - 1; i >= 0; i-- {
+		syncDir(root, path.Dir(created[i]))
+	}
 	return Written{Path: target, Size: n}, nil
 }
 
