@@ -97,9 +97,11 @@
 // The time limit ([Options.Timeout]) is the main guard: when it passes, or
 // when the caller's context ends, the runtime is interrupted at the next
 // JavaScript instruction and any world call in progress sees its context
-// end. goja has no memory limit and cannot interrupt a built-in while it
-// runs, so the package hardens the built-ins where that is cheap (see
-// harden.go):
+// end. goja has no memory limit of its own: a watchdog (memory.go) stops
+// a script once the process's live heap has grown by more than
+// [Options.MaxMemoryBytes] during the run ("Script exceeded the memory
+// limit of 256 MiB"). goja cannot interrupt a built-in while it runs, so
+// the package hardens the built-ins where that is cheap (see harden.go):
 //
 //   - the JavaScript call stack is limited to [MaxCallStack] frames (deep
 //     recursion ends the script with "Maximum call stack size exceeded");
@@ -122,9 +124,10 @@
 //     regexp2.DefaultMatchTimeout, which is process-wide, in the package's
 //     init (only if nothing else has set it).
 //
-// What remains: a script can still allocate a lot of memory quickly (`s +=
-// s` in a loop, large arrays built element by element), bounded only by
-// how much it can do before the time limit; a few built-ins outside the
+// What remains: the memory watchdog sees the heap as of the last garbage
+// collection, so a script can overshoot its limit by what it allocates
+// before the next one (at most a few times the heap's size); a few
+// built-ins outside the
 // list above can still run for a while on a large input; and goja is not a
 // security boundary. execute-js is GM-only; a relay that must survive
 // hostile scripts should run them in a separate process with an OS memory

@@ -22,6 +22,7 @@ import (
 const (
 	DefaultTimeout        = 5 * time.Second
 	DefaultMaxScriptBytes = 64 << 10
+	DefaultMaxMemoryBytes = 256 << 20
 	DefaultMaxResultBytes = 1 << 20
 )
 
@@ -60,6 +61,10 @@ type Options struct {
 	// MaxResultBytes is the largest result, and the largest value handed to
 	// the world, in bytes of JSON; DefaultMaxResultBytes when zero.
 	MaxResultBytes int
+	// MaxMemoryBytes is how much the process's live heap may grow while
+	// the script runs before it is stopped (see memory.go);
+	// DefaultMaxMemoryBytes when zero.
+	MaxMemoryBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -71,6 +76,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxResultBytes <= 0 {
 		o.MaxResultBytes = DefaultMaxResultBytes
+	}
+	if o.MaxMemoryBytes <= 0 {
+		o.MaxMemoryBytes = DefaultMaxMemoryBytes
 	}
 	return o
 }
@@ -144,6 +152,8 @@ func Run(ctx context.Context, w world.World, user *world.User, script string, op
 			<-fired
 		}
 	}()
+	stopWatch := watchMemory(vm, opts.MaxMemoryBytes)
+	defer stopWatch()
 
 	s := &session{
 		parent: ctx,
@@ -266,7 +276,15 @@ func (s *session) failure(err error) error {
 		rejected    *rejection
 		exportErr   *exportError
 	)
+	var memory *memoryError
+	if errors.As(err, &interrupted) {
+		if m, ok := interrupted.Value().(*memoryError); ok {
+			memory = m
+		}
+	}
 	switch {
+	case memory != nil:
+		return world.Errorf(world.ErrInvalid, "Script exceeded the memory limit of %d MiB", memory.limit>>20)
 	case errors.Is(err, errStopped), errors.As(err, &interrupted), s.ctx.Err() != nil:
 		return stoppedError(s.parent, s.opts)
 	case errors.As(err, &overflow):
