@@ -250,9 +250,14 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Content-Type", "application/json")
 		r.URL.RawQuery = ""
 	} else {
+		// The generated handler reads its parameters from r.Form, which
+		// ParseForm leaves alone once set: handing the merged JSON over
+		// there saves escaping it into the query and parsing it back.
 		r.Body = http.NoBody
 		r.ContentLength = 0
-		r.URL.RawQuery = paramsKey + "=" + url.QueryEscape(string(merged))
+		r.URL.RawQuery = ""
+		r.Form = url.Values{paramsKey: {string(merged)}}
+		r.PostForm = url.Values{}
 	}
 	ctx, answer := withResponseBuffer(r.Context())
 	if g.unaryTimeout > 0 {
