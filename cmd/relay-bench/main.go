@@ -10,6 +10,7 @@
 // Usage:
 //
 //	relay-bench [flags]
+//	relay-bench fanout-floor [flags]   (see floor.go)
 //
 // Examples:
 //
@@ -45,6 +46,18 @@ func main() {
 
 // run parses the flags, runs the benchmark and prints its report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "fanout-floor":
+			cfg, err := parseFloorConfig(args[1:], stderr)
+			if err != nil {
+				return err
+			}
+			return runFloor(ctx, cfg, stdout, stderr)
+		case floorReaderArg:
+			return runFloorReader(args[1:], stdout)
+		}
+	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		return err
