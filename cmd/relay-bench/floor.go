@@ -74,6 +74,9 @@ func parseFloorConfig(args []string, stderr io.Writer) (floorConfig, error) {
 // runFloor is the writer side: it starts the reader process, accepts its
 // connections and runs the passes.
 func runFloor(ctx context.Context, cfg floorConfig, stdout, progress io.Writer) error {
+	// The reader's error output is copied by another goroutine into the
+	// same writer as this function's progress lines.
+	progress = &lockedWriter{w: progress}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -216,4 +219,16 @@ func rusage() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
