@@ -218,8 +218,10 @@ type Options struct {
 	// NewID returns a fresh 16-character document id; random when nil.
 	NewID func() string
 	// OnCommit, when set, is called after every committed transaction with
-	// its changes, in commit order, while the world's write lock is still
-	// held (so calls never interleave). It must not block.
+	// its changes, once, in commit order, by the world's committer (so
+	// calls never interleave): after the changes are durable and visible
+	// to readers, before the transaction's Mutate returns. It must not
+	// block, nor write to the world.
 	OnCommit func(changes []Change)
 	// Journal, when set, keeps records about each transaction's changes in
 	// the world's database, written in the same SQLite transaction (see

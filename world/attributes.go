@@ -41,7 +41,7 @@ func (e *Engine) ModifyAttribute(ctx context.Context, user *User, uuid, attribut
 			return Errorf(ErrInvalid, "Attribute %s is not a number, found: %s", attribute, jsTypeOf(value, present))
 		}
 		res.OldValue, res.NewValue = old, old+delta
-		_, err = tx.Update(uuid, Document{attribute: res.NewValue})
+		_, err = tx.update(uuid, Document{attribute: res.NewValue})
 		return err
 	})
 	if err != nil {
@@ -132,7 +132,7 @@ func (e *Engine) Kill(ctx context.Context, user *User, uuid string) (KillResult,
 func killActor(tx *Tx, actor ref, doc Document) error {
 	if hp, ok := Property(doc, "system.attributes.hp"); ok {
 		if hp, ok := hp.(map[string]any); ok && hp["value"] != 0.0 {
-			if _, err := tx.Update(actor.uuid, Document{"system.attributes.hp.value": 0.0}); err != nil {
+			if _, err := tx.update(actor.uuid, Document{"system.attributes.hp.value": 0.0}); err != nil {
 				return err
 			}
 		}
@@ -168,7 +168,7 @@ func killUnlinkedToken(tx *Tx, token ref, doc, actor Document) error {
 	if len(diff) == 0 {
 		return nil
 	}
-	_, err := tx.Update(token.uuid, diff)
+	_, err := tx.update(token.uuid, diff)
 	return err
 }
 
@@ -186,7 +186,7 @@ func markDefeated(tx *Tx, match func(combatant Document) bool) error {
 	})
 	slices.Sort(uuids)
 	for _, uuid := range uuids {
-		if _, err := tx.Update(uuid, Document{"defeated": true}); err != nil {
+		if _, err := tx.update(uuid, Document{"defeated": true}); err != nil {
 			return err
 		}
 	}

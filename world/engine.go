@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -17,8 +18,10 @@ import (
 // of every document, swapped atomically after each commit, so a reader
 // takes the current snapshot without locking and sees one consistent state
 // however long it looks. Writes go one at a time through [Engine.Mutate]:
-// each builds new versions of the documents it changes, commits them in one
-// SQLite transaction and only then swaps them in.
+// each builds new versions of the documents it changes on top of the
+// latest state, then waits while the committer writes it, with the other
+// transactions that came meanwhile, in one SQLite transaction (see
+// commit.go); only then are the new versions swapped in for readers.
 type Engine struct {
 	info     Info
 	perms    map[string]Role
@@ -31,11 +34,20 @@ type Engine struct {
 	// writer is the write lock: a token taken by the one writer at a time.
 	// It is a channel so that waiting for it can give up with a context.
 	writer chan struct{}
+	// latest, under the write lock, is the state writers build on: the
+	// published snapshot plus the transactions waiting to be committed.
+	latest  *snapshot
+	commits committer
+	// snap is the published state: durable, what readers see.
 	snap   atomic.Pointer[snapshot]
 	closed atomic.Bool
 
+	closeOnce sync.Once
+	closeErr  error
+
 	selection selection
 	json      jsonCache
+	embedded  embeddedJSON
 	// onClose, set by the host, forgets the world once it is closed.
 	onClose func()
 }
@@ -46,7 +58,7 @@ var _ World = (*Engine)(nil)
 // holds is ever changed; a commit builds a new snapshot. Every document in
 // it keeps the invariant checkEmbedded states, which the code relies on.
 type snapshot struct {
-	docs  map[*docType]map[string]Document // top-level documents by type and id
+	docs  map[*docType]*docTable // top-level documents by type and id
 	users *userIndex
 }
 
@@ -76,7 +88,12 @@ func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]ma
 	if e.newID == nil {
 		e.newID = randomID
 	}
-	e.snap.Store(&snapshot{docs: docs, users: buildUserIndex(docs[typeUser])})
+	tables := make(map[*docType]*docTable, len(docs))
+	for t, byID := range docs {
+		tables[t] = newDocTable(byID)
+	}
+	e.latest = &snapshot{docs: tables, users: buildUserIndex(tables[typeUser])}
+	e.snap.Store(e.latest)
 	return e
 }
 
@@ -207,22 +224,26 @@ func (e *Engine) ready() error {
 	return nil
 }
 
-// Close waits for the current writer, then closes the world's store. Later
-// calls fail with ErrUnavailable; closing again does nothing.
+// Close waits for the current writer and the commits under way, then
+// closes the world's store. Later calls fail with ErrUnavailable; closing
+// again does nothing.
 func (e *Engine) Close() error {
-	e.writer <- struct{}{}
-	defer func() { <-e.writer }()
-	if e.closed.Swap(true) {
-		return nil
-	}
-	err := e.store.close()
-	if e.onClose != nil {
-		e.onClose()
-	}
-	if err != nil {
-		return Errorf(ErrUnavailable, "Closing world %s: %v", e.info.ClientID, err)
-	}
-	return nil
+	e.closeOnce.Do(func() {
+		// Under the write lock, so that no transaction is queued after
+		// the committer has stopped.
+		e.writer <- struct{}{}
+		e.closed.Store(true)
+		<-e.writer
+		e.stopCommitter()
+		err := e.store.close()
+		if e.onClose != nil {
+			e.onClose()
+		}
+		if err != nil {
+			e.closeErr = Errorf(ErrUnavailable, "Closing world %s: %v", e.info.ClientID, err)
+		}
+	})
+	return e.closeErr
 }
 
 // contextError turns a context's error into a world error.
@@ -234,26 +255,21 @@ func contextError(err error) error {
 }
 
 // withDocs returns a snapshot with the changed top-level documents of a
-// finished transaction applied. Only the per-type maps that changed are copied.
+// finished transaction applied. Only the shards of the tables that changed
+// are copied.
 func (s *snapshot) withDocs(tx *Tx, changed []docKey) *snapshot {
 	next := &snapshot{docs: maps.Clone(s.docs), users: s.users}
-	copied := map[*docType]bool{}
+	editors := map[*docType]*tableEditor{}
 	for _, k := range changed {
-		p := tx.work[k]
-		if !copied[k.typ] {
-			copied[k.typ] = true
-			next.docs[k.typ] = maps.Clone(s.docs[k.typ])
-			if next.docs[k.typ] == nil {
-				next.docs[k.typ] = map[string]Document{}
-			}
+		ed := editors[k.typ]
+		if ed == nil {
+			ed = edit(s.docs[k.typ])
+			editors[k.typ] = ed
+			next.docs[k.typ] = ed.t
 		}
-		if p.after == nil {
-			delete(next.docs[k.typ], k.id)
-		} else {
-			next.docs[k.typ][k.id] = p.after
-		}
+		ed.set(k.id, tx.work[k].after)
 	}
-	if copied[typeUser] {
+	if editors[typeUser] != nil {
 		next.users = buildUserIndex(next.docs[typeUser])
 	}
 	return next

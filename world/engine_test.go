@@ -14,9 +14,10 @@ import (
 func allDocs(e *Engine) map[string]Document {
 	out := map[string]Document{}
 	for t, docs := range e.snap.Load().docs {
-		for id, d := range docs {
+		docs.each(func(id string, d Document) bool {
 			out[t.name+"."+id] = d
-		}
+			return true
+		})
 	}
 	return out
 }

@@ -204,7 +204,7 @@ func moveFolderContents(tx *Tx, id string, to any) error {
 		entities = append(entities, typeFolder.name+"."+child)
 	}
 	for _, uuid := range entities {
-		if _, err := tx.Update(uuid, Document{"folder": to}); err != nil {
+		if _, err := tx.update(uuid, Document{"folder": to}); err != nil {
 			return err
 		}
 	}

@@ -81,7 +81,8 @@ func OpenHost(dataDir string, opts Options) (*Host, error) {
 
 // Watch adds a function called after every committed transaction of every
 // world of the host, with the world's client id, after Options.OnCommit.
-// Like OnCommit it runs under the world's write lock and must not block.
+// Like OnCommit it is called once per transaction, in commit order, by the
+// world's committer, and must not block.
 func (h *Host) Watch(fn func(clientID string, changes []Change)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -109,7 +109,7 @@ func addItem(tx *Tx, actor ref, actorDoc, item Document, qty float64) (string, f
 			continue
 		}
 		uuid := actor.child(actorItems, str(stack["_id"])).uuid
-		_, err := tx.Update(uuid, Document{"system.quantity": have + qty})
+		_, err := tx.update(uuid, Document{"system.quantity": have + qty})
 		return uuid, have + qty, err
 	}
 	data := Clone(item)
@@ -131,7 +131,7 @@ func addItem(tx *Tx, actor ref, actorDoc, item Document, qty float64) (string, f
 // what is left (0 when deleted).
 func takeItem(tx *Tx, item ref, doc Document, qty float64) (float64, error) {
 	if have, ok := itemQuantity(doc); ok && have > qty {
-		_, err := tx.Update(item.uuid, Document{"system.quantity": have - qty})
+		_, err := tx.update(item.uuid, Document{"system.quantity": have - qty})
 		return have - qty, err
 	}
 	return 0, tx.Delete(item.uuid)

@@ -2,7 +2,6 @@ package world
 
 import (
 	"context"
-	"database/sql"
 	"math"
 )
 
@@ -13,16 +12,28 @@ import (
 // Journal keeps records about committed changes in the world's database.
 // Its records are written in the same SQLite transaction as the documents
 // they describe: a change is durable exactly when its records are.
+//
+// Several transactions may be recorded before the first of them is
+// committed (see [Engine.Mutate]): Record numbers each one after the last
+// one recorded, the transactions then commit in the order they were
+// recorded (Options.OnCommit and Host.Watch see them in that order), or,
+// when a commit fails, Abandon withdraws every recorded transaction not
+// committed yet.
 type Journal interface {
-	// Record is called under the world's write lock, just before the
-	// SQLite commit of a transaction that changed something, with the
-	// changes Options.OnCommit is about to receive. It returns the records
-	// to insert and the lowest sequence number to keep: older records are
-	// deleted in the same transaction (0 keeps them all). The commit may
-	// still fail; then OnCommit is not called and the next transaction
-	// calls Record again. Record must not block on other writers of this
-	// world; it may read the journal with [Engine.ReadJournal].
+	// Record is called by the world's committer for every transaction
+	// that changed something, one at a time and in commit order, just
+	// before the SQLite transaction that writes it, with the changes
+	// Options.OnCommit will receive once it is committed (the same slice).
+	// It returns the records to insert and the lowest sequence number to
+	// keep: older records are deleted in the same SQLite transaction (0
+	// keeps them all). Record must not block on writers of this world; it
+	// may read the journal with [Engine.ReadJournal].
 	Record(e *Engine, changes []Change) (records []JournalRecord, keepFrom uint64)
+	// Abandon is called by the committer when a commit failed: every
+	// transaction recorded and not yet committed is lost (none of its
+	// records were written), and the next one recorded should take the
+	// numbers they held.
+	Abandon(e *Engine)
 }
 
 // JournalRecord is one journal entry: a sequence number, unique and
@@ -61,21 +72,6 @@ func (e *Engine) ReadJournal(ctx context.Context, from uint64, fn func(JournalRe
 	}
 	if err := rows.Err(); err != nil {
 		return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
-	}
-	return nil
-}
-
-// writeJournal stores a commit's journal records inside its transaction.
-func writeJournal(ctx context.Context, tx *sql.Tx, j journalBatch) error {
-	for _, r := range j.records {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO journal (seq, data) VALUES (?, ?) ON CONFLICT (seq) DO UPDATE SET data = excluded.data", clampSeq(r.Seq), r.Data); err != nil {
-			return err
-		}
-	}
-	if j.keepFrom > 0 {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM journal WHERE seq < ?", clampSeq(j.keepFrom)); err != nil {
-			return err
-		}
 	}
 	return nil
 }

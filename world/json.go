@@ -48,21 +48,6 @@ func deepCopyMap(m map[string]any) map[string]any {
 	return out
 }
 
-// cloneOwn copies a document deeply except for its embedded collections,
-// which it shares: they are immutable and the caller changes only the
-// document's own fields.
-func cloneOwn(t *docType, doc Document) Document {
-	out := make(Document, len(doc))
-	for k, v := range doc {
-		if t.isEmbeddedKey(k) {
-			out[k] = v
-		} else {
-			out[k] = deepCopy(v)
-		}
-	}
-	return out
-}
-
 // normalizeDoc turns a caller's document into a fresh one made only of JSON
 // values: integers become float64, typed maps and slices become
 // map[string]any and []any. Values JSON cannot carry (NaN, channels, ...)

@@ -1,9 +1,7 @@
 package world
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"reflect"
 	"sync"
 	"unsafe"
@@ -51,6 +49,27 @@ func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
 	return raw, nil
 }
 
+// cached returns the JSON of a stored document with its uuid when the
+// cache holds it.
+func (c *jsonCache) cached(uuid string, doc Document) ([]byte, bool) {
+	if v, ok := c.entries.Load(uuid); ok {
+		if e := v.(*jsonEntry); e.src == identity(doc) {
+			return e.json, true
+		}
+	}
+	return nil, false
+}
+
+// renew stores the JSON of a document just committed, made by the commit
+// (see encodeFull), so that its next reader need not serialise it; only
+// when readers have had the document serialised before, so that documents
+// nobody reads (a chat message piling up) take no memory here.
+func (c *jsonCache) renew(uuid string, doc Document, raw []byte) {
+	if _, ok := c.entries.Load(uuid); ok {
+		c.entries.Store(uuid, &jsonEntry{src: identity(doc), json: raw})
+	}
+}
+
 // forget drops the entries of deleted documents.
 func (c *jsonCache) forget(changes []Change) {
 	for _, ch := range changes {
@@ -63,15 +82,7 @@ func (c *jsonCache) forget(changes []Change) {
 // EncodeJSON serialises world data the way the world does for GetJSON:
 // without escaping HTML characters (the output is data, not markup) and
 // without a trailing newline.
-func EncodeJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func EncodeJSON(v any) ([]byte, error) { return encodeJSON(v) }
 
 // GetJSON is [Engine.Get] serialised as JSON, for callers that pass documents
 // on as JSON text. Full documents come from a cache that a commit renews, so

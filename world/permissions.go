@@ -19,14 +19,15 @@ type userIndex struct {
 }
 
 // buildUserIndex indexes the User documents.
-func buildUserIndex(users map[string]Document) *userIndex {
-	ix := &userIndex{byID: make(map[string]User, len(users)), byName: make(map[string]User, len(users))}
-	for id, doc := range users {
+func buildUserIndex(users *docTable) *userIndex {
+	ix := &userIndex{byID: make(map[string]User, users.len()), byName: make(map[string]User, users.len())}
+	users.each(func(id string, doc Document) bool {
 		role, _ := number(doc["role"])
 		u := User{ID: id, Name: docName(doc), Role: Role(role)}
 		ix.byID[id] = u
 		ix.sorted = append(ix.sorted, u)
-	}
+		return true
+	})
 	slices.SortFunc(ix.sorted, func(a, b User) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
 	})

@@ -27,10 +27,10 @@ func seedWorld(ctx context.Context, path, clientID string, seed Seed, opts Optio
 	if err != nil {
 		return Errorf(ErrUnavailable, "Could not create the database of world %s: %v", clientID, err)
 	}
-	defer st.close()
 	// The seed is not a change anyone listens to: no OnCommit here.
 	e := newEngine(st, Info{ClientID: clientID, Title: seed.Title, System: seed.System}, perms,
 		map[*docType]map[string]Document{}, Options{Clock: opts.Clock, NewID: opts.NewID})
+	defer e.Close() // stops its committer and closes the store
 	meta := map[string]string{
 		metaClientID:    clientID,
 		metaTitle:       seed.Title,

@@ -39,6 +39,11 @@ const dsnParams = "_txlock=immediate" +
 // store is a world's SQLite database.
 type store struct {
 	db *sql.DB
+	// Prepared statements of the writes every commit makes.
+	upsert, remove, record *sql.Stmt
+	// failWrite, when set (by tests), is called before each group is
+	// written; an error fails the write.
+	failWrite func(group []*commitReq) error
 }
 
 // row is one top-level document as stored. A nil data deletes the row.
@@ -67,6 +72,10 @@ func openStore(path string, create bool) (*store, error) {
 	db.SetConnMaxIdleTime(0)
 	s := &store{db: db}
 	if err := s.migrate(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.prepare(); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -141,12 +150,26 @@ func (s *store) loadDocuments(ctx context.Context, fn func(collection, id string
 // write stores rows and settings in one transaction: all of them or, on any
 // error, none.
 func (s *store) write(ctx context.Context, rows []row, meta map[string]string) error {
-	return s.writeWith(ctx, rows, meta, journalBatch{})
+	return s.writeGroup(ctx, []*commitReq{{rows: rows, meta: meta}})
 }
 
-// writeWith is write, also storing journal records (and dropping the
-// records older than the journal keeps) in the same transaction.
-func (s *store) writeWith(ctx context.Context, rows []row, meta map[string]string, journal journalBatch) (err error) {
+// writeGroup stores the rows, settings and journal records of a group of
+// transactions, in order, in one SQLite transaction (one fsync): all of
+// them or, on any error, none. A document written by several transactions
+// of the group is written once, in its last version.
+func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) {
+	if s.failWrite != nil {
+		if err := s.failWrite(group); err != nil {
+			return err
+		}
+	}
+	empty := true
+	for _, req := range group {
+		empty = empty && req.empty()
+	}
+	if empty {
+		return nil
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -156,26 +179,53 @@ func (s *store) writeWith(ctx context.Context, rows []row, meta map[string]strin
 			err = errors.Join(err, ignoreDone(tx.Rollback()))
 		}
 	}()
-	for k, v := range meta {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
-			return err
+	last := map[rowKey]int{} // where each document's last version is
+	for gi, req := range group {
+		for k, v := range req.meta {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
+				return err
+			}
+		}
+		for ri, r := range req.rows {
+			last[rowKey{r.collection, r.id}] = gi<<32 | ri
 		}
 	}
-	for _, r := range rows {
-		if r.data == nil {
-			_, err = tx.ExecContext(ctx, "DELETE FROM documents WHERE collection = ? AND id = ?", r.collection, r.id)
-		} else {
-			_, err = tx.ExecContext(ctx, "INSERT INTO documents (collection, id, data) VALUES (?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET data = excluded.data", r.collection, r.id, string(r.data))
-		}
-		if err != nil {
-			return err
+	upsert, remove := tx.StmtContext(ctx, s.upsert), tx.StmtContext(ctx, s.remove)
+	for gi, req := range group {
+		for ri, r := range req.rows {
+			if last[rowKey{r.collection, r.id}] != gi<<32|ri {
+				continue
+			}
+			if r.data == nil {
+				_, err = remove.ExecContext(ctx, r.collection, r.id)
+			} else {
+				_, err = upsert.ExecContext(ctx, r.collection, r.id, string(r.data)) // TEXT: a []byte would be a BLOB
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
-	if err := writeJournal(ctx, tx, journal); err != nil {
-		return err
+	var keepFrom uint64
+	journal := tx.StmtContext(ctx, s.record)
+	for _, req := range group {
+		for _, r := range req.journal.records {
+			if _, err := journal.ExecContext(ctx, clampSeq(r.Seq), r.Data); err != nil {
+				return err
+			}
+		}
+		keepFrom = max(keepFrom, req.journal.keepFrom)
+	}
+	if keepFrom > 0 {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM journal WHERE seq < ?", clampSeq(keepFrom)); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }
+
+// rowKey identifies a document row.
+type rowKey struct{ collection, id string }
 
 // ignoreDone drops the error a rollback reports when the transaction is
 // already over.
@@ -186,5 +236,28 @@ func ignoreDone(err error) error {
 	return err
 }
 
+// prepare prepares the statements of the writes.
+func (s *store) prepare() (err error) {
+	prep := func(query string) *sql.Stmt {
+		if err != nil {
+			return nil
+		}
+		var st *sql.Stmt
+		st, err = s.db.Prepare(query)
+		return st
+	}
+	s.upsert = prep("INSERT INTO documents (collection, id, data) VALUES (?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET data = excluded.data")
+	s.remove = prep("DELETE FROM documents WHERE collection = ? AND id = ?")
+	s.record = prep("INSERT INTO journal (seq, data) VALUES (?, ?) ON CONFLICT (seq) DO UPDATE SET data = excluded.data")
+	return err
+}
+
 // close checkpoints the write-ahead log and closes the database.
-func (s *store) close() error { return s.db.Close() }
+func (s *store) close() error {
+	for _, st := range []*sql.Stmt{s.upsert, s.remove, s.record} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	return s.db.Close()
+}

@@ -3,7 +3,6 @@ package world
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"maps"
 	"reflect"
 	"slices"
@@ -57,16 +56,33 @@ type pending struct {
 	after  Document // the transaction's version; nil when deleted
 }
 
-// Mutate runs fn in a write transaction. Writers run one at a time: Mutate
-// first waits for the world's write lock (giving up when ctx ends). If fn
-// returns nil, every change it made is committed in one SQLite transaction,
-// then published to readers at once, then reported to Options.OnCommit; if
-// fn returns an error (or panics), nothing is changed and the error is
-// returned unchanged, so fn should return world errors (see [Errorf]). A
-// transaction that changes nothing writes nothing.
+// Mutate runs fn in a write transaction. Writers run fn one at a time:
+// Mutate first waits for the world's write lock (giving up when ctx ends),
+// then runs fn on the latest state of the world, which includes the
+// transactions of other writers that are still being committed. If fn
+// returns an error (or panics), nothing is changed and the error is
+// returned unchanged, so fn should return world errors (see [Errorf]).
 //
-// Once the commit has started it runs to its end even if ctx is cancelled,
-// so a nil error always means the changes are on disk.
+// If fn returns nil, its changes are committed: the lock passes to the
+// next writer at once, and the transaction is written with every other
+// one waiting at that moment in one SQLite transaction (group commit), then
+// published to readers at once, then reported to Options.OnCommit. The
+// contract:
+//   - a nil error means the changes are durable (on disk, synced) and
+//     visible to every reader: a read that starts after Mutate returns sees
+//     them (read-your-writes);
+//   - readers ([Engine.View], GetJSON and the rest) never see a state that
+//     is not durable yet; only later writers' fn do;
+//   - Options.OnCommit and Host.Watch receive each transaction's changes
+//     once, in commit order, which is the order the fn ran in;
+//   - if the SQLite write fails, Mutate fails with ErrUnavailable, and so
+//     does every transaction written in the same group or built on top of
+//     it since; the latest state goes back to the last durable one.
+//
+// A transaction that changes nothing writes nothing; if it read changes
+// that are not durable yet, it waits for them (and fails with them). Once
+// fn has returned nil, Mutate waits for the commit even if ctx is
+// cancelled, so a nil error always means the changes are on disk.
 func (e *Engine) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 	return e.mutate(ctx, nil, fn)
 }
@@ -74,98 +90,130 @@ func (e *Engine) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 // mutate is Mutate, also writing world settings (meta) in the same
 // transaction.
 func (e *Engine) mutate(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) error {
+	req, err := e.run(ctx, meta, fn)
+	if req == nil || err != nil {
+		return err
+	}
+	// The serialisation and the diff are done here, after the lock is
+	// released: writers prepare their commits in parallel while the next
+	// one runs its fn. The committer waits for it.
+	req.prepare(e)
+	<-req.done
+	return req.err
+}
+
+// run runs fn under the write lock and queues its transaction for the
+// committer; a nil request means there is nothing to wait for. The
+// request must then be prepared.
+func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (*commitReq, error) {
 	select {
 	case e.writer <- struct{}{}:
 	case <-ctx.Done():
-		return contextError(ctx.Err())
+		return nil, contextError(ctx.Err())
 	}
 	defer func() { <-e.writer }()
 	if err := e.ready(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return contextError(err)
+		return nil, contextError(err)
 	}
-	tx := &Tx{e: e, base: e.snap.Load(), now: e.clock(), work: map[docKey]*pending{}}
+	tx := &Tx{e: e, base: e.latest, now: e.clock(), work: map[docKey]*pending{}}
 	err := func() error {
 		defer func() { tx.done = true }()
 		return fn(tx)
 	}()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return e.commit(ctx, tx, meta)
-}
-
-// commit writes a finished transaction, swaps its documents in and reports
-// its changes.
-func (e *Engine) commit(ctx context.Context, tx *Tx, meta map[string]string) error {
-	changed, rows, changes, err := tx.collect()
-	if err != nil {
-		return Errorf(ErrInvalid, "Could not encode the changes: %v", err)
-	}
-	if len(rows) == 0 && len(meta) == 0 {
-		return nil
-	}
-	var journal journalBatch
-	if e.journal != nil && len(changes) > 0 {
-		journal.records, journal.keepFrom = e.journal.Record(e, changes)
-	}
-	if err := e.store.writeWith(context.WithoutCancel(ctx), rows, meta, journal); err != nil {
-		return Errorf(ErrUnavailable, "Could not save changes to world %s: %v", e.info.ClientID, err)
-	}
-	e.snap.Store(tx.base.withDocs(tx, changed))
-	e.json.forget(changes)
-	if e.onCommit != nil && len(changes) > 0 {
-		e.onCommit(changes)
-	}
-	return nil
-}
-
-// collect lists the top-level documents that really changed, their rows
-// and the changes to report.
-func (tx *Tx) collect() (changed []docKey, rows []row, changes []Change, err error) {
+	req := &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
+	var changed []docKey
 	for _, k := range tx.order {
 		p := tx.work[k]
-		if p.before == nil && p.after == nil || p.before != nil && p.after != nil && reflect.DeepEqual(p.before, p.after) {
+		if p.before == nil && p.after == nil || p.before != nil && p.after != nil && sameMap(p.before, p.after) {
 			continue
 		}
-		r := row{collection: k.typ.name, id: k.id}
-		if p.after != nil {
-			if r.data, err = encodeDoc(p.after); err != nil {
-				return nil, nil, nil, err
-			}
-		}
 		changed = append(changed, k)
-		rows = append(rows, r)
-		changes = diffTree(changes, k.typ, k.uuid(), p.before, p.after)
+		req.docs = append(req.docs, changedDoc{key: k, before: p.before, after: p.after})
 	}
-	return changed, rows, changes, nil
+	if len(changed) == 0 && len(meta) == 0 {
+		if tx.base == e.snap.Load() {
+			return nil, nil
+		}
+		// It read changes not durable yet: it stands or falls with them.
+		req.snap = tx.base
+	} else {
+		req.snap = tx.base.withDocs(tx, changed)
+		e.latest = req.snap
+	}
+	e.enqueue(req)
+	return req, nil
+}
+
+// changedDoc is a top-level document a transaction replaced (after is nil
+// when it deleted it), as the committer needs it.
+type changedDoc struct {
+	key           docKey
+	before, after Document
+}
+
+// prepare makes what the commit writes and reports from the documents the
+// transaction changed, leaving out those that are equal to their version
+// before: the rows, the full readers' JSON for the cache (each document is
+// serialised once, for both) and the changes. It runs in the writer's
+// goroutine, outside the write lock.
+func (req *commitReq) prepare(e *Engine) {
+	defer close(req.prepared)
+	for _, d := range req.docs {
+		uuid := d.key.uuid()
+		r := row{collection: d.key.typ.name, id: d.key.id}
+		if d.after != nil {
+			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
+			req.fresh = append(req.fresh, fresh...)
+			if err != nil {
+				req.prepErr = Errorf(ErrInvalid, "Could not encode the changes: %v", err)
+				return
+			}
+			if d.before != nil && e.unchanged(uuid, d.before, d.after, full) {
+				continue
+			}
+			r.data = data
+			req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
+		}
+		req.rows = append(req.rows, r)
+		req.changes = diffTree(req.changes, d.key.typ, uuid, d.before, d.after, true)
+	}
+}
+
+// unchanged reports whether a document whose new version serialises as
+// full is equal to its version before: by their JSON when a reader has
+// had the one before serialised, else by comparing them (cheaply where
+// they share what the transaction did not touch).
+func (e *Engine) unchanged(uuid string, before, after Document, full []byte) bool {
+	if raw, ok := e.json.cached(uuid, before); ok {
+		return bytes.Equal(raw, full)
+	}
+	return reflect.DeepEqual(before, after)
 }
 
 // encodeDoc writes a document as compact JSON, leaving <, > and & as they are.
-func encodeDoc(doc Document) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func encodeDoc(doc Document) ([]byte, error) { return encodeJSON(doc) }
 
 // diffTree appends the changes between two versions of a document (nil for
 // absent) and, recursively, of its embedded documents: the document's own
 // change first, then its embedded documents' in field order. Creating or
 // deleting a document creates or deletes its embedded documents too, and
 // each of those is reported as well.
-func diffTree(changes []Change, t *docType, uuid string, before, after Document) []Change {
+//
+// known says the two versions are known to differ, which spares comparing
+// them.
+func diffTree(changes []Change, t *docType, uuid string, before, after Document, known bool) []Change {
 	switch {
 	case before == nil:
 		changes = append(changes, Change{Op: ChangeCreate, UUID: uuid, DocumentName: t.name, After: after})
 	case after == nil:
 		changes = append(changes, Change{Op: ChangeDelete, UUID: uuid, DocumentName: t.name, Before: before})
-	case sameMap(before, after) || reflect.DeepEqual(before, after):
+	case !known && (sameMap(before, after) || reflect.DeepEqual(before, after)):
 		return changes
 	default:
 		changes = append(changes, Change{Op: ChangeUpdate, UUID: uuid, DocumentName: t.name, Before: before, After: after})
@@ -179,13 +227,13 @@ func diffTree(changes []Change, t *docType, uuid string, before, after Document)
 		for _, d := range is {
 			child := d.(map[string]any)
 			id := child["_id"].(string)
-			changes = diffTree(changes, f.typ, uuid+"."+f.typ.name+"."+id, old[id], child)
+			changes = diffTree(changes, f.typ, uuid+"."+f.typ.name+"."+id, old[id], child, false)
 			delete(old, id)
 		}
 		for _, d := range was { // what is left in old was deleted; keep the array order
 			child := d.(map[string]any)
 			if id := child["_id"].(string); old[id] != nil {
-				changes = diffTree(changes, f.typ, uuid+"."+f.typ.name+"."+id, child, nil)
+				changes = diffTree(changes, f.typ, uuid+"."+f.typ.name+"."+id, child, nil, false)
 			}
 		}
 	}
@@ -368,6 +416,16 @@ func dropStats(t *docType, doc Document) {
 // `_stats` cannot be changed this way) and returns a private copy of the
 // result. It checks no permissions.
 func (tx *Tx) Update(uuid string, diff Document) (Document, error) {
+	next, err := tx.update(uuid, diff)
+	if err != nil {
+		return nil, err
+	}
+	return deepCopyMap(next), nil
+}
+
+// update is Update returning the stored new version, which must not be
+// changed: callers that do not need a private copy spare its cost.
+func (tx *Tx) update(uuid string, diff Document) (Document, error) {
 	tx.use()
 	r, _, cur, err := tx.View().find(uuid)
 	if err != nil {
@@ -380,7 +438,7 @@ func (tx *Tx) Update(uuid string, diff Document) (Document, error) {
 	if err := tx.replace(r, next); err != nil {
 		return nil, err
 	}
-	return deepCopyMap(next), nil
+	return next, nil
 }
 
 // Delete removes the document a uuid addresses, with its embedded
@@ -399,7 +457,7 @@ func (tx *Tx) Delete(uuid string) error {
 func (tx *Tx) entry(k docKey) *pending {
 	p, ok := tx.work[k]
 	if !ok {
-		doc := tx.base.docs[k.typ][k.id]
+		doc := tx.base.docs[k.typ].get(k.id)
 		p = &pending{before: doc, after: doc}
 		tx.work[k] = p
 		tx.order = append(tx.order, k)

@@ -30,7 +30,7 @@ func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Docum
 	if data == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
-	var out Document
+	var stored Document
 	err := e.Mutate(ctx, func(tx *Tx) error {
 		r, top, doc, err := tx.View().find(uuid)
 		if err != nil {
@@ -42,16 +42,14 @@ func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Docum
 		if !user.IsGM() && touchesOwnership(data) {
 			return errNoWrite(user, "change the ownership of", r.uuid, doc)
 		}
-		if out, err = tx.Update(uuid, data); err != nil {
-			return err
-		}
-		out["uuid"] = uuid
-		return nil
+		stored, err = tx.update(uuid, data)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	// Copied once the write lock is released: stored versions never change.
+	return fullData(uuid, stored), nil
 }
 
 // touchesOwnership reports whether an update diff changes `ownership`.
@@ -74,7 +72,10 @@ func topField(key string) string {
 
 // applyDiff returns a new version of cur with an update diff applied (see
 // [Engine.Update] for the rules). cur is not changed; the new version
-// shares cur's embedded collections, which a diff cannot touch.
+// shares with cur whatever the diff does not touch (the embedded
+// collections, which a diff cannot touch, and every untouched object), so
+// that comparing the two versions, for stamps and events, costs only the
+// size of the diff.
 func applyDiff(t *docType, cur, diff Document) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
@@ -102,8 +103,8 @@ func applyDiff(t *docType, cur, diff Document) (Document, error) {
 			return nil, Errorf(ErrInvalid, "'%s' holds embedded documents and cannot be changed through its parent; update them through their own uuids", field)
 		}
 	}
-	next := cloneOwn(t, cur)
-	merge(next, expanded)
+	next := maps.Clone(cur)
+	mergeShared(next, expanded)
 	if err := validateOwn(t, next); err != nil {
 		return nil, err
 	}
@@ -157,6 +158,36 @@ func setPath(m map[string]any, path []string, v any) {
 		}
 	}
 	m[last] = v
+}
+
+// mergeShared is merge on a target whose objects are shared with a stored
+// version: an object the diff merges into is copied first, so only the
+// objects along the diff's paths are new.
+func mergeShared(target, diff map[string]any) {
+	for k := range diff {
+		if field, ok := strings.CutPrefix(k, "-="); ok {
+			delete(target, field)
+		}
+	}
+	for k, v := range diff {
+		if strings.HasPrefix(k, "-=") {
+			continue
+		}
+		field, replace := strings.CutPrefix(k, "==")
+		add, isObject := v.(map[string]any)
+		if old, ok := target[field].(map[string]any); ok && isObject && !replace {
+			child := maps.Clone(old)
+			mergeShared(child, add)
+			target[field] = child
+			continue
+		}
+		if isObject {
+			fresh := make(map[string]any, len(add))
+			merge(fresh, add)
+			v = fresh
+		}
+		target[field] = v
+	}
 }
 
 // merge applies an expanded diff to a fresh target in place, as the

@@ -23,7 +23,7 @@ func (v *View) top(k docKey) Document {
 			return p.after
 		}
 	}
-	return v.snap.docs[k.typ][k.id]
+	return v.snap.docs[k.typ].get(k.id)
 }
 
 // lookup returns the top-level document a ref lives in and the document it
@@ -77,17 +77,15 @@ func (v *View) Each(documentName string, fn func(doc Document) bool) {
 
 // each is Each for a type already looked up.
 func (v *View) each(t *docType, fn func(doc Document) bool) {
-	for id, doc := range v.snap.docs[t] {
+	all := v.snap.docs[t].each(func(id string, doc Document) bool {
 		if v.tx != nil {
 			if _, ok := v.tx.work[docKey{t, id}]; ok {
-				continue // visited below, in its transaction version
+				return true // visited below, in its transaction version
 			}
 		}
-		if !fn(doc) {
-			return
-		}
-	}
-	if v.tx == nil {
+		return fn(doc)
+	})
+	if !all || v.tx == nil {
 		return
 	}
 	for _, k := range v.tx.order {

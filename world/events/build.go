@@ -41,6 +41,11 @@ type event struct {
 	Limited json.RawMessage `json:"limited,omitempty"`
 	// GMOnly events reach GMs only (a hidden combatant).
 	GMOnly bool `json:"gm,omitempty"`
+
+	// frames are the encoded forms of the event, one per payload view,
+	// built once and shared by every subscriber of that view (see
+	// Event.Frame).
+	frames [numViews]frameCache
 }
 
 // access is what a reader's level on an event is computed from.
@@ -53,22 +58,29 @@ type access struct {
 // applies the read rules: NONE sees nothing, LIMITED the limited payload,
 // OBSERVER and OWNER the whole payload without GM-only details.
 func (ev *event) payloadFor(user *world.User) json.RawMessage {
+	data, _ := ev.viewFor(user)
+	return data
+}
+
+// viewFor is payloadFor that also tells which of the event's payloads it
+// is, so that subscribers receiving the same one share its frame.
+func (ev *event) viewFor(user *world.User) (json.RawMessage, payloadView) {
 	if user.IsGM() {
-		return ev.Full
+		return ev.Full, viewFull
 	}
 	if ev.GMOnly {
-		return nil
+		return nil, viewFull
 	}
 	switch world.LevelOf(user, ev.Access.Type, ev.Access.Doc) {
 	case world.LevelNone:
-		return nil
+		return nil, viewFull
 	case world.LevelLimited:
-		return ev.Limited
+		return ev.Limited, viewLimited
 	}
 	if ev.Player != nil {
-		return ev.Player
+		return ev.Player, viewPlayer
 	}
-	return ev.Full
+	return ev.Full, viewFull
 }
 
 // accessFields are the fields of a top-level document that decide a

@@ -109,15 +109,22 @@ type stream struct {
 	loaded bool
 	head   uint64 // sequence of the last published event
 	ring   ring
-	// pending are the events Record numbered for the transaction being
-	// committed; Committed publishes them.
-	pending    []*event
-	pendingFor *world.Change
-	subs       map[Channel]map[*Subscription]struct{}
+	// recorded is the sequence of the last event Record numbered, head or
+	// more; pending are the transactions Record numbered and Committed has
+	// not published yet, oldest first (the world commits them in order).
+	recorded uint64
+	pending  []recorded
+	subs     map[Channel]map[*Subscription]struct{}
 	// snapshot lists the subscriptions by channel for the dispatcher;
 	// rebuilt when dirty.
 	snapshot map[Channel][]*Subscription
 	dirty    bool
+}
+
+// recorded is a transaction's events, numbered by Record.
+type recorded struct {
+	changes *world.Change // the first of the transaction's changes: its identity
+	events  []*event
 }
 
 // stream returns a world's stream, creating it on first use.
@@ -167,7 +174,9 @@ func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
 }
 
 // Record numbers the events of a transaction about to be committed and
-// returns them as journal records; it implements [world.Journal].
+// returns them as journal records; it implements [world.Journal]. Several
+// transactions may be recorded before they commit: each is numbered after
+// the last one recorded.
 func (h *Hub) Record(e *world.Engine, changes []world.Change) ([]world.JournalRecord, uint64) {
 	s := h.stream(e.Info().ClientID)
 	s.mu.Lock()
@@ -177,7 +186,7 @@ func (h *Hub) Record(e *world.Engine, changes []world.Change) ([]world.JournalRe
 	_ = s.loadLocked(context.Background(), e)
 	evs := buildEvents(changes)
 	records := make([]world.JournalRecord, 0, len(evs))
-	seq := s.head
+	seq := max(s.recorded, s.head)
 	for _, ev := range evs {
 		seq++
 		ev.Seq = seq
@@ -187,12 +196,25 @@ func (h *Hub) Record(e *world.Engine, changes []world.Change) ([]world.JournalRe
 		}
 		records = append(records, world.JournalRecord{Seq: seq, Data: data})
 	}
-	s.pending, s.pendingFor = evs, &changes[0]
+	s.recorded = seq
+	s.pending = append(s.pending, recorded{changes: &changes[0], events: evs})
 	var keepFrom uint64
 	if size := uint64(len(s.ring.buf)); seq > size {
 		keepFrom = seq - size + 1
 	}
 	return records, keepFrom
+}
+
+// Abandon forgets the transactions recorded and not committed, whose
+// commit failed: the next transaction recorded takes their numbers, so
+// subscribers see no gap. It implements [world.Journal].
+func (h *Hub) Abandon(e *world.Engine) {
+	s := h.stream(e.Info().ClientID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	s.recorded = s.head
 }
 
 // Committed publishes the events of a committed transaction; it is the
@@ -203,17 +225,23 @@ func (h *Hub) Committed(clientID string, changes []world.Change) {
 	}
 	s := h.stream(clientID)
 	s.mu.Lock()
-	evs := s.pending
-	if s.pendingFor != &changes[0] {
+	var evs []*event
+	if len(s.pending) > 0 && s.pending[0].changes == &changes[0] {
+		evs = s.pending[0].events
+		s.pending[0] = recorded{}
+		s.pending = s.pending[1:]
+	} else {
 		// Not recorded through the journal (a world opened without it):
 		// publish anyway, numbered in memory.
 		_ = s.loadLocked(context.Background(), nil)
 		evs = buildEvents(changes)
-		for i, ev := range evs {
-			ev.Seq = s.head + uint64(i) + 1
+		seq := max(s.recorded, s.head)
+		for _, ev := range evs {
+			seq++
+			ev.Seq = seq
 		}
+		s.recorded = seq
 	}
-	s.pending, s.pendingFor = nil, nil
 	for _, ev := range evs {
 		s.ring.push(ev)
 		s.head = ev.Seq
@@ -227,65 +255,13 @@ func (h *Hub) Committed(clientID string, changes []world.Change) {
 
 // dispatch hands each published event to the subscriptions of its channel
 // until the hub closes. It runs in its own goroutine, so that fan-out to
-// many subscribers costs the world's writers nothing. It hands out every
-// event published since its last round at once: each subscriber is locked
-// and woken once per round, however many events the round holds.
+// many subscribers costs the world's writers nothing. Subscriptions are
+// given events as they come and their readers are woken in waves (see
+// fanOut in fanout.go), so that each reader writes every event waiting at
+// once.
 func (s *stream) dispatch(done uint64) {
 	defer s.hub.wg.Done()
-	byChannel := map[Channel][]*event{}
-	for {
-		select {
-		case <-s.hub.closed:
-			return
-		case <-s.wakeup:
-		}
-		if d := s.hub.opts.Coalesce; d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-s.hub.closed:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		s.mu.Lock()
-		lost := s.ring.n > 0 && s.ring.oldest() > done+1
-		evs := s.ring.after(done)
-		done = s.head
-		if s.dirty {
-			s.snapshot = make(map[Channel][]*Subscription, len(s.subs))
-			for ch, set := range s.subs {
-				list := make([]*Subscription, 0, len(set))
-				for sub := range set {
-					list = append(list, sub)
-				}
-				s.snapshot[ch] = list
-			}
-			s.dirty = false
-		}
-		subs := s.snapshot
-		s.mu.Unlock()
-		if lost {
-			// The ring moved past events this dispatcher never handed out:
-			// every subscriber missed some and must resume.
-			for _, list := range subs {
-				for _, sub := range list {
-					sub.overflow()
-				}
-			}
-		}
-		clear(byChannel)
-		for _, ev := range evs {
-			byChannel[ev.Channel] = append(byChannel[ev.Channel], ev)
-		}
-		for ch, list := range byChannel {
-			for _, sub := range subs[ch] {
-				if sub.offer(list) {
-					sub.notify()
-				}
-			}
-		}
-	}
+	newFanOut(s, done).run()
 }
 
 // ring keeps the most recent events of a world, oldest first.

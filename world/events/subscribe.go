@@ -49,6 +49,10 @@ type Event struct {
 	Seq  uint64
 	Name string
 	Data json.RawMessage
+
+	// frame caches the encoded event for every subscriber receiving this
+	// payload; nil for events the hub did not publish (see Frame).
+	frame *frameCache
 }
 
 // Reset says that a resume asked for events the hub no longer has (or
@@ -66,8 +70,12 @@ type Subscription struct {
 	stream *stream
 	req    Request
 	key    string // the normalised filter value of the channel
-	from   uint64 // live events start after this sequence
-	limit  int    // the most events that may wait in queue
+	// class identifies the subscriptions that receive exactly the same
+	// events (same channel, filter and user): the dispatcher works out
+	// what they receive once per class.
+	class filterClass
+	from  uint64 // live events start after this sequence
+	limit int    // the most events that may wait in queue
 
 	// qmu guards queue and isOverflowed. The queue grows on demand up to
 	// limit rather than being preallocated, so an idle subscriber costs
@@ -76,6 +84,16 @@ type Subscription struct {
 	queue        []Event
 	isOverflowed bool
 	ready        chan struct{}
+	// wokenBy is the fan-out that woke the reader, until the reader takes
+	// its events (see fanOut.inFlight); isClosed is set by Close.
+	wokenBy  *fanOut
+	isClosed bool
+	// listed is set while the subscription is on its dispatcher's wake
+	// list; classSlot is its class's entry in the dispatcher's classes of
+	// epoch classEpoch (see fanOut.deliverable). The dispatcher's alone.
+	listed     bool
+	classSlot  *classEvents
+	classEpoch uint64
 
 	closeOnce sync.Once
 
@@ -92,6 +110,7 @@ func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Sub
 		stream: s,
 		req:    req,
 		key:    filterKey(req),
+		class:  classOf(req),
 		limit:  h.opts.QueueSize,
 		ready:  make(chan struct{}, 1),
 	}
@@ -125,6 +144,29 @@ func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Sub
 	set[sub] = struct{}{}
 	s.dirty = true
 	return sub, nil
+}
+
+// filterClass identifies the subscriptions that receive the same events.
+// Users are told apart by identity: subscriptions of one user through
+// different requests are classes of their own, which costs sharing, never
+// correctness.
+type filterClass struct {
+	channel Channel
+	key     string
+	hooks   string
+	user    *world.User
+}
+
+func classOf(req Request) filterClass {
+	c := filterClass{channel: req.Channel, key: filterKey(req), user: req.User}
+	if req.Channel == ChannelHooks {
+		c.hooks = strings.Join(req.Hooks, "\x00")
+	}
+	if req.User.IsGM() {
+		// Every GM-level reader sees everything.
+		c.user = nil
+	}
+	return c
 }
 
 // filterKey normalises the filter of the request's channel to the form
@@ -178,6 +220,7 @@ func (sub *Subscription) Next(ctx context.Context) (Event, error) {
 			sub.queue = sub.queue[1:]
 			if len(sub.queue) == 0 {
 				sub.queue = nil
+				sub.tookLocked()
 			}
 			sub.qmu.Unlock()
 			return ev, nil
@@ -207,6 +250,7 @@ func (sub *Subscription) NextBatch(ctx context.Context, tick <-chan time.Time, s
 		if len(sub.queue) > 0 {
 			batch := sub.queue
 			sub.queue = spare[:0]
+			sub.tookLocked()
 			sub.qmu.Unlock()
 			return batch, nil
 		}
@@ -244,15 +288,66 @@ func (sub *Subscription) Close() {
 		delete(s.subs[sub.req.Channel], sub)
 		s.dirty = true
 		s.mu.Unlock()
+		sub.qmu.Lock()
+		sub.isClosed = true
+		sub.tookLocked()
+		sub.qmu.Unlock()
 	})
 }
 
 // offer queues the live events of evs that the subscriber wants and may
-// see, in one go; a queue that would pass its limit overflows the
-// subscription. The caller wakes the subscriber with notify.
-func (sub *Subscription) offer(evs []*event) (queued bool) {
+// see; the dispatcher wakes the reader later (fanOut).
+func (sub *Subscription) offer(evs []Event) (queued bool) {
 	sub.qmu.Lock()
 	defer sub.qmu.Unlock()
+	return sub.offerLocked(evs)
+}
+
+// wake wakes the reader for its queued events, counting it in f's
+// in-flight readers until it takes them.
+func (sub *Subscription) wake(f *fanOut) {
+	sub.qmu.Lock()
+	if sub.isClosed || sub.isOverflowed || len(sub.queue) == 0 {
+		// Nothing to take: the reader took the events already, or never
+		// will.
+		sub.qmu.Unlock()
+		return
+	}
+	if sub.wokenBy == nil {
+		sub.wokenBy = f
+		f.inFlight.Add(1)
+	}
+	sub.qmu.Unlock()
+	sub.notify()
+}
+
+// tookLocked uncounts a woken reader that took its events, or that will
+// never take them; the caller holds qmu.
+func (sub *Subscription) tookLocked() {
+	if sub.wokenBy != nil {
+		sub.wokenBy.took()
+		sub.wokenBy = nil
+	}
+}
+
+// deliverableOf returns the events of evs that the subscriber wants and
+// may see, as it receives them, whether live or not; the same for every
+// subscription of its class.
+func (sub *Subscription) deliverableOf(evs []*event) []Event {
+	var out []Event
+	for _, ev := range evs {
+		if d, ok := sub.deliverable(ev); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// offerLocked queues the live ones of evs, which deliverableOf gave for
+// the subscriber's class, in one go; a queue that would pass its limit
+// overflows the subscription. The caller holds qmu; the dispatcher wakes
+// the reader later.
+func (sub *Subscription) offerLocked(evs []Event) (queued bool) {
 	if sub.isOverflowed {
 		return false
 	}
@@ -260,15 +355,11 @@ func (sub *Subscription) offer(evs []*event) (queued bool) {
 		if ev.Seq <= sub.from {
 			continue
 		}
-		out, ok := sub.deliverable(ev)
-		if !ok {
-			continue
-		}
 		if len(sub.queue) >= sub.limit {
 			sub.overflowLocked()
 			return false
 		}
-		sub.queue = append(sub.queue, out)
+		sub.queue = append(sub.queue, ev)
 		queued = true
 	}
 	return queued
@@ -292,6 +383,7 @@ func (sub *Subscription) overflow() {
 func (sub *Subscription) overflowLocked() {
 	sub.isOverflowed = true
 	sub.queue = nil
+	sub.tookLocked()
 	sub.notify() // the reader sees the flag
 }
 
@@ -311,9 +403,9 @@ func (sub *Subscription) deliverable(ev *event) (Event, bool) {
 			return Event{}, false
 		}
 	}
-	data := ev.payloadFor(sub.req.User)
+	data, view := ev.viewFor(sub.req.User)
 	if data == nil {
 		return Event{}, false
 	}
-	return Event{Seq: ev.Seq, Name: ev.Name, Data: data}, true
+	return Event{Seq: ev.Seq, Name: ev.Name, Data: data, frame: &ev.frames[view]}, true
 }
