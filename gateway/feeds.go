@@ -52,7 +52,18 @@ type FeedEvent struct {
 	Seq  uint64
 	Name string
 	Data []byte // one JSON value
+	// Frame, when set, is the event's whole SSE frame as AppendEventFrame
+	// builds it, shared with the other streams sending the same event and
+	// payload: the bridge copies it instead of encoding the event again.
+	// It must not be changed.
+	Frame []byte
 }
+
+// AppendEventFrame appends an event's SSE frame to dst: `id:` (when it has
+// a sequence), `event:` and one line of `data:`; an unreadable payload
+// becomes an empty object. A feed may build each event's frame with it
+// once and share it (FeedEvent.Frame).
+func AppendEventFrame(dst []byte, ev FeedEvent) []byte { return appendFrame(dst, ev) }
 
 // ErrFeedOverflow reports that a feed's subscriber fell behind its queue.
 var ErrFeedOverflow = errors.New("gateway: event feed overflowed")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,26 @@ func TestServeFeed(t *testing.T) {
 	}
 	if (&gateway{}).claimFeed(metadata.Pairs("x-test-handoff", "t1")) != nil {
 		t.Fatal("a gateway without feeds claimed one")
+	}
+}
+
+// TestServeFeedWritesSharedFrames: an event whose feed built its frame is
+// written as that frame, which AppendEventFrame builds as the bridge would.
+func TestServeFeedWritesSharedFrames(t *testing.T) {
+	t.Parallel()
+	ev := FeedEvent{Seq: 7, Name: "actor-update", Data: []byte(`{"uuid":"Actor.a"}`)}
+	shared := AppendEventFrame(nil, ev)
+	if want := "id: 7\nevent: actor-update\ndata: {\"uuid\":\"Actor.a\"}\n\n"; string(shared) != want {
+		t.Fatalf("AppendEventFrame %q, want %q", shared, want)
+	}
+	marked := ev
+	marked.Frame = []byte("id: 7\nevent: shared\ndata: {}\n\n")
+	feed := &fakeFeed{batches: [][]FeedEvent{{marked}}}
+	g := &gateway{keepaliveEvery: time.Hour, feeds: fakeFeeds{feed: feed}}
+	rec := httptest.NewRecorder()
+	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
+	g.serveFeed(context.Background(), sw, g.claimFeed(metadata.Pairs("x-test-handoff", "t1")))
+	if got := rec.Body.String(); !strings.HasPrefix(got, string(marked.Frame)) {
+		t.Fatalf("body %q, want the shared frame first", got)
 	}
 }

@@ -87,6 +87,13 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
+	if r.ProtoMajor == 1 {
+		// No chunked coding on HTTP/1.x: the stream's end is the
+		// connection's (as the SSE specification suggests), and each
+		// batch of frames goes out as it is, in one write. net/http then
+		// answers `Connection: close`.
+		h.Set("Transfer-Encoding", "identity")
+	}
 	h.Set(requestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 
@@ -346,7 +353,7 @@ func (g *gateway) serveFeed(ctx context.Context, sw *sseWriter, feed EventFeed) 
 	last := feed.Last()
 	frames := (*buf)[:0]
 	for _, ev := range feed.Backlog() {
-		frames = appendFrame(frames, ev)
+		frames = appendFeedFrame(frames, ev)
 	}
 	if len(frames) > 0 {
 		if err := flush(frames); err != nil {
@@ -382,7 +389,7 @@ func (g *gateway) serveFeed(ctx context.Context, sw *sseWriter, feed EventFeed) 
 		}
 		frames := (*buf)[:0]
 		for _, ev := range batch {
-			frames = appendFrame(frames, ev)
+			frames = appendFeedFrame(frames, ev)
 		}
 		if err := flush(frames); err != nil {
 			return
@@ -396,6 +403,15 @@ const maxPooledFrame = 64 << 10
 
 // framePool recycles the buffers frames are built in.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// appendFeedFrame appends a feed event's frame: its shared one when the feed
+// built it, else one built here.
+func appendFeedFrame(dst []byte, ev FeedEvent) []byte {
+	if len(ev.Frame) > 0 {
+		return append(dst, ev.Frame...)
+	}
+	return appendFrame(dst, ev)
+}
 
 // appendFrame appends an event's SSE frame: `id:` (when it has a
 // sequence), `event:` and one line of `data:`. An unreadable payload

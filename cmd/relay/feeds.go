@@ -59,10 +59,16 @@ func (f *eventFeed) Overflow(last uint64) gateway.FeedEvent {
 func (f *eventFeed) Release() { f.h.Release() }
 
 // feedEvents appends hub events to dst as feed events; the payload bytes are
-// shared, not copied.
+// shared, not copied, and so is each event's SSE frame, built once per
+// event and payload for every stream that sends it.
 func feedEvents(dst []gateway.FeedEvent, evs []events.Event) []gateway.FeedEvent {
 	for _, ev := range evs {
-		dst = append(dst, gateway.FeedEvent{Seq: ev.Seq, Name: ev.Name, Data: ev.Data})
+		dst = append(dst, gateway.FeedEvent{Seq: ev.Seq, Name: ev.Name, Data: ev.Data, Frame: ev.Frame(hubEventFrame)})
 	}
 	return dst
+}
+
+// hubEventFrame is a hub event's SSE frame.
+func hubEventFrame(ev events.Event) []byte {
+	return gateway.AppendEventFrame(nil, gateway.FeedEvent{Seq: ev.Seq, Name: ev.Name, Data: ev.Data})
 }
