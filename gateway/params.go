@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,7 +70,23 @@ func mergeParams(md protoreflect.MessageDescriptor, body []byte, query url.Value
 			merged[fd.JSONName()] = v
 		}
 	}
-	return json.Marshal(merged)
+	return appendObject(nil, merged), nil
+}
+
+// appendObject appends a JSON object of already valid JSON values, its
+// keys sorted (as encoding/json would write it, without the reflection).
+func appendObject(dst []byte, fields map[string]json.RawMessage) []byte {
+	keys := slices.Sorted(maps.Keys(fields))
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, k)
+		dst = append(dst, ':')
+		dst = append(dst, fields[k]...)
+	}
+	return append(dst, '}')
 }
 
 // fieldByName finds a field by its JSON name or its proto name.
@@ -130,7 +148,7 @@ func scalarText(fd protoreflect.FieldDescriptor, v string) (json.RawMessage, err
 	name := fd.JSONName()
 	switch fd.Kind() {
 	case protoreflect.StringKind, protoreflect.EnumKind:
-		return json.Marshal(v)
+		return appendString(nil, v), nil
 	case protoreflect.BoolKind:
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "", "true", "1":
@@ -147,7 +165,7 @@ func scalarText(fd protoreflect.FieldDescriptor, v string) (json.RawMessage, err
 			}
 			return json.Marshal(v)
 		case "google.protobuf.StringValue":
-			return json.Marshal(v)
+			return appendString(nil, v), nil
 		}
 		return objectText(name, v)
 	case protoreflect.BytesKind:
@@ -283,10 +301,27 @@ func (queryParser) Parse(msg proto.Message, values url.Values, _ *utilities.Doub
 	if raw == "" {
 		return nil
 	}
-	fromPath := proto.Clone(msg)
+	// Unmarshal starts from an empty message, so path variables already
+	// set are kept aside and merged back over the result.
+	var fromPath proto.Message
+	if hasFields(msg) {
+		fromPath = proto.Clone(msg)
+	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(raw), msg); err != nil {
 		return paramErrorf("Invalid parameters: %v", err)
 	}
-	proto.Merge(msg, fromPath)
+	if fromPath != nil {
+		proto.Merge(msg, fromPath)
+	}
 	return nil
+}
+
+// hasFields reports whether any field of msg is set.
+func hasFields(msg proto.Message) bool {
+	set := false
+	msg.ProtoReflect().Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool {
+		set = true
+		return false
+	})
+	return set
 }
