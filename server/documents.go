@@ -26,11 +26,7 @@ func (documentService) UpdateDocument(ctx context.Context, req *relayv1.UpdateDo
 	if req.GetData() == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'data' is required")
 	}
-	doc, err := call.World.Update(ctx, call.User, req.GetUuid(), fromStruct(req.GetData()))
-	if err != nil {
-		return nil, err
-	}
-	raw, err := toJSON(doc)
+	raw, err := call.World.UpdateJSON(ctx, call.User, req.GetUuid(), fromStruct(req.GetData()))
 	if err != nil {
 		return nil, err
 	}

@@ -248,6 +248,9 @@ type World interface {
 	// be changed.
 	GetJSON(ctx context.Context, user *User, uuid string) ([]byte, error)
 	Update(ctx context.Context, user *User, uuid string, data Document) (Document, error)
+	// UpdateJSON is Update with the result serialised as GetJSON would;
+	// the bytes are shared and must not be changed.
+	UpdateJSON(ctx context.Context, user *User, uuid string, data Document) ([]byte, error)
 	Create(ctx context.Context, user *User, p CreateParams) (Document, error)
 	Delete(ctx context.Context, user *User, uuid string) error
 	Search(ctx context.Context, user *User, p SearchParams) ([]Document, error)

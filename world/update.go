@@ -24,6 +24,32 @@ import (
 // The user needs OWNER, and changing `ownership` is for GMs only. The result
 // is the updated document, as Get returns it.
 func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
+	stored, err := e.update(ctx, user, uuid, data)
+	if err != nil {
+		return nil, err
+	}
+	// Copied once the write lock is released: stored versions never change.
+	return fullData(uuid, stored), nil
+}
+
+// UpdateJSON is [Engine.Update] with the result serialised as JSON, the
+// bytes GetJSON gives for that version, for callers that pass documents on
+// as JSON: it skips Update's private copy and usually finds the JSON the
+// commit already made. The bytes are shared and must not be changed.
+func (e *Engine) UpdateJSON(ctx context.Context, user *User, uuid string, data Document) ([]byte, error) {
+	stored, err := e.update(ctx, user, uuid, data)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := e.json.full(uuid, stored)
+	if err != nil {
+		return nil, Errorf(ErrUnavailable, "Could not serialise %s: %v", uuid, err)
+	}
+	return raw, nil
+}
+
+// update commits an update and returns the stored version of the document.
+func (e *Engine) update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
 	if uuid == "" {
 		return nil, Errorf(ErrInvalid, "'uuid' is required")
 	}
@@ -48,8 +74,7 @@ func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Docum
 	if err != nil {
 		return nil, err
 	}
-	// Copied once the write lock is released: stored versions never change.
-	return fullData(uuid, stored), nil
+	return stored, nil
 }
 
 // touchesOwnership reports whether an update diff changes `ownership`.

@@ -16,3 +16,12 @@ func (f *fakeWorld) GetJSON(ctx context.Context, user *world.User, uuid string) 
 	}
 	return json.Marshal(doc)
 }
+
+// UpdateJSON completes the fake's world.World the same way, over Update.
+func (f *fakeWorld) UpdateJSON(ctx context.Context, user *world.User, uuid string, data world.Document) ([]byte, error) {
+	doc, err := f.Update(ctx, user, uuid, data)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(doc)
+}
