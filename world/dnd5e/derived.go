@@ -266,8 +266,10 @@ func (a *actor) rollData() map[string]any {
 // applyEffects returns the actor's system data with its active effects'
 // changes applied: the actor's own effects and those its items transfer
 // (an item's effects are off while it is unequipped, or needs attunement
-// and is not attuned). Only `system.` keys are changed. When nothing
-// applies the shared system object is returned as it is.
+// and is not attuned). Only `system.` keys are changed. The result shares
+// with the stored system object every part no change touches (only the
+// objects along a changed path are copied), so it must not be changed;
+// when nothing applies the shared system object is returned as it is.
 func applyEffects(doc world.Document, its []world.Document) map[string]any {
 	system := obj(doc["system"])
 	var changes []map[string]any
@@ -300,9 +302,13 @@ func applyEffects(doc world.Document, its []world.Document) map[string]any {
 	if len(changes) == 0 {
 		return system
 	}
-	out := world.Clone(world.Document{"system": system})["system"].(map[string]any)
+	out := maps.Clone(system)
+	if out == nil {
+		out = map[string]any{}
+	}
+	copied := map[string]bool{} // paths of the objects already copied into out
 	for _, ch := range changes {
-		applyChange(out, strings.TrimPrefix(str(ch["key"]), "system."), int(numOr(ch["mode"], 2)), str(ch["value"]))
+		applyChange(out, copied, strings.TrimPrefix(str(ch["key"]), "system."), int(numOr(ch["mode"], 2)), str(ch["value"]))
 	}
 	return out
 }
@@ -329,14 +335,23 @@ func needsAttunement(it world.Document) bool {
 
 // applyChange applies one effect change (modes of the tabletop: 1 multiply,
 // 2 add, 3 downgrade, 4 upgrade, 5 override) to the value at path.
-func applyChange(system map[string]any, path string, mode int, value string) {
+func applyChange(system map[string]any, copied map[string]bool, path string, mode int, value string) {
 	parts := strings.Split(path, ".")
 	parent := system
-	for _, p := range parts[:len(parts)-1] {
+	for i, p := range parts[:len(parts)-1] {
+		// The objects on the way are shared with the stored document until
+		// copied: copy each once, the first time a change passes it.
+		at := strings.Join(parts[:i+1], ".")
 		next := obj(parent[p])
-		if next == nil {
+		switch {
+		case next == nil:
 			next = map[string]any{}
 			parent[p] = next
+			copied[at] = true
+		case !copied[at]:
+			next = maps.Clone(next)
+			parent[p] = next
+			copied[at] = true
 		}
 		parent = next
 	}

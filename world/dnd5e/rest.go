@@ -3,6 +3,7 @@ package dnd5e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -39,7 +40,8 @@ type RestResult struct {
 	NewDay      bool
 	// Rolls are the hit dice and recovery formulas rolled.
 	Rolls []dice.Result
-	// Clone is the actor after the rest.
+	// Clone is the actor after the rest, with its uuid. Its values are
+	// shared with the world's stored version and must not be changed.
 	Clone world.Document
 	// DHD and DHP are the change in remaining hit dice and in hit points.
 	DHD, DHP int
@@ -241,7 +243,9 @@ func (r *Rules) rest(ctx context.Context, w world.World, user *world.User, ref A
 		if err != nil {
 			return err
 		}
-		s.res.Clone = world.Clone(after)
+		// A shallow copy: the stored version never changes, and the
+		// result is only read (see RestResult.Clone).
+		s.res.Clone = maps.Clone(after)
 		s.res.Clone["uuid"] = uuid
 		s.res.DHP = int(hpAfter - s.hpBefore)
 		s.res.DHD = remaining(hitDice(derive(uuid, after))) - hdBefore
