@@ -131,8 +131,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	if opts.Unary != nil {
 		calls = splitConn{unary: opts.Unary, streams: conn}
 	}
+	// grpc-gateway tries the routes of a method newest first, at a cost
+	// per route tried, so the busiest services are registered last.
 	for _, register := range []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
-		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
 		bind(relayv1.RegisterFolderServiceHandlerClient, relayv1.NewFolderServiceClient),
 		bind(relayv1.RegisterCanvasServiceHandlerClient, relayv1.NewCanvasServiceClient),
 		bind(relayv1.RegisterScriptServiceHandlerClient, relayv1.NewScriptServiceClient),
@@ -143,6 +144,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient),
 		bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient),
 		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),
+		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
 	} {
 		if err := register(ctx, g.mux, calls); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
