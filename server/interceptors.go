@@ -187,25 +187,29 @@ func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
 	if !c.Log.Enabled(ctx, level) {
 		return
 	}
-	attrs := []slog.Attr{
+	// The record is built by hand, without the caller's program counter
+	// that Logger methods look up, and its attributes are added one by
+	// one into the record's own room: this line is written for every call.
+	r := slog.NewRecord(time.Now(), level, "rpc", 0)
+	r.AddAttrs(
 		slog.String("method", call.Method),
 		slog.String("requestId", call.RequestID),
 		slog.String("code", code.String()),
 		slog.Duration("duration", time.Since(start)),
-	}
+	)
 	if call.Key.ID != "" {
-		attrs = append(attrs, slog.String("keyId", call.Key.ID))
+		r.AddAttrs(slog.String("keyId", call.Key.ID))
 	}
 	if call.World != nil {
-		attrs = append(attrs, slog.String("clientId", call.World.Info().ClientID))
+		r.AddAttrs(slog.String("clientId", call.World.Info().ClientID))
 	}
 	if call.User != nil {
-		attrs = append(attrs, slog.String("user", call.User.Name))
+		r.AddAttrs(slog.String("user", call.User.Name))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+		r.AddAttrs(slog.String("error", status.Convert(err).Message()))
 	}
-	c.Log.LogAttrs(ctx, level, "rpc", attrs...)
+	_ = c.Log.Handler().Handle(ctx, r)
 }
 
 func (c *Chain) errorsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
