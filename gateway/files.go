@@ -449,15 +449,13 @@ func (g *gateway) upload(ctx context.Context, cancel context.CancelFunc, meta *r
 			break
 		}
 		if rerr != nil {
-			cancel()
-			_, _ = stream.CloseAndRecv()
+			abort(cancel, stream)
 			return nil, mds(), readError(rerr, "Could not read the upload")
 		}
 	}
 	if sendErr == nil && after != nil {
 		if err := after(); err != nil {
-			cancel()
-			_, _ = stream.CloseAndRecv()
+			abort(cancel, stream)
 			return nil, mds(), err
 		}
 	}
@@ -465,6 +463,15 @@ func (g *gateway) upload(ctx context.Context, cancel context.CancelFunc, meta *r
 	// with the answer.
 	resp, err := stream.CloseAndRecv()
 	return resp, mds(), err
+}
+
+// abort ends an upload call so that the server keeps nothing: it cancels
+// the call and waits for the stream to end, without CloseAndRecv, whose
+// half-close could still reach the server before the cancellation and
+// make it store the file.
+func abort(cancel context.CancelFunc, stream grpc.ClientStream) {
+	cancel()
+	_ = stream.RecvMsg(new(relayv1.UploadFileResponse))
 }
 
 // readError turns an error reading the request body into the caller's
