@@ -264,20 +264,12 @@ func syncDir(dir string) error {
 // List describes every world of the host, sorted by client id. Worlds not
 // open yet are described from their settings without being opened.
 func (h *Host) List(ctx context.Context) ([]Info, error) {
-	entries, err := os.ReadDir(h.dir)
+	ids, err := h.scanIDs()
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not read the worlds directory: %v", err)
+		return nil, err
 	}
-	var out []Info
-	for _, e := range entries {
-		id := e.Name()
-		if !e.IsDir() || !clientIDPattern.MatchString(id) {
-			continue
-		}
-		path := filepath.Join(h.dir, id, dbFile)
-		if _, err := os.Stat(path); err != nil {
-			continue
-		}
+	out := make([]Info, 0, len(ids))
+	for _, id := range ids {
 		h.mu.Lock()
 		w := h.worlds[id]
 		h.mu.Unlock()
@@ -291,7 +283,7 @@ func (h *Host) List(ctx context.Context) ([]Info, error) {
 			default:
 			}
 		}
-		out = append(out, readInfo(ctx, path, id))
+		out = append(out, readInfo(ctx, filepath.Join(h.dir, id, dbFile), id))
 	}
 	return out, nil
 }

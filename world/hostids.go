@@ -20,6 +20,17 @@ func (h *Host) IDs(ctx context.Context) ([]string, error) {
 	// moved into place during the read is forgotten after it, never before.
 	h.idsMu.Lock()
 	defer h.idsMu.Unlock()
+	ids, err := h.scanIDs()
+	if err != nil {
+		return nil, err
+	}
+	h.ids.Store(&ids)
+	return ids, nil
+}
+
+// scanIDs reads the client ids of the worlds from the directory, sorted:
+// the directories named like a client id that hold a world database.
+func (h *Host) scanIDs() ([]string, error) {
 	entries, err := os.ReadDir(h.dir)
 	if err != nil {
 		return nil, Errorf(ErrUnavailable, "Could not read the worlds directory: %v", err)
@@ -36,7 +47,6 @@ func (h *Host) IDs(ctx context.Context) ([]string, error) {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	h.ids.Store(&ids)
 	return ids, nil
 }
 

@@ -188,39 +188,18 @@ func setPath(m map[string]any, path []string, v any) {
 // mergeShared is merge on a target whose objects are shared with a stored
 // version: an object the diff merges into is copied first, so only the
 // objects along the diff's paths are new.
-func mergeShared(target, diff map[string]any) {
-	for k := range diff {
-		if field, ok := strings.CutPrefix(k, "-="); ok {
-			delete(target, field)
-		}
-	}
-	for k, v := range diff {
-		if strings.HasPrefix(k, "-=") {
-			continue
-		}
-		field, replace := strings.CutPrefix(k, "==")
-		add, isObject := v.(map[string]any)
-		if old, ok := target[field].(map[string]any); ok && isObject && !replace {
-			child := maps.Clone(old)
-			mergeShared(child, add)
-			target[field] = child
-			continue
-		}
-		if isObject {
-			fresh := make(map[string]any, len(add))
-			merge(fresh, add)
-			v = fresh
-		}
-		target[field] = v
-	}
-}
+func mergeShared(target, diff map[string]any) { mergeDiff(target, diff, true) }
 
 // merge applies an expanded diff to a fresh target in place, as the
 // tabletop's mergeObject does for updates: deletions (`-=key`) first, then
 // `==key` replacements and recursive merges of objects into objects; every
 // other value replaces the old one. Objects inserted where there was none
 // are built through merge as well, so no `-=` key is ever stored.
-func merge(target, diff map[string]any) {
+func merge(target, diff map[string]any) { mergeDiff(target, diff, false) }
+
+// mergeDiff is merge, copying each object it merges into first when
+// shared is set.
+func mergeDiff(target, diff map[string]any, shared bool) {
 	for k := range diff {
 		if field, ok := strings.CutPrefix(k, "-="); ok {
 			delete(target, field)
@@ -233,12 +212,16 @@ func merge(target, diff map[string]any) {
 		field, replace := strings.CutPrefix(k, "==")
 		add, isObject := v.(map[string]any)
 		if old, ok := target[field].(map[string]any); ok && isObject && !replace {
-			merge(old, add)
+			if shared {
+				old = maps.Clone(old)
+				target[field] = old
+			}
+			mergeDiff(old, add, shared)
 			continue
 		}
 		if isObject {
 			fresh := make(map[string]any, len(add))
-			merge(fresh, add)
+			mergeDiff(fresh, add, false)
 			v = fresh
 		}
 		target[field] = v
