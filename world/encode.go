@@ -2,7 +2,9 @@ package world
 
 import (
 	"slices"
+	"strings"
 	"sync"
+	"unsafe"
 )
 
 // encodeFull serialises a top-level document of type t once for both of
@@ -170,12 +172,43 @@ func (r *embeddedJSON) get(doc Document) ([]byte, bool) {
 // it.
 func (r *embeddedJSON) commit(changes []Change, fresh []embeddedDoc) {
 	for _, c := range changes {
-		if c.Before != nil { // top-level ones are not registered: no matter
-			r.m.Delete(identity(c.Before))
+		if c.Before == nil {
+			continue
 		}
+		r.m.Delete(identity(c.Before)) // top-level ones are not registered: no matter
+		if c.After == nil || strings.Count(c.UUID, ".") != 1 {
+			continue
+		}
+		// A new version of a top-level document may hold equal copies of
+		// embedded documents, which no change reports: drop every embedded
+		// document of the old version that the new one does not hold.
+		t := docTypes[c.DocumentName]
+		if t == nil {
+			continue
+		}
+		kept := map[unsafe.Pointer]bool{}
+		eachEmbedded(t, c.After, func(d Document) { kept[identity(d)] = true })
+		eachEmbedded(t, c.Before, func(d Document) {
+			if id := identity(d); !kept[id] {
+				r.m.Delete(id)
+			}
+		})
 	}
 	for i := range fresh {
 		r.m.Store(identity(fresh[i].doc), &fresh[i])
+	}
+}
+
+// eachEmbedded calls fn with every embedded document of doc, of type t, at
+// any depth.
+func eachEmbedded(t *docType, doc Document, fn func(Document)) {
+	for _, f := range t.embedded {
+		for _, d := range docsOf(doc, f.key) {
+			if child, ok := d.(map[string]any); ok {
+				fn(child)
+				eachEmbedded(f.typ, child, fn)
+			}
+		}
 	}
 }
 

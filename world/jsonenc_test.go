@@ -224,6 +224,18 @@ func TestEmbeddedJSONRegistry(t *testing.T) {
 			_, err := tw.Create(ctx, nil, CreateParams{Type: "Item", ParentUUID: actorBob, Data: Document{"name": "Gem"}})
 			return err
 		}},
+		{"put back a changed private copy", func() error {
+			// Tx.Get hands out a deep copy: every embedded document of the
+			// new version is equal to, but not the same map as, the old one.
+			return tw.Mutate(ctx, func(tx *Tx) error {
+				doc, err := tx.Get(actorOwner)
+				if err != nil {
+					return err
+				}
+				doc["name"] = "Copied Hero"
+				return tx.Put(actorOwner, doc)
+			})
+		}},
 		{"delete an item", func() error { return tw.Delete(ctx, nil, potionUUID) }},
 		{"delete an actor", func() error { return tw.Delete(ctx, nil, actorBob) }},
 	}
