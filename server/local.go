@@ -85,8 +85,9 @@ func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, 
 
 	// The server sees the caller's outgoing metadata as incoming, as it
 	// would after the network hop, and none of it as outgoing.
+	// FromOutgoingContext already returns a copy of its own.
 	md, _ := metadata.FromOutgoingContext(ctx)
-	ctx = metadata.NewIncomingContext(metadata.NewOutgoingContext(ctx, nil), md.Copy())
+	ctx = metadata.NewIncomingContext(metadata.NewOutgoingContext(ctx, nil), md)
 	stream := &localStream{method: method}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, stream)
 
