@@ -229,18 +229,18 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	if isPublic(call.Method) {
 		return nil
 	}
+	// ValueFromIncomingContext reads one key without copying the whole
+	// metadata, as FromIncomingContext does.
 	var plaintext string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(APIKeyHeader); len(v) > 0 {
-			plaintext = v[0]
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, APIKeyHeader); len(v) > 0 {
+		plaintext = v[0]
 	}
 	if plaintext == "" {
 		// Browsers cannot send headers on an event stream: the four
 		// subscribe methods also accept a single-use stream ticket, which
 		// stands for the key that asked for it.
-		if md, _ := metadata.FromIncomingContext(ctx); c.Tickets != nil && acceptsTicket(call.Method) && len(md.Get(StreamTicketHeader)) > 0 {
-			key, err := c.Tickets.Redeem(ctx, md.Get(StreamTicketHeader)[0])
+		if ticket := metadata.ValueFromIncomingContext(ctx, StreamTicketHeader); c.Tickets != nil && acceptsTicket(call.Method) && len(ticket) > 0 {
+			key, err := c.Tickets.Redeem(ctx, ticket[0])
 			if err != nil {
 				return err
 			}
