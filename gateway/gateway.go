@@ -237,28 +237,29 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	merged, err := mergeParams(rt.input, body, r.URL.Query())
+	fields, err := mergeFields(rt.input, body, r.URL.Query())
 	if err != nil {
 		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
 		return
 	}
-	if rt.serverStreaming {
-		g.serveEvents(w, r, rt, merged)
+	switch {
+	case rt.serverStreaming:
+		g.serveEvents(w, r, rt, appendObject(nil, fields))
 		return
-	}
-	if rt.bodyStar {
+	case rt.bodyStar:
+		merged := appendObject(nil, fields)
 		r.Body = io.NopCloser(bytes.NewReader(merged))
 		r.ContentLength = int64(len(merged))
 		r.Header.Set("Content-Type", "application/json")
 		r.URL.RawQuery = ""
-	} else {
+	default:
 		// The generated handler reads its parameters from r.Form, which
-		// ParseForm leaves alone once set: handing the merged JSON over
-		// there saves escaping it into the query and parsing it back.
+		// ParseForm leaves alone once set: handing the merged fields over
+		// there saves writing them into the query and parsing them back.
 		r.Body = http.NoBody
 		r.ContentLength = 0
 		r.URL.RawQuery = ""
-		r.Form = url.Values{paramsKey: {string(merged)}}
+		r.Form = formFields(fields)
 		r.PostForm = url.Values{}
 	}
 	ctx, answer := withResponseBuffer(r.Context())

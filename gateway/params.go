@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,16 @@ func paramErrorf(format string, args ...any) error {
 // arrays and objects are JSON text (a repeated string also takes repeated
 // keys or a comma-separated list).
 func mergeParams(md protoreflect.MessageDescriptor, body []byte, query url.Values) ([]byte, error) {
+	fields, err := mergeFields(md, body, query)
+	if err != nil {
+		return nil, err
+	}
+	return appendObject(nil, fields), nil
+}
+
+// mergeFields is mergeParams before the object is written: each field's
+// JSON value by the field's JSON name.
+func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Values) (map[string]json.RawMessage, error) {
 	merged := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(body)) > 0 {
 		var fields map[string]json.RawMessage
@@ -70,7 +81,7 @@ func mergeParams(md protoreflect.MessageDescriptor, body []byte, query url.Value
 			merged[fd.JSONName()] = v
 		}
 	}
-	return appendObject(nil, merged), nil
+	return merged, nil
 }
 
 // appendObject appends a JSON object of already valid JSON values, its
@@ -287,41 +298,132 @@ func normalizeScalar(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json
 	return numberText(fd, string(raw))
 }
 
-// paramsKey is the query key under which the middleware hands the merged
-// parameters of a body-less route to queryParser.
-const paramsKey = "__relay_params"
-
-// queryParser is the gateway's runtime.QueryParameterParser: it reads the
-// merged JSON the parameter middleware left under paramsKey. Values already
-// in the message (path variables such as `/keys/{id}`) win.
+// queryParser is the gateway's runtime.QueryParameterParser. For a
+// body-less route the parameter middleware leaves the merged parameters in
+// r.Form, one entry per field: the field's JSON name and its JSON value
+// (see formFields). Values already in the message (path variables such as
+// `/keys/{id}`) win.
 type queryParser struct{}
 
 func (queryParser) Parse(msg proto.Message, values url.Values, _ *utilities.DoubleArray) error {
-	raw := values.Get(paramsKey)
-	if raw == "" {
-		return nil
-	}
-	// Unmarshal starts from an empty message, so path variables already
-	// set are kept aside and merged back over the result.
-	var fromPath proto.Message
-	if hasFields(msg) {
-		fromPath = proto.Clone(msg)
-	}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal([]byte(raw), msg); err != nil {
-		return paramErrorf("Invalid parameters: %v", err)
-	}
-	if fromPath != nil {
-		proto.Merge(msg, fromPath)
+	m := msg.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for name, raw := range values {
+		fd := fields.ByJSONName(name)
+		if fd == nil || len(raw) == 0 || m.Has(fd) {
+			continue
+		}
+		if err := decodeField(m, fd, raw[0]); err != nil {
+			return paramErrorf("Invalid parameters: %v", err)
+		}
 	}
 	return nil
 }
 
-// hasFields reports whether any field of msg is set.
-func hasFields(msg proto.Message) bool {
-	set := false
-	msg.ProtoReflect().Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool {
-		set = true
+// formFields puts merged parameters into the form queryParser reads.
+func formFields(fields map[string]json.RawMessage) url.Values {
+	form := make(url.Values, len(fields))
+	for name, raw := range fields {
+		form[name] = []string{string(raw)}
+	}
+	return form
+}
+
+// decodeField sets one field from its JSON value, as protojson would. The
+// merged parameters are mostly plain strings, numbers and booleans, which
+// are set directly; anything else goes through protojson.
+func decodeField(m protoreflect.Message, fd protoreflect.FieldDescriptor, raw string) error {
+	if !fd.IsList() && !fd.IsMap() {
+		if v, ok := scalarValue(fd.Kind(), raw); ok {
+			m.Set(fd, v)
+			return nil
+		}
+	}
+	tmp := m.New()
+	obj := appendString(nil, fd.JSONName())
+	obj = append(append(append([]byte{'{'}, obj...), ':'), raw...)
+	obj = append(obj, '}')
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(obj, tmp.Interface()); err != nil {
+		return err
+	}
+	if tmp.Has(fd) {
+		m.Set(fd, tmp.Get(fd))
+	}
+	return nil
+}
+
+// scalarValue reads the plainest JSON forms of a scalar: a string without
+// escapes, true or false, an integer without exponent or leading zeros.
+// Anything else is left to protojson (ok false), so that every form
+// protojson accepts or refuses is still accepted or refused.
+func scalarValue(kind protoreflect.Kind, raw string) (protoreflect.Value, bool) {
+	switch kind {
+	case protoreflect.StringKind:
+		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return protoreflect.Value{}, false
+		}
+		s := raw[1 : len(raw)-1]
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+				return protoreflect.Value{}, false
+			}
+		}
+		if !utf8.ValidString(s) {
+			return protoreflect.Value{}, false
+		}
+		return protoreflect.ValueOfString(s), true
+	case protoreflect.BoolKind:
+		switch raw {
+		case "true":
+			return protoreflect.ValueOfBool(true), true
+		case "false":
+			return protoreflect.ValueOfBool(false), true
+		}
+		return protoreflect.Value{}, false
+	}
+	if !plainInteger(raw) {
+		return protoreflect.Value{}, false
+	}
+	switch kind {
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		if n, err := strconv.ParseInt(raw, 10, 32); err == nil {
+			return protoreflect.ValueOfInt32(int32(n)), true
+		}
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
+			return protoreflect.ValueOfInt64(n), true
+		}
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		if n, err := strconv.ParseUint(raw, 10, 32); err == nil {
+			return protoreflect.ValueOfUint32(uint32(n)), true
+		}
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		if n, err := strconv.ParseUint(raw, 10, 64); err == nil {
+			return protoreflect.ValueOfUint64(n), true
+		}
+	case protoreflect.DoubleKind:
+		if n, err := strconv.ParseFloat(raw, 64); err == nil {
+			return protoreflect.ValueOfFloat64(n), true
+		}
+	case protoreflect.FloatKind:
+		if n, err := strconv.ParseFloat(raw, 32); err == nil {
+			return protoreflect.ValueOfFloat32(float32(n)), true
+		}
+	}
+	return protoreflect.Value{}, false
+}
+
+// plainInteger reports whether s is an optional minus and decimal digits,
+// without leading zeros, of a length that cannot lose precision as a float.
+func plainInteger(s string) bool {
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || len(digits) > 15 || digits[0] == '0' && len(digits) > 1 {
 		return false
-	})
-	return set
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
