@@ -181,16 +181,7 @@ func (tw *testWorld) reopen(t *testing.T) *Engine {
 	if err := tw.host.Close(); err != nil {
 		t.Fatal(err)
 	}
-	h, err := OpenHost(tw.dir, testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close() })
-	w, err := h.World(context.Background(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return w.(*Engine)
+	return reopenAt(t, tw.dir)
 }
 
 func (tw *testWorld) user(t *testing.T, idOrName string) *User {
