@@ -44,12 +44,12 @@ var (
 	_ grpc.ServiceRegistrar    = (*LocalConn)(nil)
 )
 
-// newLocalConn returns a LocalConn that runs the given interceptors, in
-// order, around every call and refuses requests larger than maxRecv bytes
-// as the network server does.
-func newLocalConn(maxRecv int, interceptors ...grpc.UnaryServerInterceptor) *LocalConn {
+// newLocalConn returns a LocalConn that runs interceptor around every call
+// and refuses requests larger than maxRecv bytes as the network server
+// does.
+func newLocalConn(maxRecv int, interceptor grpc.UnaryServerInterceptor) *LocalConn {
 	return &LocalConn{
-		interceptor: chainUnary(interceptors),
+		interceptor: interceptor,
 		maxRecv:     maxRecv,
 		methods:     map[string]localMethod{},
 	}
@@ -141,8 +141,8 @@ func moveFields(dst, src proto.Message) {
 	})
 }
 
-// chainUnary folds interceptors into one, the first outermost, as
-// grpc.ChainUnaryInterceptor does for the network server.
+// chainUnary folds interceptors into one, the first outermost (what
+// grpc.ChainUnaryInterceptor does, but usable outside a grpc.Server).
 func chainUnary(interceptors []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return callChain(interceptors, 0, ctx, req, info, handler)

@@ -94,14 +94,17 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 	}
+	// One chained interceptor serves the network server and the in-process
+	// connection, so both run the same steps in the same order.
+	unary := chainUnary(chain.Unary())
 	s := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(chain.Unary()...),
+		grpc.UnaryInterceptor(unary),
 		grpc.ChainStreamInterceptor(chain.Stream()...),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 	)
 	// Every relay service is served twice: on the network server and on the
 	// in-process connection the gateway uses for unary calls.
-	local := newLocalConn(cfg.MaxMessageBytes, chain.Unary()...)
+	local := newLocalConn(cfg.MaxMessageBytes, unary)
 	both := registrars{s, local}
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
