@@ -462,8 +462,11 @@ func (g *gateway) uploadJSON(ctx context.Context, cancel context.CancelFunc, w h
 		rest := func() error {
 			for {
 				name, done, err := obj.next()
-				if err != nil || done {
+				if err != nil {
 					return readError(err, "Could not read the request body")
+				}
+				if done {
+					return nil
 				}
 				if name == "fileData" || uploadFields[name] {
 					return withHTTPStatus(http.StatusBadRequest, fmt.Sprintf("Parameter '%s' must come before 'fileData' when 'filename' does (or go in the query string)", name))
