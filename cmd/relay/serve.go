@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
 	"relay/server"
@@ -62,8 +62,8 @@ type serveConfig struct {
 	// authFailureLimit bounds the failed authentications of one client
 	// address a minute.
 	authFailureLimit int
-	maxQueryBytes  int
-	requestTimeout time.Duration
+	maxQueryBytes    int
+	requestTimeout   time.Duration
 	// pprofListen, when set, serves Go's profiling handlers there.
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
