@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -13,6 +12,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -117,11 +117,19 @@ func (g *gateway) serveDownload(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.GetFormat() != "" && req.GetFormat() != "raw" && req.GetFormat() != "base64" {
 		err = paramErrorf("'format' must be raw or base64")
 	}
+	ctx := r.Context()
 	if err != nil {
-		g.writeError(w, http.StatusBadRequest, op, g.newRequestID(op), err.Error())
-		return
+		// The server answers the error after its key, world and user
+		// checks (see deferParamError).
+		var fields map[string]json.RawMessage
+		fields, ctx = deferParamError(ctx, err.Error(), nil, r.URL.Query())
+		req = &relayv1.DownloadFileRequest{}
+		if err := unmarshalParams(appendObject(nil, fields), req); err != nil {
+			g.writeError(w, http.StatusBadRequest, op, g.newRequestID(op), err.Error())
+			return
+		}
 	}
-	ctx, cancel := context.WithCancel(withKey(r.Context(), r))
+	ctx, cancel := context.WithCancel(withInvalidParams(withKey(ctx, r)))
 	defer cancel()
 	var header metadata.MD
 	stream, err := relayv1.NewFileServiceClient(g.conn).DownloadFile(ctx, req, grpc.Header(&header))
@@ -255,7 +263,7 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request, maxUpload 
 		body := http.MaxBytesReader(w, r.Body, maxUpload+uploadSlack)
 		resp, md, err = g.uploadMultipart(ctx, cancel, multipart.NewReader(body, params["boundary"]), r.URL.Query())
 	} else {
-		resp, md, err = g.uploadJSON(ctx, w, r, maxUpload)
+		resp, md, err = g.uploadJSON(ctx, cancel, w, r, maxUpload)
 	}
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -308,7 +316,7 @@ func (g *gateway) uploadMultipart(ctx context.Context, cancel context.CancelFunc
 	for parts := 0; ; parts++ {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
-			return nil, nil, withHTTPStatus(http.StatusBadRequest, "Missing file: send it as a form part with a file name (for example field 'file')")
+			return g.refuseUpload(ctx, cancel, paramErrorf("Missing file: send it as a form part with a file name (for example field 'file')"), nil, values)
 		}
 		if err != nil {
 			return nil, nil, readError(err, "Could not read the multipart form")
@@ -332,7 +340,7 @@ func (g *gateway) uploadMultipart(ctx context.Context, cancel context.CancelFunc
 		}
 		meta, err := uploadParams(values)
 		if err != nil {
-			return nil, nil, err
+			return g.refuseUpload(ctx, cancel, err, nil, values)
 		}
 		if meta.Filename == "" {
 			meta.Filename = part.FileName()
@@ -357,58 +365,212 @@ func (g *gateway) uploadMultipart(ctx context.Context, cancel context.CancelFunc
 	}
 }
 
-// uploadJSON uploads the `fileData` of a JSON body.
-func (g *gateway) uploadJSON(ctx context.Context, w http.ResponseWriter, r *http.Request, maxUpload int64) (*relayv1.UploadFileResponse, []metadata.MD, error) {
-	limit := base64.StdEncoding.EncodedLen(int(maxUpload)) + uploadSlack
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(limit)))
+// uploadJSON uploads the `fileData` of a JSON body, decoding the data URL
+// or plain base64 as it arrives: the file is never held whole in memory.
+// The other members are parameters. When the file's name came before
+// `fileData`, the bytes go straight to the upload RPC (and a parameter that
+// would change the destination may no longer follow); otherwise, since the
+// destination is not known yet, they are spooled to a temporary file (see
+// Options.SpoolDir) and sent once the object has been read. Members the
+// upload does not know are skipped, each bounded in size.
+func (g *gateway) uploadJSON(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, r *http.Request, maxUpload int64) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+	limit := int64(base64.StdEncoding.EncodedLen(int(maxUpload))) + uploadSlack
+	query := r.URL.Query()
+	fields := map[string]json.RawMessage{}
+	refuse := func(err error) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+		return g.refuseUpload(ctx, cancel, err, appendObject(nil, fields), query)
+	}
+	meta := func() (*relayv1.UploadFileRequest, error) {
+		rt := g.routes.byRPC[uploadMethod]
+		merged, err := mergeParams(rt.input, appendObject(nil, fields), query)
+		if err != nil {
+			return nil, err
+		}
+		m := &relayv1.UploadFileRequest{}
+		if err := unmarshalParams(merged, m); err != nil {
+			return nil, err
+		}
+		m.Chunk = nil
+		return m, nil
+	}
+	obj, isObject, err := newObjectStream(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
+		return refuse(err)
+	}
+	var (
+		spool    *os.File // the spooled file, when fileData came too early
+		mimeType string   // a data URL's media type
+	)
+	defer func() {
+		if spool != nil {
+			spool.Close()
+			os.Remove(spool.Name())
+		}
+	}()
+	for isObject {
+		name, done, err := obj.next()
+		if err != nil {
+			return refuse(err)
+		}
+		if done {
+			break
+		}
+		if name != "fileData" || spool != nil {
+			raw, err := obj.rawValue(maxFormField)
+			switch {
+			case errors.Is(err, errTooLong):
+				return refuse(paramErrorf("Parameter '%s' is too long", name))
+			case err != nil:
+				return refuse(err)
+			case name == "fileData":
+				return refuse(paramErrorf("'fileData' appears twice"))
+			case uploadFields[name]:
+				fields[name] = raw
+			}
+			continue
+		}
+		data, null, err := obj.stringValue()
+		if errors.Is(err, errNotString) {
+			return refuse(paramErrorf("'fileData' must be a string"))
+		}
+		if err != nil {
+			return refuse(err)
+		}
+		if null {
+			continue
+		}
+		payload, dataType, err := fileDataPayload(data)
+		if err != nil {
+			return refuse(err)
+		}
+		mimeType = dataType
+		if _, named := fields["filename"]; !named {
+			if spool, err = g.spoolUpload(ctx, payload, maxUpload); err != nil {
+				return refuse(err)
+			}
+			continue
+		}
+		m, err := meta()
+		if err != nil {
+			return refuse(err)
+		}
+		if m.MimeType == "" {
+			m.MimeType = mimeType
+		}
+		// After the file, the object may only end or hold members the
+		// upload ignores.
+		rest := func() error {
+			for {
+				name, done, err := obj.next()
+				if err != nil {
+					return readError(err, "Could not read the request body")
+				}
+				if done {
+					return nil
+				}
+				if name == "fileData" || uploadFields[name] {
+					return withHTTPStatus(http.StatusBadRequest, fmt.Sprintf("Parameter '%s' must come before 'fileData' when 'filename' does (or go in the query string)", name))
+				}
+				if _, err := obj.rawValue(maxFormField); err != nil {
+					return readError(err, "Could not read the request body")
+				}
+			}
+		}
+		return g.upload(ctx, cancel, m, payload, rest)
+	}
+	if spool == nil {
+		return refuse(paramErrorf("Missing file data: send 'fileData' (a data URL or base64) or a multipart form"))
+	}
+	m, err := meta()
+	if err != nil {
+		return refuse(err)
+	}
+	if m.MimeType == "" {
+		m.MimeType = mimeType
+	}
+	if _, err := spool.Seek(0, io.SeekStart); err != nil {
+		return nil, nil, err
+	}
+	return g.upload(ctx, cancel, m, spool, nil)
+}
+
+// spoolUpload copies a file's bytes into a new temporary file, stopping
+// with the upload limit's 413 past maxUpload bytes.
+func (g *gateway) spoolUpload(ctx context.Context, payload io.Reader, maxUpload int64) (*os.File, error) {
+	f, err := os.CreateTemp(g.spoolDir, "upload-*")
+	if err != nil {
+		return nil, withHTTPStatus(http.StatusInternalServerError, "Could not store the upload")
+	}
+	n, err := io.Copy(f, io.LimitReader(payload, maxUpload+1))
+	if err == nil && n > maxUpload {
+		err = withHTTPStatus(http.StatusRequestEntityTooLarge, fmt.Sprintf("File too large: the upload limit is %d bytes", maxUpload))
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
+}
+
+// refuseUpload answers an upload whose parameters are wrong (a paramError):
+// the server answers it after its key, world and user checks (see
+// deferParamError), from the routing parameters found in params (a JSON
+// object) or the query. Other errors are answered as they are.
+func (g *gateway) refuseUpload(ctx context.Context, cancel context.CancelFunc, err error, params []byte, query url.Values) (*relayv1.UploadFileResponse, []metadata.MD, error) {
+	var pe *paramError
+	if !errors.As(err, &pe) {
 		return nil, nil, readError(err, "Could not read the request body")
 	}
-	var fields map[string]json.RawMessage
-	if len(bytes.TrimSpace(body)) > 0 {
-		if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
-			return nil, nil, paramErrorf("The request body must be a JSON object")
-		}
-	}
-	body = nil // let the collector have it while the file is sent
-	rawData, ok := fields["fileData"]
-	delete(fields, "fileData")
-	rest, _ := json.Marshal(fields)
-	rt := g.routes.byRPC[uploadMethod]
-	merged, err := mergeParams(rt.input, rest, r.URL.Query())
-	if err != nil {
-		return nil, nil, err
-	}
+	routing, ctx := deferParamError(ctx, err.Error(), params, query)
 	meta := &relayv1.UploadFileRequest{}
-	if err := unmarshalParams(merged, meta); err != nil {
+	if err := unmarshalParams(appendObject(nil, routing), meta); err != nil {
 		return nil, nil, err
 	}
-	meta.Chunk = nil
-	var fileData string
-	if !ok || isNull(rawData) {
-		return nil, nil, paramErrorf("Missing file data: send 'fileData' (a data URL or base64) or a multipart form")
-	}
-	if err := json.Unmarshal(rawData, &fileData); err != nil {
-		return nil, nil, paramErrorf("'fileData' must be a string")
-	}
-	payload := fileData
-	if rest, isURL := strings.CutPrefix(fileData, "data:"); isURL {
-		header, data, found := strings.Cut(rest, ",")
-		mediaType, isBase64 := strings.CutSuffix(header, ";base64")
-		if !found || !isBase64 {
-			return nil, nil, paramErrorf("Invalid file data format: must be a data URL with base64 content")
+	return g.upload(withInvalidParams(ctx), cancel, meta, eofReader{}, nil)
+}
+
+// eofReader is an empty body.
+type eofReader struct{}
+
+func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
+// fileDataPayload turns the stream of a `fileData` string into the stream of
+// the file's bytes: a data URL (`data:<type>;base64,<data>`, whose type it
+// returns) or plain base64.
+func fileDataPayload(data io.Reader) (io.Reader, string, error) {
+	br := bufio.NewReaderSize(data, 4096)
+	var mimeType string
+	if prefix, _ := br.Peek(5); string(prefix) == "data:" {
+		header, err := br.ReadSlice(',')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) || errors.Is(err, io.EOF) {
+				return nil, "", paramErrorf("Invalid file data format: must be a data URL with base64 content")
+			}
+			return nil, "", err
 		}
-		if meta.MimeType == "" {
-			meta.MimeType = mediaType
+		mediaType, isBase64 := strings.CutSuffix(string(header[len("data:"):len(header)-1]), ";base64")
+		if !isBase64 {
+			return nil, "", paramErrorf("Invalid file data format: must be a data URL with base64 content")
 		}
-		payload = data
+		mimeType = mediaType
 	}
-	// Check the whole payload first, so a bad character near the end does
-	// not abort an upload half sent.
-	if _, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, strings.NewReader(payload))); err != nil {
-		return nil, nil, paramErrorf("Invalid base64 data: %v", err)
+	return base64Stream{base64.NewDecoder(base64.StdEncoding, br)}, mimeType, nil
+}
+
+// base64Stream reports corrupt base64 as the caller's error (400).
+type base64Stream struct{ r io.Reader }
+
+func (b base64Stream) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	var corrupt base64.CorruptInputError
+	if errors.As(err, &corrupt) {
+		err = withHTTPStatus(http.StatusBadRequest, fmt.Sprintf("Invalid base64 data in 'fileData' at byte %d", int64(corrupt)))
 	}
-	return g.upload(ctx, func() {}, meta, base64.NewDecoder(base64.StdEncoding, strings.NewReader(payload)), nil)
+	return n, err
 }
 
 // uploadParams builds the upload's first message from text parameters.

@@ -28,6 +28,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/gen/openapi"
@@ -63,6 +64,17 @@ type Options struct {
 	// an HTTP/2 transport. Streams and the health check always use the
 	// client connection.
 	Unary grpc.ClientConnInterface
+	// SpoolDir is where a JSON upload whose file data comes before its
+	// file name is kept until the name arrives (the system's temporary
+	// directory when empty). It is best on the same disk as the data: the
+	// files are as large as uploads.
+	SpoolDir string
+	// Admit, when set, decides from the headers alone whether a REST call
+	// may go on, before any of its body is read: method is the route's RPC,
+	// apiKey the `X-Api-Key` header, ticket an event stream's `ticket`
+	// query parameter, remoteAddr the caller's address. A non-nil error is
+	// a gRPC status, answered as such (401, 429 with Retry-After).
+	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -86,6 +98,8 @@ type gateway struct {
 	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
 	feeds          EventFeeds
+	spoolDir       string
+	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
@@ -112,6 +126,8 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		unaryTimeout:   opts.UnaryTimeout,
 		keepaliveEvery: opts.KeepaliveInterval,
 		feeds:          opts.EventFeeds,
+		admit:          opts.Admit,
+		spoolDir:       opts.SpoolDir,
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
@@ -121,6 +137,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithForwardResponseRewriter(g.wrapResponse),
 		runtime.WithErrorHandler(g.handleError),
+		runtime.WithMetadata(invalidParamsMD),
 		runtime.WithRoutingErrorHandler(g.handleRoutingError),
 		runtime.WithDisablePathLengthFallback(),
 		// A length lets keep-alive clients read the body without chunked
@@ -218,6 +235,9 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("Query string too long: the limit is %d bytes; send large parameters in the JSON body", g.maxQuery))
 		return
 	}
+	if rt != nil && !g.admitted(w, r, rt) {
+		return
+	}
 	if rt == nil || rt.clientStreaming || isEventStream(rt) || isFileTransfer(rt) {
 		g.mux.ServeHTTP(w, r)
 		return
@@ -239,8 +259,9 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	fields, err := mergeFields(rt.input, body, r.URL.Query())
 	if err != nil {
-		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
-		return
+		var ctx context.Context
+		fields, ctx = deferParamError(r.Context(), err.Error(), body, r.URL.Query())
+		r = r.WithContext(ctx)
 	}
 	switch {
 	case rt.serverStreaming:
@@ -274,6 +295,30 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	g.mux.ServeHTTP(w, r.WithContext(ctx))
 	// The answer is written: its buffer can serve the next one.
 	answer.release()
+}
+
+// admitted runs the Admit hook for a request on a route, before anything of
+// its body is read, and answers the refusal when there is one.
+func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bool {
+	if g.admit == nil {
+		return true
+	}
+	var ticket string
+	if isEventStream(rt) {
+		ticket = r.URL.Query().Get("ticket")
+	}
+	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(apiKeyHeader), ticket, r.RemoteAddr)
+	if err == nil {
+		return true
+	}
+	if r.ContentLength != 0 {
+		// The body stays unread: closing the connection after the answer
+		// keeps the server from draining it first, which a caller that
+		// trickles its body could make last as long as it liked.
+		w.Header().Set("Connection", "close")
+	}
+	g.writeStatus(w, status.Convert(err), rt.operation, g.newRequestID(rt.operation))
+	return false
 }
 
 // healthz answers 200 when the gRPC server reports SERVING, else 503.

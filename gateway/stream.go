@@ -40,7 +40,7 @@ func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route,
 // serveStream is serveEvents with an optional stream ticket, forwarded as
 // `x-stream-ticket` metadata for the server's authentication step.
 func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route, params []byte, ticket string) {
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(withInvalidParams(r.Context()))
 	defer cancel()
 	req, err := newRequest(rt.input, params)
 	if err != nil {
@@ -188,8 +188,13 @@ func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *rou
 		merged, err = withLastEventID(merged, r.Header.Get("Last-Event-ID"))
 	}
 	if err != nil {
-		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
-		return
+		var (
+			fields map[string]json.RawMessage
+			ctx    context.Context
+		)
+		fields, ctx = deferParamError(r.Context(), err.Error(), body, query)
+		r = r.WithContext(ctx)
+		merged = appendObject(nil, fields)
 	}
 	g.serveStream(w, r, rt, merged, ticket)
 }

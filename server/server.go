@@ -49,6 +49,9 @@ type Config struct {
 	// RateLimit limits each API key's requests (ratelimit.go); nil allows
 	// everything.
 	RateLimit *RateLimiter
+	// AuthFailures limits, per client address, the calls that fail
+	// authentication (see [Server.Admit]); nil allows any number.
+	AuthFailures *RateLimiter
 	// Dice rolls for the ruleset and for initiative; nil rolls with the
 	// operating system's randomness (dice.NewRandom).
 	Dice dice.Source
@@ -61,6 +64,9 @@ type Server struct {
 	// Local calls the same services' unary methods in process, through the
 	// same interceptors (see LocalConn).
 	Local *LocalConn
+
+	chain        *Chain
+	authFailures *RateLimiter
 }
 
 // New builds the gRPC server with every relay service, the interceptor
@@ -121,7 +127,7 @@ func New(cfg Config) (*Server, error) {
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)
 	reflection.Register(s)
-	return &Server{GRPC: s, Health: hs, Local: local}, nil
+	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures}, nil
 }
 
 // SetServing marks the relay (and each of its services) serving or not in

@@ -83,13 +83,29 @@ var errBadTicket = status.Error(codes.Unauthenticated, "Invalid or expired strea
 
 // Redeem consumes a ticket and returns the key it stands for.
 func (t *Tickets) Redeem(ctx context.Context, plain string) (keys.Key, error) {
+	return t.find(ctx, plain, true)
+}
+
+// Check reports whether a ticket would be redeemed now, without consuming
+// it: the relay admits a stream's request with it before reading anything
+// else, and redeems it when the stream's call runs.
+func (t *Tickets) Check(ctx context.Context, plain string) error {
+	_, err := t.find(ctx, plain, false)
+	return err
+}
+
+// find looks a ticket up, removing it when consume is set, and checks the
+// key it stands for.
+func (t *Tickets) find(ctx context.Context, plain string, consume bool) (keys.Key, error) {
 	if !strings.HasPrefix(plain, ticketPrefix) {
 		return keys.Key{}, errBadTicket
 	}
 	h := sha256.Sum256([]byte(plain))
 	t.mu.Lock()
 	tk, ok := t.tickets[h]
-	delete(t.tickets, h)
+	if consume {
+		delete(t.tickets, h)
+	}
 	t.mu.Unlock()
 	now := t.now()
 	if !ok || !now.Before(tk.expires) {

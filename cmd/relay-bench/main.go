@@ -11,6 +11,7 @@
 //
 //	relay-bench [flags]
 //	relay-bench fanout-floor [flags]   (see floor.go)
+//	relay-bench uploads [flags]        (see uploads.go)
 //
 // Examples:
 //
@@ -54,6 +55,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			return runFloor(ctx, cfg, stdout, stderr)
+		case "uploads":
+			cfg, err := parseUploadsConfig(args[1:], stderr)
+			if err != nil {
+				return err
+			}
+			return runUploads(ctx, cfg, stdout, stderr)
 		case floorReaderArg:
 			return runFloorReader(args[1:], stdout)
 		}

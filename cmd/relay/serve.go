@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,7 +23,9 @@ import (
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
 	"relay/server"
@@ -56,8 +59,11 @@ type serveConfig struct {
 	// Hostile input: per-key rate limit, query size, unary time-out.
 	rateLimit      int
 	rateLimitBurst int
-	maxQueryBytes  int
-	requestTimeout time.Duration
+	// authFailureLimit bounds the failed authentications of one client
+	// address a minute.
+	authFailureLimit int
+	maxQueryBytes    int
+	requestTimeout   time.Duration
 	// pprofListen, when set, serves Go's profiling handlers there.
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
@@ -82,6 +88,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxStreamsPerWorld, "max-streams-per-world", envInt("RELAY_MAX_STREAMS_PER_WORLD", server.DefaultMaxStreamsPerWorld), "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 	fs.IntVar(&c.rateLimit, "rate-limit", envInt("RELAY_RATE_LIMIT", 0), "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.rateLimitBurst, "rate-limit-burst", envInt("RELAY_RATE_LIMIT_BURST", 0), "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
+	fs.IntVar(&c.authFailureLimit, "auth-failure-limit", envInt("RELAY_AUTH_FAILURE_LIMIT", server.DefaultAuthFailuresPerMinute), "`requests` per minute from one client address that may fail authentication (no, bad or revoked key) with 401; more get 429 with Retry-After; 0 turns the limit off (RELAY_AUTH_FAILURE_LIMIT)")
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
@@ -186,6 +193,15 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	} else if n > 0 {
 		log.Info("removed the temporary files of unfinished uploads", "files", n)
 	}
+	// JSON uploads whose file comes before its name wait in the spool; any
+	// left there was cut short by a stop.
+	spoolDir := filepath.Join(cfg.dataDir, "spool")
+	if err := os.RemoveAll(spoolDir); err != nil {
+		return fail(fmt.Errorf("clear the upload spool: %w", err))
+	}
+	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
+		return fail(fmt.Errorf("create the upload spool: %w", err))
+	}
 	if cfg.demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.dataDir, log); err != nil {
 			return fail(err)
@@ -216,6 +232,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
 		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		AuthFailures:   server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
 		Dice:           rolls,
 		Events: server.EventsConfig{
 			Hub:                r.hub,
@@ -240,7 +257,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
 	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local})
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local, SpoolDir: spoolDir,
+		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
+			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
+		}})
 	if err != nil {
 		return fail(err)
 	}
@@ -251,7 +271,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	r.addr = ln.Addr().String()
 	r.http = &http.Server{
-		Handler:           splitGRPC(r.grpc.GRPC, rest),
+		Handler:           splitGRPC(r.grpc, rest),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -269,15 +289,52 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 }
 
 // splitGRPC sends gRPC requests to the gRPC server and everything else to
-// the REST gateway.
-func splitGRPC(grpcServer *grpc.Server, rest http.Handler) http.Handler {
+// the REST gateway. A gRPC call is admitted from its headers first (see
+// server.Server.Admit), so that a caller without a valid key is refused
+// before its request message is read.
+func splitGRPC(s *server.Server, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			grpcServer.ServeHTTP(w, r)
+			creds := server.Credentials{APIKey: r.Header.Get(server.APIKeyHeader), Ticket: r.Header.Get(server.StreamTicketHeader)}
+			if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
+				writeGRPCRefusal(w, status.Convert(err))
+				return
+			}
+			s.GRPC.ServeHTTP(w, r)
 			return
 		}
 		rest.ServeHTTP(w, r)
 	})
+}
+
+// writeGRPCRefusal answers a gRPC call with only a status, as a gRPC server
+// does for a call it refuses before reading it: HTTP 200 with the status in
+// the headers (a trailers-only response). The status's details travel in
+// `grpc-status-details-bin`, so clients see the retry delay of a 429.
+func writeGRPCRefusal(w http.ResponseWriter, st *status.Status) {
+	h := w.Header()
+	h.Set("Content-Type", "application/grpc")
+	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
+	h.Set("Grpc-Message", encodeGRPCMessage(st.Message()))
+	if details, err := proto.Marshal(st.Proto()); err == nil && len(st.Proto().GetDetails()) > 0 {
+		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(details))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// encodeGRPCMessage percent-encodes a status message as the gRPC wire
+// format asks: printable ASCII but '%' stays, everything else becomes %XX.
+func encodeGRPCMessage(msg string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c >= ' ' && c <= '~' && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }
 
 // close stops serving and closes the stores; later calls return the first

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"relay/server/keys"
+)
+
+// Credentials are what a caller presents in a request's headers: an API
+// key, or for the event streams a browser's stream ticket.
+type Credentials struct {
+	APIKey string
+	Ticket string
+}
+
+// DefaultAuthFailuresPerMinute is how many failed authentications a client
+// address may make a minute before it is refused with 429.
+const DefaultAuthFailuresPerMinute = 60
+
+// Admit decides, from the headers alone and before any request body is read,
+// whether a call may go on: public methods (health, reflection) always may;
+// every other method needs a valid API key, or a valid stream ticket for the
+// methods that accept one. Both transports call it first: the HTTP handler
+// for REST and SSE routes (with the route's RPC as method), and the gRPC
+// entry for gRPC calls. The interceptor chain authenticates the call again
+// when it runs, so Admit only keeps callers without valid credentials from
+// costing the relay any work.
+//
+// Every refusal counts against the caller's address (remoteAddr, `host` or
+// `host:port`): past the address's allowance of failures the refusal is
+// ResourceExhausted with a retry delay (429 with Retry-After) instead of
+// Unauthenticated. A valid key is never refused here, whatever its address
+// did before, so a client behind the same address as an attacker keeps
+// working.
+func (s *Server) Admit(ctx context.Context, method string, creds Credentials, remoteAddr string) error {
+	if isPublic(method) {
+		return nil
+	}
+	var err error
+	switch {
+	case creds.APIKey != "":
+		_, err = s.chain.Keys.Authenticate(ctx, creds.APIKey)
+		if err != nil {
+			err = toStatus(ctx, s.chain.Log, err)
+		}
+	case creds.Ticket != "" && acceptsTicket(method) && s.chain.Tickets != nil:
+		err = s.chain.Tickets.Check(ctx, creds.Ticket)
+	default:
+		err = status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
+	}
+	if err == nil {
+		return nil
+	}
+	if ok, wait := s.authFailures.Allow(addressOf(remoteAddr)); !ok {
+		return authFailuresExceeded(s.authFailures.perMinute, wait)
+	}
+	return err
+}
+
+// addressOf is the host part of a remote address, so that every connection
+// of one client shares its allowance.
+func addressOf(remoteAddr string) string {
+	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		return host
+	}
+	return remoteAddr
+}
+
+// authFailuresExceeded is the refusal of an address that failed to
+// authenticate too often: 429 over REST, with a Retry-After header.
+func authFailuresExceeded(perMinute int, wait time.Duration) error {
+	seconds := max(int(math.Ceil(wait.Seconds())), 1)
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
+		"Too many failed authentications from this address: the limit is %d a minute; retry in %d s", perMinute, seconds))
+	if detailed, err := st.WithDetails(
+		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
+	); err == nil {
+		st = detailed
+	}
+	return st.Err()
+}
