@@ -60,7 +60,7 @@ func TestEnvelopeEncoding(t *testing.T) {
 		{"raw JSON unset is null", &relayv1.UpdateDocumentResponse{}, `{"uuid":"","document":null}`},
 		{"response_body bytes", []byte(`{"name":"x"}`), `{"name":"x"}`},
 		{"map keys sorted", &relayv1.ApiKey{ClientUsers: map[string]string{"b": "2", "a": "1"}},
-			`{"id":"","name":"","prefix":"","scopes":[],"clientIds":[],"scopedUserId":"","clientUsers":{"a":"1","b":"2"},"expiresAt":"","enabled":false,"createdAt":"","revokedAt":""}`},
+			`{"id":"","name":"","prefix":"","scopes":[],"clientIds":[],"scopedUserId":"","clientUsers":{"a":"1","b":"2"},"expiresAt":"","enabled":false,"createdAt":"","revokedAt":"","createdBy":""}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,11 +9,14 @@ import (
 	"relay/server/keys"
 )
 
-// KeyAdmin is what the key service needs of the key store.
+// KeyAdmin is what the key service needs of the key store. Every method acts
+// on the authority of the calling key, which the store checks with
+// keys.Authorize: no key can create, see or revoke a key beyond its own
+// bindings. The service has no way to skip that check.
 type KeyAdmin interface {
-	Create(ctx context.Context, spec keys.Spec) (string, keys.Key, error)
-	List(ctx context.Context) ([]keys.Key, error)
-	Revoke(ctx context.Context, id string) (keys.Key, error)
+	CreateAs(ctx context.Context, actor keys.Key, spec keys.Spec) (string, keys.Key, error)
+	ListAs(ctx context.Context, actor keys.Key) ([]keys.Key, error)
+	RevokeAs(ctx context.Context, actor keys.Key, id string) (keys.Key, error)
 }
 
 // keyService implements relayv1.KeyServiceServer.
@@ -45,7 +48,7 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 		}
 		spec.ExpiresAt = t
 	}
-	plaintext, key, err := s.store.Create(ctx, spec)
+	plaintext, key, err := s.store.CreateAs(ctx, CallFrom(ctx).Key, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +56,7 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 }
 
 func (s keyService) ListKeys(ctx context.Context, _ *relayv1.ListKeysRequest) (*relayv1.ListKeysResponse, error) {
-	list, err := s.store.List(ctx)
+	list, err := s.store.ListAs(ctx, CallFrom(ctx).Key)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +71,7 @@ func (s keyService) RevokeKey(ctx context.Context, req *relayv1.RevokeKeyRequest
 	if req.GetId() == "" {
 		return nil, fmt.Errorf("%w: 'id' is required", keys.ErrInvalid)
 	}
-	k, err := s.store.Revoke(ctx, req.GetId())
+	k, err := s.store.RevokeAs(ctx, CallFrom(ctx).Key, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +92,7 @@ func keyToProto(k keys.Key) *relayv1.ApiKey {
 		Enabled:      k.Enabled,
 		CreatedAt:    formatOptionalTime(k.CreatedAt),
 		RevokedAt:    formatOptionalTime(k.RevokedAt),
+		CreatedBy:    k.CreatedBy,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -47,11 +48,23 @@ func TestKeysCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "bot") || !strings.Contains(out, "admin") {
 		t.Fatalf("list: %v\n%s%s", err, out, errOut)
 	}
-	var id string
+	// The last column records what created each key: the bootstrap for the
+	// admin key, the admin key (the CLI's key) for the bot.
+	var id, adminID, botCreator string
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == "bot" {
-			id = f[0]
+		f := strings.Fields(line)
+		switch {
+		case len(f) > 1 && f[1] == "bot":
+			id, botCreator = f[0], f[len(f)-1]
+		case len(f) > 1 && f[1] == "admin":
+			adminID = f[0]
+			if f[len(f)-1] != "bootstrap" {
+				t.Errorf("admin key created by %q, want bootstrap:\n%s", f[len(f)-1], out)
+			}
 		}
+	}
+	if !strings.Contains(out, "CREATED BY") || adminID == "" || botCreator != adminID {
+		t.Fatalf("bot key created by %q, want the admin key %q:\n%s", botCreator, adminID, out)
 	}
 	if _, errOut, err = cli(t, append(append([]string{"keys", "revoke"}, common...), id)...); err != nil {
 		t.Fatalf("revoke: %v\n%s", err, errOut)
@@ -72,6 +85,21 @@ func TestKeysCLI(t *testing.T) {
 			t.Fatalf("Bob sees Aria as LIMITED: %d %s", r.status, r.body)
 		}
 	})
+
+	// A key bound to a world cannot create a key beyond it, and the CLI
+	// says why.
+	boundFile := filepath.Join(t.TempDir(), "bound.key")
+	out, errOut, err = cli(t, append([]string{"keys", "create", "--name", "demo admin", "--scopes", "all", "--client", "demo"}, common...)...)
+	if err != nil {
+		t.Fatalf("create bound admin: %v\n%s", err, errOut)
+	}
+	if err := os.WriteFile(boundFile, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = cli(t, "keys", "create", "--addr", tr.addr, "--admin-key-file", boundFile, "--name", "escape", "--scopes", "all")
+	if err == nil || !strings.Contains(err.Error(), "API key may only create keys for its own worlds: demo") || !strings.Contains(err.Error(), "PermissionDenied") {
+		t.Fatalf("bound key created an unbound key: %v", err)
+	}
 
 	// Usage mistakes are clear.
 	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x"}, common...)...); err == nil || !strings.Contains(err.Error(), "--scopes") {

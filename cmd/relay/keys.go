@@ -112,7 +112,7 @@ func keysCreate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fset.Var(&clients, "client", "a `clientId` the key may use (repeat for several; every world when absent)")
 	fset.Var(&clientUsers, "client-user", "`clientId=user`: the user the key acts as in that world (repeatable)")
 	fset.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: relay keys create --name NAME --scopes SCOPES [flags]\n\nCreates an API key on a running relay and prints only the key on standard output.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: relay keys create --name NAME --scopes SCOPES [flags]\n\nCreates an API key on a running relay and prints only the key on standard output.\nThe new key must stay within the calling key's bindings: some of its worlds\n(--client is required when it is bound to worlds), the same user wherever it\nacts as a user, some of its scopes, and an expiry no later than its own.\n\nFlags:")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -188,11 +188,11 @@ func keysList(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cf.callError(err)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPES\tCLIENTS\tUSER\tSTATE\tEXPIRES")
+	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPES\tCLIENTS\tUSER\tSTATE\tEXPIRES\tCREATED BY")
 	for _, k := range resp.GetKeys() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetId(), k.GetName(), k.GetPrefix(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetId(), k.GetName(), k.GetPrefix(),
 			strings.Join(k.GetScopes(), ","), orDash(strings.Join(k.GetClientIds(), ",")),
-			orDash(keyUsers(k)), keyState(k), orDash(k.GetExpiresAt()))
+			orDash(keyUsers(k)), keyState(k), orDash(k.GetExpiresAt()), orDash(k.GetCreatedBy()))
 	}
 	return tw.Flush()
 }

@@ -13,7 +13,8 @@ const BootstrapKeyName = "admin"
 
 // Bootstrap gives a fresh installation its first key. When the database holds
 // no keys at all (revoked ones count), it creates a key named "admin" with
-// every scope, writes its plaintext followed by a newline to keyFile with mode
+// every scope, bound to no world and recording CreatedByBootstrap as its
+// creator, writes its plaintext followed by a newline to keyFile with mode
 // 0600, and returns the plaintext with created set to true. Otherwise it does
 // nothing and returns "", false, nil.
 //
@@ -41,7 +42,7 @@ func (s *Store) Bootstrap(ctx context.Context, keyFile string) (plaintext string
 	if n > 0 {
 		return "", false, nil
 	}
-	plaintext, k, h, err := s.insert(ctx, tx, Spec{Name: BootstrapKeyName, Scopes: AllScopes})
+	plaintext, k, h, err := s.insert(ctx, tx, Spec{Name: BootstrapKeyName, Scopes: AllScopes}, CreatedByBootstrap, nil)
 	if err != nil {
 		return "", false, err
 	}

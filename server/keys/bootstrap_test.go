@@ -44,7 +44,7 @@ func TestBootstrap(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Authenticate bootstrap key: %v", err)
 	}
-	if k.Name != "admin" || !slices.Equal(k.Scopes, AllScopes) || len(k.ClientIDs) != 0 || !k.ExpiresAt.IsZero() {
+	if k.Name != "admin" || !slices.Equal(k.Scopes, AllScopes) || len(k.ClientIDs) != 0 || !k.ExpiresAt.IsZero() || k.CreatedBy != CreatedByBootstrap {
 		t.Fatalf("bootstrap key = %+v", k)
 	}
 

@@ -14,6 +14,13 @@
 // database transaction commits, so a revocation is effective for the very
 // next request handled by the same process. There is no time-based cache.
 //
+// Key administration is bounded by the administering key: CreateAs, ListAs
+// and RevokeAs act on the authority of a key, and Authorize decides, in one
+// place, what that key may create, see and revoke, so that no key can create
+// or manage a key more powerful than itself. Every key records what created
+// it (Key.CreatedBy). Create and Revoke, which check no authority, are for
+// the relay's own set-up and for tests.
+//
 // Several relay processes sharing one relay.db do not see each other's
 // changes automatically: each must call Store.Reload (periodically or when
 // told) to pick up keys created or revoked by the others.

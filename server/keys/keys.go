@@ -171,7 +171,15 @@ type Key struct {
 	CreatedAt time.Time
 	// RevokedAt is the time the key was first revoked; zero means not revoked.
 	RevokedAt time.Time
+	// CreatedBy records what created the key: the ID of the key that created
+	// it through the key service, CreatedByBootstrap for the first admin key,
+	// or "" when nothing was recorded (keys stored before the relay recorded
+	// creators, and keys made with Store.Create directly).
+	CreatedBy string
 }
+
+// CreatedByBootstrap is the CreatedBy of the key made by Store.Bootstrap.
+const CreatedByBootstrap = "bootstrap"
 
 // HasScope reports whether the key carries scope s. Scopes do not imply one
 // another; in particular "admin" does not grant the other scopes.

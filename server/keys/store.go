@@ -325,8 +325,27 @@ func (s *Store) Reload(ctx context.Context) error {
 // Create stores a new key described by spec and returns the key's plaintext
 // together with its description. The plaintext is returned only here: the
 // database keeps its SHA-256, and it cannot be recovered later. An invalid
-// spec yields an error wrapping ErrInvalid.
+// spec yields an error wrapping ErrInvalid. Create checks no authority and
+// records no creator: the key service uses CreateAs.
 func (s *Store) Create(ctx context.Context, spec Spec) (string, Key, error) {
+	return s.create(ctx, spec, "", nil)
+}
+
+// CreateAs creates a key on the authority of the key actor: the new key must
+// be within actor's bindings (see [Authorize]), and it records actor's ID as
+// its creator. An invalid spec yields an error wrapping ErrInvalid, checked
+// first; a key beyond actor's authority an error matching ErrForbidden.
+// Either way nothing is stored.
+func (s *Store) CreateAs(ctx context.Context, actor Key, spec Spec) (string, Key, error) {
+	if actor.ID == "" {
+		return "", Key{}, forbidden("API key creation needs a creating key")
+	}
+	return s.create(ctx, spec, actor.ID, func(k Key) error { return Authorize(actor, ActionCreate, k) })
+}
+
+// create stores a key made from spec with the given creator, after check
+// (when not nil) accepted the validated key.
+func (s *Store) create(ctx context.Context, spec Spec, createdBy string, check func(Key) error) (string, Key, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -334,7 +353,7 @@ func (s *Store) Create(ctx context.Context, spec Spec) (string, Key, error) {
 		return "", Key{}, fmt.Errorf("keys: create key: %w", err)
 	}
 	defer tx.Rollback()
-	plaintext, k, h, err := s.insert(ctx, tx, spec)
+	plaintext, k, h, err := s.insert(ctx, tx, spec, createdBy, check)
 	if err != nil {
 		return "", Key{}, err
 	}
@@ -345,13 +364,20 @@ func (s *Store) Create(ctx context.Context, spec Spec) (string, Key, error) {
 	return plaintext, k.clone(), nil
 }
 
-// insert validates spec, generates a key and inserts it within tx. It returns
-// the plaintext, the stored description and the hash.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec) (string, Key, [sha256.Size]byte, error) {
+// insert validates spec, lets check (when not nil) refuse the validated key,
+// generates a key and inserts it within tx, recording createdBy as its
+// creator. It returns the plaintext, the stored description and the hash.
+func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec, createdBy string, check func(Key) error) (string, Key, [sha256.Size]byte, error) {
 	now := normTime(s.clock())
 	k, err := spec.validate(now)
 	if err != nil {
 		return "", Key{}, [sha256.Size]byte{}, err
+	}
+	k.CreatedBy = createdBy
+	if check != nil {
+		if err := check(k); err != nil {
+			return "", Key{}, [sha256.Size]byte{}, err
+		}
 	}
 	plaintext, err := newPlaintext()
 	if err != nil {
@@ -372,10 +398,10 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec) (string, Key,
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO api_keys
-		(id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, NULL)`,
+		(id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, NULL, ?)`,
 		k.ID, h[:], k.Prefix, k.Name, scopes, clientIDs, k.ScopedUserID, clientUsers,
-		nullTime(k.ExpiresAt), formatTime(k.CreatedAt))
+		nullTime(k.ExpiresAt), formatTime(k.CreatedAt), k.CreatedBy)
 	if err != nil {
 		// The error cannot contain the plaintext: only its hash is a parameter.
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
@@ -404,6 +430,17 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
+// ListAs returns the keys that actor may see, revoked ones included, in
+// order of creation: those inside its bindings (see [Authorize]), itself
+// among them.
+func (s *Store) ListAs(ctx context.Context, actor Key) ([]Key, error) {
+	all, err := s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(k Key) bool { return Authorize(actor, ActionList, k) != nil }), nil
+}
+
 // Get returns the key with the given id, or an error wrapping ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Key, error) {
 	k, _, err := getKey(ctx, s.db, id)
@@ -430,8 +467,23 @@ func getKey(ctx context.Context, q queryer, id string) (Key, [sha256.Size]byte, 
 // Revoke marks the key with the given id revoked and disabled and returns
 // it. The change reaches Authenticate before Revoke returns. Revoking a
 // revoked key is not an error and keeps the first revocation time. An
-// unknown id yields an error wrapping ErrNotFound.
+// unknown id yields an error wrapping ErrNotFound. Revoke checks no
+// authority: the key service uses RevokeAs.
 func (s *Store) Revoke(ctx context.Context, id string) (Key, error) {
+	return s.revoke(ctx, id, nil)
+}
+
+// RevokeAs revokes the key with the given id, as Revoke does, on the
+// authority of the key actor: the key must be inside actor's bindings (see
+// [Authorize]); otherwise RevokeAs changes nothing and returns an error
+// matching ErrForbidden. An unknown id yields an error wrapping ErrNotFound.
+func (s *Store) RevokeAs(ctx context.Context, actor Key, id string) (Key, error) {
+	return s.revoke(ctx, id, func(k Key) error { return Authorize(actor, ActionRevoke, k) })
+}
+
+// revoke revokes the key with the given id after check (when not nil)
+// accepted it, all in one transaction.
+func (s *Store) revoke(ctx context.Context, id string, check func(Key) error) (Key, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -439,6 +491,15 @@ func (s *Store) Revoke(ctx context.Context, id string) (Key, error) {
 		return Key{}, fmt.Errorf("keys: revoke key: %w", err)
 	}
 	defer tx.Rollback()
+	if check != nil {
+		k, _, err := getKey(ctx, tx, id)
+		if err != nil {
+			return Key{}, err
+		}
+		if err := check(k); err != nil {
+			return Key{}, err
+		}
+	}
 	now := normTime(s.clock())
 	res, err := tx.ExecContext(ctx,
 		`UPDATE api_keys SET enabled = 0, revoked_at = COALESCE(revoked_at, ?) WHERE id = ?`,
@@ -548,7 +609,7 @@ func notFound(id string) error {
 }
 
 // keyColumns lists the columns scanKey reads, in order.
-const keyColumns = `id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at`
+const keyColumns = `id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by`
 
 // scanner is implemented by *sql.Row and *sql.Rows.
 type scanner interface {
@@ -567,7 +628,7 @@ func scanKey(sc scanner) (Key, [sha256.Size]byte, error) {
 		enabled                        int
 	)
 	if err := sc.Scan(&k.ID, &hash, &k.Prefix, &k.Name, &scopes, &clientIDs, &k.ScopedUserID,
-		&clientUsers, &expires, &enabled, &created, &revoked); err != nil {
+		&clientUsers, &expires, &enabled, &created, &revoked, &k.CreatedBy); err != nil {
 		return Key{}, h, err
 	}
 	if len(hash) != len(h) {

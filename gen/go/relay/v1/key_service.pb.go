@@ -46,7 +46,11 @@ type ApiKey struct {
 	// When the key was created (RFC 3339).
 	CreatedAt string `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the key was revoked (RFC 3339), or empty.
-	RevokedAt     string `protobuf:"bytes,11,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	RevokedAt string `protobuf:"bytes,11,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	// What created the key: the id of the key that created it, `bootstrap`
+	// for the admin key made at first start, or empty when not recorded (keys
+	// created before the relay recorded creators).
+	CreatedBy     string `protobuf:"bytes,12,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -158,6 +162,13 @@ func (x *ApiKey) GetRevokedAt() string {
 	return ""
 }
 
+func (x *ApiKey) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
 // CreateKeyRequest describes a new key.
 type CreateKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -165,7 +176,8 @@ type CreateKeyRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The scopes to grant; `all` grants every scope.
 	Scopes []string `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
-	// The worlds the key may use; every world when empty.
+	// The worlds the key may use; every world when empty. Required, and
+	// limited to the calling key's worlds, when the calling key is bound.
 	ClientIds []string `protobuf:"bytes,3,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
 	// The tabletop user every request acts as, in every world.
 	ScopedUserId string `protobuf:"bytes,4,opt,name=scoped_user_id,json=scopedUserId,proto3" json:"scoped_user_id,omitempty"`
@@ -304,7 +316,7 @@ func (x *CreateKeyResponse) GetApiKey() *ApiKey {
 	return nil
 }
 
-// ListKeysRequest asks for every key.
+// ListKeysRequest asks for every key the calling key may see.
 type ListKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -483,7 +495,7 @@ var File_relay_v1_key_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_key_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1arelay/v1/key_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\x9e\x03\n" +
+	"\x1arelay/v1/key_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\xbd\x03\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -500,7 +512,9 @@ const file_relay_v1_key_service_proto_rawDesc = "" +
 	"created_at\x18\n" +
 	" \x01(\tR\tcreatedAt\x12\x1d\n" +
 	"\n" +
-	"revoked_at\x18\v \x01(\tR\trevokedAt\x1a>\n" +
+	"revoked_at\x18\v \x01(\tR\trevokedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\f \x01(\tR\tcreatedBy\x1a>\n" +
 	"\x10ClientUsersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +

@@ -28,14 +28,24 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// KeyService administers API keys. Every call needs the `admin` scope. Keys
-// are stored only as hashes: the key itself is shown once, on creation.
+// KeyService administers API keys. Every call needs the `admin` scope and acts
+// only within the calling key's own bindings, so that no key can create or
+// manage a key more powerful than itself: a key bound to worlds creates,
+// lists and revokes only keys bound to some of those worlds; a key that acts
+// as a tabletop user only keys that act as that same user; a key creates
+// only keys with a subset of its scopes that expire no later than it does.
+// Refusals are PermissionDenied (HTTP 403) naming the limit. Keys are stored
+// only as hashes: the key itself is shown once, on creation.
 type KeyServiceClient interface {
-	// Creates a key.
+	// Creates a key within the calling key's bindings: worlds among its worlds
+	// (required when it is bound to worlds), the same user wherever it acts as
+	// a user, scopes among its scopes, and an expiry no later than its own.
 	CreateKey(ctx context.Context, in *CreateKeyRequest, opts ...grpc.CallOption) (*CreateKeyResponse, error)
-	// Lists keys (never the keys themselves).
+	// Lists the keys inside the calling key's bindings, itself included
+	// (never the keys themselves).
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
-	// Revokes a key; the very next request with it is refused.
+	// Revokes a key inside the calling key's bindings (a key may revoke
+	// itself); the very next request with it is refused.
 	RevokeKey(ctx context.Context, in *RevokeKeyRequest, opts ...grpc.CallOption) (*RevokeKeyResponse, error)
 }
 
@@ -81,14 +91,24 @@ func (c *keyServiceClient) RevokeKey(ctx context.Context, in *RevokeKeyRequest, 
 // All implementations must embed UnimplementedKeyServiceServer
 // for forward compatibility.
 //
-// KeyService administers API keys. Every call needs the `admin` scope. Keys
-// are stored only as hashes: the key itself is shown once, on creation.
+// KeyService administers API keys. Every call needs the `admin` scope and acts
+// only within the calling key's own bindings, so that no key can create or
+// manage a key more powerful than itself: a key bound to worlds creates,
+// lists and revokes only keys bound to some of those worlds; a key that acts
+// as a tabletop user only keys that act as that same user; a key creates
+// only keys with a subset of its scopes that expire no later than it does.
+// Refusals are PermissionDenied (HTTP 403) naming the limit. Keys are stored
+// only as hashes: the key itself is shown once, on creation.
 type KeyServiceServer interface {
-	// Creates a key.
+	// Creates a key within the calling key's bindings: worlds among its worlds
+	// (required when it is bound to worlds), the same user wherever it acts as
+	// a user, scopes among its scopes, and an expiry no later than its own.
 	CreateKey(context.Context, *CreateKeyRequest) (*CreateKeyResponse, error)
-	// Lists keys (never the keys themselves).
+	// Lists the keys inside the calling key's bindings, itself included
+	// (never the keys themselves).
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
-	// Revokes a key; the very next request with it is refused.
+	// Revokes a key inside the calling key's bindings (a key may revoke
+	// itself); the very next request with it is refused.
 	RevokeKey(context.Context, *RevokeKeyRequest) (*RevokeKeyResponse, error)
 	mustEmbedUnimplementedKeyServiceServer()
 }
