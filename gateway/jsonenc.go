@@ -164,8 +164,10 @@ func appendRawJSON(buf []byte, raw []byte) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// appendFloat writes a number as protojson does, with NaN and the infinities
-// as strings.
+// appendFloat writes a number exactly as protojson does: in plain decimal
+// notation unless its magnitude is below 1e-6 or at least 1e21 (then with an
+// exponent of at least one digit, `1e-7`), and NaN and the infinities as
+// strings. A file size of 1234567 is `1234567`, never `1.234567e+06`.
 func appendFloat(buf []byte, f float64, bits int) []byte {
 	switch {
 	case math.IsNaN(f):
@@ -175,7 +177,22 @@ func appendFloat(buf []byte, f float64, bits int) []byte {
 	case math.IsInf(f, -1):
 		return append(buf, `"-Infinity"`...)
 	}
-	return strconv.AppendFloat(buf, f, 'g', -1, bits)
+	abs := math.Abs(f)
+	if bits == 32 {
+		abs = float64(float32(abs))
+	}
+	if abs == 0 || (abs >= 1e-6 && abs < 1e21) {
+		return strconv.AppendFloat(buf, f, 'f', -1, bits)
+	}
+	start := len(buf)
+	buf = strconv.AppendFloat(buf, f, 'e', -1, bits)
+	// strconv writes two exponent digits at least (`1e-07`); JSON
+	// encoders write as few as needed.
+	if n := len(buf) - start; n >= 4 && buf[len(buf)-4] == 'e' && buf[len(buf)-2] == '0' {
+		buf[len(buf)-2] = buf[len(buf)-1]
+		buf = buf[:len(buf)-1]
+	}
+	return buf
 }
 
 // appendWellKnown writes google.protobuf types (wrappers, Struct, Value,
