@@ -148,7 +148,7 @@ func (e *Engine) commitGroup(group []*commitReq) {
 	if e.journal != nil {
 		for _, req := range group {
 			if len(req.changes) > 0 {
-				req.journal.records, req.journal.keepFrom = e.journal.Record(e, req.changes)
+				req.journal.records, req.journal.keepFrom = e.journal.Record(e, req.changes, &View{snap: req.snap})
 			}
 		}
 	}

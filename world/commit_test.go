@@ -26,11 +26,16 @@ type seqJournal struct {
 	errs      []string
 }
 
-func (j *seqJournal) Record(e *Engine, changes []Change) ([]JournalRecord, uint64) {
+func (j *seqJournal) Record(e *Engine, changes []Change, after *View) ([]JournalRecord, uint64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	var records []JournalRecord
 	for _, c := range changes {
+		// The view is the world as the transaction leaves it, even while
+		// the transactions before it are not durable yet.
+		if doc, err := after.Get(c.UUID); (err == nil) != (c.After != nil) || err == nil && !cmp.Equal(doc, c.After) {
+			j.errs = append(j.errs, fmt.Sprintf("%s in the view given to Record is %v, want %v", c.UUID, doc, c.After))
+		}
 		j.recorded++
 		records = append(records, JournalRecord{Seq: j.recorded, Data: []byte(c.UUID)})
 	}

@@ -23,12 +23,15 @@ type Journal interface {
 	// Record is called by the world's committer for every transaction
 	// that changed something, one at a time and in commit order, just
 	// before the SQLite transaction that writes it, with the changes
-	// Options.OnCommit will receive once it is committed (the same slice).
-	// It returns the records to insert and the lowest sequence number to
-	// keep: older records are deleted in the same SQLite transaction (0
-	// keeps them all). Record must not block on writers of this world; it
-	// may read the journal with [Engine.ReadJournal].
-	Record(e *Engine, changes []Change) (records []JournalRecord, keepFrom uint64)
+	// Options.OnCommit will receive once it is committed (the same slice),
+	// and a view of the world as the transaction leaves it (after, which
+	// includes every transaction recorded before it), so that the records
+	// can describe the documents the changes refer to as they are at that
+	// moment. It returns the records to insert and the lowest sequence
+	// number to keep: older records are deleted in the same SQLite
+	// transaction (0 keeps them all). Record must not block on writers of
+	// this world; it may read the journal with [Engine.ReadJournal].
+	Record(e *Engine, changes []Change, after *View) (records []JournalRecord, keepFrom uint64)
 	// Abandon is called by the committer when a commit failed: every
 	// transaction recorded and not yet committed is lost (none of its
 	// records were written), and the next one recorded should take the

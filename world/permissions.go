@@ -79,8 +79,11 @@ func can(perms map[string]Role, user *User, permission string) bool {
 //     holding nothing the user can see);
 //   - Combat: OBSERVER (everyone sees the combat tracker);
 //   - User: OBSERVER on one's own user, LIMITED on others;
-//   - ChatMessage: OWNER for its author, OBSERVER when public or whispered
-//     to the user, else NONE;
+//   - ChatMessage: OBSERVER when public or whispered to the user, else
+//     NONE; OWNER for its author, except that the author of a blind
+//     message (whispered with `blind` set, as a blind roll is) who is not
+//     among its recipients is LIMITED: they may know it exists, not read
+//     its content;
 //   - anything else: NONE.
 //
 // Embedded documents have the level of their top-level document.
@@ -119,11 +122,16 @@ func chatMessageLevel(user *User, msg Document) Level {
 	if author == "" {
 		author = str(msg["user"]) // the field's name before tabletop version 12
 	}
+	whisper, _ := msg["whisper"].([]any)
+	recipient := slices.Contains(whisper, any(user.ID))
 	if author == user.ID {
+		// As in the tabletop, blind applies only to a whispered message.
+		if msg["blind"] == true && len(whisper) > 0 && !recipient {
+			return LevelLimited
+		}
 		return LevelOwner
 	}
-	whisper, _ := msg["whisper"].([]any)
-	if len(whisper) == 0 || slices.Contains(whisper, any(user.ID)) {
+	if len(whisper) == 0 || recipient {
 		return LevelObserver
 	}
 	return LevelNone

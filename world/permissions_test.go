@@ -184,6 +184,42 @@ func TestDefaultLevelsOfDocumentsWithoutOwnership(t *testing.T) {
 	}
 }
 
+// TestChatMessageLevels checks the visibility of chat messages: public,
+// whispered and blind, for the author, a recipient, anyone else and a GM.
+func TestChatMessageLevels(t *testing.T) {
+	t.Parallel()
+	alice := &User{ID: "alice", Role: RolePlayer}
+	bob := &User{ID: "bob", Role: RolePlayer}
+	carol := &User{ID: "carol", Role: RolePlayer}
+	gm := &User{ID: "gm", Role: RoleGamemaster}
+	msg := func(kv ...any) Document {
+		d := Document{"author": "alice", "whisper": []any{}}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d[kv[i].(string)] = kv[i+1]
+		}
+		return d
+	}
+	cases := []struct {
+		name string
+		msg  Document
+		want map[*User]Level
+	}{
+		{"public", msg(), map[*User]Level{alice: LevelOwner, bob: LevelObserver, carol: LevelObserver, gm: LevelOwner}},
+		{"whispered to bob", msg("whisper", []any{"bob"}), map[*User]Level{alice: LevelOwner, bob: LevelObserver, carol: LevelNone, gm: LevelOwner}},
+		{"blind to the GM", msg("whisper", []any{"gm"}, "blind", true), map[*User]Level{alice: LevelLimited, bob: LevelNone, carol: LevelNone, gm: LevelOwner}},
+		{"blind, author among recipients", msg("whisper", []any{"gm", "alice"}, "blind", true), map[*User]Level{alice: LevelOwner, bob: LevelNone, gm: LevelOwner}},
+		{"blind but public", msg("blind", true), map[*User]Level{alice: LevelOwner, bob: LevelObserver}},
+		{"author by its old field name", Document{"user": "alice", "whisper": []any{"gm"}, "blind": true}, map[*User]Level{alice: LevelLimited, bob: LevelNone}},
+	}
+	for _, c := range cases {
+		for user, want := range c.want {
+			if got := LevelOf(user, "ChatMessage", c.msg); got != want {
+				t.Errorf("%s: level of %s = %v, want %v", c.name, user.ID, got, want)
+			}
+		}
+	}
+}
+
 func TestOwnershipIsGMOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

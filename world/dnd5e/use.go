@@ -667,9 +667,15 @@ func (u *use) post(by string) error {
 	if u.res.Target != nil {
 		lines = append(lines, "Target: "+str(u.res.Target["name"]))
 	}
+	flags := map[string]any{"use": map[string]any{"itemId": u.item["_id"], "itemType": u.item["type"], "itemUuid": u.res.ItemUUID}}
+	if u.res.Target != nil {
+		// The target, where the tabletop's fifth-edition system records
+		// it: the event hub withholds the message from readers who may
+		// not see the target the content names.
+		flags["targets"] = []any{map[string]any{"name": u.res.Target["name"], "uuid": u.res.Target["uuid"]}}
+	}
 	return post(u.tx, message{
 		author: by, actor: u.a, flavor: str(u.item["name"]), content: strings.Join(lines, "; "),
-		class: class, rolls: rolls, types: types,
-		flags: map[string]any{"use": map[string]any{"itemId": u.item["_id"], "itemType": u.item["type"], "itemUuid": u.res.ItemUUID}},
+		class: class, rolls: rolls, types: types, flags: flags,
 	})
 }

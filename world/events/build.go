@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 
 	"relay/world"
 )
@@ -41,12 +42,27 @@ type event struct {
 	Limited json.RawMessage `json:"limited,omitempty"`
 	// GMOnly events reach GMs only (a hidden combatant).
 	GMOnly bool `json:"gm,omitempty"`
+	// Embeds are the other documents whose data the payloads carry, each
+	// with what a reader must hold on it (see embed).
+	Embeds []embed `json:"emb,omitempty"`
+	// Format is the version of the hub that built the event: events
+	// loaded from an older journal may carry other documents' data
+	// without saying so (see event.loaded).
+	Format int `json:"v,omitempty"`
 
 	// frames are the encoded forms of the event, one per payload view,
 	// built once and shared by every subscriber of that view (see
-	// Event.Frame).
-	frames [numViews]frameCache
+	// Event.Frame); variants are the payloads with parts removed for
+	// readers who may not see some of the embedded documents, each with
+	// its own frame (see event.variant).
+	frames   [numViews]frameCache
+	vmu      sync.Mutex
+	variants map[variantKey]*variant
 }
+
+// eventFormat is the Format of the events this hub builds: 2 since events
+// declare the other documents their payloads carry.
+const eventFormat = 2
 
 // access is what a reader's level on an event is computed from.
 type access struct {
@@ -54,38 +70,9 @@ type access struct {
 	Doc  world.Document `json:"doc"`
 }
 
-// payloadFor returns what user may receive of ev, or nil for nothing. It
-// applies the read rules: NONE sees nothing, LIMITED the limited payload,
-// OBSERVER and OWNER the whole payload without GM-only details.
-func (ev *event) payloadFor(user *world.User) json.RawMessage {
-	data, _ := ev.viewFor(user)
-	return data
-}
-
-// viewFor is payloadFor that also tells which of the event's payloads it
-// is, so that subscribers receiving the same one share its frame.
-func (ev *event) viewFor(user *world.User) (json.RawMessage, payloadView) {
-	if user.IsGM() {
-		return ev.Full, viewFull
-	}
-	if ev.GMOnly {
-		return nil, viewFull
-	}
-	switch world.LevelOf(user, ev.Access.Type, ev.Access.Doc) {
-	case world.LevelNone:
-		return nil, viewFull
-	case world.LevelLimited:
-		return ev.Limited, viewLimited
-	}
-	if ev.Player != nil {
-		return ev.Player, viewPlayer
-	}
-	return ev.Full, viewFull
-}
-
 // accessFields are the fields of a top-level document that decide a
 // user's level on it (see world.LevelOf).
-var accessFields = []string{"_id", "ownership", "author", "user", "whisper"}
+var accessFields = []string{"_id", "ownership", "author", "user", "whisper", "blind"}
 
 func accessOf(typ string, top world.Document) access {
 	doc := world.Document{}
@@ -113,13 +100,18 @@ var limitedKeys = []string{"name", "img"}
 // builder turns the changes of one transaction into events.
 type builder struct {
 	changes map[string]*world.Change // every change of the transaction, by uuid
-	out     []*event
+	// state is the world as the transaction left it, where the documents
+	// a change refers to are looked up; nil when unknown.
+	state *world.View
+	out   []*event
 }
 
 // buildEvents returns the events of one transaction's changes, in order,
-// without sequence numbers.
-func buildEvents(changes []world.Change) []*event {
-	b := &builder{changes: make(map[string]*world.Change, len(changes))}
+// without sequence numbers. state is the world as the transaction left it
+// (nil when unknown: a document the changes refer to is then NONE to every
+// reader but GMs).
+func buildEvents(changes []world.Change, state *world.View) []*event {
+	b := &builder{changes: make(map[string]*world.Change, len(changes)), state: state}
 	for i := range changes {
 		b.changes[changes[i].UUID] = &changes[i]
 	}
@@ -223,9 +215,10 @@ type changeEvents struct {
 }
 
 // add appends an event; limited may be nil (nothing for LIMITED readers)
-// and player nil (the same as full).
-func (e *changeEvents) add(ch Channel, name, key string, full, player, limited map[string]any, gmOnly bool) {
-	ev := &event{Channel: ch, Name: name, Key: key, Access: e.acc, GMOnly: gmOnly}
+// and player nil (the same as full). embeds are the other documents whose
+// data the payloads carry.
+func (e *changeEvents) add(ch Channel, name, key string, full, player, limited map[string]any, gmOnly bool, embeds ...embed) {
+	ev := &event{Channel: ch, Name: name, Key: key, Access: e.acc, GMOnly: gmOnly, Embeds: embeds, Format: eventFormat}
 	ev.Full = encode(full)
 	if player != nil {
 		ev.Player = encode(player)
@@ -283,13 +276,36 @@ func (e *changeEvents) hooks() {
 		limited = with(full)
 	}
 	gmOnly := c.DocumentName == "Combatant" && isHidden(e.doc)
-	e.add(ChannelHooks, e.verb()+c.DocumentName, "", full, player, limited, gmOnly)
+	e.add(ChannelHooks, e.verb()+c.DocumentName, "", full, player, limited, gmOnly, e.hookEmbeds()...)
 	if c.DocumentName == "Combat" {
 		if name := combatStep(c); name != "" {
 			state := combatState(c.UUID, e.doc, false)
 			e.add(ChannelHooks, name, "", state, combatState(c.UUID, e.doc, true), nil, false)
 		}
 	}
+}
+
+// hookEmbeds are the other documents whose data the change's hook carries:
+// a chat message's speaker and targets, a token's actor (its `delta`), the
+// actors of a new scene's tokens.
+func (e *changeEvents) hookEmbeds() []embed {
+	c := e.c
+	switch c.DocumentName {
+	case "ChatMessage":
+		return e.b.chatEmbeds(e.doc)
+	case "Token":
+		switch c.Op {
+		case world.ChangeCreate:
+			return e.b.tokenEmbeds(e.doc, nil, "data")
+		case world.ChangeUpdate:
+			return e.b.tokenEmbeds(e.doc, e.changes, "changes")
+		}
+	case "Scene":
+		if c.Op == world.ChangeCreate {
+			return e.b.sceneEmbeds(e.doc, "data")
+		}
+	}
+	return nil
 }
 
 // combatStep names the combat hook of a combat change: combatStart when it
@@ -382,14 +398,15 @@ func (e *changeEvents) scene() {
 		case world.ChangeCreate:
 			e.add(ChannelScene, "scene-token-create", sceneID,
 				with(base, "tokenId", id, "token", fullDoc(c.UUID, c.After)), nil,
-				with(base, "tokenId", id, "token", limitedDoc("Token", c.UUID, c.After)), false)
+				with(base, "tokenId", id, "token", limitedDoc("Token", c.UUID, c.After)), false,
+				e.b.tokenEmbeds(e.doc, nil, "token")...)
 		case world.ChangeUpdate:
 			full := with(base, "tokenId", id, "changes", e.changes)
 			var limited map[string]any
 			if lc := limitedChanges(e.changes); lc != nil {
 				limited = with(full, "changes", lc)
 			}
-			e.add(ChannelScene, "scene-token-update", sceneID, full, nil, limited, false)
+			e.add(ChannelScene, "scene-token-update", sceneID, full, nil, limited, false, e.b.tokenEmbeds(e.doc, e.changes, "changes")...)
 		case world.ChangeDelete:
 			full := with(base, "tokenId", id, "tokenName", e.doc["name"])
 			e.add(ChannelScene, "scene-token-delete", sceneID, full, nil, full, false)

@@ -42,8 +42,8 @@ func TestJournalNumbersSeveralTransactionsInFlight(t *testing.T) {
 	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
 
 	first, second := actorChange(t, e, "One"), actorChange(t, e, "Two")
-	r1, _ := hub.Record(e, first)
-	r2, _ := hub.Record(e, second)
+	r1, _ := hub.Record(e, first, nil)
+	r2, _ := hub.Record(e, second, nil)
 	if got := append(seqs(r1), seqs(r2)...); !slices.Equal(got, []uint64{1, 2, 3, 4}) {
 		t.Fatalf("sequences %v, want 1..4 (two events per update)", got)
 	}
@@ -55,7 +55,7 @@ func TestJournalNumbersSeveralTransactionsInFlight(t *testing.T) {
 	// The second transaction fails to commit, and a third one is recorded.
 	hub.Abandon(e)
 	third := actorChange(t, e, "Three")
-	r3, _ := hub.Record(e, third)
+	r3, _ := hub.Record(e, third, nil)
 	if got := seqs(r3); !slices.Equal(got, []uint64{3, 4}) {
 		t.Fatalf("after abandoning: sequences %v, want [3 4]", got)
 	}

@@ -21,8 +21,9 @@ type frameCache struct {
 // Frame returns build(ev), building it once per published event and
 // payload: every subscriber receiving the same payload of the same event
 // gets the same bytes, which must not be changed. Fan-out then encodes each
-// event once per payload view (a GM's, a player's, a LIMITED reader's)
-// instead of once per subscriber.
+// event once per payload view (a GM's, a player's, a LIMITED reader's, and
+// one per distinct set of embedded documents' parts removed, see
+// event.variant) instead of once per subscriber.
 //
 // Every caller must build the same encoding (the relay's SSE frame): the
 // first one built is the one kept. Events the hub did not publish (a reset

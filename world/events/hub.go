@@ -7,7 +7,9 @@
 //
 // Each subscription filters by channel and parameters, applies the read
 // rules of the world for its user to every event (as the document was at
-// the time of the event), and has a bounded queue: a subscriber that falls
+// the time of the event), and to every other document whose data the
+// event's payload carries (a chat message's speaker and targets, a token's
+// actor: see embeds.go), and has a bounded queue: a subscriber that falls
 // behind is told so (ErrOverflow) rather than slowing the world or anyone
 // else.
 //
@@ -158,6 +160,7 @@ func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
 				return world.Errorf(world.ErrUnavailable, "Could not read event %d of world %s: %v", r.Seq, s.clientID, err)
 			}
 			ev.Seq = r.Seq
+			ev.loaded()
 			s.ring.push(ev)
 			s.head = r.Seq
 			return nil
@@ -177,14 +180,14 @@ func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
 // returns them as journal records; it implements [world.Journal]. Several
 // transactions may be recorded before they commit: each is numbered after
 // the last one recorded.
-func (h *Hub) Record(e *world.Engine, changes []world.Change) ([]world.JournalRecord, uint64) {
+func (h *Hub) Record(e *world.Engine, changes []world.Change, after *world.View) ([]world.JournalRecord, uint64) {
 	s := h.stream(e.Info().ClientID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A world whose journal cannot be read still gets events, numbered
 	// from what is known.
 	_ = s.loadLocked(context.Background(), e)
-	evs := buildEvents(changes)
+	evs := buildEvents(changes, after)
 	records := make([]world.JournalRecord, 0, len(evs))
 	seq := max(s.recorded, s.head)
 	for _, ev := range evs {
@@ -232,9 +235,11 @@ func (h *Hub) Committed(clientID string, changes []world.Change) {
 		s.pending = s.pending[1:]
 	} else {
 		// Not recorded through the journal (a world opened without it):
-		// publish anyway, numbered in memory.
+		// publish anyway, numbered in memory. The documents the changes
+		// refer to cannot be looked up, so they are NONE to every reader
+		// but GMs.
 		_ = s.loadLocked(context.Background(), nil)
-		evs = buildEvents(changes)
+		evs = buildEvents(changes, nil)
 		seq := max(s.recorded, s.head)
 		for _, ev := range evs {
 			seq++

@@ -403,9 +403,9 @@ func (sub *Subscription) deliverable(ev *event) (Event, bool) {
 			return Event{}, false
 		}
 	}
-	data, view := ev.viewFor(sub.req.User)
+	data, frame := ev.viewFor(sub.req.User)
 	if data == nil {
 		return Event{}, false
 	}
-	return Event{Seq: ev.Seq, Name: ev.Name, Data: data, frame: &ev.frames[view]}, true
+	return Event{Seq: ev.Seq, Name: ev.Name, Data: data, frame: frame}, true
 }

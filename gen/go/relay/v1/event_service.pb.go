@@ -45,11 +45,18 @@ type Event struct {
 	// (combat-end), `{encounterId, uuid, combatant}` (combat-combatant-add,
 	// -remove). A reader LIMITED on the document gets only its `name`, `uuid`,
 	// `type` and `img` (and update events only when `name` or `img` changed);
-	// hidden combatants reach GMs only. Stream events: `connected`
-	// `{clientId, channel, <filter>}`; `reset` `{lastEventId, oldestEventId,
-	// currentEventId, message}` when a resume id is out of the retained
-	// window; `overflow` `{lastEventId, message}` before the stream closes
-	// because the reader fell behind.
+	// hidden combatants reach GMs only. Data of other documents is filtered
+	// by the reader's level on them, as the world was at the time of the
+	// event: a chat message is no more visible than the actor it speaks for
+	// (`speaker.actor`: nothing at NONE, the LIMITED payload at LIMITED) and
+	// is withheld from a reader who cannot see a target it names
+	// (`flags.dnd5e.targets`); an unlinked token's `delta` (its actor's
+	// changed data) reaches only readers at OBSERVER or above on the actor,
+	// and a change of the `delta` alone reaches no one else. Stream events:
+	// `connected` `{clientId, channel, <filter>}`; `reset` `{lastEventId,
+	// oldestEventId, currentEventId, message}` when a resume id is out of the
+	// retained window; `overflow` `{lastEventId, message}` before the stream
+	// closes because the reader fell behind.
 	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
