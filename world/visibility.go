@@ -211,11 +211,15 @@ func (v *View) checkWrite(user *User, r ref, cur, next Document) error {
 	if t != typeFolder && !t.foldered {
 		return nil
 	}
+	id, ok := next["folder"].(string)
+	if !ok && next["folder"] != nil {
+		return Errorf(ErrInvalid, "'folder' must be a folder id or null")
+	}
 	holds := t.name
 	if t == typeFolder {
 		holds = str(cur["type"])
 	}
-	return v.usableFolder(user, str(next["folder"]), holds)
+	return v.usableFolder(user, id, holds)
 }
 
 // usableFolder checks a folder a user puts a document (holding documents of

@@ -106,6 +106,7 @@ func TestOwnersCannotChangeTypeOwnershipOrHideInFolders(t *testing.T) {
 		{actorOwner, Document{"folder": cryptID}, ErrPermission, "User 'Alice' does not have permission to put documents in folder '" + cryptID + "'"},
 		{actorOwner, Document{"folder": "NoSuchFolder0001"}, ErrNotFound, "Folder not found with ID: NoSuchFolder0001"},
 		{actorOwner, Document{"folder": itemsFolder}, ErrInvalid, "Folder " + itemsFolder + " holds Item documents, not Actor"},
+		{actorOwner, Document{"folder": 7}, ErrInvalid, "'folder' must be a folder id or null"},
 	} {
 		_, err := tw.Update(ctx, alice, tc.uuid, tc.diff)
 		wantError(t, err, tc.kind, tc.msg)
