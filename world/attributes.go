@@ -28,12 +28,16 @@ func (e *Engine) ModifyAttribute(ctx context.Context, user *User, uuid, attribut
 	}
 	res := AttributeChange{UUID: uuid, Attribute: attribute}
 	err := e.Mutate(ctx, func(tx *Tx) error {
-		r, top, doc, err := tx.View().find(uuid)
+		v := tx.View()
+		r, top, doc, err := v.find(uuid)
 		if err != nil {
 			return err
 		}
-		if err := requireOwner(user, r, top, doc, operation); err != nil {
+		if err := v.requireOwner(user, r, top, doc, operation); err != nil {
 			return err
+		}
+		if !user.IsGM() && topField(attribute) == "ownership" {
+			return errNoWrite(user, "change the ownership of", r.uuid, doc)
 		}
 		value, present := Property(doc, attribute)
 		old, ok := number(value)
@@ -41,8 +45,11 @@ func (e *Engine) ModifyAttribute(ctx context.Context, user *User, uuid, attribut
 			return Errorf(ErrInvalid, "Attribute %s is not a number, found: %s", attribute, jsTypeOf(value, present))
 		}
 		res.OldValue, res.NewValue = old, old+delta
-		_, err = tx.update(uuid, Document{attribute: res.NewValue})
-		return err
+		next, err := tx.update(uuid, Document{attribute: res.NewValue})
+		if err != nil {
+			return err
+		}
+		return tx.before().checkWrite(user, r, doc, next)
 	})
 	if err != nil {
 		return AttributeChange{}, err
@@ -87,7 +94,7 @@ func (e *Engine) Kill(ctx context.Context, user *User, uuid string) (KillResult,
 		if r.typ() != typeActor && r.typ() != typeToken {
 			return Errorf(ErrInvalid, "Cannot mark entity type %s as defeated", r.typ().name)
 		}
-		if err := requireOwner(user, r, top, doc, "kill"); err != nil {
+		if err := v.requireOwner(user, r, top, doc, "kill"); err != nil {
 			return err
 		}
 		if r.typ() == typeActor {
@@ -114,7 +121,7 @@ func (e *Engine) Kill(ctx context.Context, user *User, uuid string) (KillResult,
 			}
 			return markDefeated(tx, ofToken)
 		}
-		if err := requireOwner(user, actorRef, actorTop, actor, "kill"); err != nil {
+		if err := v.requireOwner(user, actorRef, actorTop, actor, "kill"); err != nil {
 			return err
 		}
 		if err := killActor(tx, actorRef, actor); err != nil {

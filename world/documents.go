@@ -24,11 +24,13 @@ func (e *Engine) Get(ctx context.Context, user *User, uuid string) (Document, er
 // A top-level document needs, for a non-GM user, the world permission of
 // its type (ACTOR_CREATE, ITEM_CREATE, SCENE_CREATE, JOURNAL_CREATE,
 // MACRO_CREATE; other types are GM only), and a non-GM creator becomes its
-// sole owner: `ownership` becomes {"default": 0, <user>: 3} whatever the
-// data says. An embedded document (with ParentUUID) needs OWNER on the
-// parent. `_id` is kept only with KeepID; `_stats` is always fresh. A
-// folder, given in Folder or in the data's `folder`, must exist and hold
-// documents of the new document's type.
+// sole owner: `ownership` becomes {"default": 0, <user>: 3}. Setting an
+// `ownership` is for GMs only: a non-GM's data holding one (top-level or
+// embedded, in any form) is refused. An embedded document (with ParentUUID)
+// needs OWNER on the parent. `_id` is kept only with KeepID; `_stats` is
+// always fresh. A folder, given in Folder or in the data's `folder`, must
+// exist, hold documents of the new document's type and, for a non-GM, be
+// a folder the user sees.
 func (e *Engine) Create(ctx context.Context, user *User, p CreateParams) (Document, error) {
 	if p.Type == "" {
 		return nil, Errorf(ErrInvalid, "'entityType' is required")
@@ -50,6 +52,9 @@ func (e *Engine) Create(ctx context.Context, user *User, p CreateParams) (Docume
 	} else if p.Folder != "" {
 		return nil, Errorf(ErrInvalid, "'folder' applies only to top-level documents")
 	}
+	if !user.IsGM() && touchesOwnership(p.Data) {
+		return nil, Errorf(ErrPermission, "User '%s' does not have permission to set the ownership of a new %s document: only a GM may set ownership", user.Name, t.name)
+	}
 	data := maps.Clone(p.Data) // top-level keys change below; the caller's map must not
 	if !p.KeepID {
 		delete(data, "_id")
@@ -62,11 +67,11 @@ func (e *Engine) Create(ctx context.Context, user *User, p CreateParams) (Docume
 			if err != nil {
 				return err
 			}
-			if err := requireOwner(user, r, top, doc, "create embedded documents on"); err != nil {
+			if err := v.requireOwner(user, r, top, doc, "create embedded documents on"); err != nil {
 				return err
 			}
 		} else {
-			if err := placeInFolder(v, t, data, p.Folder); err != nil {
+			if err := placeInFolder(v, user, t, data, p.Folder); err != nil {
 				return err
 			}
 			if t.owned {
@@ -95,9 +100,10 @@ func (e *Engine) Create(ctx context.Context, user *User, p CreateParams) (Docume
 
 // placeInFolder sets the `folder` of a new top-level document's data: the
 // folder given as a parameter wins over the data's own. The folder must
-// exist and hold documents of the document's type (for a new folder, the
-// parent must hold the same type as the new folder).
-func placeInFolder(v *View, t *docType, data Document, param string) error {
+// exist, hold documents of the document's type (for a new folder, the
+// parent must hold the same type as the new folder) and be one the user
+// sees.
+func placeInFolder(v *View, user *User, t *docType, data Document, param string) error {
 	if t != typeFolder && !t.foldered {
 		if param != "" {
 			return Errorf(ErrInvalid, "'folder' does not apply to %s documents", t.name)
@@ -116,7 +122,7 @@ func placeInFolder(v *View, t *docType, data Document, param string) error {
 	if t == typeFolder {
 		holds = str(data["type"])
 	}
-	if _, err := folderOf(v, folderID, holds); err != nil {
+	if err := v.usableFolder(user, folderID, holds); err != nil {
 		return err
 	}
 	data["folder"] = folderID
@@ -131,11 +137,12 @@ func (e *Engine) Delete(ctx context.Context, user *User, uuid string) error {
 		return Errorf(ErrInvalid, "'uuid' is required")
 	}
 	return e.Mutate(ctx, func(tx *Tx) error {
-		r, top, doc, err := tx.View().find(uuid)
+		v := tx.View()
+		r, top, doc, err := v.find(uuid)
 		if err != nil {
 			return err
 		}
-		if err := requireOwner(user, r, top, doc, "delete"); err != nil {
+		if err := v.requireOwner(user, r, top, doc, "delete"); err != nil {
 			return err
 		}
 		if r.typ() == typeFolder {

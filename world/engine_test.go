@@ -97,7 +97,7 @@ func TestFailedOperationChangesNothing(t *testing.T) {
 
 	// Alice owns the source but not the target: the give fails as a whole.
 	_, err := tw.Give(ctx, alice, GiveParams{FromUUID: actorOwner, ToUUID: actorBob, ItemUUID: potionUUID, Quantity: 1})
-	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to give items to 'Bobby'")
+	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to give items to 'Actor.ActorBob00000001'")
 
 	// A transaction that fails after changing two documents leaves both.
 	err = tw.Mutate(ctx, func(tx *Tx) error {

@@ -44,7 +44,7 @@ func (e *Engine) Give(ctx context.Context, user *User, p GiveParams) (GiveResult
 			if err != nil {
 				return err
 			}
-			if err := requireOwner(user, r, top, doc, "give items from"); err != nil {
+			if err := v.requireOwner(user, r, top, doc, "give items from"); err != nil {
 				return err
 			}
 			source = r
@@ -53,7 +53,7 @@ func (e *Engine) Give(ctx context.Context, user *User, p GiveParams) (GiveResult
 		if err != nil {
 			return err
 		}
-		if err := requireOwner(user, target, top, actor, "give items to"); err != nil {
+		if err := v.requireOwner(user, target, top, actor, "give items to"); err != nil {
 			return err
 		}
 		item, itemDoc, err := itemToGive(v, user, p, source)
@@ -159,7 +159,7 @@ func (e *Engine) Remove(ctx context.Context, user *User, p RemoveParams) (Remove
 		if err != nil {
 			return err
 		}
-		if err := requireOwner(user, actor, top, doc, "remove items from"); err != nil {
+		if err := v.requireOwner(user, actor, top, doc, "remove items from"); err != nil {
 			return err
 		}
 		var item ref

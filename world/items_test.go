@@ -102,8 +102,8 @@ func TestGive(t *testing.T) {
 		{"item not an item", "", GiveParams{ToUUID: actorBob, ItemUUID: actorNone}, ErrInvalid, "Entity must be an Item, got Actor"},
 		{"item of another actor", "", GiveParams{FromUUID: actorNone, ToUUID: actorBob, ItemUUID: swordUUID}, ErrInvalid, "Item " + swordUUID + " does not belong to source actor " + actorNone},
 		{"unknown name on source", "", GiveParams{FromUUID: actorOwner, ToUUID: actorBob, ItemName: "Bow"}, ErrNotFound, "Item not found: Bow"},
-		{"source not owned", aliceID, GiveParams{FromUUID: actorBob, ToUUID: actorOwner, ItemName: "Potion"}, ErrPermission, "User 'Alice' does not have permission to give items from 'Bobby'"},
-		{"target not owned", aliceID, GiveParams{FromUUID: actorOwner, ToUUID: actorBob, ItemUUID: potionUUID}, ErrPermission, "User 'Alice' does not have permission to give items to 'Bobby'"},
+		{"source not owned", aliceID, GiveParams{FromUUID: actorBob, ToUUID: actorOwner, ItemName: "Potion"}, ErrPermission, "User 'Alice' does not have permission to give items from '" + actorBob + "'"},
+		{"target not owned", aliceID, GiveParams{FromUUID: actorOwner, ToUUID: actorBob, ItemUUID: potionUUID}, ErrPermission, "User 'Alice' does not have permission to give items to '" + actorBob + "'"},
 	}
 	for _, tt := range errorTests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestRemove(t *testing.T) {
 	tw := newTestWorld(t)
 	alice := tw.user(t, aliceID)
 	_, err := tw.Remove(ctx, alice, RemoveParams{ActorUUID: actorBob, ItemName: "Potion"})
-	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to remove items from 'Bobby'")
+	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to remove items from '"+actorBob+"'")
 	_, err = tw.Remove(ctx, alice, RemoveParams{ActorUUID: actorOwner, ItemUUID: actorBob + ".Item.ItemPotion000002"})
 	wantError(t, err, ErrInvalid, "Item "+actorBob+".Item.ItemPotion000002 does not belong to actor "+actorOwner)
 	_, err = tw.Remove(ctx, alice, RemoveParams{ActorUUID: "Actor.Missing000000001", ItemName: "x"})

@@ -95,9 +95,19 @@ func (e *Engine) GetJSON(ctx context.Context, user *User, uuid string) ([]byte, 
 	if uuid == "" {
 		return nil, Errorf(ErrInvalid, "'uuid' is required")
 	}
-	r, top, doc, err := e.view().find(uuid)
+	v := e.view()
+	r, top, doc, err := v.find(uuid)
 	if err != nil {
 		return nil, err
+	}
+	if !user.IsGM() && needsView(r.typ()) {
+		// What a non-GM sees of these depends on other documents: no
+		// shared bytes to hand out.
+		out, err := v.readAs(user, r, top, doc)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeJSON(out)
 	}
 	switch levelOf(user, r.segs[0].typ, top) {
 	case LevelNone:

@@ -117,10 +117,16 @@ func TestPermissionTable(t *testing.T) {
 					t.Errorf("structure entity = %v, want a summary", entity)
 				}
 
+				// Write refusals name the document only for those who see it.
+				named := lv.doc
+				if effective == LevelNone {
+					named = lv.uuid
+				}
+
 				// update
 				updated, err := tw.Update(ctx, user, lv.uuid, Document{"system.attributes.hp.value": 5})
 				if effective < LevelOwner {
-					wantError(t, err, ErrPermission, "User 'Alice' does not have permission to update '"+lv.doc+"'")
+					wantError(t, err, ErrPermission, "User 'Alice' does not have permission to update '"+named+"'")
 				} else if err != nil || num(t, updated, "system.attributes.hp.value") != 5 {
 					t.Errorf("update = %v, %v", updated, err)
 				}
@@ -128,7 +134,7 @@ func TestPermissionTable(t *testing.T) {
 				// delete
 				err = tw.Delete(ctx, user, lv.uuid)
 				if effective < LevelOwner {
-					wantError(t, err, ErrPermission, "User 'Alice' does not have permission to delete '"+lv.doc+"'")
+					wantError(t, err, ErrPermission, "User 'Alice' does not have permission to delete '"+named+"'")
 					mustGet(t, tw, lv.uuid)
 				} else {
 					if err != nil {
@@ -156,7 +162,7 @@ func TestEmbeddedDocumentsUseTheirParentsLevel(t *testing.T) {
 	_, err = tw.Get(ctx, alice, bobsPotion)
 	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to view this entity")
 	_, err = tw.Update(ctx, alice, bobsPotion, Document{"name": "Mine"})
-	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to update 'Potion'")
+	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to update '"+bobsPotion+"'")
 	if _, err := tw.Update(ctx, alice, swordUUID, Document{"name": "Blade"}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,9 +255,19 @@ func TestCreatePermissions(t *testing.T) {
 	tw := newTestWorld(t)
 	alice := tw.user(t, aliceID)
 
-	created, err := tw.Create(ctx, alice, CreateParams{Type: "Actor", Data: Document{
-		"name": "Newbie", "type": "npc", "ownership": Document{"default": 3},
-	}})
+	// A player cannot set the ownership of what they create, in any form.
+	for _, data := range []Document{
+		{"name": "Newbie", "type": "npc", "ownership": Document{"default": 3}},
+		{"name": "Newbie", "type": "npc", "ownership.default": 3},
+		{"name": "Newbie", "type": "npc", "-=ownership": nil},
+	} {
+		_, err := tw.Create(ctx, alice, CreateParams{Type: "Actor", Data: data})
+		wantError(t, err, ErrPermission, "User 'Alice' does not have permission to set the ownership of a new Actor document: only a GM may set ownership")
+	}
+	_, err := tw.Create(ctx, alice, CreateParams{Type: "Item", ParentUUID: actorOwner, Data: Document{"name": "Coin", "ownership": Document{bobID: 3}}})
+	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to set the ownership of a new Item document: only a GM may set ownership")
+
+	created, err := tw.Create(ctx, alice, CreateParams{Type: "Actor", Data: Document{"name": "Newbie", "type": "npc"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +285,7 @@ func TestCreatePermissions(t *testing.T) {
 		t.Errorf("create embedded on an owned actor: %v", err)
 	}
 	_, err = tw.Create(ctx, alice, CreateParams{Type: "Item", ParentUUID: actorBob, Data: Document{"name": "Coin"}})
-	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to create embedded documents on 'Bobby'")
+	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to create embedded documents on '"+actorBob+"'")
 }
 
 func TestCan(t *testing.T) {

@@ -35,8 +35,10 @@ const defaultStructureDepth = 5
 // folders is listed, with their documents; with it the tree goes p.Depth
 // levels deep (default 5) and deeper folders are left out. Permissions:
 // documents the user cannot see are left out, LIMITED ones are always
-// summaries, and for a non-GM a folder appears only when something in its
-// subtree is visible. Folders and documents are sorted by `sort`, then
+// summaries, and for a non-GM a folder appears only when they see it (see
+// visibility.go: by its own `ownership` when it has one, else when
+// something in its subtree is visible); a path to a folder they do not see
+// is refused as a single read of it would be. Folders and documents are sorted by `sort`, then
 // name.
 func (e *Engine) Structure(ctx context.Context, user *User, p StructureParams) (Document, error) {
 	if err := e.ready(); err != nil {
@@ -77,6 +79,9 @@ func (e *Engine) Structure(ctx context.Context, user *User, p StructureParams) (
 		folder := v.top(docKey{typeFolder, id})
 		if folder == nil {
 			return nil, Errorf(ErrNotFound, "Folder not found: %s", p.Path)
+		}
+		if !v.folderVisible(user, folder, map[string]bool{}) {
+			return nil, errNoView(user)
 		}
 		if t := str(folder["type"]); !b.include[t] {
 			return nil, Errorf(ErrInvalid, "Folder type %s not included in requested types", t)
@@ -142,14 +147,23 @@ func (b *structure) index(v *View, types []*docType) {
 	}
 }
 
-// folderVisible reports whether a folder's subtree holds a document the
-// user may see. GMs see every folder.
+// folderVisible reports whether the user sees a folder, by the rule of
+// View.folderVisible (memoised over the tree being built): GMs see every
+// folder; others see a folder by its own `ownership` when it has one, else
+// when its subtree holds a document they see.
 func (b *structure) folderVisible(id string) bool {
 	if b.user.IsGM() {
 		return true
 	}
 	if seen, ok := b.visible[id]; ok {
 		return seen
+	}
+	if f := b.folders[id]; f != nil {
+		if _, own := f["ownership"].(map[string]any); own {
+			seen := levelOf(b.user, typeFolder, f) >= LevelLimited
+			b.visible[id] = seen
+			return seen
+		}
 	}
 	b.visible[id] = false // a parent cycle in damaged data ends here
 	seen := len(b.entities[id]) > 0 || slices.ContainsFunc(b.children[id], func(f Document) bool {

@@ -21,8 +21,11 @@ import (
 //     a `uuid` key (as returned by Get) is ignored;
 //   - a given `name` must be a non-empty string.
 //
-// The user needs OWNER, and changing `ownership` is for GMs only. The result
-// is the updated document, as Get returns it.
+// The user needs OWNER. Changing `ownership` (in any form: `ownership`,
+// `ownership.<id>`, `-=ownership`) or `type` is for GMs only, on embedded
+// documents too, and a new `folder` must exist, hold the document's type
+// and, for a non-GM, be a folder the user sees. The result is the updated
+// document, as Get returns it.
 func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
 	stored, err := e.update(ctx, user, uuid, data)
 	if err != nil {
@@ -58,18 +61,23 @@ func (e *Engine) update(ctx context.Context, user *User, uuid string, data Docum
 	}
 	var stored Document
 	err := e.Mutate(ctx, func(tx *Tx) error {
-		r, top, doc, err := tx.View().find(uuid)
+		v := tx.View()
+		r, top, doc, err := v.find(uuid)
 		if err != nil {
 			return err
 		}
-		if err := requireOwner(user, r, top, doc, "update"); err != nil {
+		if err := v.requireOwner(user, r, top, doc, "update"); err != nil {
 			return err
 		}
 		if !user.IsGM() && touchesOwnership(data) {
 			return errNoWrite(user, "change the ownership of", r.uuid, doc)
 		}
-		stored, err = tx.update(uuid, data)
-		return err
+		if stored, err = tx.update(uuid, data); err != nil {
+			return err
+		}
+		// Checked on the result, whatever path the diff took to it; a
+		// refusal fails the transaction, so nothing is written.
+		return tx.before().checkWrite(user, r, doc, stored)
 	})
 	if err != nil {
 		return nil, err

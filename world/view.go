@@ -114,25 +114,15 @@ func (v *View) Level(user *User, uuid string) (Level, error) {
 // Read returns what user may see of a document, as a private copy: the
 // full source data plus a `uuid` key for OBSERVER and OWNER, the four
 // LIMITED keys (`name`, `uuid`, `type`, `img`) for LIMITED, and an
-// ErrPermission error for NONE.
+// ErrPermission error for NONE. The level is [View.ReadLevel]'s, and a
+// combat read by a non-GM leaves out the hidden combatants they may not
+// see (see visibility.go).
 func (v *View) Read(user *User, uuid string) (Document, error) {
 	r, top, doc, err := v.find(uuid)
 	if err != nil {
 		return nil, err
 	}
-	return readAs(user, r, top, doc)
-}
-
-// readAs applies the read rules to a document already looked up.
-func readAs(user *User, r ref, top, doc Document) (Document, error) {
-	switch levelOf(user, r.segs[0].typ, top) {
-	case LevelNone:
-		return nil, errNoView(user)
-	case LevelLimited:
-		return limitedData(r.typ(), r.uuid, doc), nil
-	default:
-		return fullData(r.uuid, doc), nil
-	}
+	return v.readAs(user, r, top, doc)
 }
 
 // RequireOwner fails with the tabletop's permission error
@@ -145,15 +135,7 @@ func (v *View) RequireOwner(user *User, uuid, operation string) error {
 	if err != nil {
 		return err
 	}
-	return requireOwner(user, r, top, doc, operation)
-}
-
-// requireOwner applies the write rule to a document already looked up.
-func requireOwner(user *User, r ref, top, doc Document, operation string) error {
-	if levelOf(user, r.segs[0].typ, top) < LevelOwner {
-		return errNoWrite(user, operation, r.uuid, doc)
-	}
-	return nil
+	return v.requireOwner(user, r, top, doc, operation)
 }
 
 // ActiveScene returns the scene marked `active: true`, or ErrFailedPrecondition

@@ -63,8 +63,10 @@ func TestDnd5eReadsAndChecks(t *testing.T) {
 		return expect(t, tr.dnd5eCall(http.MethodGet, "get-actor-details", user, map[string]any{"actorUuid": actor, "details": []string{"stats", "skills", "spells", "conditions"}}),
 			status, "get-actor-details-result", "does not have permission to view actor")
 	}
-	// The owner, a LIMITED player and the GM all get the details.
-	for _, user := range []string{"Alice", "Bob", "Gamemaster", ""} {
+	// The owner and the GM get the details; a LIMITED player (Bob) sees a
+	// name, not a sheet.
+	details("Bob", ariaUUID, http.StatusForbidden)
+	for _, user := range []string{"Alice", "Gamemaster", ""} {
 		d := details(user, ariaUUID, http.StatusOK)
 		stats := d["stats"].(map[string]any)
 		if d["uuid"] != ariaUUID || stats["profBonus"] != 3.0 || stats["level"] != 5.0 || d["skills"].(map[string]any)["arc"].(map[string]any)["total"] != 7.0 {
@@ -74,16 +76,20 @@ func TestDnd5eReadsAndChecks(t *testing.T) {
 			t.Fatalf("%s: details not asked for, or missing: %v", user, d)
 		}
 	}
-	details("Alice", goblinUUID, http.StatusForbidden)
+	expect(t, tr.dnd5eCall(http.MethodGet, "get-actor-details", "Alice", map[string]any{"actorUuid": goblinUUID, "details": []string{"stats"}}),
+		http.StatusForbidden, "", "User 'Alice' does not have permission to view this entity")
 	expect(t, tr.dnd5eCall(http.MethodGet, "get-actor-details", "", map[string]any{"actorUuid": ariaUUID}), http.StatusBadRequest, "", "details array is required")
 
-	// Checks need only LIMITED; the formula shows the modifiers.
+	// Checks need OBSERVER, as their formula shows the modifiers: the owner
+	// and the GM roll for Aria, Bob (LIMITED) is refused.
 	for _, tc := range []struct{ op, key, value, typ, prefix string }{
 		{"skill-check", "skill", "arc", "skill-check-result", "1d20 + 4 + 3"},
 		{"ability-save", "ability", "int", "ability-save-result", "1d20 + 4 + 3"},
 		{"ability-check", "ability", "dex", "ability-check-result", "1d20 + 2"},
 	} {
-		for _, user := range []string{"Alice", "Bob", ""} {
+		expect(t, tr.dnd5eCall(http.MethodPost, tc.op, "Bob", map[string]any{"actorUuid": ariaUUID, tc.key: tc.value, "createChatMessage": false}),
+			http.StatusForbidden, "", "User 'Bob' does not have permission to view actor 'Aria Vale'")
+		for _, user := range []string{"Alice", ""} {
 			d := expect(t, tr.dnd5eCall(http.MethodPost, tc.op, user, map[string]any{"actorUuid": ariaUUID, tc.key: tc.value, "advantage": true, "createChatMessage": false}),
 				http.StatusOK, tc.typ, "")
 			total := d["total"].(float64)
@@ -97,16 +103,17 @@ func TestDnd5eReadsAndChecks(t *testing.T) {
 		t.Fatalf("bonus: %v", d)
 	}
 	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "", map[string]any{"actorUuid": bromUUID, "skill": "fly"}), http.StatusBadRequest, "", "Invalid skill 'fly'. Valid skills: acr,")
-	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "Alice", map[string]any{"actorUuid": goblinUUID, "skill": "ste"}), http.StatusForbidden, "", "User 'Alice' does not have permission to view actor 'Goblin'")
+	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "Alice", map[string]any{"actorUuid": goblinUUID, "skill": "ste"}), http.StatusForbidden, "", "User 'Alice' does not have permission to view this entity")
 	expect(t, tr.dnd5eCall(http.MethodPost, "skill-check", "", map[string]any{"actorUuid": bromUUID, "skill": "ath", "bonus": "1d"}), http.StatusBadRequest, "", "at position")
 
-	// Concentration: read with LIMITED, change with OWNER.
-	c := expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "Bob", map[string]any{"actorUuid": ariaUUID}), http.StatusOK, "get-concentration-result", "")
+	// Concentration: read with OBSERVER, change with OWNER.
+	expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "Bob", map[string]any{"actorUuid": ariaUUID}), http.StatusForbidden, "", "User 'Bob' does not have permission to view actor 'Aria Vale'")
+	c := expect(t, tr.dnd5eCall(http.MethodGet, "concentration", "Alice", map[string]any{"actorUuid": bromUUID}), http.StatusOK, "get-concentration-result", "")
 	if c["isConcentrating"] != false || c["effect"] != nil || c["spell"] != nil {
 		t.Fatalf("%v", c)
 	}
 	expect(t, tr.dnd5eCall(http.MethodPost, "break-concentration", "Alice", map[string]any{"actorUuid": ariaUUID}), http.StatusBadRequest, "", "Actor 'Aria Vale' is not concentrating")
-	u := expect(t, tr.dnd5eCall(http.MethodPost, "use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Hold Person", "targetName": "Goblin"}), http.StatusOK, "use-spell-result", "")
+	u := expect(t, tr.dnd5eCall(http.MethodPost, "use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Hold Person", "targetName": "Brom Ironfist"}), http.StatusOK, "use-spell-result", "")
 	if u["uuid"] != ariaUUID || u["ability"] != "Hold Person" || u["concentration"] != true || u["save"].(map[string]any)["dc"] != 15.0 || u["roll"] != nil {
 		t.Fatalf("%v", u)
 	}
@@ -228,7 +235,10 @@ func TestDnd5eWrites(t *testing.T) {
 	post("prepare-spell", "Bob", map[string]any{"actorUuid": ariaUUID, "spellName": "Fireball", "prepared": false}, http.StatusForbidden, "prepare spells on 'Aria Vale'")
 
 	// The four uses.
-	u := post("use-item", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusOK, "")
+	// Bob sees no goblin (the actor is NONE, the Tavern too): not found,
+	// as a name that matches nothing; the GM targets it.
+	post("use-item", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusNotFound, "Target not found: Goblin")
+	u := post("use-item", "", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusOK, "")
 	roll := u["roll"].(map[string]any)
 	if u["ability"] != "Longsword" || roll["formula"] != "1d20 + 4 + 3" || len(u["damageRolls"].([]any)) != 1 || u["target"].(map[string]any)["actorUuid"] != goblinUUID {
 		t.Fatalf("%v", u)

@@ -338,7 +338,7 @@ func TestAddAndRemove(t *testing.T) {
 		t.Fatalf("add as Alice: %+v", res)
 	}
 	for i, want := range []string{
-		"User 'Alice' does not have permission to add to encounter 'Goblin'",
+		"User 'Alice' does not have permission to add to encounter 'Actor.goblin0000000001'",
 		"Already in the encounter",
 		"Entity not found: Actor.nobody0000000001",
 	} {
@@ -370,7 +370,7 @@ func TestAddAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(res.Done, []string{bromActor}) || len(res.Failed) != 2 ||
-		res.Failed[0].Reason != "User 'Bob' does not have permission to remove from encounter 'Goblin'" ||
+		res.Failed[0].Reason != "User 'Bob' does not have permission to remove from encounter 'Actor.goblin0000000001'" ||
 		res.Failed[1].Reason != "No combatant found for this entity" {
 		t.Fatalf("remove as Bob: %+v", res)
 	}

@@ -16,10 +16,13 @@ import (
 // With p.RollInitiative the added combatants roll initiative. The current
 // combatant keeps its turn.
 func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	return editMembers(ctx, w, p, func(tx *world.Tx, v *world.View, _ string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
+	return editMembers(ctx, w, user, p, func(tx *world.Tx, v *world.View, _ string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		var added []any
 		try := func(given, tokenUUID string, token world.Document, quiet bool) {
-			if indexOfToken(list, tokenUUID) >= 0 {
+			// A combatant hidden from the user is, for them, not
+			// there: they learn of it only through the permission
+			// check (which they fail, not owning its actor).
+			if i := indexOfToken(list, tokenUUID); i >= 0 && (user.IsGM() || !hiddenFrom(v, user, list[i].(map[string]any))) {
 				if !quiet {
 					res.Failed = append(res.Failed, Failed{UUID: given, Reason: "Already in the encounter"})
 				}
@@ -29,6 +32,9 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 			if err := requireControl(v, user, c, "add to encounter"); err != nil {
 				res.Failed = append(res.Failed, Failed{UUID: given, Reason: err.Error()})
 				return
+			}
+			if indexOfToken(list, tokenUUID) >= 0 {
+				return // hidden, and still not theirs to add twice
 			}
 			list = append(list, c)
 			added = append(added, c)
@@ -66,12 +72,14 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 // selected tokens go too. The current combatant keeps its turn; when it is
 // removed, the next one takes it.
 func (m *Manager) Remove(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	return editMembers(ctx, w, p, func(_ *world.Tx, v *world.View, uuid string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
+	return editMembers(ctx, w, user, p, func(_ *world.Tx, v *world.View, uuid string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		removed := 0
 		drop := func(given string, match func(c world.Document) bool, quiet bool) {
+			// Only the combatants the user sees can match: a hidden
+			// one is, for others, not there.
 			var matched []int
 			for i, d := range list {
-				if match(d.(map[string]any)) {
+				if c := d.(map[string]any); match(c) && (user.IsGM() || !hiddenFrom(v, user, c)) {
 					matched = append(matched, i)
 				}
 			}
@@ -110,8 +118,11 @@ type membersEdit func(tx *world.Tx, v *world.View, combatUUID string, list []any
 
 // editMembers runs an Add or a Remove: it finds the encounter and the
 // selection, hands the edit a private copy of the combatant list, and writes
-// the list back in the same transaction when the edit changed it.
-func editMembers(ctx context.Context, w world.World, p MembersParams, edit membersEdit) (MembersResult, error) {
+// the list back in the same transaction when the edit changed it. The user
+// must observe the encounter (its combatants are its data): one named by id
+// that they see less is a permission error (as a single read), and the
+// active encounter is not found when they cannot see it.
+func editMembers(ctx context.Context, w world.World, user *world.User, p MembersParams, edit membersEdit) (MembersResult, error) {
 	eng, err := engineOf(w)
 	if err != nil {
 		return MembersResult{}, err
@@ -126,6 +137,12 @@ func editMembers(ctx context.Context, w world.World, p MembersParams, edit membe
 		v := tx.View()
 		uuid, stored, err := findCombat(v, p.EncounterID)
 		if err != nil {
+			return err
+		}
+		if err := v.RequireLevel(user, uuid, world.LevelObserver, "view encounter"); err != nil {
+			if p.EncounterID == "" {
+				return world.Errorf(world.ErrNotFound, "No active encounter")
+			}
 			return err
 		}
 		res.EncounterID = str(stored["_id"])

@@ -8,9 +8,12 @@ import (
 	"relay/world"
 )
 
-// List returns the world's encounters in the order they were started. A non-GM user sees a
-// hidden combatant only when they own its actor; Turn still indexes the
-// full initiative order.
+// List returns the world's encounters in the order they were started, as
+// user may see them: the read rules of a single read apply to each combat
+// (by default everyone observes combats; one the user cannot see is left
+// out, one they see LIMITED shows only its id and name), and a non-GM
+// user sees a hidden combatant only when they own its actor; Turn still
+// indexes the full initiative order.
 func (m *Manager) List(ctx context.Context, w world.World, user *world.User) ([]Encounter, error) {
 	eng, err := engineOf(w)
 	if err != nil {
@@ -35,6 +38,14 @@ func (m *Manager) List(ctx context.Context, w world.World, user *world.User) ([]
 			return cmp.Compare(str(a["_id"]), str(b["_id"]))
 		})
 		for _, doc := range docs {
+			id := str(doc["_id"])
+			switch level, _ := v.ReadLevel(user, combatName+"."+id); level {
+			case world.LevelNone:
+				continue
+			case world.LevelLimited:
+				out = append(out, Encounter{ID: id, Name: str(doc["name"]), Combatants: []Combatant{}})
+				continue
+			}
 			out = append(out, summarize(v, doc, user))
 		}
 		return nil
@@ -68,6 +79,12 @@ func summarize(v *world.View, combat world.Document, user *world.User) Encounter
 		e.Combatants = append(e.Combatants, toCombatant(c))
 	}
 	return e
+}
+
+// hiddenFrom reports whether a combatant is hidden from a non-GM user: a
+// hidden one whose actor they do not own.
+func hiddenFrom(v *world.View, user *world.User, c world.Document) bool {
+	return c["hidden"] == true && !ownsActor(v, user, c)
 }
 
 // ownsActor reports whether user owns a combatant's actor.

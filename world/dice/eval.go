@@ -59,11 +59,34 @@ func (r Result) Natural(faces int) (int, bool) {
 
 // Evaluate parses and evaluates a formula against roll data with a source.
 func Evaluate(formula string, data map[string]any, src Source) (Result, error) {
+	return EvaluateWith(formula, Data(data), src)
+}
+
+// EvaluateWith parses and evaluates a formula, reading its references
+// through resolve, with a source.
+func EvaluateWith(formula string, resolve Resolver, src Source) (Result, error) {
 	f, err := Parse(formula)
 	if err != nil {
 		return Result{}, err
 	}
-	return f.Eval(src, data)
+	return f.EvalWith(src, resolve)
+}
+
+// Resolver reads roll data for an evaluation: it returns the value at a
+// reference's path (`abilities.dex.mod` for `@abilities.dex.mod`), nil when
+// there is none, or an error that refuses the reference. The evaluation
+// stops at a refusal and returns that error as it is, so a caller can refuse
+// references to data the roller may not read (a permission error) rather
+// than have them count as 0.
+type Resolver func(path string) (any, error)
+
+// Data returns the Resolver that reads a roll data tree: nested maps as the
+// tabletop's roll data. Nothing is refused; a missing path is nil.
+func Data(data map[string]any) Resolver {
+	return func(path string) (any, error) {
+		v, _ := lookup(data, path)
+		return v, nil
+	}
 }
 
 // Eval evaluates the formula: rolls its dice from src and replaces its
@@ -73,7 +96,13 @@ func Evaluate(formula string, data map[string]any, src Source) (Result, error) {
 // `+1`), to an empty string, null or a missing path gives 0, as in the
 // tabletop; anything else is an error.
 func (f *Formula) Eval(src Source, data map[string]any) (Result, error) {
-	ev := &evaluator{src: src, data: data, top: f.text}
+	return f.EvalWith(src, Data(data))
+}
+
+// EvalWith is Eval with the references read through resolve: a reference
+// resolve refuses fails the evaluation with resolve's error.
+func (f *Formula) EvalWith(src Source, resolve Resolver) (Result, error) {
+	ev := &evaluator{src: src, resolve: resolve, top: f.text}
 	v, err := ev.eval(f.root, f.text, 0)
 	if err != nil {
 		return Result{}, err
@@ -89,11 +118,11 @@ func (f *Formula) Eval(src Source, data map[string]any) (Result, error) {
 
 // evaluator holds the state of one evaluation.
 type evaluator struct {
-	src    Source
-	data   map[string]any
-	top    string
-	dice   []Die
-	rolled int
+	src     Source
+	resolve Resolver
+	top     string
+	dice    []Die
+	rolled  int
 }
 
 // value is an evaluated node: its number and its two printed forms.
@@ -261,7 +290,10 @@ func applyKeepDrop(results []DieResult, m keepDrop) {
 
 // ref evaluates a roll data reference.
 func (ev *evaluator) ref(n *refNode, text string, depth int) (value, error) {
-	raw, _ := lookup(ev.data, n.path)
+	raw, err := ev.resolve(n.path)
+	if err != nil {
+		return value{}, err
+	}
 	switch v := raw.(type) {
 	case nil:
 		return value{formula: "0", result: "0"}, nil

@@ -3,6 +3,7 @@ package dnd5e
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -59,7 +60,11 @@ type message struct {
 	flags   map[string]any // flags.dnd5e
 }
 
-// post creates the chat message in the transaction.
+// post creates the chat message in the transaction. A message about an
+// actor shows the actor's rolls and name, so it reaches only those who may
+// read the actor in full: when some user may not, it is whispered to those
+// who may and to the GMs (see audience), through every door that shows
+// chat messages.
 func post(tx *world.Tx, m message) error {
 	rolls := make([]any, 0, len(m.rolls))
 	for i, r := range m.rolls {
@@ -87,7 +92,7 @@ func post(tx *world.Tx, m message) error {
 		"flavor":    m.flavor,
 		"content":   content,
 		"rolls":     rolls,
-		"whisper":   []any{},
+		"whisper":   audience(tx.View(), m.actor.uuid),
 		"blind":     false,
 		"timestamp": float64(tx.Now().UnixMilli()),
 		"flags":     map[string]any{"dnd5e": m.flags},
@@ -97,6 +102,40 @@ func post(tx *world.Tx, m message) error {
 	}
 	_, err := tx.Create("ChatMessage", "", doc)
 	return err
+}
+
+// audience is the `whisper` of a message about an actor: empty (public)
+// when every user may read the actor in full (OBSERVER), else the ids of
+// the users who may, GMs included, sorted. The author always may: every
+// operation that posts needs OBSERVER or OWNER on the actor.
+func audience(v *world.View, actorUUID string) []any {
+	var readers []string
+	everyone := true
+	v.Each("User", func(doc world.Document) bool {
+		role, _ := doc["role"].(float64)
+		u := &world.User{ID: str(doc["_id"]), Name: str(doc["name"]), Role: world.Role(role)}
+		if level, err := v.ReadLevel(u, actorUUID); err == nil && level >= world.LevelObserver {
+			readers = append(readers, u.ID)
+		} else {
+			everyone = false
+		}
+		return true
+	})
+	out := []any{}
+	if everyone {
+		return out
+	}
+	if len(readers) == 0 {
+		// An empty whisper would be public: with no reader at all (a
+		// world without GM users, written to with GM-level access), the
+		// message is whispered to no one, which GMs still read.
+		readers = []string{""}
+	}
+	slices.Sort(readers)
+	for _, id := range readers {
+		out = append(out, id)
+	}
+	return out
 }
 
 // formatTotal prints a roll total.

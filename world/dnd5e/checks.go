@@ -149,7 +149,8 @@ func saveParts(a *actor, ability string) []string {
 	return append(parts, s.bonuses...)
 }
 
-// d20Read runs a check that needs only LIMITED on the actor: it reads,
+// d20Read runs a check that needs OBSERVER on the actor (its result shows
+// the actor's modifiers, which LIMITED does not): it reads,
 // rolls, and writes nothing but the chat message (in one transaction).
 func (r *Rules) d20Read(ctx context.Context, w world.World, user *world.User, p CheckParams,
 	build func(*actor) (parts []string, flavor string, flags map[string]any)) (RollResult, error) {
@@ -170,13 +171,16 @@ func (r *Rules) d20Read(ctx context.Context, w world.World, user *world.User, p 
 		if err != nil {
 			return err
 		}
-		if err := requireView(v, user, uuid, doc); err != nil {
+		if err := requireView(v, user, uuid); err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		parts, flavor, flags := build(a)
 		roll, err := r.d20(a, p.Advantage, p.Disadvantage, parts, p.Bonus)
 		if err != nil {
+			return err
+		}
+		if err := a.refused(); err != nil {
 			return err
 		}
 		res = rollResult(uuid, roll)
@@ -205,7 +209,7 @@ func (r *Rules) d20(a *actor, advantage, disadvantage bool, parts []string, bonu
 	if strings.TrimSpace(bonus) != "" {
 		terms = append(terms, bonus)
 	}
-	roll, err := dice.Evaluate(strings.Join(terms, " + "), a.rollData(), r.dice)
+	roll, err := a.evaluate(strings.Join(terms, " + "), r.dice)
 	if err != nil {
 		return dice.Result{}, diceError("roll", err)
 	}

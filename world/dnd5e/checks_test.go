@@ -76,12 +76,16 @@ func TestDerivedData(t *testing.T) {
 
 	_, err := f.rules.ActorDetails(f.ctx, f.e, nil, aria, nil)
 	wantErr(t, err, world.ErrInvalid, "details array is required and cannot be empty")
+	// NONE: the refusal does not name what Alice cannot see.
 	_, err = f.rules.ActorDetails(f.ctx, f.e, f.user("Alice"), goblin, []string{"stats"})
-	wantErr(t, err, world.ErrPermission, "User 'Alice' does not have permission to view actor 'Goblin'")
+	wantErr(t, err, world.ErrPermission, "User 'Alice' does not have permission to view this entity")
 	_, err = f.rules.ActorDetails(f.ctx, f.e, nil, "Actor.nobody0000000001", []string{"stats"})
 	wantErr(t, err, world.ErrNotFound, "Actor not found with UUID: Actor.nobody0000000001")
-	// LIMITED is enough, as in the tabletop module.
-	must(f.rules.ActorDetails(f.ctx, f.e, f.user("Bob"), aria, []string{"stats"}))(t)
+	// LIMITED shows a name and an image, not a sheet: Bob (LIMITED on
+	// Aria) is refused by name; Alice (OBSERVER on Brom) reads his.
+	_, err = f.rules.ActorDetails(f.ctx, f.e, f.user("Bob"), aria, []string{"stats"})
+	wantErr(t, err, world.ErrPermission, "User 'Bob' does not have permission to view actor 'Aria Vale'")
+	must(f.rules.ActorDetails(f.ctx, f.e, f.user("Alice"), brom, []string{"stats"}))(t)
 }
 
 func TestChecks(t *testing.T) {
@@ -151,7 +155,9 @@ func TestChecks(t *testing.T) {
 	_, err = f.rules.SkillCheck(f.ctx, f.e, nil, CheckParams{ActorUUID: brom, Skill: "ath", Bonus: "10000d10000"})
 	wantErr(t, err, world.ErrInvalid, "at most 1000 dice")
 	_, err = f.rules.AbilityCheck(f.ctx, f.e, f.user("Bob"), CheckParams{ActorUUID: goblin, Ability: "str"})
-	wantErr(t, err, world.ErrPermission, "User 'Bob' does not have permission to view actor 'Goblin'")
+	wantErr(t, err, world.ErrPermission, "User 'Bob' does not have permission to view this entity")
+	_, err = f.rules.SkillCheck(f.ctx, f.e, f.user("Bob"), CheckParams{ActorUUID: aria, Skill: "arc"})
+	wantErr(t, err, world.ErrPermission, "User 'Bob' does not have permission to view actor 'Aria Vale'")
 }
 
 func TestDeathSaves(t *testing.T) {
@@ -235,7 +241,13 @@ func TestConcentration(t *testing.T) {
 	// Casting Hold Person starts concentration; Fly replaces it.
 	f.roll(10)
 	must(f.rules.Use(f.ctx, f.e, nil, UseParams{Kind: UseSpell, ActorUUID: aria, Ability: ItemRef{Name: "hold person"}}))(t)
-	c = must(f.rules.GetConcentration(f.ctx, f.e, f.user("Bob"), ActorRef{UUID: aria}))(t)
+	_, err = f.rules.GetConcentration(f.ctx, f.e, f.user("Bob"), ActorRef{UUID: aria})
+	wantErr(t, err, world.ErrPermission, "User 'Bob' does not have permission to view actor 'Aria Vale'")
+	c = must(f.rules.GetConcentration(f.ctx, f.e, f.user("Bob"), ActorRef{UUID: brom}))(t)
+	if c.IsConcentrating {
+		t.Fatalf("%+v", c)
+	}
+	c = must(f.rules.GetConcentration(f.ctx, f.e, f.user("Alice"), ActorRef{UUID: aria}))(t)
 	if !c.IsConcentrating || c.Spell != "Hold Person" || c.Effect["origin"] != holdPers {
 		t.Fatalf("%+v", c)
 	}

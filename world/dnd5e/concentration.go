@@ -53,8 +53,9 @@ type Concentration struct {
 	Spell string
 }
 
-// GetConcentration tells whether an actor is concentrating and on what
-// (LIMITED suffices).
+// GetConcentration tells whether an actor is concentrating and on what.
+// The user needs OBSERVER on the actor; the spell is named only when the
+// user may see the document the effect comes from.
 func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world.User, ref ActorRef) (Concentration, error) {
 	e, err := engine(w)
 	if err != nil {
@@ -62,11 +63,11 @@ func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world
 	}
 	var out Concentration
 	err = e.View(ctx, func(v *world.View) error {
-		uuid, doc, err := resolveActor(ctx, e, v, ref)
+		uuid, doc, err := resolveActor(ctx, e, v, user, ref)
 		if err != nil {
 			return err
 		}
-		if err := requireView(v, user, uuid, doc); err != nil {
+		if err := requireView(v, user, uuid); err != nil {
 			return err
 		}
 		out.ActorUUID = uuid
@@ -84,7 +85,7 @@ func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world
 			"id": eff["_id"], "uuid": uuid + ".ActiveEffect." + str(eff["_id"]), "name": eff["name"], "icon": img,
 			"statuses": world.Clone(world.Document{"s": eff["statuses"]})["s"], "origin": origin,
 		}
-		if o := str(origin); o != "" {
+		if o := str(origin); o != "" && v.CanSee(user, o) {
 			if src, err := v.Get(o); err == nil {
 				out.Spell = str(src["name"])
 			}
@@ -169,7 +170,7 @@ func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *worl
 		if err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		ability := str(at(a.system, "attributes.concentration.ability"))
 		if !slices.Contains(abilityKeys, ability) {
 			ability = "con"
@@ -177,6 +178,9 @@ func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *worl
 		parts := append(saveParts(a, ability), nonEmpty(str(at(a.system, "attributes.concentration.bonuses.save")))...)
 		roll, err := r.d20(a, p.Advantage, p.Disadvantage, parts, p.Bonus)
 		if err != nil {
+			return err
+		}
+		if err := a.refused(); err != nil {
 			return err
 		}
 		out.RollResult = rollResult(uuid, roll)
@@ -240,7 +244,7 @@ func startConcentration(tx *world.Tx, actorUUID string, actor world.Document, sp
 // its concentration effect; an actor that is not concentrating is a failed
 // precondition.
 func ownedConcentratingActor(ctx context.Context, e *world.Engine, v *world.View, user *world.User, ref ActorRef, operation string) (uuid string, doc, effect world.Document, err error) {
-	uuid, doc, err = resolveActor(ctx, e, v, ref)
+	uuid, doc, err = resolveActor(ctx, e, v, user, ref)
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -118,11 +118,11 @@ func (r *Rules) TransferCurrency(ctx context.Context, w world.World, user *world
 	var out TransferResult
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		src, srcDoc, err := resolveActor(ctx, e, v, p.Source)
+		src, srcDoc, err := resolveActor(ctx, e, v, user, p.Source)
 		if err != nil {
 			return err
 		}
-		dst, dstDoc, err := resolveActor(ctx, e, v, p.Target)
+		dst, dstDoc, err := resolveActor(ctx, e, v, user, p.Target)
 		if err != nil {
 			return err
 		}
@@ -190,7 +190,7 @@ func (r *Rules) ModifyExperience(ctx context.Context, w world.World, user *world
 	var out ExperienceChange
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		uuid, doc, err := resolveActor(ctx, e, v, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
+		uuid, doc, err := resolveActor(ctx, e, v, user, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
 		if err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func (r *Rules) DeathSave(ctx context.Context, w world.World, user *world.User, 
 		if err := v.RequireOwner(user, uuid, "roll death saves for"); err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		hp := numOr(at(a.system, "attributes.hp.value"), 0)
 		successes := int(numOr(at(a.system, "attributes.death.success"), 0))
 		failures := int(numOr(at(a.system, "attributes.death.failure"), 0))
@@ -70,6 +70,9 @@ func (r *Rules) DeathSave(ctx context.Context, w world.World, user *world.User, 
 		parts := nonEmpty(str(at(a.system, "bonuses.abilities.save")), str(at(a.system, "attributes.death.bonuses.save")))
 		roll, err := r.d20(a, p.Advantage, false, parts, "")
 		if err != nil {
+			return err
+		}
+		if err := a.refused(); err != nil {
 			return err
 		}
 		out.RollResult = rollResult(uuid, roll)

@@ -34,6 +34,62 @@ type actor struct {
 	prof   int
 	mods   map[string]int
 	data   map[string]any // roll data, built on first use
+
+	// view and user are who the actor's formulas are evaluated for (see
+	// resolve); view is nil for an actor derived without a reader.
+	view *world.View
+	user *world.User
+	// full tells whether user reads the actor in full (OBSERVER or more),
+	// which reading its roll data takes.
+	full bool
+	// denied is the first reference a formula was refused (see refused).
+	denied error
+}
+
+// deriveFor computes an actor's derived data for a user: every formula of
+// the actor (its bonuses, the caller's) reads only what user may read.
+func deriveFor(v *world.View, user *world.User, uuid string, doc world.Document) *actor {
+	a := derive(uuid, doc)
+	a.view, a.user = v, user
+	level, err := v.ReadLevel(user, uuid)
+	a.full = err == nil && level >= world.LevelObserver
+	return a
+}
+
+// resolve reads a reference of one of the actor's formulas for its user:
+// `<uuid>.<path>` reads another document (world.View.ReadRef), anything
+// else the actor's roll data. Either needs the user to read that document
+// in full; a refused reference fails the evaluation with a permission
+// error, and is remembered (see refused) for the totals that evaluate
+// formulas without failing.
+func (a *actor) resolve(path string) (any, error) {
+	if a.view != nil {
+		value, isDoc, err := a.view.ReadRef(a.user, path)
+		if !isDoc && !a.full {
+			err = world.Errorf(world.ErrPermission, "User '%s' does not have permission to read @%s in a roll formula", a.user.Name, path)
+		}
+		if err != nil {
+			if a.denied == nil {
+				a.denied = err
+			}
+			return nil, err
+		}
+		if isDoc {
+			return value, nil
+		}
+	}
+	return at(a.rollData(), path), nil
+}
+
+// refused returns the first reference the actor's formulas were refused,
+// or nil. Operations check it before they succeed, so that a total which
+// counted a refused reference as 0 is never handed out.
+func (a *actor) refused() error { return a.denied }
+
+// evaluate evaluates a formula of the actor (or one given for it) with its
+// references read through resolve.
+func (a *actor) evaluate(formula string, src dice.Source) (dice.Result, error) {
+	return dice.EvaluateWith(formula, a.resolve, src)
 }
 
 // derive computes an actor's derived data.
@@ -88,7 +144,7 @@ func (a *actor) fixed(formula string) int {
 	if strings.TrimSpace(formula) == "" {
 		return 0
 	}
-	r, err := dice.Evaluate(formula, a.rollData(), dice.NewSequence())
+	r, err := a.evaluate(formula, dice.NewSequence())
 	if err != nil || len(r.Dice) > 0 {
 		return 0
 	}

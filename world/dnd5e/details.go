@@ -33,8 +33,8 @@ var itemSourceKeys = []string{"_id", "name", "type", "img", "system", "effects",
 // ActorDetails returns the requested details of an actor (`resources`,
 // `items`, `spells` with `spellSlots`, `features`, `stats`, `abilities`,
 // `skills`, `details`, `conditions` with `concentration`). Unknown names
-// are ignored; an empty list is an error. LIMITED suffices, as in the
-// tabletop module.
+// are ignored; an empty list is an error. The user needs OBSERVER on the
+// actor: LIMITED shows a name and an image, not a sheet.
 func (r *Rules) ActorDetails(ctx context.Context, w world.World, user *world.User, actorUUID string, details []string) (Details, error) {
 	if actorUUID == "" {
 		return Details{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
@@ -52,10 +52,10 @@ func (r *Rules) ActorDetails(ctx context.Context, w world.World, user *world.Use
 		if err != nil {
 			return err
 		}
-		if err := requireView(v, user, uuid, doc); err != nil {
+		if err := requireView(v, user, uuid); err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		for _, d := range details {
 			switch d {
 			case "resources":
@@ -83,7 +83,7 @@ func (r *Rules) ActorDetails(ctx context.Context, w world.World, user *world.Use
 				out.Conditions, out.Concentration = conditions(a)
 			}
 		}
-		return nil
+		return a.refused()
 	})
 	if err != nil {
 		return Details{}, err

@@ -4,10 +4,17 @@
 // through [world.Engine.View] or one transaction through
 // [world.Engine.Mutate].
 //
-// Permissions follow the tabletop module's (reference §2.4): reads need at
-// least LIMITED on the actor, writes OWNER (both actors for a transfer), and
-// a nil user is GM-level access. Rolls come from an injected [dice.Source];
-// time comes from the world's own clock, so tests assert exact outcomes.
+// Permissions follow the read rules of a single read (`/get`): an operation
+// that hands out an actor's data (its details, a check's modifiers, its
+// concentration) needs OBSERVER on it, as LIMITED shows only a name and an
+// image; writes need OWNER (both actors for a transfer); a nil user is
+// GM-level access. Lookups by name (actorName, targetName) and the selected
+// tokens consider only what the user can see, so an actor they cannot see
+// is "not found" like a missing one. Formulas read only what the user may
+// read: a reference to anything else is a permission error, never a silent
+// 0 (see actor.resolve). Chat messages about an actor reach only those who
+// may read it (see post). Rolls come from an injected [dice.Source]; time
+// comes from the world's own clock, so tests assert exact outcomes.
 package dnd5e
 
 import (
@@ -52,16 +59,19 @@ type ActorRef struct {
 	Selected bool
 }
 
-// resolveActor finds an actor in a view. A linked token's uuid stands for
-// its actor.
-func resolveActor(ctx context.Context, e *world.Engine, v *world.View, ref ActorRef) (string, world.Document, error) {
+// resolveActor finds an actor in a view for user. A linked token's uuid
+// stands for its actor. By name and through the selection it finds only
+// actors the user can see (LIMITED or more): one they cannot see is not
+// found, with the same error as one that does not exist.
+func resolveActor(ctx context.Context, e *world.Engine, v *world.View, user *world.User, ref ActorRef) (string, world.Document, error) {
 	switch {
 	case ref.UUID != "":
 		return actorByUUID(v, ref.UUID)
 	case ref.Name != "":
 		var found world.Document
 		v.Each("Actor", func(doc world.Document) bool {
-			if strings.EqualFold(str(doc["name"]), ref.Name) && (found == nil || str(doc["_id"]) < str(found["_id"])) {
+			if strings.EqualFold(str(doc["name"]), ref.Name) && (found == nil || str(doc["_id"]) < str(found["_id"])) &&
+				v.CanSee(user, "Actor."+str(doc["_id"])) {
 				found = doc
 			}
 			return true
@@ -72,13 +82,14 @@ func resolveActor(ctx context.Context, e *world.Engine, v *world.View, ref Actor
 		return "Actor." + str(found["_id"]), found, nil
 	case ref.Selected:
 		// The selection is the table's (the GM's); reading it needs no
-		// rights, changing the actor found still needs OWNER.
+		// rights, but only the actors the user can see count, and
+		// changing the actor found still needs OWNER.
 		tokens, err := e.Selected(ctx, nil)
 		if err != nil && !errors.Is(err, world.ErrFailedPrecondition) {
 			return "", nil, err
 		}
 		for _, t := range tokens {
-			if t.ActorUUID != "" {
+			if t.ActorUUID != "" && v.CanSee(user, t.ActorUUID) {
 				return actorByUUID(v, t.ActorUUID)
 			}
 		}
@@ -113,17 +124,14 @@ func actorByUUID(v *world.View, uuid string) (string, world.Document, error) {
 	return "", nil, world.Errorf(world.ErrInvalid, "%s is not an actor", uuid)
 }
 
-// requireView fails unless user may at least see the actor (LIMITED), with
-// the module's message for ruleset reads.
-func requireView(v *world.View, user *world.User, uuid string, actor world.Document) error {
-	level, err := v.Level(user, uuid)
-	if err != nil {
-		return err
-	}
-	if level < world.LevelLimited {
-		return world.Errorf(world.ErrPermission, "User '%s' does not have permission to view actor '%s'", user.Name, str(actor["name"]))
-	}
-	return nil
+// requireView fails unless user may read the actor in full (OBSERVER):
+// the operations that need it hand out the actor's data, which LIMITED
+// does not show. The message is the module's for ruleset reads,
+// `User '<n>' does not have permission to view actor '<name>'`, naming
+// the actor only to a user who may see its name (LIMITED); to others it
+// is the single read's `... to view this entity`.
+func requireView(v *world.View, user *world.User, uuid string) error {
+	return v.RequireLevel(user, uuid, world.LevelObserver, "view actor")
 }
 
 // Item types by what they are to the operations.

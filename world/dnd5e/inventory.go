@@ -40,9 +40,12 @@ func (r *Rules) ModifyItemCharges(ctx context.Context, w world.World, user *worl
 		if err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		uses := obj(at(it, "system.uses"))
 		maxUses, ok := usesMax(a, uses)
+		if err := a.refused(); err != nil {
+			return err
+		}
 		if !ok || maxUses <= 0 {
 			return world.Errorf(world.ErrFailedPrecondition, "Item '%s' has no charges", str(it["name"]))
 		}
@@ -123,7 +126,7 @@ func (r *Rules) toggleItem(ctx context.Context, w world.World, user *world.User,
 	var out ItemToggleResult
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		uuid, doc, err := resolveActor(ctx, e, v, actorRef)
+		uuid, doc, err := resolveActor(ctx, e, v, user, actorRef)
 		if err != nil {
 			return err
 		}
@@ -135,7 +138,11 @@ func (r *Rules) toggleItem(ctx context.Context, w world.World, user *world.User,
 			return err
 		}
 		out = ItemToggleResult{ActorUUID: uuid, ItemUUID: itemUUID(uuid, it), ItemName: str(it["name"]), On: on}
-		return change(tx, derive(uuid, doc), it)
+		a := deriveFor(v, user, uuid, doc)
+		if err := change(tx, a, it); err != nil {
+			return err
+		}
+		return a.refused()
 	})
 	if err != nil {
 		return ItemToggleResult{}, err

@@ -199,19 +199,22 @@ func (r *Rules) rest(ctx context.Context, w world.World, user *world.User, ref A
 	var out RestResult
 	err = e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
-		uuid, doc, err := resolveActor(ctx, e, v, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
+		uuid, doc, err := resolveActor(ctx, e, v, user, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
 		if err != nil {
 			return err
 		}
 		if err := v.RequireOwner(user, uuid, operation); err != nil {
 			return err
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		s := &rest{r: r, a: a, items: map[string]map[string]any{},
 			res:      &RestResult{ActorUUID: uuid, UpdateData: map[string]any{}, UpdateItems: []any{}, Rolls: []dice.Result{}},
 			hpBefore: numOr(at(a.system, "attributes.hp.value"), 0)}
 		hdBefore := remaining(hitDice(a))
 		if err := take(s); err != nil {
+			return err
+		}
+		if err := a.refused(); err != nil {
 			return err
 		}
 		hpAfter := s.hpBefore
@@ -248,7 +251,7 @@ func (r *Rules) rest(ctx context.Context, w world.World, user *world.User, ref A
 		s.res.Clone = maps.Clone(after)
 		s.res.Clone["uuid"] = uuid
 		s.res.DHP = int(hpAfter - s.hpBefore)
-		s.res.DHD = remaining(hitDice(derive(uuid, after))) - hdBefore
+		s.res.DHD = remaining(hitDice(deriveFor(v, user, uuid, after))) - hdBefore
 		s.res.Deltas = map[string]any{"hitPoints": float64(s.res.DHP), "hitDice": float64(s.res.DHD)}
 		out = *s.res
 		return post(tx, message{author: by, actor: a, flavor: restFlavor(out), content: restContent(a.name(), out), class: "BasicRoll", rolls: out.Rolls,
@@ -268,7 +271,7 @@ func (s *rest) spendHitDice(threshold float64) error {
 	cur := s.hpBefore
 	for _, c := range hitDice(s.a) {
 		for c.spent < c.levels && cur < threshold*maxHP {
-			roll, err := dice.Evaluate("1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod", s.a.rollData(), s.r.dice)
+			roll, err := s.a.evaluate("1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod", s.r.dice)
 			if err != nil {
 				return diceError("hit die", err)
 			}
@@ -331,7 +334,7 @@ func (s *rest) itemUses(periods []string) error {
 					next = 0
 					break
 				}
-				roll, err := dice.Evaluate(rec.formula, s.a.rollData(), s.r.dice)
+				roll, err := s.a.evaluate(rec.formula, s.r.dice)
 				if err != nil {
 					return diceError(str(it["name"])+" recovery", err)
 				}
@@ -398,7 +401,7 @@ func usesMax(a *actor, uses map[string]any) (int, bool) {
 		if strings.TrimSpace(m) == "" {
 			return 0, false
 		}
-		r, err := dice.Evaluate(m, a.rollData(), dice.NewSequence())
+		r, err := a.evaluate(m, dice.NewSequence())
 		if err != nil || len(r.Dice) > 0 {
 			return 0, false
 		}

@@ -108,7 +108,7 @@ func (r *Rules) PrepareSpell(ctx context.Context, w world.World, user *world.Use
 		case method != "spell":
 			return world.Errorf(world.ErrFailedPrecondition, "%s is cast as %s and is not prepared", name, method)
 		}
-		if _, reason := preparingClass(derive(uuid, doc), spell); reason != "" {
+		if _, reason := preparingClass(deriveFor(v, user, uuid, doc), spell); reason != "" {
 			return world.Errorf(world.ErrFailedPrecondition, "%s", reason)
 		}
 		change := world.Document{"system.prepared": 0.0}

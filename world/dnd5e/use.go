@@ -128,7 +128,7 @@ func (r *Rules) Use(ctx context.Context, w world.World, user *world.User, p UseP
 		if !p.Kind.accepts(it) {
 			return world.Errorf(world.ErrInvalid, "'%s' (%s) is not %s", str(it["name"]), str(it["type"]), p.Kind.noun())
 		}
-		a := derive(uuid, doc)
+		a := deriveFor(v, user, uuid, doc)
 		u := &use{r: r, tx: tx, a: a, item: it, activity: firstActivity(it),
 			res: &UseResult{ActorUUID: uuid, Ability: str(it["name"]), ItemUUID: itemUUID(uuid, it), Damage: []DamageRoll{},
 				Consumed: map[string]any{"spellSlot": nil, "slotLevel": nil, "uses": 0.0, "quantity": 0.0}}}
@@ -146,6 +146,9 @@ func (r *Rules) Use(ctx context.Context, w world.World, user *world.User, p UseP
 				return err
 			}
 			u.res.Concentration = true
+		}
+		if err := a.refused(); err != nil {
+			return err
 		}
 		out = *u.res
 		return u.post(by)
@@ -499,7 +502,7 @@ func (u *use) damagePart(part map[string]any, critical bool, extra, typ string) 
 	if strings.TrimSpace(formula) == "" {
 		return nil
 	}
-	roll, err := dice.Evaluate(formula, u.a.rollData(), u.r.dice)
+	roll, err := u.a.evaluate(formula, u.r.dice)
 	if err != nil {
 		return diceError(str(u.item["name"])+" damage", err)
 	}
@@ -549,19 +552,27 @@ func (u *use) scaling(part map[string]any, number int) int {
 	return 0
 }
 
-// resolveTarget finds the use's target: a token, an actor (its token on the
-// active scene when it has one), or a token of the active scene by token
-// name (or by its actor's name, when the user may see that actor). What a
-// player sees on the canvas may be targeted: any token that is not hidden;
-// an actor named by uuid needs at least LIMITED.
+// resolveTarget finds the use's target among what the user can see: a
+// token they see (on a scene they see at least LIMITED, and not hidden,
+// unless they are a GM) or an actor they see (LIMITED or more). An actor
+// stands for its token on the active scene when the user sees that token.
+// By name, the first token of the active scene the user sees whose name,
+// or whose actor's name, matches (case-insensitively), else the first
+// actor (by id) of that name the user sees; anything they cannot see is
+// not found, with the very error of a name that matches nothing. By uuid
+// the read rules apply as for a single read: a missing document (or a
+// hidden token) is not found, one the user cannot see a permission error.
+// The target reports its actor's uuid only to a user who sees that actor.
 func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[string]any, error) {
 	if uuid == "" && name == "" {
 		return nil, nil
 	}
 	scene, _ := v.ActiveScene()
-	visible := func(token world.Document) bool { return token["hidden"] != true || user.IsGM() }
+	visible := func(tokenUUID string, token world.Document) bool {
+		return (token["hidden"] != true || user.IsGM()) && v.CanSee(user, tokenUUID)
+	}
 	actorOf := func(token world.Document) string {
-		if id := str(token["actorId"]); id != "" {
+		if id := str(token["actorId"]); id != "" && v.CanSee(user, "Actor."+id) {
 			return "Actor." + id
 		}
 		return ""
@@ -573,36 +584,62 @@ func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[stri
 		}
 		return out
 	}
-	// each visits the active scene's visible tokens until fn returns false.
+	// each visits the active scene's tokens the user sees until fn returns
+	// false.
 	each := func(fn func(tokenUUID string, token world.Document) bool) {
 		if scene == nil {
 			return
 		}
 		for _, t := range asList(scene["tokens"]) {
-			if token := obj(t); token != nil && visible(token) && !fn("Scene."+str(scene["_id"])+".Token."+str(token["_id"]), token) {
+			token := obj(t)
+			if token == nil {
+				continue
+			}
+			tu := "Scene." + str(scene["_id"]) + ".Token." + str(token["_id"])
+			if visible(tu, token) && !fn(tu, token) {
 				return
 			}
 		}
+	}
+	actorTarget := func(actorUUID string, actor world.Document) map[string]any {
+		out := map[string]any{"uuid": actorUUID, "name": actor["name"], "actorUuid": actorUUID}
+		each(func(tu string, t world.Document) bool {
+			if actorOf(t) == actorUUID {
+				out = tokenTarget(tu, t)
+				return false
+			}
+			return true
+		})
+		return out
 	}
 	if uuid == "" {
 		var found map[string]any
 		each(func(tu string, t world.Document) bool {
 			match := strings.EqualFold(str(t["name"]), name)
 			if a := actorOf(t); !match && a != "" {
-				if level, err := v.Level(user, a); err == nil && level >= world.LevelLimited {
-					actor, _ := v.Get(a)
-					match = strings.EqualFold(str(actor["name"]), name)
-				}
+				actor, _ := v.Get(a)
+				match = strings.EqualFold(str(actor["name"]), name)
 			}
 			if match {
 				found = tokenTarget(tu, t)
 			}
 			return found == nil
 		})
-		if found == nil {
+		if found != nil {
+			return found, nil
+		}
+		var actor world.Document
+		v.Each("Actor", func(doc world.Document) bool {
+			if strings.EqualFold(str(doc["name"]), name) && (actor == nil || str(doc["_id"]) < str(actor["_id"])) &&
+				v.CanSee(user, "Actor."+str(doc["_id"])) {
+				actor = doc
+			}
+			return true
+		})
+		if actor == nil {
 			return nil, world.Errorf(world.ErrNotFound, "Target not found: %s", name)
 		}
-		return found, nil
+		return actorTarget("Actor."+str(actor["_id"]), actor), nil
 	}
 	doc, err := v.Get(uuid)
 	if err != nil {
@@ -611,27 +648,18 @@ func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[stri
 	parts := strings.Split(uuid, ".")
 	switch {
 	case len(parts) == 4 && parts[0] == "Scene" && parts[2] == "Token":
-		if !visible(doc) {
+		if doc["hidden"] == true && !user.IsGM() {
 			return nil, world.Errorf(world.ErrNotFound, "Target not found: %s", uuid)
+		}
+		if err := v.RequireLevel(user, uuid, world.LevelLimited, "target"); err != nil {
+			return nil, err
 		}
 		return tokenTarget(uuid, doc), nil
 	case len(parts) == 2 && parts[0] == "Actor":
-		level, err := v.Level(user, uuid)
-		if err != nil {
+		if err := v.RequireLevel(user, uuid, world.LevelLimited, "target"); err != nil {
 			return nil, err
 		}
-		if level < world.LevelLimited {
-			return nil, world.Errorf(world.ErrPermission, "User '%s' does not have permission to view this entity", user.Name)
-		}
-		out := map[string]any{"uuid": uuid, "name": doc["name"], "actorUuid": uuid}
-		each(func(tu string, t world.Document) bool {
-			if actorOf(t) == uuid {
-				out = tokenTarget(tu, t)
-				return false
-			}
-			return true
-		})
-		return out, nil
+		return actorTarget(uuid, doc), nil
 	}
 	return nil, world.Errorf(world.ErrInvalid, "Target %s is neither a token nor an actor", uuid)
 }

@@ -90,6 +90,13 @@ func TestUseFeaturesAndItems(t *testing.T) {
 	_, err := use(UseFeature, ItemRef{UUID: secondWnd}, "")
 	wantErr(t, err, world.ErrFailedPrecondition, "Second Wind has no uses left (0 of 1)")
 
+	// Bob sees neither the Tavern (NONE) nor the goblin: for him "goblin"
+	// names nothing, exactly like "Nobody".
+	_, err = use(UseItem, ItemRef{Name: "Longsword"}, "goblin")
+	wantErr(t, err, world.ErrNotFound, "Target not found: goblin")
+	// Once the scene is LIMITED to players, the goblin's token is a target;
+	// its actor, which Bob still cannot see, is not reported.
+	f.set("Scene.tavernScene00001", world.Document{"ownership.default": 1})
 	// A longsword attack on the goblin: str +4, proficient +3, 1d8 + 4;
 	// the champion crits on 19 and doubles the dice.
 	f.roll(19, 5, 6)
@@ -97,8 +104,14 @@ func TestUseFeaturesAndItems(t *testing.T) {
 	if r.Attack.Formula != "1d20 + 4 + 3" || !r.Attack.IsCritical || r.Damage[0].Formula != "2d8 + 4" || r.Damage[0].Total != 15 || r.Damage[0].Type != "slashing" {
 		t.Fatalf("%+v %+v", r.Attack, r.Damage)
 	}
-	if r.Target["uuid"] != "Scene.tavernScene00001.Token.goblinToken00001" || r.Target["actorUuid"] != goblin || r.Target["name"] != "Goblin" {
+	if r.Target["uuid"] != "Scene.tavernScene00001.Token.goblinToken00001" || r.Target["actorUuid"] != nil || r.Target["name"] != "Goblin" {
 		t.Fatalf("target %v", r.Target)
+	}
+	// A GM sees the goblin behind the token.
+	f.roll(10, 5)
+	r = must(f.rules.Use(f.ctx, f.e, nil, UseParams{Kind: UseItem, ActorUUID: brom, Ability: ItemRef{Name: "Longsword"}, TargetName: "goblin"}))(t)
+	if r.Target["actorUuid"] != goblin {
+		t.Fatalf("GM's target %v", r.Target)
 	}
 	f.roll(1, 5)
 	if r = must(use(UseItem, ItemRef{Name: "Longsword"}, ""))(t); !r.Attack.IsFumble || r.Target != nil {
@@ -123,7 +136,7 @@ func TestUseFeaturesAndItems(t *testing.T) {
 		t.Fatal("the empty potion is still there")
 	}
 	// One chat card per use made; refused uses post nothing.
-	if n := f.chatCount(); n != 5 {
+	if n := f.chatCount(); n != 6 {
 		t.Fatalf("%d chat messages", n)
 	}
 }

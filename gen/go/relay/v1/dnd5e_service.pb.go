@@ -694,7 +694,8 @@ type SkillCheckRequest struct {
 	Advantage bool `protobuf:"varint,5,opt,name=advantage,proto3" json:"advantage,omitempty"`
 	// Roll with disadvantage.
 	Disadvantage bool `protobuf:"varint,6,opt,name=disadvantage,proto3" json:"disadvantage,omitempty"`
-	// An extra bonus formula, for example `1d4` or `+2`.
+	// An extra bonus formula, for example `1d4`, `+2` or `@prof`; its
+	// references read only what the user may read in full.
 	Bonus string `protobuf:"bytes,7,opt,name=bonus,proto3" json:"bonus,omitempty"`
 	// Post the roll to chat; default true.
 	CreateChatMessage *bool `protobuf:"varint,8,opt,name=create_chat_message,json=createChatMessage,proto3,oneof" json:"create_chat_message,omitempty"`
@@ -885,7 +886,8 @@ type AbilitySaveRequest struct {
 	Advantage bool `protobuf:"varint,5,opt,name=advantage,proto3" json:"advantage,omitempty"`
 	// Roll with disadvantage.
 	Disadvantage bool `protobuf:"varint,6,opt,name=disadvantage,proto3" json:"disadvantage,omitempty"`
-	// An extra bonus formula, for example `1d4` or `+2`.
+	// An extra bonus formula, for example `1d4`, `+2` or `@prof`; its
+	// references read only what the user may read in full.
 	Bonus string `protobuf:"bytes,7,opt,name=bonus,proto3" json:"bonus,omitempty"`
 	// Post the roll to chat; default true.
 	CreateChatMessage *bool `protobuf:"varint,8,opt,name=create_chat_message,json=createChatMessage,proto3,oneof" json:"create_chat_message,omitempty"`
@@ -1076,7 +1078,8 @@ type AbilityCheckRequest struct {
 	Advantage bool `protobuf:"varint,5,opt,name=advantage,proto3" json:"advantage,omitempty"`
 	// Roll with disadvantage.
 	Disadvantage bool `protobuf:"varint,6,opt,name=disadvantage,proto3" json:"disadvantage,omitempty"`
-	// An extra bonus formula, for example `1d4` or `+2`.
+	// An extra bonus formula, for example `1d4`, `+2` or `@prof`; its
+	// references read only what the user may read in full.
 	Bonus string `protobuf:"bytes,7,opt,name=bonus,proto3" json:"bonus,omitempty"`
 	// Post the roll to chat; default true.
 	CreateChatMessage *bool `protobuf:"varint,8,opt,name=create_chat_message,json=createChatMessage,proto3,oneof" json:"create_chat_message,omitempty"`
@@ -1909,7 +1912,8 @@ type ConcentrationSaveRequest struct {
 	Advantage bool `protobuf:"varint,7,opt,name=advantage,proto3" json:"advantage,omitempty"`
 	// Roll with disadvantage.
 	Disadvantage bool `protobuf:"varint,8,opt,name=disadvantage,proto3" json:"disadvantage,omitempty"`
-	// An extra bonus formula, for example `1d4` or `+2`.
+	// An extra bonus formula, for example `1d4`, `+2` or `@prof`; its
+	// references read only what the user may read in full.
 	Bonus string `protobuf:"bytes,9,opt,name=bonus,proto3" json:"bonus,omitempty"`
 	// Post the roll to chat; default true.
 	CreateChatMessage *bool `protobuf:"varint,10,opt,name=create_chat_message,json=createChatMessage,proto3,oneof" json:"create_chat_message,omitempty"`
@@ -2988,7 +2992,8 @@ type UseAbilityRequest struct {
 	AbilityName string `protobuf:"bytes,5,opt,name=ability_name,json=abilityName,proto3" json:"ability_name,omitempty"`
 	// The target's uuid.
 	TargetUuid string `protobuf:"bytes,6,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
-	// The target by name, when no uuid is given.
+	// The target by name, when no uuid is given: a token the user sees on the
+	// active scene, by its name or its actor's, else an actor the user sees.
 	TargetName    string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3197,7 +3202,8 @@ type UseFeatureRequest struct {
 	AbilityName string `protobuf:"bytes,5,opt,name=ability_name,json=abilityName,proto3" json:"ability_name,omitempty"`
 	// The target's uuid.
 	TargetUuid string `protobuf:"bytes,6,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
-	// The target by name, when no uuid is given.
+	// The target by name, when no uuid is given: a token the user sees on the
+	// active scene, by its name or its actor's, else an actor the user sees.
 	TargetName    string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3406,7 +3412,8 @@ type UseSpellRequest struct {
 	AbilityName string `protobuf:"bytes,5,opt,name=ability_name,json=abilityName,proto3" json:"ability_name,omitempty"`
 	// The target's uuid.
 	TargetUuid string `protobuf:"bytes,6,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
-	// The target by name, when no uuid is given.
+	// The target by name, when no uuid is given: a token the user sees on the
+	// active scene, by its name or its actor's, else an actor the user sees.
 	TargetName    string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3615,7 +3622,8 @@ type UseItemRequest struct {
 	AbilityName string `protobuf:"bytes,5,opt,name=ability_name,json=abilityName,proto3" json:"ability_name,omitempty"`
 	// The target's uuid.
 	TargetUuid string `protobuf:"bytes,6,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
-	// The target by name, when no uuid is given.
+	// The target by name, when no uuid is given: a token the user sees on the
+	// active scene, by its name or its actor's, else an actor the user sees.
 	TargetName    string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -51,6 +51,18 @@ const (
 // currency, experience, spell preparation and using abilities, features,
 // spells and items. Every operation needs the `dnd5e` scope.
 //
+// With a `userId`, the read rules of `GET /get` hold: an operation that
+// returns an actor's data (details, checks and saves, concentration) needs
+// OBSERVER on it, writes need OWNER, and a refusal names the actor only to
+// a user who may see its name. Lookups by name (`actorName`, the transfer's
+// actor names, `targetName`) and the selected tokens find only what the
+// user can see: anything else is "not found", as a name that matches
+// nothing. Formulas (a `bonus`, and those on the sheet) read only what the
+// user may read in full: `@path` the actor's roll data, `@<uuid>.<path>`
+// another document's source data; any other reference is refused with
+// PERMISSION_DENIED, never counted as 0. A roll's chat message is
+// whispered to the actor's readers unless every user may read the actor.
+//
 // The name is spelt `Dnd5EService`, as the generated Go code and the REST
 // gateway's generator spell it, so that the gRPC method names and the
 // gateway's annotations agree.
@@ -325,6 +337,18 @@ func (c *dnd5EServiceClient) UseItem(ctx context.Context, in *UseItemRequest, op
 // checks and saves, death saves, concentration, equipment, attunement,
 // currency, experience, spell preparation and using abilities, features,
 // spells and items. Every operation needs the `dnd5e` scope.
+//
+// With a `userId`, the read rules of `GET /get` hold: an operation that
+// returns an actor's data (details, checks and saves, concentration) needs
+// OBSERVER on it, writes need OWNER, and a refusal names the actor only to
+// a user who may see its name. Lookups by name (`actorName`, the transfer's
+// actor names, `targetName`) and the selected tokens find only what the
+// user can see: anything else is "not found", as a name that matches
+// nothing. Formulas (a `bonus`, and those on the sheet) read only what the
+// user may read in full: `@path` the actor's roll data, `@<uuid>.<path>`
+// another document's source data; any other reference is refused with
+// PERMISSION_DENIED, never counted as 0. A roll's chat message is
+// whispered to the actor's readers unless every user may read the actor.
 //
 // The name is spelt `Dnd5EService`, as the generated Go code and the REST
 // gateway's generator spell it, so that the gRPC method names and the

@@ -44,7 +44,11 @@ const (
 // (an id or a case-insensitive name). Without a user the call has GM-level
 // access; with one, document permissions apply: NONE hides a document,
 // LIMITED shows only `name`, `uuid`, `type` and `img`, OBSERVER shows
-// everything, and writes need OWNER.
+// everything, and writes need OWNER. A folder without an ownership of its
+// own is seen only when something in it is; a combat read by a non-GM
+// leaves out the hidden combatants whose actor they do not own. Changing a
+// document's `ownership` or `type`, setting an ownership on creation, and
+// putting a document in a folder the user cannot see are for GMs only.
 type DocumentServiceClient interface {
 	// Reads one document by uuid. The data is the document's source data with
 	// its `uuid`, or the four LIMITED fields.
@@ -204,7 +208,11 @@ func (c *documentServiceClient) Kill(ctx context.Context, in *KillRequest, opts 
 // (an id or a case-insensitive name). Without a user the call has GM-level
 // access; with one, document permissions apply: NONE hides a document,
 // LIMITED shows only `name`, `uuid`, `type` and `img`, OBSERVER shows
-// everything, and writes need OWNER.
+// everything, and writes need OWNER. A folder without an ownership of its
+// own is seen only when something in it is; a combat read by a non-GM
+// leaves out the hidden combatants whose actor they do not own. Changing a
+// document's `ownership` or `type`, setting an ownership on creation, and
+// putting a document in a folder the user cannot see are for GMs only.
 type DocumentServiceServer interface {
 	// Reads one document by uuid. The data is the document's source data with
 	// its `uuid`, or the four LIMITED fields.

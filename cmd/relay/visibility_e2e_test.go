@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/world"
+	"relay/world/demo"
+)
+
+// The read rules of GET /get hold through every other door. In the demo,
+// Alice owns Aria and observes Brom; the Town Guard is LIMITED to her, the
+// Goblin NONE, Innkeeper Mara OBSERVER; Bob is LIMITED on Aria. The Tavern
+// scene and the Monsters folder (which holds only the Goblin) are nothing
+// she sees.
+
+// doorCase is one request through one door, as one user.
+type doorCase struct {
+	name         string
+	method, path string
+	user         string
+	params       map[string]any
+	status       int
+	want         string // the error text (exact), or for a success a substring of the body
+}
+
+// run sends the case's request with the admin key acting as its user.
+func (c doorCase) run(t *testing.T, tr *testRelay) {
+	t.Helper()
+	params := map[string]any{"clientId": demo.ClientID}
+	for k, v := range c.params {
+		params[k] = v
+	}
+	if c.user != "" {
+		params["userId"] = c.user
+	}
+	var resp response
+	if c.method == http.MethodGet {
+		query := q()
+		for k, v := range params {
+			switch v := v.(type) {
+			case string:
+				query.Set(k, v)
+			case []string:
+				query.Set(k, `["`+strings.Join(v, `","`)+`"]`)
+			}
+		}
+		resp = tr.do(c.method, c.path, tr.adminKey, query, nil)
+	} else {
+		resp = tr.do(c.method, c.path, tr.adminKey, nil, params)
+	}
+	if resp.status != c.status {
+		t.Errorf("%s: status %d, want %d: %s", c.name, resp.status, c.status, resp.body)
+		return
+	}
+	if c.status != http.StatusOK {
+		if got := resp.errorText(t); got != c.want {
+			t.Errorf("%s: error %q, want %q", c.name, got, c.want)
+		}
+		return
+	}
+	if !strings.Contains(string(resp.body), c.want) {
+		t.Errorf("%s: body %s, want it to contain %s", c.name, resp.body, c.want)
+	}
+}
+
+// TestReadRulesThroughEveryDoor: the fifth-edition reads, formula
+// references, lookups by name and folder reads apply the read level of
+// /get, for a NONE, a LIMITED, an OBSERVER and an OWNER reader and a GM.
+func TestReadRulesThroughEveryDoor(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	const (
+		noneMsg   = "User 'Alice' does not have permission to view this entity"
+		guardMsg  = "User 'Alice' does not have permission to view actor 'Town Guard'"
+		ariaByBob = "User 'Bob' does not have permission to view actor 'Aria Vale'"
+	)
+	details := map[string]any{"details": []string{"stats", "skills"}}
+	with := func(m map[string]any, kv ...any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			out[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
+	}
+	var cases []doorCase
+	// Every ruleset read, at every level.
+	for _, op := range []struct {
+		method, path string
+		params       map[string]any
+		ok           string
+	}{
+		{http.MethodGet, "/dnd5e/get-actor-details", details, `"profBonus"`},
+		{http.MethodPost, "/dnd5e/skill-check", map[string]any{"skill": "ste", "createChatMessage": false}, `"formula":"1d20`},
+		{http.MethodPost, "/dnd5e/ability-save", map[string]any{"ability": "dex", "createChatMessage": false}, `"formula":"1d20`},
+		{http.MethodPost, "/dnd5e/ability-check", map[string]any{"ability": "str", "createChatMessage": false}, `"formula":"1d20`},
+		{http.MethodGet, "/dnd5e/concentration", map[string]any{}, `"isConcentrating":false`},
+	} {
+		for _, lv := range []struct {
+			level, user, actor string
+			status             int
+			want               string
+		}{
+			{"NONE", "Alice", goblinUUID, http.StatusForbidden, noneMsg},
+			{"LIMITED", "Alice", guardUUID, http.StatusForbidden, guardMsg},
+			{"LIMITED", "Bob", ariaUUID, http.StatusForbidden, ariaByBob},
+			{"OBSERVER", "Alice", maraUUID, http.StatusOK, op.ok},
+			{"OWNER", "Alice", ariaUUID, http.StatusOK, op.ok},
+			{"GM", "Gamemaster", goblinUUID, http.StatusOK, op.ok},
+			{"no user", "", goblinUUID, http.StatusOK, op.ok},
+		} {
+			cases = append(cases, doorCase{op.path + " " + lv.level + " as " + lv.user, op.method, op.path, lv.user,
+				with(op.params, "actorUuid", lv.actor), lv.status, lv.want})
+		}
+	}
+	check := func(name, user, bonus string, status int, want string) doorCase {
+		return doorCase{name, http.MethodPost, "/dnd5e/skill-check", user,
+			map[string]any{"actorUuid": ariaUUID, "skill": "arc", "bonus": bonus, "createChatMessage": false}, status, want}
+	}
+	cases = append(cases,
+		// Formula references read only what the roller may read in full.
+		check("bonus reading the roller's own actor", "Alice", "@attributes.hp.value", http.StatusOK, `"formula":"1d20 + 4 + 3 + 21"`),
+		check("bonus reading an observed actor", "Alice", "@Actor.innkeeperMara001.system.attributes.hp.value", http.StatusOK, `"formula":"1d20 + 4 + 3 + 4"`),
+		check("bonus reading a NONE actor", "Alice", "@Actor.goblin0000000001.system.attributes.hp.value", http.StatusForbidden,
+			"User 'Alice' does not have permission to read @Actor.goblin0000000001.system.attributes.hp.value in a roll formula"),
+		check("bonus reading a LIMITED actor", "Alice", "2 * @Actor.townGuard0000001.system.attributes.hp.value", http.StatusForbidden,
+			"User 'Alice' does not have permission to read @Actor.townGuard0000001.system.attributes.hp.value in a roll formula"),
+		check("bonus reading a NONE actor's item", "Alice", "@Actor.goblin0000000001.Item.goblinScimitar01.system.damage.base.number", http.StatusForbidden,
+			"User 'Alice' does not have permission to read @Actor.goblin0000000001.Item.goblinScimitar01.system.damage.base.number in a roll formula"),
+		check("bonus reading a NONE actor, as the GM", "Gamemaster", "@Actor.goblin0000000001.system.attributes.hp.value", http.StatusOK, `"formula":"1d20 + 4 + 3 + 7"`),
+		check("bonus reading nothing", "", "@Actor.nobody0000000001.system.attributes.hp.value", http.StatusNotFound, "Entity not found: Actor.nobody0000000001"),
+
+		// Lookups by name: an invisible actor is not found, as a missing one.
+		doorCase{"concentration by the name of a NONE actor", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "Goblin"}, http.StatusNotFound, "Actor not found: Goblin"},
+		doorCase{"concentration by a name nobody has", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "Dragon"}, http.StatusNotFound, "Actor not found: Dragon"},
+		doorCase{"concentration by the name of a LIMITED actor", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "town guard"}, http.StatusForbidden, guardMsg},
+		doorCase{"concentration by name as the GM", http.MethodGet, "/dnd5e/concentration", "Gamemaster", map[string]any{"actorName": "goblin"}, http.StatusOK, goblinUUID},
+		doorCase{"transfer to a NONE actor by name", http.MethodPost, "/dnd5e/transfer-currency", "Alice",
+			map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Goblin", "currency": map[string]any{"gp": 1}}, http.StatusNotFound, "Actor not found: Goblin"},
+		doorCase{"equip on a NONE actor by name", http.MethodPost, "/dnd5e/equip-item", "Alice",
+			map[string]any{"actorName": "Goblin", "itemName": "Shield", "equipped": false}, http.StatusNotFound, "Actor not found: Goblin"},
+		doorCase{"target a NONE actor by name", http.MethodPost, "/dnd5e/use-spell", "Alice",
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"}, http.StatusNotFound, "Target not found: Goblin"},
+		doorCase{"target by a name nobody has", http.MethodPost, "/dnd5e/use-spell", "Alice",
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Dragon"}, http.StatusNotFound, "Target not found: Dragon"},
+		doorCase{"target an observed actor by name", http.MethodPost, "/dnd5e/use-spell", "Alice",
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Brom Ironfist"}, http.StatusOK, `"actorUuid":"` + bromUUID + `"`},
+		doorCase{"target a NONE actor by uuid", http.MethodPost, "/dnd5e/use-spell", "Alice",
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetUuid": goblinUUID}, http.StatusForbidden, noneMsg},
+
+		// Folders: one with nothing Alice sees is not hers to see.
+		doorCase{"get a folder holding only a NONE actor", http.MethodGet, "/get", "Alice", map[string]any{"uuid": "Folder.monstersFolder01"}, http.StatusForbidden, noneMsg},
+		doorCase{"structure of that folder", http.MethodGet, "/structure", "Alice", map[string]any{"path": "Folder.monstersFolder01"}, http.StatusForbidden, noneMsg},
+		doorCase{"get a folder holding her actor", http.MethodGet, "/get", "Alice", map[string]any{"uuid": "Folder." + heroesID}, http.StatusOK, `"name":"Heroes"`},
+		doorCase{"get that folder as the GM", http.MethodGet, "/get", "Gamemaster", map[string]any{"uuid": "Folder.monstersFolder01"}, http.StatusOK, `"name":"Monsters"`},
+
+		// Write refusals name only what the user may see.
+		doorCase{"update a NONE actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": goblinUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
+			"User 'Alice' does not have permission to update '" + goblinUUID + "'"},
+		doorCase{"update a LIMITED actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": guardUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
+			"User 'Alice' does not have permission to update 'Town Guard'"},
+	)
+	for _, c := range cases {
+		c.run(t, tr)
+	}
+	// Nothing above rolled to chat or changed a coin.
+	if d := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t); d["system"].(map[string]any)["currency"].(map[string]any)["gp"] != 85.0 {
+		t.Fatalf("Aria's gold changed: %v", d["system"].(map[string]any)["currency"])
+	}
+}
+
+// TestChatMessagesAndEncountersFollowTheReadRules: a roll about an actor
+// reaches, as a chat message, only those who may read the actor; a hidden
+// combatant is not in a player's read of the encounter.
+func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	// The GM rolls for the Goblin, Alice for Aria (Bob LIMITED on her),
+	// the GM for Mara (everyone observes her).
+	messageOf := func(user, actor string) string {
+		t.Helper()
+		resp := tr.dnd5eCall(http.MethodPost, "skill-check", user, map[string]any{"actorUuid": actor, "skill": "ste"})
+		if resp.status != http.StatusOK {
+			t.Fatalf("check: %d %s", resp.status, resp.body)
+		}
+		found := ""
+		w, err := tr.worlds.World(context.Background(), demo.ClientID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = w.(*world.Engine).View(context.Background(), func(v *world.View) error {
+			v.Each("ChatMessage", func(doc world.Document) bool {
+				if sp, _ := doc["speaker"].(map[string]any); sp != nil && "Actor."+sp["actor"].(string) == actor {
+					found = "ChatMessage." + doc["_id"].(string)
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil || found == "" {
+			t.Fatalf("no chat message about %s: %v", actor, err)
+		}
+		return found
+	}
+	goblinMsg, ariaMsg, maraMsg := messageOf("", goblinUUID), messageOf("Alice", ariaUUID), messageOf("", maraUUID)
+	for _, c := range []struct {
+		user, msg string
+		status    int
+	}{
+		{"Alice", goblinMsg, http.StatusForbidden}, {"Bob", goblinMsg, http.StatusForbidden}, {"Gamemaster", goblinMsg, http.StatusOK},
+		{"Alice", ariaMsg, http.StatusOK}, {"Bob", ariaMsg, http.StatusForbidden}, {"Tess", ariaMsg, http.StatusForbidden},
+		{"Bob", maraMsg, http.StatusOK}, {"Tess", maraMsg, http.StatusOK},
+	} {
+		if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", c.msg, "userId", c.user), nil); resp.status != c.status {
+			t.Errorf("%s reading %s: %d, want %d: %s", c.user, c.msg, resp.status, c.status, resp.body)
+		}
+	}
+
+	// A hidden goblin in an encounter: not in Alice's read of it, nor in
+	// her list, nor readable by uuid.
+	if resp := tr.do(http.MethodPut, "/update", tr.adminKey, q("uuid", tavernScene+".Token.goblinToken00001"), map[string]any{"data": map[string]any{"hidden": true}}); resp.status != http.StatusOK {
+		t.Fatalf("hide: %s", resp.body)
+	}
+	resp := tr.do(http.MethodPost, "/start-encounter", tr.adminKey, nil, map[string]any{"tokenUuids": []string{tavernScene + ".Token.goblinToken00001", tavernScene + ".Token.bromToken0000001"}})
+	if resp.status != http.StatusOK {
+		t.Fatalf("start: %s", resp.body)
+	}
+	enc := resp.data(t)["encounter"].(map[string]any)
+	combatUUID := "Combat." + enc["id"].(string)
+	goblinCombatant := combatUUID + ".Combatant." + combatantID(t, enc, "Goblin")
+	for user, want := range map[string]bool{"Alice": false, "Gamemaster": true} {
+		body := string(tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", combatUUID, "userId", user), nil).body)
+		if strings.Contains(body, "Goblin") != want || !strings.Contains(body, "Brom Ironfist") {
+			t.Errorf("%s reads the encounter as %s", user, body)
+		}
+		if got := strings.Join(combatNames(tr.encounters(t, user)[0].(map[string]any)), ","); strings.Contains(got, "Goblin") != want {
+			t.Errorf("%s lists %s", user, got)
+		}
+	}
+	if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", goblinCombatant, "userId", "Alice"), nil); resp.status != http.StatusForbidden {
+		t.Errorf("Alice reads the hidden combatant: %d %s", resp.status, resp.body)
+	}
+}
+
+// TestOwnersCannotChangeTypeOwnershipOrFolderVisibility: writing a
+// document one owns does not extend to its type, its ownership or a
+// folder one cannot see, through every write; each refusal is a 403 and
+// changes nothing.
+func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
+	t.Parallel()
+	sr := startSecurityRelay(t)
+	// A journal folder the GM keeps for themself (empty: no player sees
+	// it); Tess (TRUSTED) may create journal entries.
+	resp := sr.do(http.MethodPost, "/create-folder", sr.adminKey, nil, map[string]any{"clientId": demo.ClientID, "name": "GM notes", "folderType": "JournalEntry"})
+	if resp.status != http.StatusOK {
+		t.Fatalf("create folder: %s", resp.body)
+	}
+	notes := resp.data(t)["id"].(string)
+	const (
+		ownershipMsg = "User 'Alice' does not have permission to change the ownership of 'Aria Vale'"
+		typeMsg      = "User 'Alice' does not have permission to change the type of 'Aria Vale'"
+		monsters     = "monstersFolder01"
+	)
+	update := func(uuid string, data map[string]any, want string) doorCase {
+		return doorCase{"update " + uuid, http.MethodPut, "/update", "Alice", map[string]any{"uuid": uuid, "data": data}, http.StatusForbidden, want}
+	}
+	refusals := []doorCase{
+		update(ariaUUID, map[string]any{"type": "npc"}, typeMsg),
+		update(ariaUUID, map[string]any{"-=type": nil}, typeMsg),
+		update(wandUUID, map[string]any{"type": "weapon"}, "User 'Alice' does not have permission to change the type of 'Wand of Magic Missiles'"),
+		update(ariaUUID, map[string]any{"ownership": map[string]any{"default": 3}}, ownershipMsg),
+		update(ariaUUID, map[string]any{"ownership.default": 3}, ownershipMsg),
+		update(ariaUUID, map[string]any{"ownership.bobUser000000001": 3}, ownershipMsg),
+		update(ariaUUID, map[string]any{"-=ownership": nil}, ownershipMsg),
+		update(ariaUUID, map[string]any{"==ownership": map[string]any{"default": 3}}, ownershipMsg),
+		update(wandUUID, map[string]any{"ownership": map[string]any{"default": 3}}, "User 'Alice' does not have permission to change the ownership of 'Wand of Magic Missiles'"),
+		update(ariaUUID, map[string]any{"folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
+		update(ariaUUID, map[string]any{"name": "Aria", "folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
+		{"increase ownership.default", http.MethodPost, "/increase", "Alice", map[string]any{"uuid": ariaUUID, "attribute": "ownership.default", "amount": 3}, http.StatusForbidden, ownershipMsg},
+		{"decrease ownership of another user", http.MethodPost, "/decrease", "Alice", map[string]any{"uuid": ariaUUID, "attribute": "ownership.bobUser000000001", "amount": 1}, http.StatusForbidden, ownershipMsg},
+		{"create an embedded item with an ownership", http.MethodPost, "/create", "Alice",
+			map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Gem", "type": "loot", "ownership": map[string]any{"default": 3}}}, http.StatusForbidden,
+			"User 'Alice' does not have permission to set the ownership of a new Item document: only a GM may set ownership"},
+		{"create a journal entry with an ownership", http.MethodPost, "/create", "Tess",
+			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "ownership.default": 3}}, http.StatusForbidden,
+			"User 'Tess' does not have permission to set the ownership of a new JournalEntry document: only a GM may set ownership"},
+		{"create in a folder she cannot see", http.MethodPost, "/create", "Tess",
+			map[string]any{"entityType": "JournalEntry", "folder": notes, "data": map[string]any{"name": "Diary"}}, http.StatusForbidden,
+			"User 'Tess' does not have permission to put documents in folder '" + notes + "'"},
+		{"create with that folder in the data", http.MethodPost, "/create", "Tess",
+			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "folder": notes}}, http.StatusForbidden,
+			"User 'Tess' does not have permission to put documents in folder '" + notes + "'"},
+		update(ariaUUID, map[string]any{"folder": "noSuchFolder0001"}, ""),
+	}
+	refusals[len(refusals)-1].status, refusals[len(refusals)-1].want = http.StatusNotFound, "Folder not found with ID: noSuchFolder0001"
+	before := worldDigest(t, sr.testRelay)
+	for _, c := range refusals {
+		c.run(t, sr.testRelay)
+	}
+	if after := worldDigest(t, sr.testRelay); after != before {
+		t.Fatal("refused writes changed the world")
+	}
+
+	// What owners keep: their own folder, the same type, plain updates;
+	// a GM changes anything.
+	for _, c := range []doorCase{
+		{"owner into a folder she sees", http.MethodPut, "/update", "Alice", map[string]any{"uuid": ariaUUID, "data": map[string]any{"folder": heroesID, "type": "character", "name": "Aria"}}, http.StatusOK, `"name":"Aria"`},
+		{"Tess creates a journal entry", http.MethodPost, "/create", "Tess", map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary"}}, http.StatusOK, `"tessUser00000001":3`},
+		{"GM into any folder", http.MethodPut, "/update", "Gamemaster", map[string]any{"uuid": ariaUUID, "data": map[string]any{"folder": monsters, "type": "npc", "ownership.default": 1}}, http.StatusOK, `"folder":"` + monsters + `"`},
+	} {
+		c.run(t, sr.testRelay)
+	}
+}
+
+// TestReadRulesOverGRPC: the same rules, called over gRPC, with the
+// statuses' gRPC codes.
+func TestReadRulesOverGRPC(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+	rules := relayv1.NewDnd5EServiceClient(tr.conn)
+	docs := relayv1.NewDocumentServiceClient(tr.conn)
+	no := false
+	wantCode := func(what string, err error, code codes.Code, msg string) {
+		t.Helper()
+		if status.Code(err) != code || status.Convert(err).Message() != msg {
+			t.Errorf("%s: %v, want %v %q", what, err, code, msg)
+		}
+	}
+
+	_, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: guardUUID, Details: []string{"stats"}})
+	wantCode("details of a LIMITED actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to view actor 'Town Guard'")
+	_, err = rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: goblinUUID, Details: []string{"stats"}})
+	wantCode("details of a NONE actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to view this entity")
+	if d, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: bromUUID, Details: []string{"stats"}}); err != nil || len(d.GetStats()) == 0 {
+		t.Errorf("details of an observed actor: %v", err)
+	}
+	_, err = rules.SkillCheck(ctx, &relayv1.SkillCheckRequest{UserId: "Alice", ActorUuid: ariaUUID, Skill: "arc", Bonus: "@Actor.goblin0000000001.system.attributes.hp.value", CreateChatMessage: &no})
+	wantCode("a bonus reading a NONE actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to read @Actor.goblin0000000001.system.attributes.hp.value in a roll formula")
+	_, err = rules.GetConcentration(ctx, &relayv1.GetConcentrationRequest{UserId: "Alice", ActorName: "Goblin"})
+	wantCode("a NONE actor by name", err, codes.NotFound, "Actor not found: Goblin")
+	_, err = rules.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Fire Bolt", TargetName: "Goblin"})
+	wantCode("a NONE target by name", err, codes.NotFound, "Target not found: Goblin")
+
+	_, err = docs.GetDocument(ctx, &relayv1.GetDocumentRequest{UserId: "Alice", Uuid: "Folder.monstersFolder01"})
+	wantCode("a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to view this entity")
+	data, _ := structpb.NewStruct(map[string]any{"type": "npc"})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: ariaUUID, Data: data})
+	wantCode("changing the type", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the type of 'Aria Vale'")
+	data, _ = structpb.NewStruct(map[string]any{"folder": "monstersFolder01"})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: ariaUUID, Data: data})
+	wantCode("moving into a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to put documents in folder 'monstersFolder01'")
+	amount := 3.0
+	_, err = docs.IncreaseAttribute(ctx, &relayv1.IncreaseAttributeRequest{UserId: "Alice", Uuid: ariaUUID, Attribute: "ownership.default", Amount: &amount})
+	wantCode("raising ownership.default", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the ownership of 'Aria Vale'")
+	if got := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t); got["type"] != "character" || got["folder"] != heroesID ||
+		got["ownership"].(map[string]any)["default"] != 0.0 {
+		t.Fatalf("refused gRPC writes changed Aria: %v %v %v", got["type"], got["folder"], got["ownership"])
+	}
+}
