@@ -172,9 +172,19 @@ func TestChatEventsRevealNoMoreThanTheirReadersMaySee(t *testing.T) {
 		{func() { // the Goblin attacks Aria
 			dnd("use-item", map[string]any{"actorUuid": goblinUUID, "abilityName": "Scimitar", "targetUuid": ariaUUID})
 		}, "", "", ""},
-		{func() { dnd("skill-check", map[string]any{"actorUuid": guardUUID, "skill": "prc"}) }, "limited", "limited", "limited"},
+		// A roll's message is whispered to those who may read the actor
+		// in full (and the GMs), so a LIMITED reader gets nothing of it.
+		{func() { dnd("skill-check", map[string]any{"actorUuid": guardUUID, "skill": "prc"}) }, "", "", ""},
 		{func() { dnd("ability-save", map[string]any{"actorUuid": bromUUID, "ability": "con"}) }, "full", "full", ""},
-		{func() { dnd("skill-check", map[string]any{"actorUuid": ariaUUID, "skill": "arc"}) }, "full", "limited", ""},
+		{func() { dnd("skill-check", map[string]any{"actorUuid": ariaUUID, "skill": "arc"}) }, "full", "", ""},
+		// A public message speaking for an actor is no more visible than
+		// the actor.
+		{func() {
+			say(map[string]any{"speaker": speaker(guardUUID), "flavor": "the guard speaks", "content": "halt"})
+		}, "limited", "limited", "limited"},
+		{func() {
+			say(map[string]any{"speaker": speaker(ariaUUID), "flavor": "Aria speaks", "content": "hello"})
+		}, "full", "limited", ""},
 		{func() { // Brom attacks the Goblin's token, in a scene players cannot see
 			dnd("use-item", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetUuid": goblinUUID})
 		}, "", "", ""},
