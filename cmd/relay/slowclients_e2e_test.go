@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "relay/gen/go/relay/v1"
 )
@@ -712,4 +713,68 @@ func (p *paced) Read(b []byte) (int, error) {
 	n := copy(b[:min(len(b), 4<<10)], p.data[p.sent:])
 	p.sent += n
 	return n, nil
+}
+
+// TestStalledReaders: a client that stops reading its answer (a large
+// download) or its event stream is cut off once the relay's writes to it
+// make no progress for --write-stall-timeout, and the relay keeps serving.
+func TestStalledReaders(t *testing.T) {
+	t.Parallel()
+	const stall = time.Second
+	tr := startTestRelay(t, func(c *serveConfig) { c.writeStallTimeout = stall })
+	// A file larger than what the sockets between the relay and the client
+	// can hold.
+	big := bytes.Repeat([]byte("stalled reader. "), (24<<20)/16)
+	body, ct := multipartBody(t, [][2]string{{"path", "stall"}}, "big.bin", big)
+	if resp := tr.send(http.MethodPost, "/upload", tr.adminKey, nil, body, ct); resp.status != http.StatusOK {
+		t.Fatalf("upload: %d %s", resp.status, resp.body)
+	}
+	tr.client.CloseIdleConnections()
+	waitOpen(t, tr, 0, 5*time.Second)
+
+	for _, path := range []string{"/download?path=stall/big.bin", "/hooks/subscribe"} {
+		c, err := net.Dial("tcp", tr.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.(*net.TCPConn).SetReadBuffer(4 << 10)
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: relay\r\nX-Api-Key: "+tr.adminKey+"\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		waitOpen(t, tr, 1, 5*time.Second)
+		if path == "/hooks/subscribe" {
+			// Events the stream never reads, until its writes stall. They
+			// are written through the in-process connection, which the
+			// listener does not count.
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+				docs := relayv1.NewDocumentServiceClient(tr.conn)
+				name := strings.Repeat("A long name that fills the stream's buffers. ", 200)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					data, _ := structpb.NewStruct(map[string]any{"name": name + strconv.Itoa(i)})
+					if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: data}); err != nil {
+						t.Errorf("update: %v", err)
+						return
+					}
+				}
+			}()
+			defer func() { close(stop); <-done }()
+		}
+		// The relay ends its side of the connection.
+		start := time.Now()
+		waitOpen(t, tr, 0, stall+15*time.Second)
+		t.Logf("GET %s: cut off after %v", path, time.Since(start))
+	}
+	if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil); resp.status != http.StatusOK {
+		t.Fatalf("GET /get after the stalled readers: %d", resp.status)
+	}
 }
