@@ -324,8 +324,7 @@ const writeChunk = 64 << 10
 // within the write stall time-out. The deadline is pushed forward only when
 // it was last set more than an eighth of the time-out ago (a stall is then
 // cut after 7/8 to 8/8 of the time-out), which spares a deadline update on
-// most writes. The connection's write deadline belongs to this: one set
-// with SetWriteDeadline holds until the next push.
+// most writes.
 func (c *conn) Write(p []byte) (int, error) {
 	if c.stall <= 0 {
 		return c.Conn.Write(p)
@@ -333,10 +332,8 @@ func (c *conn) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		chunk := p[:min(len(p), writeChunk)]
-		now := time.Now()
-		if now.UnixNano()-c.armed.Load() > int64(c.stall/8) {
-			c.armed.Store(now.UnixNano())
-			if err := c.Conn.SetWriteDeadline(now.Add(c.stall)); err != nil {
+		if now := time.Now(); now.UnixNano()-c.armed.Load() > int64(c.stall/8) {
+			if err := c.arm(now); err != nil {
 				return written, err
 			}
 		}
@@ -348,6 +345,37 @@ func (c *conn) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return written, nil
+}
+
+// arm sets the write deadline one stall time-out after now.
+func (c *conn) arm(now time.Time) error {
+	c.armed.Store(now.UnixNano())
+	return c.Conn.SetWriteDeadline(now.Add(c.stall))
+}
+
+// SetWriteDeadline sets the write deadline. Under a write stall time-out
+// the deadline belongs to the stall guard: clearing it (as the event
+// streams do, to lift any server-wide write time-out) restarts the guard's
+// deadline instead, since a write without one could block forever; a
+// deadline that is set holds until the guard next pushes its own forward.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	if c.stall <= 0 {
+		return c.Conn.SetWriteDeadline(t)
+	}
+	if t.IsZero() {
+		return c.arm(time.Now())
+	}
+	c.armed.Store(time.Now().UnixNano())
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline sets the read and write deadlines, the latter as
+// SetWriteDeadline does.
+func (c *conn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
 }
 
 // CloseWrite shuts down the writing side, as net/http does before closing
