@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -776,5 +777,48 @@ func TestStalledReaders(t *testing.T) {
 	}
 	if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil); resp.status != http.StatusOK {
 		t.Fatalf("GET /get after the stalled readers: %d", resp.status)
+	}
+}
+
+// TestServeFlagsOfSlowClients: `relay serve --help` documents each limit
+// with its variable and default, and a negative limit, from a flag or its
+// variable, is refused with a message that names it before anything
+// starts.
+func TestServeFlagsOfSlowClients(t *testing.T) {
+	var help bytes.Buffer
+	if err := serveCommand(context.Background(), []string{"--help"}, io.Discard, &help); err == nil {
+		t.Fatal("--help did not stop the command")
+	}
+	for _, want := range []string{
+		"-read-header-timeout duration", "(RELAY_READ_HEADER_TIMEOUT) (default 10s)",
+		"-body-read-timeout duration", "(RELAY_BODY_READ_TIMEOUT) (default 30s)",
+		"-body-min-rate bytes", "(RELAY_BODY_MIN_RATE) (default 16384)",
+		"-idle-timeout duration", "(RELAY_IDLE_TIMEOUT) (default 1m0s)",
+		"-write-stall-timeout duration", "(RELAY_WRITE_STALL_TIMEOUT) (default 1m0s)",
+		"-max-conns connections", "(RELAY_MAX_CONNS) (default ",
+		"-max-conns-per-ip connections", "(RELAY_MAX_CONNS_PER_IP) (default 512)",
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("relay serve --help lacks %q", want)
+		}
+	}
+	for _, tc := range []struct {
+		args      []string
+		env, want string
+	}{
+		{[]string{"--idle-timeout", "-1s"}, "", "--idle-timeout must not be negative (0 turns it off), not -1s"},
+		{[]string{"--max-conns-per-ip", "-3"}, "", "--max-conns-per-ip must not be negative (0 turns it off), not -3"},
+		{nil, "RELAY_BODY_READ_TIMEOUT=-5s", "--body-read-timeout must not be negative (0 turns it off), not -5s"},
+	} {
+		if tc.env != "" {
+			name, value, _ := strings.Cut(tc.env, "=")
+			t.Setenv(name, value)
+		}
+		args := append([]string{"--data", t.TempDir()}, tc.args...)
+		err := serveCommand(context.Background(), args, io.Discard, io.Discard)
+		var uerr usageError
+		if !errors.As(err, &uerr) || err.Error() != tc.want {
+			t.Errorf("serve %v %s: %v, want %q", tc.args, tc.env, err, tc.want)
+		}
 	}
 }
