@@ -296,6 +296,13 @@ func TestSlowH2Streams(t *testing.T) {
 		c.idleTimeout = idle
 	})
 	client := h2cClient()
+	// One request first opens the connection (and learns the relay's
+	// stream limit), so that the streams below all share it.
+	if resp, err := client.Get(tr.base + "/healthz"); err != nil || resp.ProtoMajor != 2 {
+		t.Fatalf("h2c: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	const streams = 100
 	type outcome struct {
 		status int
