@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
+	"relay/netlimit"
 	"relay/server"
 	"relay/server/keys"
 	"relay/world"
@@ -64,6 +65,16 @@ type serveConfig struct {
 	authFailureLimit int
 	maxQueryBytes    int
 	requestTimeout   time.Duration
+	// Slow and idle clients (see package netlimit): header, body, idle
+	// and write stall time-outs, the minimum body rate, and the caps on
+	// open connections. Zero turns each off.
+	readHeaderTimeout time.Duration
+	bodyReadTimeout   time.Duration
+	bodyMinRate       int
+	idleTimeout       time.Duration
+	writeStallTimeout time.Duration
+	maxConns          int
+	maxConnsPerIP     int
 	// pprofListen, when set, serves Go's profiling handlers there.
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
@@ -92,7 +103,41 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface within it); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
+	fs.IntVar(&c.bodyMinRate, "body-min-rate", envInt("RELAY_BODY_MIN_RATE", netlimit.DefaultBodyMinRate), "`bytes` per second a request body must average: each byte received extends the body's read deadline by 1/rate seconds, up to --body-read-timeout ahead; 0: the whole body must arrive within --body-read-timeout (RELAY_BODY_MIN_RATE)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", envDuration("RELAY_IDLE_TIMEOUT", defaultIdleTimeout), "how long an idle keep-alive connection stays open (HTTP/1.1 between requests, HTTP/2 with no open stream); 0 turns it off (RELAY_IDLE_TIMEOUT)")
+	fs.DurationVar(&c.writeStallTimeout, "write-stall-timeout", envDuration("RELAY_WRITE_STALL_TIMEOUT", netlimit.DefaultWriteStallTimeout), "longest a write to a client may make no progress (a client that stops reading its answer or event stream) before its connection is closed; 0 turns it off (RELAY_WRITE_STALL_TIMEOUT)")
+	fs.IntVar(&c.maxConns, "max-conns", envInt("RELAY_MAX_CONNS", netlimit.DefaultMaxConns()), "`connections` open at once, overall; more are refused at once with 503 and Retry-After; the default is three quarters of the process's open-file limit; 0 turns the cap off (RELAY_MAX_CONNS)")
+	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", envInt("RELAY_MAX_CONNS_PER_IP", netlimit.DefaultMaxConnsPerIP), "`connections` open at once from one client address (an IPv4 address or an IPv6 /64); more are refused with 503 and Retry-After; behind a reverse proxy every client has the proxy's address: raise it or set 0 (off) there (RELAY_MAX_CONNS_PER_IP)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
+}
+
+// Defaults of the http.Server's own time-outs.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+)
+
+// check refuses settings that make no sense.
+func (c *serveConfig) check() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"read-header-timeout", c.readHeaderTimeout}, {"body-read-timeout", c.bodyReadTimeout}, {"idle-timeout", c.idleTimeout}, {"write-stall-timeout", c.writeStallTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("--%s must not be negative (0 turns it off), not %v", d.flag, d.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"body-min-rate", c.bodyMinRate}, {"max-conns", c.maxConns}, {"max-conns-per-ip", c.maxConnsPerIP}} {
+		if n.v < 0 {
+			return fmt.Errorf("--%s must not be negative (0 turns it off), not %d", n.flag, n.v)
+		}
+	}
+	return nil
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -109,6 +154,9 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if fset.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fset.Arg(0))}
+	}
+	if err := cfg.check(); err != nil {
+		return usageError{err.Error()}
 	}
 	log, logBuf, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
@@ -148,6 +196,8 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 type relay struct {
 	addr     string
 	http     *http.Server
+	conns    *netlimit.Listener
+	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
 	conn     *grpc.ClientConn
 	inner    *bufconn.Listener
@@ -270,10 +320,23 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
 	}
 	r.addr = ln.Addr().String()
+	// Slow and idle clients: the listener caps the connections and bounds
+	// stalled writes, the body guard makes request bodies keep arriving,
+	// and the server's own time-outs bound headers and idle keep-alive
+	// connections. HTTP/2 (h2c) takes its idle time-out from the server
+	// too; its streams' bodies are guarded one by one.
+	r.conns = netlimit.Listen(ln, netlimit.Config{
+		MaxConns:          cfg.maxConns,
+		MaxConnsPerIP:     cfg.maxConnsPerIP,
+		WriteStallTimeout: cfg.writeStallTimeout,
+		NewRequestID:      ids.New,
+		Log:               log,
+	})
+	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           splitGRPC(r.grpc, rest),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		Handler:           r.bodies.Wrap(splitGRPC(r.grpc, rest)),
+		ReadHeaderTimeout: cfg.readHeaderTimeout,
+		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -282,7 +345,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols = new(http.Protocols)
 	r.http.Protocols.SetHTTP1(true)
 	r.http.Protocols.SetUnencryptedHTTP2(true)
-	go func() { r.served <- r.http.Serve(ln) }()
+	go func() { r.served <- r.http.Serve(r.conns) }()
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
 	return r, nil
