@@ -21,8 +21,10 @@ import (
 //     a `uuid` key (as returned by Get) is ignored;
 //   - a given `name` must be a non-empty string.
 //
-// The user needs OWNER, and changing `ownership` is for GMs only. The result
-// is the updated document, as Get returns it.
+// The user needs OWNER, and changing `ownership` is for GMs only. The
+// world's [Limits] apply: a diff nesting too deeply (dotted keys counted)
+// or holding a refused key is ErrInvalid, a result over the document size
+// limit ErrTooLarge. The result is the updated document, as Get returns it.
 func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
 	stored, err := e.update(ctx, user, uuid, data)
 	if err != nil {
@@ -96,22 +98,27 @@ func topField(key string) string {
 }
 
 // applyDiff returns a new version of cur with an update diff applied (see
-// [Engine.Update] for the rules). cur is not changed; the new version
+// [Engine.Update] for the rules), refusing a diff that breaks lim's depth
+// or key rules. cur is not changed; the new version
 // shares with cur whatever the diff does not touch (the embedded
 // collections, which a diff cannot touch, and every untouched object), so
 // that comparing the two versions, for stamps and events, costs only the
 // size of the diff.
-func applyDiff(t *docType, cur, diff Document) (Document, error) {
+func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
-	norm, err := normalizeDoc("data", diff)
+	norm, err := normalizeDoc("data", diff, lim)
 	if err != nil {
 		return nil, err
 	}
 	expanded, err := expand(norm)
 	if err != nil {
 		return nil, err
+	}
+	// Dotted keys nest too: {"a.b.c": 1} is {"a": {"b": {"c": 1}}}.
+	if limit := lim.maxDepth(); depthOver(expanded, 1, limit) {
+		return nil, Errorf(ErrInvalid, "'data' nests deeper than the limit of %d levels once its dotted keys are expanded", limit)
 	}
 	for k, v := range expanded {
 		switch field := topField(k); {
