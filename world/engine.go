@@ -245,7 +245,7 @@ func (e *Engine) Close() error {
 			e.onClose()
 		}
 		if err != nil {
-			e.closeErr = Errorf(ErrUnavailable, "Closing world %s: %v", e.info.ClientID, err)
+			e.closeErr = Wrapf(ErrUnavailable, err, "Closing world %s failed", e.info.ClientID)
 		}
 	})
 	return e.closeErr

@@ -174,7 +174,7 @@ func (req *commitReq) prepare(e *Engine) {
 			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
 			req.fresh = append(req.fresh, fresh...)
 			if err != nil {
-				req.prepErr = Errorf(ErrInvalid, "Could not encode the changes: %v", err)
+				req.prepErr = Wrapf(ErrInvalid, err, "Could not encode the changes")
 				return
 			}
 			if d.before != nil && e.unchanged(uuid, d.before, d.after, full) {

@@ -45,7 +45,7 @@ func (e *Engine) UpdateJSON(ctx context.Context, user *User, uuid string, data D
 	}
 	raw, err := e.json.full(uuid, stored)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not serialise %s: %v", uuid, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not serialise %s", uuid)
 	}
 	return raw, nil
 }
