@@ -42,10 +42,14 @@ type serveConfig struct {
 	logFormat     string
 	logLevel      string
 	nodeID        int
-	maxBodyBytes  int64
+	maxBodyBytes  int64 // a REST body or a gRPC message
 	scriptTimeout time.Duration
 	// maxUploadBytes bounds an uploaded file (0: the server's default).
 	maxUploadBytes int64
+	// maxDocumentBytes and maxJSONDepth bound what the worlds store (0:
+	// the world's defaults).
+	maxDocumentBytes int
+	maxJSONDepth     int
 	// Event streams.
 	eventKeepalive     time.Duration
 	eventRingSize      int
@@ -71,7 +75,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RELAY_LOG_LEVEL", "info"), "log `level`: debug, info, warn or error (RELAY_LOG_LEVEL)")
 	fs.IntVar(&c.nodeID, "node-id", envInt("RELAY_NODE_ID", -1), "`number` (0-999999) that keeps request ids unique across relays; random when negative (RELAY_NODE_ID)")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", 1<<20)), "largest JSON request body in `bytes`; larger ones get 413 (RELAY_MAX_BODY_BYTES)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", server.DefaultMaxMessageBytes)), "largest request in `bytes`, at least 4096: a REST body (uploads have their own limit) or a gRPC message (each chunk of an upload too); larger ones get 413, over gRPC RESOURCE_EXHAUSTED (RELAY_MAX_BODY_BYTES)")
+	fs.IntVar(&c.maxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", world.DefaultMaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
+	fs.IntVar(&c.maxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", world.DefaultMaxDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
 	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
@@ -88,6 +94,28 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
+// Lower bounds of the size limits: below them ordinary requests (an
+// upload's first message with its path, a document with its stamps)
+// could not fit.
+const (
+	minBodyBytes     = 4 << 10
+	minDocumentBytes = 1 << 10
+	minJSONDepth     = 8
+)
+
+// check refuses limits too small for the relay to work with.
+func (c *serveConfig) check() error {
+	switch {
+	case c.maxBodyBytes < minBodyBytes:
+		return fmt.Errorf("--max-body-bytes must be at least %d", minBodyBytes)
+	case c.maxDocumentBytes < minDocumentBytes:
+		return fmt.Errorf("--max-document-bytes must be at least %d", minDocumentBytes)
+	case c.maxJSONDepth < minJSONDepth:
+		return fmt.Errorf("--max-json-depth must be at least %d", minJSONDepth)
+	}
+	return nil
+}
+
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("relay serve", flag.ContinueOnError)
 	fset.SetOutput(stderr)
@@ -102,6 +130,9 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if fset.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fset.Arg(0))}
+	}
+	if err := cfg.check(); err != nil {
+		return usageError{err.Error()}
 	}
 	log, logBuf, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
@@ -175,7 +206,8 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize, Coalesce: cfg.eventCoalesce})
-	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub}); err != nil {
+	limits := world.Limits{MaxDocumentBytes: cfg.maxDocumentBytes, MaxDepth: cfg.maxJSONDepth}
+	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub, Limits: limits}); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
 	r.worlds.Watch(r.hub.Committed)
@@ -212,6 +244,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.scriptTimeout,
+		// One request size limit for both transports: the gateway bounds
+		// REST bodies with it, the gRPC server every message.
+		MaxMessageBytes: int(cfg.maxBodyBytes),
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
@@ -251,7 +286,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	r.addr = ln.Addr().String()
 	r.http = &http.Server{
-		Handler:           splitGRPC(r.grpc.GRPC, rest),
+		Handler:           splitGRPC(r.grpc, rest),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
@@ -268,9 +303,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	return r, nil
 }
 
-// splitGRPC sends gRPC requests to the gRPC server and everything else to
-// the REST gateway.
-func splitGRPC(grpcServer *grpc.Server, rest http.Handler) http.Handler {
+// splitGRPC sends gRPC requests to the gRPC server (server.Server's
+// ServeHTTP, which refuses an oversized message before reading it) and
+// everything else to the REST gateway.
+func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			grpcServer.ServeHTTP(w, r)
