@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,9 +22,7 @@ import (
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
 	"relay/netlimit"
@@ -46,10 +43,14 @@ type serveConfig struct {
 	logFormat     string
 	logLevel      string
 	nodeID        int
-	maxBodyBytes  int64
+	maxBodyBytes  int64 // a REST body or a gRPC message
 	scriptTimeout time.Duration
 	// maxUploadBytes bounds an uploaded file (0: the server's default).
 	maxUploadBytes int64
+	// maxDocumentBytes and maxJSONDepth bound what the worlds store (0:
+	// the world's defaults).
+	maxDocumentBytes int
+	maxJSONDepth     int
 	// Event streams.
 	eventKeepalive     time.Duration
 	eventRingSize      int
@@ -88,7 +89,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RELAY_LOG_LEVEL", "info"), "log `level`: debug, info, warn or error (RELAY_LOG_LEVEL)")
 	fs.IntVar(&c.nodeID, "node-id", envInt("RELAY_NODE_ID", -1), "`number` (0-999999) that keeps request ids unique across relays; random when negative (RELAY_NODE_ID)")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", 1<<20)), "largest JSON request body in `bytes`; larger ones get 413 (RELAY_MAX_BODY_BYTES)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", server.DefaultMaxMessageBytes)), "largest request in `bytes`, at least 4096: a REST body (uploads have their own limit) or a gRPC message (each chunk of an upload too); larger ones get 413, over gRPC RESOURCE_EXHAUSTED (RELAY_MAX_BODY_BYTES)")
+	fs.IntVar(&c.maxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", world.DefaultMaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
+	fs.IntVar(&c.maxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", world.DefaultMaxDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
 	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
@@ -119,7 +122,17 @@ const (
 	defaultIdleTimeout       = 60 * time.Second
 )
 
-// check refuses settings that make no sense.
+// Lower bounds of the size limits: below them ordinary requests (an
+// upload's first message with its path, a document with its stamps)
+// could not fit.
+const (
+	minBodyBytes     = 4 << 10
+	minDocumentBytes = 1 << 10
+	minJSONDepth     = 8
+)
+
+// check refuses settings that make no sense: negative time-outs and caps,
+// and limits too small for the relay to work with.
 func (c *serveConfig) check() error {
 	for _, d := range []struct {
 		flag string
@@ -136,6 +149,14 @@ func (c *serveConfig) check() error {
 		if n.v < 0 {
 			return fmt.Errorf("--%s must not be negative (0 turns it off), not %d", n.flag, n.v)
 		}
+	}
+	switch {
+	case c.maxBodyBytes < minBodyBytes:
+		return fmt.Errorf("--max-body-bytes must be at least %d", minBodyBytes)
+	case c.maxDocumentBytes < minDocumentBytes:
+		return fmt.Errorf("--max-document-bytes must be at least %d", minDocumentBytes)
+	case c.maxJSONDepth < minJSONDepth:
+		return fmt.Errorf("--max-json-depth must be at least %d", minJSONDepth)
 	}
 	return nil
 }
@@ -232,7 +253,8 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize, Coalesce: cfg.eventCoalesce})
-	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub}); err != nil {
+	limits := world.Limits{MaxDocumentBytes: cfg.maxDocumentBytes, MaxDepth: cfg.maxJSONDepth}
+	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub, Limits: limits}); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
 	r.worlds.Watch(r.hub.Committed)
@@ -278,6 +300,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.scriptTimeout,
+		// One request size limit for both transports: the gateway bounds
+		// REST bodies with it, the gRPC server every message.
+		MaxMessageBytes: int(cfg.maxBodyBytes),
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
@@ -351,53 +376,18 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	return r, nil
 }
 
-// splitGRPC sends gRPC requests to the gRPC server and everything else to
-// the REST gateway. A gRPC call is admitted from its headers first (see
-// server.Server.Admit), so that a caller without a valid key is refused
-// before its request message is read.
-func splitGRPC(s *server.Server, rest http.Handler) http.Handler {
+// splitGRPC sends gRPC requests to the gRPC server (server.Server's
+// ServeHTTP, which admits a call from its headers and refuses an oversized
+// message, both before reading it) and everything else to the REST
+// gateway.
+func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			creds := server.Credentials{APIKey: r.Header.Get(server.APIKeyHeader), Ticket: r.Header.Get(server.StreamTicketHeader)}
-			if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
-				writeGRPCRefusal(w, status.Convert(err))
-				return
-			}
-			s.GRPC.ServeHTTP(w, r)
+			grpcServer.ServeHTTP(w, r)
 			return
 		}
 		rest.ServeHTTP(w, r)
 	})
-}
-
-// writeGRPCRefusal answers a gRPC call with only a status, as a gRPC server
-// does for a call it refuses before reading it: HTTP 200 with the status in
-// the headers (a trailers-only response). The status's details travel in
-// `grpc-status-details-bin`, so clients see the retry delay of a 429.
-func writeGRPCRefusal(w http.ResponseWriter, st *status.Status) {
-	h := w.Header()
-	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
-	h.Set("Grpc-Message", encodeGRPCMessage(st.Message()))
-	if details, err := proto.Marshal(st.Proto()); err == nil && len(st.Proto().GetDetails()) > 0 {
-		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(details))
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// encodeGRPCMessage percent-encodes a status message as the gRPC wire
-// format asks: printable ASCII but '%' stays, everything else becomes %XX.
-func encodeGRPCMessage(msg string) string {
-	var b strings.Builder
-	for i := 0; i < len(msg); i++ {
-		c := msg[i]
-		if c >= ' ' && c <= '~' && c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "%%%02X", c)
-	}
-	return b.String()
 }
 
 // close stops serving and closes the stores; later calls return the first
