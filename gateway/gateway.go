@@ -18,8 +18,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,8 +32,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
+	"relay/contract"
 	"relay/gen/openapi"
+	"relay/wire"
 )
 
 // Options configure the gateway.
@@ -90,6 +93,7 @@ var installQueryParser sync.Once
 // gateway holds the mux and what its hooks need.
 type gateway struct {
 	mux            *runtime.ServeMux
+	maxUpload      int64
 	conn           *grpc.ClientConn
 	routes         *routeTable
 	newRequestID   func(string) string
@@ -117,9 +121,12 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	if opts.MaxQueryBytes == 0 {
 		opts.MaxQueryBytes = DefaultMaxQueryBytes
 	}
+	if opts.MaxUploadBytes <= 0 {
+		opts.MaxUploadBytes = defaultMaxUpload
+	}
 	g := &gateway{
 		conn:           conn,
-		routes:         loadRoutes(),
+		maxUpload:      opts.MaxUploadBytes,
 		newRequestID:   opts.NewRequestID,
 		maxBody:        opts.MaxBodyBytes,
 		maxQuery:       opts.MaxQueryBytes,
@@ -129,6 +136,15 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
 	}
+	// The gateway's own paths are public and answer at once.
+	routes, err := loadRoutes(map[string]http.HandlerFunc{
+		http.MethodGet + " /healthz":      g.healthz,
+		http.MethodGet + " /openapi.json": serveOpenAPI,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.routes = routes
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()),
@@ -148,46 +164,27 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	if opts.Unary != nil {
 		calls = splitConn{unary: opts.Unary, streams: conn}
 	}
-	// grpc-gateway tries the routes of a method newest first, at a cost
-	// per route tried, so the busiest services are registered last.
-	for _, register := range []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
-		bind(relayv1.RegisterFolderServiceHandlerClient, relayv1.NewFolderServiceClient),
-		bind(relayv1.RegisterCanvasServiceHandlerClient, relayv1.NewCanvasServiceClient),
-		bind(relayv1.RegisterScriptServiceHandlerClient, relayv1.NewScriptServiceClient),
-		bind(relayv1.RegisterCombatServiceHandlerClient, relayv1.NewCombatServiceClient),
-		bind(relayv1.RegisterFileServiceHandlerClient, relayv1.NewFileServiceClient),
-		bind(relayv1.RegisterDnd5EServiceHandlerClient, relayv1.NewDnd5EServiceClient),
-		bind(relayv1.RegisterEventServiceHandlerClient, relayv1.NewEventServiceClient),
-		bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient),
-		bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient),
-		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),
-		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
-	} {
-		if err := register(ctx, g.mux, calls); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-	}
-	if err := g.mux.HandlePath(http.MethodGet, "/healthz", g.healthz); err != nil {
-		return nil, err
-	}
-	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
-		return nil, err
-	}
-	if err := g.handleEventStreams(); err != nil {
-		return nil, err
-	}
-	if err := g.handleFiles(opts.MaxUploadBytes); err != nil {
+	if err := bindServices(ctx, g.mux, calls, slices.Backward(contract.Services)); err != nil {
 		return nil, err
 	}
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
-// bind pairs a service's generated handler registration with its client
-// constructor, so that every service can be registered over any connection.
-func bind[C any](register func(context.Context, *runtime.ServeMux, C) error, newClient func(grpc.ClientConnInterface) C) func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error {
-	return func(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
-		return register(ctx, mux, newClient(conn))
+// bindServices registers the REST routes of services on the mux, in the
+// order given. Which route a request reaches does not depend on that
+// order: the gateway's route table decides (routes.go), and the mux, given
+// only the requests the table sends to an RPC, holds patterns of which
+// exactly one matches each of them. The order only decides which patterns
+// the mux tries first, one at a cost: New registers the contract's
+// services last to first, so that the first listed (documents, the
+// busiest) are tried first.
+func bindServices(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface, services iter.Seq2[int, contract.Service]) error {
+	for _, svc := range services {
+		if err := svc.BindREST(ctx, mux, conn); err != nil {
+			return fmt.Errorf("gateway: %s: %w", svc.Name(), err)
+		}
 	}
+	return nil
 }
 
 // splitConn sends unary calls one way and streams the other.
@@ -207,8 +204,8 @@ func (c splitConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method 
 // incomingHeader forwards the API key into gRPC metadata, and nothing else
 // the caller could use to impersonate the gateway.
 func incomingHeader(key string) (string, bool) {
-	if strings.EqualFold(key, apiKeyHeader) {
-		return "x-api-key", true
+	if strings.EqualFold(key, wire.APIKeyHeader) {
+		return wire.APIKeyHeader, true
 	}
 	return "", false
 }
@@ -216,30 +213,42 @@ func incomingHeader(key string) (string, bool) {
 // outgoingHeader passes the request id back as a plain HTTP header and keeps
 // other gRPC metadata out of responses.
 func outgoingHeader(key string) (string, bool) {
-	if key == requestIDMetadata {
-		return requestIDHeader, true
+	if key == wire.RequestIDHeader {
+		return wire.RequestIDHeader, true
 	}
 	return "", false
 }
 
-// serveHTTP merges query and body parameters into the form the generated
-// handlers read, then hands the request to the mux.
+// serveHTTP routes a request by the route table: the gateway's own paths,
+// the event streams and file transfers to their handlers, and the other
+// RPCs' routes, once their query and body parameters are merged into the
+// form the generated handlers read, to the mux (as is a request that
+// matches no route, for its 404 or 405).
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
-		op := "error"
-		if rt != nil {
+		op := wire.ErrorOperation
+		if rt != nil && rt.operation != "" {
 			op = rt.operation
 		}
 		g.writeError(w, http.StatusRequestURITooLong, op, g.newRequestID(op),
 			fmt.Sprintf("Query string too long: the limit is %d bytes; send large parameters in the JSON body", g.maxQuery))
 		return
 	}
-	if rt != nil && !g.admitted(w, r, rt) {
-		return
-	}
-	if rt == nil || rt.clientStreaming || isEventStream(rt) || isFileTransfer(rt) {
+	switch {
+	case rt == nil:
 		g.mux.ServeHTTP(w, r)
+		return
+	case rt.own != nil:
+		rt.own(w, r)
+		return
+	case !g.admitted(w, r, rt):
+		return
+	case isEventStream(rt):
+		g.serveSubscribe(w, r, rt)
+		return
+	case isFileTransfer(rt):
+		g.serveFile(w, r, rt)
 		return
 	}
 	var body []byte
@@ -305,9 +314,9 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	}
 	var ticket string
 	if isEventStream(rt) {
-		ticket = r.URL.Query().Get("ticket")
+		ticket = r.URL.Query().Get(wire.TicketParam)
 	}
-	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(apiKeyHeader), ticket, r.RemoteAddr)
+	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(wire.APIKeyHeader), ticket, r.RemoteAddr)
 	if err == nil {
 		return true
 	}
@@ -324,7 +333,7 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 }
 
 // healthz answers 200 when the gRPC server reports SERVING, else 503.
-func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+func (g *gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(g.conn).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -338,7 +347,7 @@ func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]s
 }
 
 // serveOpenAPI serves the generated OpenAPI document.
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
 	_, _ = w.Write(openapi.JSON)

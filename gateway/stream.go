@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
 // serveEvents bridges a server-streaming event RPC to Server-Sent Events.
@@ -47,11 +48,11 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
 		return
 	}
-	if key := r.Header.Get(apiKeyHeader); key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	if key := r.Header.Get(wire.APIKeyHeader); key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.APIKeyHeader, key)
 	}
 	if ticket != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, streamTicketMetadata, ticket)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.StreamTicketHeader, ticket)
 	}
 	// Ask the RPC to hand its subscription over once connected (see
 	// EventFeeds): the events then skip the in-process gRPC hop.
@@ -70,9 +71,9 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if err == nil {
 		err = stream.RecvMsg(first)
 	}
-	requestID := firstValue(header, requestIDMetadata)
+	requestID := firstValue(header, wire.RequestIDHeader)
 	if requestID == "" {
-		requestID = firstValue(stream.Trailer(), requestIDMetadata)
+		requestID = firstValue(stream.Trailer(), wire.RequestIDHeader)
 	}
 	if requestID == "" {
 		requestID = g.newRequestID(rt.operation)
@@ -94,7 +95,7 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		// answers `Connection: close`.
 		h.Set("Transfer-Encoding", "identity")
 	}
-	h.Set(requestIDHeader, requestID)
+	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
@@ -131,35 +132,11 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	}
 }
 
-// streamTicketMetadata carries a stream ticket to the server, which accepts
-// it on the event streams only.
-const streamTicketMetadata = "x-stream-ticket"
-
 // isEventStream reports whether a route is one of the event streams
 // (`/hooks/subscribe`, `/encounters/subscribe`, `/actor/subscribe`,
 // `/scene/subscribe`), which have hand-written handlers.
 func isEventStream(rt *route) bool {
 	return rt.serverStreaming && strings.HasPrefix(rt.fullMethod, "/relay.v1.EventService/")
-}
-
-// handleEventStreams registers the event streams' handlers on the mux,
-// ahead of the generated ones (the mux tries the latest registration
-// first).
-func (g *gateway) handleEventStreams() error {
-	for _, list := range g.routes.byMethod {
-		for _, rt := range list {
-			if !isEventStream(rt) {
-				continue
-			}
-			err := g.mux.HandlePath(rt.httpMethod, "/"+strings.Join(rt.segments, "/"), func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-				g.serveSubscribe(w, r, rt)
-			})
-			if err != nil {
-				return fmt.Errorf("gateway: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // serveSubscribe serves an event stream. Next to the usual parameters it
@@ -181,11 +158,11 @@ func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *rou
 		}
 	}
 	query := r.URL.Query()
-	ticket := query.Get("ticket")
-	query.Del("ticket")
+	ticket := query.Get(wire.TicketParam)
+	query.Del(wire.TicketParam)
 	merged, err := mergeParams(rt.input, body, query)
 	if err == nil {
-		merged, err = withLastEventID(merged, r.Header.Get("Last-Event-ID"))
+		merged, err = withLastEventID(merged, r.Header.Get(wire.LastEventIDHeader))
 	}
 	if err != nil {
 		var (

@@ -9,10 +9,14 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"relay/server/keys"
+	"relay/wire"
 )
 
 // Credentials are what a caller presents in a request's headers: an API
@@ -29,9 +33,9 @@ const DefaultAuthFailuresPerMinute = 60
 // Admit decides, from the headers alone and before any request body is read,
 // whether a call may go on: public methods (health, reflection) always may;
 // every other method needs a valid API key, or a valid stream ticket for the
-// methods that accept one. Both transports call it first: the HTTP handler
-// for REST and SSE routes (with the route's RPC as method), and the gRPC
-// entry for gRPC calls. The interceptor chain authenticates the call again
+// methods that accept one. Every entry calls it first: the HTTP handler
+// for REST and SSE routes (with the route's RPC as method), the network
+// gRPC server's tap (admitTap) and ServeHTTP for gRPC calls. The interceptor chain authenticates the call again
 // when it runs, so Admit only keeps callers without valid credentials from
 // costing the relay any work.
 //
@@ -66,6 +70,31 @@ func (s *Server) Admit(ctx context.Context, method string, creds Credentials, re
 	return err
 }
 
+// admitTap is the network gRPC server's grpc.InTapHandle: it runs Admit on
+// a call's method, headers and peer address as soon as its headers arrive,
+// before the call gets a goroutine or its message is read. A refusal ends
+// the call at once with the refusal's status (details included), in the
+// response headers.
+func (s *Server) admitTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	var remote string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		remote = p.Addr.String()
+	}
+	creds := Credentials{APIKey: firstOf(info.Header, wire.APIKeyHeader), Ticket: firstOf(info.Header, wire.StreamTicketHeader)}
+	if err := s.Admit(ctx, info.FullMethodName, creds, remote); err != nil {
+		return ctx, err
+	}
+	return ctx, nil
+}
+
+// firstOf is the first value of a metadata key, or "".
+func firstOf(md metadata.MD, key string) string {
+	if v := md[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // addressOf is the host part of a remote address, so that every connection
 // of one client shares its allowance.
 func addressOf(remoteAddr string) string {
@@ -82,7 +111,7 @@ func authFailuresExceeded(perMinute int, wait time.Duration) error {
 	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
 		"Too many failed authentications from this address: the limit is %d a minute; retry in %d s", perMinute, seconds))
 	if detailed, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
+		&errdetails.ErrorInfo{Reason: wire.ReasonRateLimited, Domain: wire.ErrorDomain},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
 	); err == nil {
 		st = detailed

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 	"relay/world"
 	"relay/world/events"
 )
@@ -38,13 +39,6 @@ type EventsConfig struct {
 const (
 	DefaultMaxStreamsPerKey   = 100
 	DefaultMaxStreamsPerWorld = 20000
-)
-
-// Names of the events the streams add to the world's own.
-const (
-	eventConnected = "connected"
-	eventReset     = "reset"
-	eventOverflow  = "overflow"
 )
 
 // eventService implements relayv1.EventServiceServer over the event hub.
@@ -159,14 +153,14 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 			"currentEventId": strconv.FormatUint(r.Head, 10),
 			"message":        fmt.Sprintf("Events after %d are no longer available: reload what you follow; live events resume after %d", r.LastEventID, r.Head),
 		}
-		backlog = append(backlog, events.Event{Name: eventReset, Data: eventJSON(reset)})
+		backlog = append(backlog, events.Event{Name: wire.EventReset, Data: eventJSON(reset)})
 	}
 	backlog = append(backlog, sub.Replay()...)
 	// last is the resume point a client should use after an overflow:
 	// everything up to it has been handed to this stream or filtered out.
 	last := sub.Start()
 	overflow := func(last uint64) events.Event {
-		return events.Event{Name: eventOverflow, Data: eventJSON(map[string]any{
+		return events.Event{Name: wire.EventOverflow, Data: eventJSON(map[string]any{
 			"lastEventId": strconv.FormatUint(last, 10),
 			"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
 		})}
@@ -189,7 +183,7 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 			claimed()
 			return err
 		}
-		if err := send(&relayv1.Event{Name: eventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+		if err := send(&relayv1.Event{Name: wire.EventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
 			claimed()
 			return err
 		}
@@ -210,7 +204,7 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 		}
 	}
 
-	if err := send(&relayv1.Event{Name: eventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+	if err := send(&relayv1.Event{Name: wire.EventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
 		return err
 	}
 	for _, ev := range backlog {
@@ -260,10 +254,10 @@ func (l *streamLimits) acquire(keyID, clientID string) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey[keyID] >= l.perKey {
-		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), ReasonRateLimited)
+		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), wire.ReasonRateLimited)
 	}
 	if l.byWorld[clientID] >= l.perWorld {
-		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), ReasonRateLimited)
+		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), wire.ReasonRateLimited)
 	}
 	l.byKey[keyID]++
 	l.byWorld[clientID]++

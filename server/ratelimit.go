@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"relay/wire"
 )
 
 // RateLimiter limits the requests of each API key with a token bucket: a
@@ -115,7 +117,7 @@ func (l *RateLimiter) rateLimited(wait time.Duration) error {
 	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
 		"Rate limit exceeded: this API key may make %d requests per minute; retry in %d s", l.perMinute, seconds))
 	if detailed, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
+		&errdetails.ErrorInfo{Reason: wire.ReasonRateLimited, Domain: wire.ErrorDomain},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
 	); err == nil {
 		st = detailed

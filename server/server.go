@@ -9,15 +9,19 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"reflect"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	relayv1 "relay/gen/go/relay/v1"
+	"relay/contract"
 	"relay/world/dice"
 )
 
@@ -39,8 +43,9 @@ type Config struct {
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
-	// with ResourceExhausted and the TOO_LARGE reason (HTTP 413), as the
-	// gateway refuses a REST body over the same limit.
+	// with ResourceExhausted before it is read (grpc-go's own status, see
+	// decode.go), as the gateway refuses a REST body over the same limit
+	// with 413.
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
@@ -59,20 +64,35 @@ type Config struct {
 	// Dice rolls for the ruleset and for initiative; nil rolls with the
 	// operating system's randomness (dice.NewRandom).
 	Dice dice.Source
+	// IdleTimeout closes a network gRPC connection that has had no call
+	// open for this long (with GOAWAY, which clients take as a sign to
+	// reconnect when they next call); 0 never does.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds how long a new network gRPC connection may
+	// take to send its HTTP/2 preface; grpc-go's default (120 s) when 0.
+	HandshakeTimeout time.Duration
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
 // 0: 1 MiB, the gateway's default body limit.
 const DefaultMaxMessageBytes = 1 << 20
 
-// Server is the relay's gRPC server with its health service.
+// Server is the relay's gRPC server with its health service. It serves the
+// network with grpc-go's own HTTP/2 transport (Serve, or ServeHTTP for a
+// call that arrives through an HTTP server) and the gateway's streams in
+// process (ServeInProcess); both run the same services and interceptors.
 type Server struct {
+	// GRPC serves gRPC callers from the network.
 	GRPC   *grpc.Server
 	Health *health.Server
 	// Local calls the same services' unary methods in process, through the
 	// same interceptors (see LocalConn).
 	Local *LocalConn
 
+	// inProcess serves the gateway's in-process connection: the network
+	// server's services and interceptors, without the network's admission
+	// step (the gateway admitted each REST call already) and time-outs.
+	inProcess       *grpc.Server
 	chain           *Chain
 	authFailures    *RateLimiter
 	maxMessageBytes int
@@ -110,38 +130,116 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 	}
-	// One chained interceptor serves the network server and the in-process
-	// connection, so both run the same steps in the same order.
+	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}
+	// One chained interceptor serves both servers and the in-process
+	// connection, so all run the same steps in the same order.
 	unary := chainUnary(chain.Unary())
-	s := grpc.NewServer(
+	common := []grpc.ServerOption{
 		grpc.UnaryInterceptor(unary),
 		grpc.ChainStreamInterceptor(chain.Stream()...),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
-		grpc.ForceServerCodecV2(newRequestCodec()),
-	)
-	// Every relay service is served twice: on the network server and on the
-	// in-process connection the gateway uses for unary calls. On the
-	// network server, every service (health and reflection too) refuses
-	// the request messages the codec could not decode (decode.go).
-	network := decodeRegistrar{server: s}
-	local := newLocalConn(unary)
-	both := registrars{network, local}
-	relayv1.RegisterDocumentServiceServer(both, documentService{})
-	relayv1.RegisterFolderServiceServer(both, folderService{})
-	relayv1.RegisterCanvasServiceServer(both, canvasService{})
-	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
-	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
-	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
-	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
-	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(both, newCombatService(cfg.Dice))
-	relayv1.RegisterFileServiceServer(both, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(cfg.Dice))
+		grpc.ForceServerCodecV2(newServerCodec()),
+	}
+	srv.GRPC = grpc.NewServer(append(common,
+		// Calls without a valid key are refused from their headers,
+		// before their message is read (admission.go).
+		grpc.InTapHandle(srv.admitTap),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		// --idle-timeout: a connection without a call for that long is
+		// sent GOAWAY and closed (0: never).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+		grpc.ConnectionTimeout(handshakeTimeout(cfg.HandshakeTimeout)),
+	)...)
+	srv.inProcess = grpc.NewServer(common...)
 
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(network, hs)
+	// Every service of the contract is served three times: to the network,
+	// to the gateway's in-process streams and by the in-process connection
+	// the gateway uses for unary calls. On the servers, every service
+	// (health and reflection too) refuses the request messages the codec
+	// could not decode (decode.go).
+	network, inProcess := decodeRegistrar{server: srv.GRPC}, decodeRegistrar{server: srv.inProcess}
+	srv.Local = newLocalConn(unary)
+	all := registrars{network, inProcess, srv.Local}
+	if err := registerServices(all, []any{
+		documentService{},
+		folderService{},
+		canvasService{},
+		scriptService{timeout: cfg.ScriptTimeout},
+		keyService{store: cfg.Keys},
+		clientService{worlds: cfg.Worlds},
+		newEventService(cfg.Events),
+		ticketService{tickets: chain.Tickets},
+		newCombatService(cfg.Dice),
+		newFileService(cfg.DataDir, cfg.MaxUploadBytes),
+		newDnd5eService(cfg.Dice),
+	}); err != nil {
+		return nil, err
+	}
+
+	srv.Health = health.NewServer()
+	for _, reg := range []grpc.ServiceRegistrar{network, inProcess} {
+		healthpb.RegisterHealthServer(reg, srv.Health)
+	}
 	reflection.Register(network)
-	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}, nil
+	return srv, nil
+}
+
+// maxConcurrentStreams is how many calls one network gRPC connection may
+// have open at once: net/http's default for HTTP/2, which bounded gRPC
+// connections when they went through it.
+const maxConcurrentStreams = 250
+
+// handshakeTimeout is the gRPC transport's handshake time-out for a
+// setting: grpc-go's own default (120 s) for 0.
+func handshakeTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 120 * time.Second
+	}
+	return d
+}
+
+// registerServices registers, for every service of the contract
+// (contract.Services), the one implementation among impls that satisfies
+// its generated server interface. A service without an implementation, or
+// an implementation of no listed service, is an error: the list of services
+// is written once, in package contract.
+func registerServices(reg grpc.ServiceRegistrar, impls []any) error {
+	used := make([]bool, len(impls))
+	for _, svc := range contract.Services {
+		iface := reflect.TypeOf(svc.Desc.HandlerType).Elem()
+		found := -1
+		for i, impl := range impls {
+			if reflect.TypeOf(impl).Implements(iface) {
+				if found >= 0 {
+					return fmt.Errorf("server: %T and %T both implement %s", impls[found], impl, svc.Name())
+				}
+				found = i
+			}
+		}
+		if found < 0 {
+			return fmt.Errorf("server: no implementation of %s", svc.Name())
+		}
+		used[found] = true
+		reg.RegisterService(svc.Desc, impls[found])
+	}
+	for i, ok := range used {
+		if !ok {
+			return fmt.Errorf("server: %T implements no service of the contract", impls[i])
+		}
+	}
+	return nil
+}
+
+// Serve serves gRPC callers from the network on lis, with grpc-go's own
+// HTTP/2 transport, until Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	return s.GRPC.Serve(lis)
+}
+
+// ServeInProcess serves the gateway's in-process connection on lis (an
+// in-memory listener), until Stop.
+func (s *Server) ServeInProcess(lis net.Listener) error {
+	return s.inProcess.Serve(lis)
 }
 
 // SetServing marks the relay (and each of its services) serving or not in
@@ -157,18 +255,20 @@ func (s *Server) SetServing(serving bool) {
 	}
 }
 
-// Stop stops the server gracefully, waiting at most for ctx.
+// Stop stops both servers gracefully, waiting at most for ctx.
 func (s *Server) Stop(ctx context.Context) {
 	s.Health.Shutdown()
 	done := make(chan struct{})
 	go func() {
 		s.GRPC.GracefulStop()
+		s.inProcess.GracefulStop()
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.GRPC.Stop()
+		s.inProcess.Stop()
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"relay/connroute"
 	"relay/gateway"
 	"relay/netlimit"
 	"relay/server"
@@ -37,7 +38,9 @@ import (
 
 // serveConfig is the configuration of `relay serve`.
 type serveConfig struct {
-	listen        string
+	listen string
+	// grpcListen, when set, is a second address that serves gRPC only.
+	grpcListen    string
 	dataDir       string
 	demo          bool
 	logFormat     string
@@ -83,7 +86,8 @@ type serveConfig struct {
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.listen, "listen", envOr("RELAY_LISTEN", "127.0.0.1:8080"), "address for REST, SSE and gRPC (h2c) `host:port` (RELAY_LISTEN)")
+	fs.StringVar(&c.listen, "listen", envOr("RELAY_LISTEN", "127.0.0.1:8080"), "address for REST, SSE and gRPC (h2c) `host:port`: each connection goes to gRPC's own transport or to the HTTP server by its first request (RELAY_LISTEN)")
+	fs.StringVar(&c.grpcListen, "grpc-listen", envOr("RELAY_GRPC_LISTEN", ""), "also serve gRPC (h2c) alone on this `host:port`, for clients and proxies that want a port of its own; off when empty (RELAY_GRPC_LISTEN)")
 	fs.StringVar(&c.dataDir, "data", envOr("RELAY_DATA", "./data"), "data `directory`: relay.db, admin.key and worlds/ (RELAY_DATA)")
 	fs.BoolVar(&c.demo, "demo", envBool("RELAY_DEMO", true), "create the demo world (clientId demo) when the data directory has no world (RELAY_DEMO)")
 	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
@@ -213,9 +217,12 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return r.close(shutdownCtx)
 }
 
-// relay is a running relay: its listener, servers and stores.
+// relay is a running relay: its listeners, servers and stores.
 type relay struct {
-	addr     string
+	addr string
+	// grpcAddr is the address of the gRPC-only port, when there is one.
+	grpcAddr string
+	router   *connroute.Router
 	http     *http.Server
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
@@ -309,6 +316,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
 		AuthFailures:   server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
 		Dice:           rolls,
+		// The network gRPC transport's share of the slow and idle client
+		// limits; the connection caps and the write stall guard apply to
+		// its connections through the listener.
+		IdleTimeout:      cfg.idleTimeout,
+		HandshakeTimeout: cfg.readHeaderTimeout,
 		Events: server.EventsConfig{
 			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
@@ -323,7 +335,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// way REST calls pass the same interceptors as gRPC calls, without a
 	// network hop.
 	r.inner = bufconn.Listen(1 << 20)
-	go func() { _ = r.grpc.GRPC.Serve(r.inner) }()
+	go func() { _ = r.grpc.ServeInProcess(r.inner) }()
 	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.inner.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -345,11 +357,21 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
 	}
 	r.addr = ln.Addr().String()
-	// Slow and idle clients: the listener caps the connections and bounds
-	// stalled writes, the body guard makes request bodies keep arriving,
-	// and the server's own time-outs bound headers and idle keep-alive
-	// connections. HTTP/2 (h2c) takes its idle time-out from the server
-	// too; its streams' bodies are guarded one by one.
+	var grpcOnly net.Listener
+	if cfg.grpcListen != "" {
+		if grpcOnly, err = net.Listen("tcp", cfg.grpcListen); err != nil {
+			_ = ln.Close()
+			return fail(fmt.Errorf("listen on %s: %w", cfg.grpcListen, err))
+		}
+		r.grpcAddr = grpcOnly.Addr().String()
+		ln = connroute.Join(ln, grpcOnly)
+	}
+	// Slow and idle clients: the listener caps the connections of both
+	// ports together and bounds stalled writes, the body guard makes REST
+	// request bodies keep arriving, and each server's own time-outs bound
+	// headers and idle keep-alive connections (for gRPC, see the
+	// server.Config above). HTTP/2 (h2c) takes its idle time-out from the
+	// server too; its streams' bodies are guarded one by one.
 	r.conns = netlimit.Listen(ln, netlimit.Config{
 		MaxConns:          cfg.maxConns,
 		MaxConnsPerIP:     cfg.maxConnsPerIP,
@@ -357,6 +379,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		NewRequestID:      ids.New,
 		Log:               log,
 	})
+	// Each connection of the shared port goes to gRPC's own transport or
+	// to the HTTP server by its first request (package connroute); those
+	// of the gRPC-only port go to gRPC unseen.
+	routeCfg := connroute.Config{HeaderTimeout: cfg.readHeaderTimeout, Log: log}
+	if grpcOnly != nil {
+		routeCfg.Direct = func(c net.Conn) bool { return connroute.SameAddr(c.LocalAddr(), grpcOnly.Addr()) }
+	}
+	r.router = connroute.New(r.conns, routeCfg)
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
 		Handler:           r.bodies.Wrap(splitGRPC(r.grpc, rest)),
@@ -365,20 +395,22 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	// gRPC clients speak HTTP/2 without TLS (h2c); REST clients HTTP/1.1 or
-	// h2c.
+	// REST clients speak HTTP/1.1 or HTTP/2 without TLS (h2c).
 	r.http.Protocols = new(http.Protocols)
 	r.http.Protocols.SetHTTP1(true)
 	r.http.Protocols.SetUnencryptedHTTP2(true)
-	go func() { r.served <- r.http.Serve(r.conns) }()
+	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
+	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
+	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir)
 	return r, nil
 }
 
-// splitGRPC sends gRPC requests to the gRPC server (server.Server's
+// splitGRPC sends the gRPC requests that reach the HTTP server (those of
+// an h2c connection whose first request was REST; the router gives every
+// other gRPC connection to the gRPC transport) to server.Server's
 // ServeHTTP, which admits a call from its headers and refuses an oversized
-// message, both before reading it) and everything else to the REST
+// message, both before reading it, and everything else to the REST
 // gateway.
 func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -404,6 +436,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
+	}
+	if r.router != nil {
+		_ = r.router.Close() // no new connections, on either port
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
