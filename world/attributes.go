@@ -49,6 +49,11 @@ func (e *Engine) ModifyAttribute(ctx context.Context, user *User, uuid, attribut
 		if err != nil {
 			return err
 		}
+		// The system's rules may have cleaned the value (hit points stop
+		// at 0): report what is stored.
+		if stored, ok := number(propertyOr(next, attribute)); ok {
+			res.NewValue = stored
+		}
 		return tx.before().checkWrite(user, r, doc, next)
 	})
 	if err != nil {

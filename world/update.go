@@ -112,7 +112,7 @@ func topField(key string) string {
 // collections, which a diff cannot touch, and every untouched object), so
 // that comparing the two versions, for stamps and events, costs only the
 // size of the diff.
-func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
+func applyDiff(t *docType, cur, diff Document, lim Limits, rules *systemRules) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
@@ -127,6 +127,13 @@ func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
 	// Dotted keys nest too: {"a.b.c": 1} is {"a": {"b": {"c": 1}}}.
 	if limit := lim.maxDepth(); depthOver(expanded, 1, limit) {
 		return nil, Errorf(ErrInvalid, "'data' nests deeper than the limit of %d levels once its dotted keys are expanded", limit)
+	}
+	typ, _ := expanded["type"].(string)
+	if typ == "" {
+		typ = str(cur["type"])
+	}
+	if err := rules.clean(t, typ, expanded); err != nil {
+		return nil, err
 	}
 	for k, v := range expanded {
 		switch field := topField(k); {

@@ -57,7 +57,7 @@ func FuzzApplyDiff(f *testing.F) {
 			t.Fatal(err)
 		}
 		before := Clone(cur)
-		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth})
+		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth}, nil)
 		if !reflect.DeepEqual(cur, before) {
 			t.Fatalf("applyDiff changed the current version:\n%v\nwas\n%v", cur, before)
 		}
