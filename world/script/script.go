@@ -210,7 +210,9 @@ func runIn(ctx context.Context, s *session, w World, user *world.User, script st
 
 	value, err := s.run(prg)
 	res = Result{Logs: s.logs, LogsTruncated: s.logsTruncated}
-	if err == nil && runCtx.Err() != nil {
+	// The clock as well as the context: a busy runtime may not have run
+	// the context's timer yet (a worker has one processor).
+	if err == nil && (runCtx.Err() != nil || !time.Now().Before(deadline)) {
 		err = errStopped
 	}
 	if err != nil {
