@@ -17,7 +17,7 @@ import (
 // WorkerEnv is the environment variable that marks a process started by a
 // [Pool] as a script worker; its value is the worker's memory budget in
 // bytes. It is internal to the pool: nothing else should set it.
-const WorkerEnv = "RELAY_SCRIPT_WORKER"
+const WorkerEnv = "RELAY_INTERNAL_SCRIPT_WORKER"
 
 // Exit codes of a worker.
 const (
