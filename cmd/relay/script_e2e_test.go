@@ -51,7 +51,7 @@ type scriptAttack struct {
 func scriptAttacks() []scriptAttack {
 	n := "4e5"
 	if scriptFull() {
-		n = "1e6"
+		n = "2e6"
 	}
 	return []scriptAttack{
 		{"huge repeat", `const parts = []; for (let i = 0; ; i++) parts.push("x".repeat(1 << 24) + i)`, 400, "memory"},

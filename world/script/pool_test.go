@@ -212,7 +212,7 @@ type scriptAttack struct {
 // scriptAttacks are the hostile scripts of the issue, sized for the test
 // budget (or full size with RELAY_SCRIPT_FULL=1).
 func scriptAttacks() []scriptAttack {
-	n := scaled("4e5", "1e6")
+	n := scaled("4e5", "2e6")
 	return []scriptAttack{
 		{"huge repeat", `const parts = []; for (let i = 0; ; i++) parts.push("x".repeat(1 << 24) + i)`, "memory"},
 		{"sort of a huge array", `const a = []; for (let i = 0; i < ` + n + `; i++) a.push((i * 7919) % 1000003); a.sort(); return a[0]`, "time"},
