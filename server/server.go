@@ -36,6 +36,10 @@ type Config struct {
 	Log *slog.Logger
 	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
 	ScriptTimeout time.Duration
+	// Scripts runs execute-js scripts (a *script.Pool); when nil,
+	// execute-js answers Unavailable rather than run scripts without their
+	// hard limits.
+	Scripts ScriptRunner
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
@@ -129,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
 	relayv1.RegisterCanvasServiceServer(both, canvasService{})
-	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
+	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts})
 	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))

@@ -33,6 +33,7 @@ import (
 	"relay/world/dice"
 	"relay/world/events"
 	"relay/world/files"
+	"relay/world/script"
 )
 
 // serveConfig is the configuration of `relay serve`.
@@ -45,6 +46,10 @@ type serveConfig struct {
 	nodeID        int
 	maxBodyBytes  int64 // a REST body or a gRPC message
 	scriptTimeout time.Duration
+	// scriptMemory and scriptWorkers configure the execute-js worker
+	// processes (0: the script package's defaults).
+	scriptMemory  int64
+	scriptWorkers int
 	// maxUploadBytes bounds an uploaded file (0: the server's default).
 	maxUploadBytes int64
 	// maxDocumentBytes and maxJSONDepth bound what the worlds store (0:
@@ -93,7 +98,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", world.DefaultMaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
 	fs.IntVar(&c.maxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", world.DefaultMaxDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
 	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
-	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
+	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script, which then gets 504; a script stuck inside a built-in has its worker process killed "+script.KillGrace.String()+" later (RELAY_SCRIPT_TIMEOUT)")
+	fs.Int64Var(&c.scriptMemory, "script-memory", int64(envInt("RELAY_SCRIPT_MEMORY", script.DefaultWorkerMemoryBytes)), "memory an execute-js script may use, in `bytes`: its worker process cannot grow past its start-up size plus this, and the script gets 400 (RELAY_SCRIPT_MEMORY)")
+	fs.IntVar(&c.scriptWorkers, "script-workers", envInt("RELAY_SCRIPT_WORKERS", script.DefaultWorkers), "how many execute-js `scripts` may run at once, each in a worker process of its own; more wait up to --script-timeout, then get 503 (RELAY_SCRIPT_WORKERS)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
 	fs.IntVar(&c.eventRingSize, "event-ring-size", envInt("RELAY_EVENT_RING_SIZE", events.DefaultRingSize), "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
 	fs.DurationVar(&c.eventCoalesce, "event-coalesce", envDuration("RELAY_EVENT_COALESCE", events.DefaultCoalesce), "how long events gather before they are fanned out, so each stream writes them together (RELAY_EVENT_COALESCE; 0: at once)")
@@ -225,6 +232,7 @@ type relay struct {
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
+	scripts  *script.Pool
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -289,6 +297,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		fmt.Fprintf(stdout, "Created the admin API key (every scope); it is shown only this once and saved in %s:\n%s\n", adminFile, plaintext)
 	}
 
+	if r.scripts, err = script.NewPool(script.PoolOptions{Workers: cfg.scriptWorkers, MemoryBytes: cfg.scriptMemory}); err != nil {
+		return fail(usageError{err.Error()})
+	}
+
 	ids := server.NewRequestIDs(cfg.nodeID, nil)
 	var rolls dice.Source // nil: the server rolls with real randomness
 	if cfg.diceSeed != 0 {
@@ -303,6 +315,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.maxBodyBytes),
+		Scripts:         r.scripts,
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
@@ -413,6 +426,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.conn != nil {
 		errs = append(errs, r.conn.Close())
+	}
+	if r.scripts != nil {
+		errs = append(errs, r.scripts.Close())
 	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())
