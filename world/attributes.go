@@ -7,8 +7,11 @@ import (
 )
 
 // ModifyAttribute adds delta to the number at a dotted attribute path of a
-// document (`system.attributes.hp.value`), without clamping: the increase
-// and decrease operations. The user needs OWNER; the permission error names
+// document (`system.attributes.hp.value`): the increase and decrease
+// operations. The world clamps nothing itself, but the write passes the
+// system's rules like any update (a fifth-edition actor's hit points stop
+// at 0, integers round; see systemRules), and NewValue is the value
+// stored. The user needs OWNER; the permission error names
 // the operation by the sign of delta ("increase attribute on", "decrease
 // attribute on"). A value that is not a number is ErrInvalid
 // `Attribute <path> is not a number, found: <type>`.

@@ -21,6 +21,12 @@ import (
 //     a `uuid` key (as returned by Get) is ignored;
 //   - a given `name` must be a non-empty string.
 //
+// In a world of a game system with rules for its data (fifth edition: a
+// character's or NPC's numbers, see systemRules), the values written are
+// cleaned and checked as the system's data model does, and a bad one
+// refuses the whole update naming the field; hit points raised from 0 or
+// below clear the death saves.
+//
 // The user needs OWNER. Changing `ownership` (in any form: `ownership`,
 // `ownership.<id>`, `-=ownership`) or `type` is for GMs only, on embedded
 // documents too, and a new `folder` must exist, hold the document's type
