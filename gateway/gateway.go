@@ -311,10 +311,12 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	if err == nil {
 		return true
 	}
-	if r.ContentLength != 0 {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// The body stays unread: closing the connection after the answer
 		// keeps the server from draining it first, which a caller that
-		// trickles its body could make last as long as it liked.
+		// trickles its body could make last as long as it liked. (Over
+		// HTTP/2 the stream is reset instead; the header would close the
+		// connection with every other stream on it.)
 		w.Header().Set("Connection", "close")
 	}
 	g.writeStatus(w, status.Convert(err), rt.operation, g.newRequestID(rt.operation))

@@ -26,9 +26,14 @@ import (
 // so neither side shares memory that the other changes. Streaming methods
 // are not served here (NewStream answers Unimplemented); callers use the
 // network connection for them.
+//
+// It does not bound the size of requests: the gateway bounds each REST body
+// in the encoding the caller sent (--max-body-bytes, the same limit as a
+// gRPC caller's message), and the same parameters as a protobuf message
+// may be larger (a JSON 1 is a 9-byte double), so a second bound here
+// would refuse requests within the limit.
 type LocalConn struct {
 	interceptor grpc.UnaryServerInterceptor
-	maxRecv     int
 
 	mu      sync.RWMutex
 	methods map[string]localMethod // by full method name, "/pkg.Service/Method"
@@ -44,13 +49,10 @@ var (
 	_ grpc.ServiceRegistrar    = (*LocalConn)(nil)
 )
 
-// newLocalConn returns a LocalConn that runs interceptor around every call
-// and refuses requests larger than maxRecv bytes as the network server
-// does.
-func newLocalConn(maxRecv int, interceptor grpc.UnaryServerInterceptor) *LocalConn {
+// newLocalConn returns a LocalConn that runs interceptor around every call.
+func newLocalConn(interceptor grpc.UnaryServerInterceptor) *LocalConn {
 	return &LocalConn{
 		interceptor: interceptor,
-		maxRecv:     maxRecv,
 		methods:     map[string]localMethod{},
 	}
 }
@@ -77,12 +79,6 @@ func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, 
 	if !ok {
 		return status.Errorf(codes.Internal, "local call %s: request %T is not a protobuf message", method, args)
 	}
-	if c.maxRecv > 0 {
-		if n := proto.Size(req); n > c.maxRecv {
-			return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, c.maxRecv)
-		}
-	}
-
 	// The server sees the caller's outgoing metadata as incoming, as it
 	// would after the network hop, and none of it as outgoing.
 	// FromOutgoingContext already returns a copy of its own.

@@ -36,7 +36,15 @@ type Config struct {
 	Log *slog.Logger
 	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
 	ScriptTimeout time.Duration
-	// MaxMessageBytes bounds a received message; 4 MiB when 0.
+	// Scripts runs execute-js scripts (a *script.Pool); when nil,
+	// execute-js answers Unavailable rather than run scripts without their
+	// hard limits.
+	Scripts ScriptRunner
+	// MaxMessageBytes bounds each message a gRPC caller sends, unary
+	// requests and every message of a client stream (an upload's chunks)
+	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
+	// with ResourceExhausted and the TOO_LARGE reason (HTTP 413), as the
+	// gateway refuses a REST body over the same limit.
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
@@ -57,6 +65,10 @@ type Config struct {
 	Dice dice.Source
 }
 
+// DefaultMaxMessageBytes is the request size limit when Config leaves it
+// 0: 1 MiB, the gateway's default body limit.
+const DefaultMaxMessageBytes = 1 << 20
+
 // Server is the relay's gRPC server with its health service.
 type Server struct {
 	GRPC   *grpc.Server
@@ -65,8 +77,10 @@ type Server struct {
 	// same interceptors (see LocalConn).
 	Local *LocalConn
 
-	chain        *Chain
-	authFailures *RateLimiter
+	chain           *Chain
+	authFailures    *RateLimiter
+	maxMessageBytes int
+	log             *slog.Logger
 }
 
 // New builds the gRPC server with every relay service, the interceptor
@@ -84,8 +98,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Dice == nil {
 		cfg.Dice = dice.NewRandom()
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = 4 << 20
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	policies, err := LoadPolicies()
 	if err != nil {
@@ -107,15 +121,19 @@ func New(cfg Config) (*Server, error) {
 		grpc.UnaryInterceptor(unary),
 		grpc.ChainStreamInterceptor(chain.Stream()...),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
 	// Every relay service is served twice: on the network server and on the
-	// in-process connection the gateway uses for unary calls.
-	local := newLocalConn(cfg.MaxMessageBytes, unary)
-	both := registrars{s, local}
+	// in-process connection the gateway uses for unary calls. On the
+	// network server, every service (health and reflection too) refuses
+	// the request messages the codec could not decode (decode.go).
+	network := decodeRegistrar{server: s}
+	local := newLocalConn(unary)
+	both := registrars{network, local}
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
 	relayv1.RegisterCanvasServiceServer(both, canvasService{})
-	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
+	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts})
 	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
@@ -125,9 +143,9 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(cfg.Dice))
 
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s, hs)
-	reflection.Register(s)
-	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures}, nil
+	healthpb.RegisterHealthServer(network, hs)
+	reflection.Register(network)
+	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}, nil
 }
 
 // SetServing marks the relay (and each of its services) serving or not in
