@@ -398,7 +398,10 @@ func TestLinkDisconnectAndReconnect(t *testing.T) {
 	waitFor(t, "the world to connect", func() bool { return hub.Online(clientID) })
 	errs := make(chan error, 3)
 	for range 3 {
-		go func() { _, err := hub.Call(ctx, clientID, "entity", json.RawMessage(`{"uuid":"Actor.x"}`)); errs <- err }()
+		go func() {
+			_, err := hub.Call(ctx, clientID, "entity", json.RawMessage(`{"uuid":"Actor.x"}`))
+			errs <- err
+		}()
 	}
 	for range 3 {
 		<-arrived
