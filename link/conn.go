@@ -130,8 +130,7 @@ func (c *Conn) call(ctx context.Context, requestType string, params any) (json.R
 	switch {
 	case c.closed:
 		c.mu.Unlock()
-		h.stats.failed.Add(1)
-		return nil, newCallError(ErrNotConnected, c.clientID, requestType, "")
+		return nil, errConnClosed
 	case len(c.pending) >= h.opts.MaxPending:
 		c.mu.Unlock()
 		h.stats.failed.Add(1)

@@ -216,12 +216,20 @@ func (h *Hub) Connected() []ConnInfo {
 // these errors is a *CallError.
 func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any) (json.RawMessage, error) {
 	h.stats.calls.Add(1)
-	c := h.conn(clientID)
-	if c == nil {
-		h.stats.failed.Add(1)
-		return nil, newCallError(ErrNotConnected, clientID, requestType, "")
+	// A connection found just as a newer one replaced it refuses the
+	// request before sending it; the newer one then takes it.
+	for range 2 {
+		c := h.conn(clientID)
+		if c == nil {
+			break
+		}
+		raw, err := c.call(ctx, requestType, params)
+		if !errors.Is(err, errConnClosed) {
+			return raw, err
+		}
 	}
-	return c.call(ctx, requestType, params)
+	h.stats.failed.Add(1)
+	return nil, newCallError(ErrNotConnected, clientID, requestType, "")
 }
 
 // nextRequestID returns a request id unique in this process.
@@ -329,8 +337,9 @@ func subscriptionMessage(channel string, count int) []byte {
 // errDuplicate refuses a connection while another live one serves the
 // world; errClosed one that arrives while the hub is closing.
 var (
-	errDuplicate = errors.New("Client ID already connected")
-	errClosed    = errors.New("Relay shutting down")
+	errDuplicate  = errors.New("Client ID already connected")
+	errConnClosed = errors.New("connection closed")
+	errClosed     = errors.New("Relay shutting down")
 )
 
 // attach makes c the world's connection. A connection from the same

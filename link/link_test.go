@@ -881,3 +881,50 @@ func (l *countLimiter) Blocked(addr string) (bool, time.Duration) {
 	defer l.mu.Unlock()
 	return l.used[addr] >= l.max, time.Minute
 }
+
+func TestSlowReaderIsCutOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *link.Config) {
+		c.Hub.ReplyTimeout = time.Minute
+		c.Hub.PingInterval = time.Minute // the write time-out must do it alone
+		c.Hub.WriteTimeout = 300 * time.Millisecond
+		c.Hub.SendQueue = 1 // raised to the smallest queue that works
+	})
+	tt := e.connected()
+	clientID, _ := tt.Credentials()
+	// The tabletop stops reading; the relay keeps sending megabyte
+	// requests until the socket's buffers are full and a write stalls.
+	tt.Freeze()
+	defer tt.Thaw()
+	big := map[string]string{"data": strings.Repeat("x", 1<<20)}
+	const n = 40
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := e.svc.Hub().Call(context.Background(), clientID, "upload-file", big)
+			errs <- err
+		}()
+	}
+	busy, gone := 0, 0
+	for range n {
+		select {
+		case err := <-errs:
+			switch {
+			case errors.Is(err, link.ErrBusy):
+				busy++
+			case errors.Is(err, link.ErrDisconnected), errors.Is(err, link.ErrNotConnected):
+				gone++
+			default:
+				t.Fatalf("request to a world that does not read: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request still waits on a world that does not read (reply time-out is a minute)")
+		}
+	}
+	if busy == 0 || gone == 0 {
+		t.Fatalf("%d refused as busy, %d failed with the connection; want some of each", busy, gone)
+	}
+	if e.svc.Hub().Online(clientID) {
+		t.Fatal("the world that does not read is still online")
+	}
+}
