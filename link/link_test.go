@@ -887,13 +887,17 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 	e := newEnv(t, func(c *link.Config) {
 		c.Hub.ReplyTimeout = time.Minute
 		c.Hub.PingInterval = time.Minute // the write time-out must do it alone
-		c.Hub.WriteTimeout = 300 * time.Millisecond
+		// Long enough for every request to be queued while the writer
+		// is stuck, so that the queue fills whatever the machine's pace.
+		c.Hub.WriteTimeout = 2 * time.Second
 		c.Hub.SendQueue = 1 // raised to the smallest queue that works
 	})
 	tt := e.connected()
 	clientID, _ := tt.Credentials()
-	// The tabletop stops reading; the relay keeps sending megabyte
-	// requests until the socket's buffers are full and a write stalls.
+	// The tabletop stops reading; the relay sends megabyte requests until
+	// the socket's buffers are full and a write stalls; then its queue
+	// fills, and further requests are refused at once; then the write
+	// time-out closes the connection, failing what was queued.
 	tt.Freeze()
 	defer tt.Thaw()
 	big := map[string]string{"data": strings.Repeat("x", 1<<20)}
