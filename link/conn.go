@@ -220,11 +220,14 @@ func (c *Conn) shut(code StatusCode, reason string) {
 	})
 }
 
-// run serves the connection until it closes: the writer and pinger in
-// their own goroutines, the reader in this one.
-func (c *Conn) run() {
+// start starts the writer and the pinger.
+func (c *Conn) start() {
 	go c.writeLoop()
 	go c.pingLoop()
+}
+
+// read serves the module's messages until the connection closes.
+func (c *Conn) read() {
 	c.ws.SetReadLimit(c.hub.opts.MaxMessageBytes)
 	for {
 		typ, data, err := c.ws.Read(c.ctx)

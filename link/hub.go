@@ -57,9 +57,11 @@ type HubOptions struct {
 	// reading goroutine: it must not block.
 	OnEvent func(clientID string, ev Event)
 	// OnConnect is called after a world authenticated and became the
-	// world's connection; OnDisconnect when the world has no connection
-	// any more. A connection replaced by a newer one of the same world
-	// causes no OnDisconnect.
+	// world's connection (it may call the world, but the connection's
+	// replies are read only once it returns: a callback that waits for one
+	// must do so in a goroutine); OnDisconnect when the world has no
+	// connection any more. A connection replaced by a newer one of the
+	// same world causes no OnDisconnect.
 	OnConnect    func(info ConnInfo)
 	OnDisconnect func(clientID string)
 	// Log receives connection events; discarded when nil.

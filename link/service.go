@@ -499,10 +499,13 @@ func (s *Service) serveRelay(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("linked world connected", "clientId", clientID, "addr", addr, "worldTitle", info.WorldTitle,
 		"systemId", info.SystemID, "foundryVersion", info.FoundryVersion)
+	// The writer runs before OnConnect, so that the callback may already
+	// call the world.
+	c.start()
 	if fn := s.hub.opts.OnConnect; fn != nil {
 		fn(c.Info())
 	}
-	c.run()
+	c.read()
 }
 
 // authenticate reads the auth message within the auth time-out and checks

@@ -91,16 +91,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		SystemID: *system, SystemVersion: "5.0.4", ServerFingerprint: st.ServerFingerprint,
 		Players: players, Log: log,
 	}
-	cfg.Handler = func(_ context.Context, req linktest.Request) (any, bool) {
-		switch req.Type {
-		case "world-info":
+	cfg.Handler = linktest.ByType(map[string]linktest.Handler{
+		"world-info": func(context.Context, linktest.Request) (any, bool) {
 			return map[string]any{"data": map[string]any{"id": *worldID, "title": *title, "system": *system, "foundryVersion": cfg.FoundryVersion}}, true
-		case "players":
+		},
+		"players": func(context.Context, linktest.Request) (any, bool) {
 			return map[string]any{"data": map[string]any{"users": players}}, true
-		}
-		log.Debug("no handler for request", "type", req.Type)
-		return nil, false
-	}
+		},
+	})
 	tt := linktest.New(cfg)
 	tt.SetCredentials(st.ClientID, st.Token)
 	if *code != "" {

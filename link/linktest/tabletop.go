@@ -47,6 +47,18 @@ func (r Request) Params(v any) error { return json.Unmarshal(r.Message, v) }
 // many are in flight at once; ctx ends when the connection does.
 type Handler func(ctx context.Context, req Request) (reply any, ok bool)
 
+// ByType returns a handler that answers each request type with its own
+// handler, and sends no reply to the other types, as the module does.
+func ByType(handlers map[string]Handler) Handler {
+	return func(ctx context.Context, req Request) (any, bool) {
+		h, ok := handlers[req.Type]
+		if !ok {
+			return nil, false
+		}
+		return h(ctx, req)
+	}
+}
+
 // Config describes a simulated tabletop.
 type Config struct {
 	// RelayURL is the relay's address: http(s)://host:port, or the
