@@ -899,7 +899,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 		c.Hub.WriteTimeout = 2 * time.Second
 		c.Hub.SendQueue = 1 // raised to the smallest queue that works
 	})
-	tt := e.connected()
+	tt := e.connected(func(c *linktest.Config) { c.ReadBuffer = 64 << 10 })
 	clientID, _ := tt.Credentials()
 	// The tabletop stops reading; the relay sends megabyte requests until
 	// the socket's buffers are full and a write stalls; then its queue
@@ -908,7 +908,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 	tt.Freeze()
 	defer tt.Thaw()
 	big := map[string]string{"data": strings.Repeat("x", 1<<20)}
-	const n = 40
+	const n = 30
 	errs := make(chan error, n)
 	for range n {
 		go func() {

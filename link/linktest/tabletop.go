@@ -92,6 +92,10 @@ type Config struct {
 	// (any 127.x.y.z works on a loopback relay): two tabletops with
 	// different ones look like two machines to the relay.
 	LocalAddr string
+	// ReadBuffer, when not 0, is the size of the tabletop's socket receive
+	// buffer in bytes (which also stops the system from growing it), so
+	// that a frozen tabletop backs the relay up after little data.
+	ReadBuffer int
 	// Log receives what the tabletop does; discarded when nil.
 	Log *slog.Logger
 }
@@ -149,6 +153,9 @@ func New(cfg Config) *Tabletop {
 			c, err := dialer.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
+			}
+			if tc, ok := c.(*net.TCPConn); ok && cfg.ReadBuffer > 0 {
+				_ = tc.SetReadBuffer(cfg.ReadBuffer)
 			}
 			return &gateConn{Conn: c, t: t, closed: make(chan struct{})}, nil
 		},
