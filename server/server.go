@@ -30,6 +30,9 @@ type Config struct {
 	}
 	// Worlds finds worlds.
 	Worlds Worlds
+	// Links pairs and unpairs linked worlds; the link service answers
+	// Unavailable when nil.
+	Links WorldLinks
 	// RequestIDs issues request ids; a random node number when nil.
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
@@ -136,6 +139,7 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts})
 	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
+	relayv1.RegisterLinkServiceServer(both, linkService{links: cfg.Links, now: time.Now})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
 	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
 	relayv1.RegisterCombatServiceServer(both, newCombatService(cfg.Dice))
