@@ -51,6 +51,7 @@ var Services = []Service{
 	{&relayv1.KeyService_ServiceDesc, bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient)},
 	{&relayv1.ClientService_ServiceDesc, bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient)},
 	{&relayv1.TicketService_ServiceDesc, bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient)},
+	{&relayv1.LinkService_ServiceDesc, bind(relayv1.RegisterLinkServiceHandlerClient, relayv1.NewLinkServiceClient)},
 }
 
 // bind pairs a service's generated REST registration with its client

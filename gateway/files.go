@@ -651,5 +651,19 @@ func readError(err error, msg string) error {
 	if status.Code(err) == codes.Canceled {
 		return err
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		code, slow := bodyReadFailure(err)
+		return withHTTPStatus(code, slow)
+	}
 	return withHTTPStatus(http.StatusBadRequest, msg)
+}
+
+// bodyReadFailure is the answer to a request body that could not be read:
+// 408 when it came too slowly (the connection's read deadline passed: see
+// package netlimit), else 400.
+func bodyReadFailure(err error) (int, string) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return http.StatusRequestTimeout, "Request body arrived too slowly"
+	}
+	return http.StatusBadRequest, "Could not read the request body"
 }

@@ -262,7 +262,8 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 					fmt.Sprintf("Request body too large: the limit is %d bytes", g.maxBody))
 				return
 			}
-			g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), "Could not read the request body")
+			code, msg := bodyReadFailure(err)
+			g.writeError(w, code, rt.operation, g.newRequestID(rt.operation), msg)
 			return
 		}
 	}

@@ -135,7 +135,7 @@ func (s dnd5eService) SkillCheck(ctx context.Context, req *relayv1.SkillCheckReq
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.SkillCheckResponse{ActorUuid: res.ActorUUID, Skill: req.GetSkill(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.SkillCheckResponse{ActorUuid: res.ActorUUID, Skill: req.GetSkill(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (s dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveRequest) (*relayv1.AbilitySaveResponse, error) {
@@ -147,7 +147,7 @@ func (s dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveR
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.AbilitySaveResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.AbilitySaveResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (s dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityCheckRequest) (*relayv1.AbilityCheckResponse, error) {
@@ -159,7 +159,7 @@ func (s dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityChec
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.AbilityCheckResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.AbilityCheckResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (s dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveRequest) (*relayv1.DeathSaveResponse, error) {
@@ -173,7 +173,7 @@ func (s dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveReque
 	return &relayv1.DeathSaveResponse{
 		ActorUuid: res.ActorUUID, Total: int32(res.Total), Formula: res.Formula, Result: res.Result,
 		DeathSaves: &relayv1.DeathSaves{Success: int32(res.Successes), Failure: int32(res.Failures)},
-		Success:    res.Success, Stable: res.Stable, Dead: res.Dead,
+		Success:    res.Success, Stable: res.Stable, Dead: res.Dead, RollMode: rollMode(res.Mode),
 	}, nil
 }
 
@@ -231,6 +231,7 @@ func (s dnd5eService) ConcentrationSave(ctx context.Context, req *relayv1.Concen
 	}
 	return &relayv1.ConcentrationSaveResponse{
 		ActorUuid: res.ActorUUID, Dc: int32(res.DC), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, Maintained: res.Maintained,
+		RollMode: rollMode(res.Mode),
 	}, nil
 }
 
@@ -317,6 +318,11 @@ func (s dnd5eService) PrepareSpell(ctx context.Context, req *relayv1.PrepareSpel
 	return &relayv1.PrepareSpellResponse{ActorUuid: res.ActorUUID, SpellUuid: res.SpellUUID, SpellName: res.SpellName, Prepared: res.Prepared}, nil
 }
 
+// rollMode is a d20 roll's mode in the response.
+func rollMode(m dnd5e.RollMode) *relayv1.RollMode {
+	return &relayv1.RollMode{Mode: m.Mode, Advantage: m.Advantage, Disadvantage: m.Disadvantage, Override: m.Override}
+}
+
 // useRequest is what the four use requests share.
 type useRequest interface {
 	GetActorUuid() string
@@ -332,13 +338,21 @@ type useFields struct {
 	res                                  dnd5e.UseResult
 }
 
-// runUse runs a use and serialises its result.
-func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useRequest) (useFields, error) {
+// runUse runs a use and serialises its result; slotLevel is use-spell's
+// (nil for the others and when not given).
+func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useRequest, slotLevel *int32) (useFields, error) {
 	call := CallFrom(ctx)
+	slot := 0
+	if slotLevel != nil {
+		if *slotLevel < 1 || *slotLevel > 9 {
+			return useFields{}, world.Errorf(world.ErrInvalid, "slotLevel must be a spell slot level from 1 to 9, got %d", *slotLevel)
+		}
+		slot = int(*slotLevel)
+	}
 	res, err := s.rules.Use(ctx, call.World, call.User, dnd5e.UseParams{
 		Kind: kind, ActorUUID: req.GetActorUuid(),
 		Ability:    dnd5e.ItemRef{UUID: req.GetAbilityUuid(), Name: req.GetAbilityName()},
-		TargetUUID: req.GetTargetUuid(), TargetName: req.GetTargetName(),
+		TargetUUID: req.GetTargetUuid(), TargetName: req.GetTargetName(), SlotLevel: slot,
 	})
 	if err != nil {
 		return useFields{}, err
@@ -346,8 +360,9 @@ func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useReq
 	out := useFields{res: res}
 	if res.Attack != nil {
 		if out.roll, err = toJSON(map[string]any{
-			"total": res.Attack.Total, "formula": res.Attack.Formula, "result": res.Attack.Result,
-			"isCritical": res.Attack.IsCritical, "isFumble": res.Attack.IsFumble, "dice": res.Attack.Dice,
+			"total": res.Attack.Total, "formula": res.Attack.Formula, "result": res.Attack.Result.Result,
+			"isCritical": res.Attack.IsCritical, "isFumble": res.Attack.IsFumble, "hit": res.Attack.Hit,
+			"rollMode": res.Attack.Mode, "dice": res.Attack.Dice,
 		}); err != nil {
 			return useFields{}, err
 		}
@@ -359,7 +374,7 @@ func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useReq
 			typ = d.Type
 		}
 		damage = append(damage, map[string]any{
-			"total": d.Total, "formula": d.Formula, "result": d.Result, "type": typ, "isCritical": d.IsCritical, "dice": d.Dice,
+			"total": d.Total, "formula": d.Formula, "result": d.Result.Result, "type": typ, "isCritical": d.IsCritical, "dice": d.Dice,
 		})
 	}
 	if out.damage, err = toJSON(damage); err != nil {
@@ -382,7 +397,7 @@ func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useReq
 }
 
 func (s dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityRequest) (*relayv1.UseAbilityResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseAbility, req)
+	f, err := s.runUse(ctx, dnd5e.UseAbility, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +406,7 @@ func (s dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityReq
 }
 
 func (s dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureRequest) (*relayv1.UseFeatureResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseFeature, req)
+	f, err := s.runUse(ctx, dnd5e.UseFeature, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +415,7 @@ func (s dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureReq
 }
 
 func (s dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest) (*relayv1.UseSpellResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseSpell, req)
+	f, err := s.runUse(ctx, dnd5e.UseSpell, req, req.SlotLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +424,7 @@ func (s dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest
 }
 
 func (s dnd5eService) UseItem(ctx context.Context, req *relayv1.UseItemRequest) (*relayv1.UseItemResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseItem, req)
+	f, err := s.runUse(ctx, dnd5e.UseItem, req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -34,12 +34,19 @@ type Config struct {
 	}
 	// Worlds finds worlds.
 	Worlds Worlds
+	// Links pairs and unpairs linked worlds; the link service answers
+	// Unavailable when nil.
+	Links WorldLinks
 	// RequestIDs issues request ids; a random node number when nil.
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
 	Log *slog.Logger
 	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
 	ScriptTimeout time.Duration
+	// Scripts runs execute-js scripts (a *script.Pool); when nil,
+	// execute-js answers Unavailable rather than run scripts without their
+	// hard limits.
+	Scripts ScriptRunner
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
@@ -164,9 +171,10 @@ func New(cfg Config) (*Server, error) {
 		documentService{},
 		folderService{},
 		canvasService{},
-		scriptService{timeout: cfg.ScriptTimeout},
+		scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts},
 		keyService{store: cfg.Keys},
 		clientService{worlds: cfg.Worlds},
+		linkService{links: cfg.Links, now: time.Now},
 		newEventService(cfg.Events),
 		ticketService{tickets: chain.Tickets},
 		newCombatService(cfg.Dice),

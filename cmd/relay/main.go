@@ -4,6 +4,8 @@
 //	relay serve [flags]             start the relay
 //	relay keys create|list|revoke   manage API keys of a running relay
 //	relay worlds list               list the worlds of a running relay
+//	relay worlds pair-code          create a code that links a real tabletop
+//	relay worlds unpair CLIENT_ID   unlink a linked world
 //
 // Every flag has a RELAY_* environment variable; `relay <command> -h` lists
 // them.
@@ -18,6 +20,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"relay/world/script"
 )
 
 const usage = `relay: an API in front of tabletop worlds
@@ -28,11 +32,18 @@ Usage:
   relay keys list [flags]       list API keys
   relay keys revoke [flags] ID  revoke an API key
   relay worlds list [flags]     list worlds
+  relay worlds pair-code [flags]
+                                create a one-time code that links a real tabletop
+  relay worlds unpair [flags] CLIENT_ID
+                                unlink a linked world (revoke its token)
 
 Run 'relay <command> -h' for the flags of a command.
 `
 
 func main() {
+	// A relay started as an execute-js worker serves its one script and
+	// exits here, before anything else runs (see script.Pool).
+	script.WorkerMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

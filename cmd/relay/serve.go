@@ -26,6 +26,7 @@ import (
 
 	"relay/connroute"
 	"relay/gateway"
+	"relay/link"
 	"relay/netlimit"
 	"relay/server"
 	"relay/server/keys"
@@ -34,6 +35,7 @@ import (
 	"relay/world/dice"
 	"relay/world/events"
 	"relay/world/files"
+	"relay/world/script"
 )
 
 // serveConfig is the configuration of `relay serve`.
@@ -48,6 +50,10 @@ type serveConfig struct {
 	nodeID        int
 	maxBodyBytes  int64 // a REST body or a gRPC message
 	scriptTimeout time.Duration
+	// scriptMemory and scriptWorkers configure the execute-js worker
+	// processes (0: the script package's defaults).
+	scriptMemory  int64
+	scriptWorkers int
 	// maxUploadBytes bounds an uploaded file (0: the server's default).
 	maxUploadBytes int64
 	// maxDocumentBytes and maxJSONDepth bound what the worlds store (0:
@@ -83,6 +89,16 @@ type serveConfig struct {
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
 	diceSeed uint64
+	// Linked worlds (package link): the relay's public address for the
+	// module, the socket's time-outs and bounds, and the pairing attempts
+	// one address may make a minute.
+	publicURL           string
+	linkAuthTimeout     time.Duration
+	linkReplyTimeout    time.Duration
+	linkPingInterval    time.Duration
+	linkMaxMessageBytes int64
+	linkMaxPending      int
+	pairRateLimit       int
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -97,7 +113,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", world.DefaultMaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
 	fs.IntVar(&c.maxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", world.DefaultMaxDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
 	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
-	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
+	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script, which then gets 504; a script stuck inside a built-in has its worker process killed "+script.KillGrace.String()+" later (RELAY_SCRIPT_TIMEOUT)")
+	fs.Int64Var(&c.scriptMemory, "script-memory", int64(envInt("RELAY_SCRIPT_MEMORY", script.DefaultWorkerMemoryBytes)), "memory an execute-js script may use, in `bytes`: its worker process cannot grow past its start-up size plus this, and the script gets 400 (RELAY_SCRIPT_MEMORY)")
+	fs.IntVar(&c.scriptWorkers, "script-workers", envInt("RELAY_SCRIPT_WORKERS", script.DefaultWorkers), "how many execute-js `scripts` may run at once, each in a worker process of its own; more wait up to --script-timeout, then get 503 (RELAY_SCRIPT_WORKERS)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
 	fs.IntVar(&c.eventRingSize, "event-ring-size", envInt("RELAY_EVENT_RING_SIZE", events.DefaultRingSize), "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
 	fs.DurationVar(&c.eventCoalesce, "event-coalesce", envDuration("RELAY_EVENT_COALESCE", events.DefaultCoalesce), "how long events gather before they are fanned out, so each stream writes them together (RELAY_EVENT_COALESCE; 0: at once)")
@@ -117,6 +135,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.writeStallTimeout, "write-stall-timeout", envDuration("RELAY_WRITE_STALL_TIMEOUT", netlimit.DefaultWriteStallTimeout), "longest a write to a client may make no progress (a client that stops reading its answer or event stream) before its connection is closed; 0 turns it off (RELAY_WRITE_STALL_TIMEOUT)")
 	fs.IntVar(&c.maxConns, "max-conns", envInt("RELAY_MAX_CONNS", netlimit.DefaultMaxConns()), "`connections` open at once, overall; more are refused at once with 503 and Retry-After; the default is three quarters of the process's open-file limit; 0 turns the cap off (RELAY_MAX_CONNS)")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", envInt("RELAY_MAX_CONNS_PER_IP", netlimit.DefaultMaxConnsPerIP), "`connections` open at once from one client address (an IPv4 address or an IPv6 /64); more are refused with 503 and Retry-After; behind a reverse proxy every client has the proxy's address: raise it or set 0 (off) there (RELAY_MAX_CONNS_PER_IP)")
+	fs.StringVar(&c.publicURL, "public-url", envOr("RELAY_PUBLIC_URL", ""), "the relay's address as tabletops reach it, such as https://relay.example.org; a pairing tells the module to connect to its /relay (wss://relay.example.org/relay); empty: the address the pairing request came to (set it behind a TLS proxy) (RELAY_PUBLIC_URL)")
+	fs.DurationVar(&c.linkAuthTimeout, "link-auth-timeout", envDuration("RELAY_LINK_AUTH_TIMEOUT", link.DefaultAuthTimeout), "time a tabletop has to send its auth message once its /relay socket is open; it is then closed with 4002 (RELAY_LINK_AUTH_TIMEOUT)")
+	fs.DurationVar(&c.linkReplyTimeout, "link-reply-timeout", envDuration("RELAY_LINK_REPLY_TIMEOUT", link.DefaultReplyTimeout), "time a linked world has to answer a request, which then gets 504 (RELAY_LINK_REPLY_TIMEOUT)")
+	fs.DurationVar(&c.linkPingInterval, "link-ping-interval", envDuration("RELAY_LINK_PING_INTERVAL", link.DefaultPingInterval), "how often the relay pings each linked world's socket; a ping without an answer within the interval closes the socket and fails its requests with 503 (RELAY_LINK_PING_INTERVAL)")
+	fs.Int64Var(&c.linkMaxMessageBytes, "link-max-message-bytes", int64(envInt("RELAY_LINK_MAX_MESSAGE_BYTES", link.DefaultMaxMessageBytes)), "largest message a linked world may send, in `bytes` (a downloaded file arrives as one message, in base64); a larger one closes its socket with 1009 (RELAY_LINK_MAX_MESSAGE_BYTES)")
+	fs.IntVar(&c.linkMaxPending, "link-max-pending", envInt("RELAY_LINK_MAX_PENDING", link.DefaultMaxPending), "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
+	fs.IntVar(&c.pairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", defaultPairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -232,6 +257,9 @@ type relay struct {
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
+	scripts  *script.Pool
+	links    *link.Service
+	linkDB   *link.SQLiteStore
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -296,25 +324,58 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		fmt.Fprintf(stdout, "Created the admin API key (every scope); it is shown only this once and saved in %s:\n%s\n", adminFile, plaintext)
 	}
 
+	if r.scripts, err = script.NewPool(script.PoolOptions{Workers: cfg.scriptWorkers, MemoryBytes: cfg.scriptMemory}); err != nil {
+		return fail(usageError{err.Error()})
+	}
+
 	ids := server.NewRequestIDs(cfg.nodeID, nil)
 	var rolls dice.Source // nil: the server rolls with real randomness
 	if cfg.diceSeed != 0 {
 		rolls = dice.NewSeeded(cfg.diceSeed)
 	}
+	// Failed authentications count against an address the same whether
+	// they presented an API key or a tabletop's connection token.
+	authFailures := server.NewRateLimiter(cfg.authFailureLimit, 0, nil)
+	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.dataDir, "relay.db")); err != nil {
+		return fail(fmt.Errorf("open linked worlds: %w", err))
+	}
+	if r.links, err = link.New(link.Config{
+		Store: r.linkDB,
+		// A new linked world never takes the id of an embedded one.
+		Taken: func(clientID string) bool {
+			ids, err := r.worlds.IDs(context.Background())
+			return err != nil || slices.Contains(ids, clientID)
+		},
+		PublicURL:    cfg.publicURL,
+		AuthTimeout:  cfg.linkAuthTimeout,
+		AuthFailures: authFailures,
+		PairAttempts: server.NewRateLimiter(cfg.pairRateLimit, 0, nil),
+		Hub: link.HubOptions{
+			ReplyTimeout:    cfg.linkReplyTimeout,
+			PingInterval:    cfg.linkPingInterval,
+			MaxMessageBytes: cfg.linkMaxMessageBytes,
+			MaxPending:      cfg.linkMaxPending,
+		},
+		Log: log,
+	}); err != nil {
+		return fail(usageError{err.Error()})
+	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          keyStore,
 		Worlds:        r.worlds,
+		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.scriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.maxBodyBytes),
+		Scripts:         r.scripts,
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir:        cfg.dataDir,
 		MaxUploadBytes: cfg.maxUploadBytes,
 		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
-		AuthFailures:   server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
+		AuthFailures:   authFailures,
 		Dice:           rolls,
 		// The network gRPC transport's share of the slow and idle client
 		// limits; the connection caps and the write stall guard apply to
@@ -389,7 +450,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.router = connroute.New(r.conns, routeCfg)
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(splitGRPC(r.grpc, rest)),
+		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, rest))),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -422,6 +483,38 @@ func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	})
 }
 
+// routeLinks sends the tabletop module's endpoints (`/relay`, `/auth/pair`,
+// `/api/self-unpair`, `/api/clients/{clientId}/active`) to the link
+// service and everything else on. They are not routes of the API's
+// contract: they authenticate by pairing code or connection token, never
+// by API key, so the gateway's admission must not see them.
+func routeLinks(links, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if link.Owns(r.URL.Path) {
+			links.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// worldLinks adapts the link service to what the server's link service
+// needs.
+type worldLinks struct{ s *link.Service }
+
+func (l worldLinks) CreatePairingCode(ctx context.Context, clientID, createdBy string) (server.PairingCode, error) {
+	code, c, err := l.s.CreatePairingCode(ctx, clientID, createdBy)
+	if err != nil {
+		return server.PairingCode{}, err
+	}
+	return server.PairingCode{Code: code, ClientID: c.ClientID, ExpiresAt: c.ExpiresAt}, nil
+}
+
+func (l worldLinks) Unpair(ctx context.Context, clientID string) (server.Unpaired, error) {
+	n, closed, err := l.s.Unpair(ctx, clientID)
+	return server.Unpaired{RevokedTokens: n, Disconnected: closed}, err
+}
+
 // close stops serving and closes the stores; later calls return the first
 // call's result.
 func (r *relay) close(ctx context.Context) error {
@@ -440,6 +533,12 @@ func (r *relay) shutdown(ctx context.Context) error {
 	if r.router != nil {
 		_ = r.router.Close() // no new connections, on either port
 	}
+	if r.links != nil {
+		// The sockets were hijacked from the HTTP server, which no longer
+		// sees them: close them first, so the modules reconnect later
+		// and their waiting requests fail now.
+		r.links.Close(ctx)
+	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
 	}
@@ -449,11 +548,17 @@ func (r *relay) shutdown(ctx context.Context) error {
 	if r.conn != nil {
 		errs = append(errs, r.conn.Close())
 	}
+	if r.scripts != nil {
+		errs = append(errs, r.scripts.Close())
+	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())
 	}
 	if r.keys != nil {
 		errs = append(errs, r.keys.Close())
+	}
+	if r.linkDB != nil {
+		errs = append(errs, r.linkDB.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -578,6 +683,11 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 	}
 	return slog.New(flushingHandler{Handler: h, buf: buf}), buf, nil
 }
+
+// defaultPairRateLimit is how many pairing attempts one address may make a
+// minute: a game master who mistypes a code a few times never meets it,
+// while guessing one of 887 million codes at this pace is hopeless.
+const defaultPairRateLimit = 10
 
 // serveGCPercent is the garbage collector's target when GOGC is not set.
 const serveGCPercent = 400

@@ -57,7 +57,7 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 			return list, false
 		}
 		if p.RollInitiative {
-			m.roll(v, added, func(world.Document) bool { return true })
+			m.roll(w, v, added, func(world.Document) bool { return true })
 		}
 		return list, true
 	})

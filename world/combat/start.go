@@ -69,7 +69,7 @@ func (m *Manager) Start(ctx context.Context, w world.World, user *world.User, p 
 			}
 		}
 		if p.RollAll || p.RollNPC {
-			m.roll(v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
+			m.roll(w, v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
 		}
 		for _, uuid := range combatUUIDs(v, func(doc world.Document) bool { return doc["active"] == true }) {
 			if _, err := tx.Update(uuid, world.Document{"active": false}); err != nil {

@@ -16,9 +16,13 @@ import (
 // RestParams are the parameters of a rest.
 type RestParams struct {
 	Actor ActorRef
-	// AutoHD spends hit dice on a short rest while hit points are below
-	// AutoHDThreshold (a fraction of maximum hit points, 0 to 1; nil means
-	// 0.5).
+	// AutoHD spends hit dice on a short rest, one at a time, while the
+	// hit points stay short of AutoHDThreshold, read two ways: from 0 to 1
+	// a fraction of the maximum (the relay's contract: spend while hit
+	// points are below that share), above 1 a number of missing hit points
+	// (the tabletop's: spend while hit points plus it are at most the
+	// maximum). Nil means the tabletop's default, 3 missing hit points. At
+	// exactly 1 both readings agree: spend while below the maximum.
 	AutoHD          bool
 	AutoHDThreshold *float64
 	// NewDay (long rests) also recovers what recovers daily, at dawn or at
@@ -118,11 +122,11 @@ func (s *rest) itemChange(id, path string, value any) {
 // size plus the constitution modifier, at least 0), resources and item
 // uses that recover on a short rest back to full, pact slots restored.
 func (r *Rules) ShortRest(ctx context.Context, w world.World, user *world.User, p RestParams) (RestResult, error) {
-	threshold := 0.5
+	threshold := float64(defaultAutoHDThreshold)
 	if p.AutoHDThreshold != nil {
 		threshold = *p.AutoHDThreshold
-		if math.IsNaN(threshold) || threshold < 0 || threshold > 1 {
-			return RestResult{}, world.Errorf(world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1")
+		if math.IsNaN(threshold) || math.IsInf(threshold, 0) || threshold < 0 {
+			return RestResult{}, world.Errorf(world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 		}
 	}
 	return r.rest(ctx, w, user, p.Actor, "perform a short rest on", func(s *rest) error {
@@ -148,8 +152,7 @@ func (r *Rules) LongRest(ctx context.Context, w world.World, user *world.User, p
 	newDay := p.NewDay == nil || *p.NewDay
 	return r.rest(ctx, w, user, p.Actor, "perform a long rest on", func(s *rest) error {
 		s.res.Type, s.res.LongRest, s.res.NewDay = "long", true, newDay
-		hp := obj(at(s.a.system, "attributes.hp"))
-		s.res.UpdateData["system.attributes.hp.value"] = numOr(hp["max"], 0)
+		s.res.UpdateData["system.attributes.hp.value"] = float64(s.a.maxHP())
 		s.res.UpdateData["system.attributes.hp.temp"] = 0.0
 		s.res.UpdateData["system.attributes.hp.tempmax"] = 0.0
 		classes := hitDice(s.a)
@@ -263,15 +266,27 @@ func (r *Rules) rest(ctx context.Context, w world.World, user *world.User, ref A
 	return out, nil
 }
 
-// spendHitDice rolls hit dice while hit points are below the threshold's
-// share of the maximum and dice remain, largest dice first.
+// defaultAutoHDThreshold is the system's default threshold of automatic
+// hit dice: spend them while 3 or more hit points are missing.
+const defaultAutoHDThreshold = 3.0
+
+// spendHitDice rolls hit dice, largest first, while dice remain and the
+// hit points stay short of the threshold (see RestParams.AutoHDThreshold).
+// Each die heals its roll plus the constitution modifier, never less than
+// 0: the system's `max(0, 1dN + @abilities.con.mod)`.
 func (s *rest) spendHitDice(threshold float64) error {
 	hp := obj(at(s.a.system, "attributes.hp"))
-	maxHP := numOr(hp["max"], 0) + numOr(hp["tempmax"], 0)
+	maxHP := float64(s.a.maxHP()) + numOr(hp["tempmax"], 0)
 	cur := s.hpBefore
+	short := func() bool {
+		if threshold <= 1 {
+			return cur < threshold*maxHP
+		}
+		return cur+threshold <= maxHP
+	}
 	for _, c := range hitDice(s.a) {
-		for c.spent < c.levels && cur < threshold*maxHP {
-			roll, err := s.a.evaluate("1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod", s.r.dice)
+		for c.spent < c.levels && short() {
+			roll, err := s.a.evaluate("max(0, 1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod)", s.r.dice)
 			if err != nil {
 				return diceError("hit die", err)
 			}
