@@ -48,6 +48,17 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, responses)}, nil
 }
 
+// receivePool is the gRPC servers' pool of buffers for what they read:
+// grpc-go's own kind of pool (it clears each buffer it hands out), with a
+// class for every power of two from 256 bytes to 4 MiB.
+var receivePool = func() mem.BufferPool {
+	pool, err := mem.NewBinaryTieredBufferPool(8, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22)
+	if err != nil {
+		panic(err)
+	}
+	return pool
+}()
+
 // responses is the pool of response buffers.
 var responses = &bufferPool{}
 

@@ -145,10 +145,18 @@ func newServerCodec() serverCodec {
 
 // Unmarshal decodes a message, marking it when it cannot.
 func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
 	m, ok := v.(proto.Message)
-	if err == nil || !ok {
-		return err
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	// A message that arrived in several pieces is put together in a buffer
+	// of receivePool (grpc-go's codec would take one of its default pool:
+	// 1 MiB, cleared, for anything over 32 KiB).
+	buf := data.MaterializeToBuffer(receivePool)
+	err := proto.Unmarshal(buf.ReadOnlyData(), m)
+	buf.Free()
+	if err == nil {
+		return nil
 	}
 	reason := undecodableMalformed
 	if strings.Contains(err.Error(), "recursion depth") {

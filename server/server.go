@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -146,6 +147,10 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainStreamInterceptor(chain.Stream()...),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.ForceServerCodecV2(newServerCodec()),
+		// Received messages (an upload's chunks of 32 KiB and more) go
+		// into buffers of finer classes than grpc-go's default pool, which
+		// jumps from 32 KiB to 1 MiB and clears each buffer it hands out.
+		experimental.BufferPool(receivePool),
 	}
 	srv.GRPC = grpc.NewServer(append(common,
 		// Calls without a valid key are refused from their headers,
