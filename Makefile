@@ -23,10 +23,15 @@ check-generate: generate ## fail when gen/ is not what proto/ generates
 		git status --porcelain -- gen proto >&2; exit 1; fi
 
 .PHONY: lint
-lint: ## gofmt, go vet
+lint: ## gofmt, go vet, staticcheck, deadcode
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	go vet ./...
+	go tool -modfile=tools/go.mod staticcheck ./...
+	@# deadcode reports functions that neither a program nor a test can
+	@# reach, but exits 0 either way.
+	@dead=$$(go tool -modfile=tools/go.mod deadcode -test ./...); \
+	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
 .PHONY: test
 test: lint check-generate ## every check and test (what CI runs)

@@ -29,9 +29,6 @@ const (
 // opNames are the operations a mix may hold, in report order.
 var opNames = []string{"get", "search", "update", "skill", "skillchat", "rest"}
 
-// writeOps are the operations that commit a transaction.
-var writeOps = map[string]bool{"update": true, "skillchat": true, "rest": true}
-
 // caller sends one request of an operation. seq numbers the caller's
 // requests, for values that vary. An error means the request did not
 // succeed (for a write: it was not acknowledged with 200).
