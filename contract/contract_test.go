@@ -21,7 +21,7 @@ func TestServicesAreTheContract(t *testing.T) {
 	})
 	var listed []string
 	for _, s := range Services {
-		listed = append(listed, s.Name())
+		listed = append(listed, s.ServiceName)
 	}
 	slices.Sort(generated)
 	sorted := slices.Sorted(slices.Values(listed))
@@ -34,33 +34,30 @@ func TestServicesAreTheContract(t *testing.T) {
 	}
 	for i, s := range Services {
 		sd := descriptors[i]
-		if string(sd.FullName()) != s.Name() {
-			t.Fatalf("descriptor %d is %s, want %s", i, sd.FullName(), s.Name())
-		}
-		if s.BindREST == nil {
-			t.Errorf("%s has no REST binding", s.Name())
+		if string(sd.FullName()) != s.ServiceName {
+			t.Fatalf("descriptor %d is %s, want %s", i, sd.FullName(), s.ServiceName)
 		}
 		var methods []string
-		for _, m := range s.Desc.Methods {
+		for _, m := range s.Methods {
 			methods = append(methods, m.MethodName)
 		}
-		for _, st := range s.Desc.Streams {
+		for _, st := range s.Streams {
 			methods = append(methods, st.StreamName)
 			md := sd.Methods().ByName(protoreflect.Name(st.StreamName))
 			if md == nil || md.IsStreamingClient() != st.ClientStreams || md.IsStreamingServer() != st.ServerStreams {
-				t.Errorf("%s/%s: the description's streaming does not match the descriptor", s.Name(), st.StreamName)
+				t.Errorf("%s/%s: the description's streaming does not match the descriptor", s.ServiceName, st.StreamName)
 			}
 		}
 		if len(methods) != sd.Methods().Len() {
-			t.Errorf("%s: %d methods described, %d declared", s.Name(), len(methods), sd.Methods().Len())
+			t.Errorf("%s: %d methods described, %d declared", s.ServiceName, len(methods), sd.Methods().Len())
 		}
 		for _, m := range methods {
 			if sd.Methods().ByName(protoreflect.Name(m)) == nil {
-				t.Errorf("%s: %s is described but not declared", s.Name(), m)
+				t.Errorf("%s: %s is described but not declared", s.ServiceName, m)
 			}
 		}
 		for j := range sd.Methods().Len() {
-			if md := sd.Methods().Get(j); FullMethodName(md) != "/"+s.Name()+"/"+string(md.Name()) {
+			if md := sd.Methods().Get(j); FullMethodName(md) != "/"+s.ServiceName+"/"+string(md.Name()) {
 				t.Errorf("FullMethodName(%s) = %s", md.FullName(), FullMethodName(md))
 			}
 		}

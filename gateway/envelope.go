@@ -176,11 +176,12 @@ func setRetryAfter(w http.ResponseWriter, st *status.Status) {
 	}
 }
 
-// handleRoutingError answers requests that match no route.
-func (g *gateway) handleRoutingError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
-	msg := "Not found: " + r.Method + " " + r.URL.Path
-	if code == http.StatusMethodNotAllowed {
-		msg = "Method not allowed: " + r.Method + " " + r.URL.Path
+// routingError answers a request that matches no route: 405 when the path
+// is a route's for another method, else 404.
+func (g *gateway) routingError(w http.ResponseWriter, r *http.Request) {
+	code, msg := http.StatusNotFound, "Not found: "+r.Method+" "+r.URL.Path
+	if g.routes.otherMethod(r.Method, r.URL.Path) {
+		code, msg = http.StatusMethodNotAllowed, "Method not allowed: "+r.Method+" "+r.URL.Path
 	}
 	g.writeError(w, code, wire.ErrorOperation, g.newRequestID(wire.ErrorOperation), msg)
 }

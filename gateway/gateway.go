@@ -1,38 +1,39 @@
-// Package gateway is the relay's HTTP side: REST on the documented paths
-// through grpc-gateway, the parameter merging that lets any parameter come in
-// the query string or the JSON body, the `{type, requestId, data}` envelope
-// and `{type, requestId, error}` error bodies, `/healthz` and
-// `/openapi.json`.
+// Package gateway is the relay's HTTP side: REST on the documented paths,
+// the parameter merging that lets any parameter come in the query string or
+// the JSON body, the `{type, requestId, data}` envelope and `{type,
+// requestId, error}` error bodies, the Server-Sent Events bridge, `/healthz`
+// and `/openapi.json`.
 //
-// Every REST call goes through the gRPC server's interceptor chain
-// (authentication, scopes, world and user resolution, policy), exactly as
-// for gRPC callers: unary calls through the server's in-process connection
-// (Options.Unary), which skips serialisation and the HTTP/2 transport,
-// streams through a real client connection. The gateway knows nothing of
-// worlds or keys.
+// A request finds its route in one table built from the contract's HTTP
+// rules (routes.go), in which no two patterns can match the same request,
+// so no order of registration decides anything. Its parameters are merged
+// and decoded by protojson into the RPC's request message (params.go), and
+// the RPC is called with grpc-gateway's runtime doing what its generated
+// handlers would (forwarded headers, metadata, the answer's envelope and
+// error body). Every REST call goes through the gRPC server's interceptor
+// chain (authentication, scopes, world and user resolution, policy),
+// exactly as for gRPC callers: unary calls through the server's in-process
+// connection (Options.Unary), streams through a real client connection.
+// The gateway knows nothing of worlds or keys.
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"iter"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"relay/contract"
 	"relay/gen/openapi"
 	"relay/wire"
 )
@@ -85,16 +86,12 @@ type Options struct {
 // limit.
 const DefaultMaxQueryBytes = 16 << 10
 
-// installQueryParser installs queryParser once: grpc-gateway keeps the query
-// parser in a package variable, so setting it per mux would race with the
-// requests of muxes already serving.
-var installQueryParser sync.Once
-
 // gateway holds the mux and what its hooks need.
 type gateway struct {
 	mux            *runtime.ServeMux
 	maxUpload      int64
 	conn           *grpc.ClientConn
+	unary          grpc.ClientConnInterface // carries unary calls
 	routes         *routeTable
 	newRequestID   func(string) string
 	maxBody        int64
@@ -145,7 +142,9 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		return nil, err
 	}
 	g.routes = routes
-	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
+	// The mux is grpc-gateway's machinery for the calls the gateway makes
+	// (callUnary): forwarded headers, metadata, the response's envelope,
+	// error bodies. It routes nothing: the route table does.
 	g.mux = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -154,51 +153,15 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		runtime.WithForwardResponseRewriter(g.wrapResponse),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithMetadata(invalidParamsMD),
-		runtime.WithRoutingErrorHandler(g.handleRoutingError),
-		runtime.WithDisablePathLengthFallback(),
 		// A length lets keep-alive clients read the body without chunked
 		// framing and saves the closing chunk's write.
 		runtime.WithWriteContentLength(),
 	)
-	var calls grpc.ClientConnInterface = conn
+	g.unary = conn
 	if opts.Unary != nil {
-		calls = splitConn{unary: opts.Unary, streams: conn}
-	}
-	if err := bindServices(ctx, g.mux, calls, slices.Backward(contract.Services)); err != nil {
-		return nil, err
+		g.unary = opts.Unary
 	}
 	return http.HandlerFunc(g.serveHTTP), nil
-}
-
-// bindServices registers the REST routes of services on the mux, in the
-// order given. Which route a request reaches does not depend on that
-// order: the gateway's route table decides (routes.go), and the mux, given
-// only the requests the table sends to an RPC, holds patterns of which
-// exactly one matches each of them. The order only decides which patterns
-// the mux tries first, one at a cost: New registers the contract's
-// services last to first, so that the first listed (documents, the
-// busiest) are tried first.
-func bindServices(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface, services iter.Seq2[int, contract.Service]) error {
-	for _, svc := range services {
-		if err := svc.BindREST(ctx, mux, conn); err != nil {
-			return fmt.Errorf("gateway: %s: %w", svc.Name(), err)
-		}
-	}
-	return nil
-}
-
-// splitConn sends unary calls one way and streams the other.
-type splitConn struct {
-	unary   grpc.ClientConnInterface
-	streams grpc.ClientConnInterface
-}
-
-func (c splitConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return c.unary.Invoke(ctx, method, args, reply, opts...)
-}
-
-func (c splitConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return c.streams.NewStream(ctx, desc, method, opts...)
 }
 
 // incomingHeader forwards the API key into gRPC metadata, and nothing else
@@ -237,18 +200,19 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rt == nil:
-		g.mux.ServeHTTP(w, r)
+		g.routingError(w, r)
 		return
 	case rt.own != nil:
 		rt.own(w, r)
 		return
 	case !g.admitted(w, r, rt):
 		return
-	case isEventStream(rt):
-		g.serveSubscribe(w, r, rt)
-		return
 	case isFileTransfer(rt):
 		g.serveFile(w, r, rt)
+		return
+	case rt.serverStreaming:
+		// The event streams, and any other server-streaming RPC.
+		g.serveSubscribe(w, r, rt)
 		return
 	}
 	var body []byte
@@ -267,44 +231,78 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fields, err := mergeFields(rt.input, body, r.URL.Query())
-	if err != nil {
-		var ctx context.Context
-		fields, ctx = deferParamError(r.Context(), err.Error(), body, r.URL.Query())
+	req := rt.request.New().Interface()
+	if err := decodeParams(req, body, r.URL.Query()); err != nil {
+		// The call still goes to the server, with only the parameters
+		// that choose its world and user (see deferParamError).
+		fields, ctx := deferParamError(r.Context(), err.Error(), body, r.URL.Query())
+		_ = decodeFields(req, fields)
 		r = r.WithContext(ctx)
 	}
-	switch {
-	case rt.serverStreaming:
-		g.serveEvents(w, r, rt, appendObject(nil, fields))
-		return
-	case rt.bodyStar:
-		merged := appendObject(nil, fields)
-		r.Body = io.NopCloser(bytes.NewReader(merged))
-		r.ContentLength = int64(len(merged))
-		r.Header.Set("Content-Type", "application/json")
-		r.URL.RawQuery = ""
-	default:
-		// The generated handler reads its parameters from r.Form, which
-		// ParseForm leaves alone once set: handing the merged fields over
-		// there saves writing them into the query and parsing them back.
-		r.Body = http.NoBody
-		r.ContentLength = 0
-		r.URL.RawQuery = ""
-		r.Form = formFields(fields)
-		r.PostForm = url.Values{}
+	// Path variables (`/keys/{id}`) win over parameters of the same name.
+	for name, value := range rt.pathVariables(r.URL.Path) {
+		if fd := req.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name)); fd != nil {
+			req.ProtoReflect().Set(fd, protoreflect.ValueOfString(value))
+		}
 	}
+	g.callUnary(w, r, rt, req)
+}
+
+// callUnary calls a unary RPC with its request and answers with the
+// envelope of its response, or the error body of its failure. It does what
+// grpc-gateway's generated handlers do, for every route at once: the
+// context carries the forwarded headers and the metadata annotators'
+// (runtime.AnnotateContext), and the mux's options write the answer.
+func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, req proto.Message) {
 	ctx, answer := withResponseBuffer(r.Context())
+	// The answer is written by the time this returns: its buffer can serve
+	// the next one.
+	defer answer.release()
 	if g.unaryTimeout > 0 {
 		// The deadline travels with the gRPC call: the server's handler
 		// sees it, and the call ends with DeadlineExceeded (504) when it
-		// passes. Streams and file transfers took other branches above.
+		// passes. Streams and file transfers took other branches.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.unaryTimeout)
 		defer cancel()
 	}
-	g.mux.ServeHTTP(w, r.WithContext(ctx))
-	// The answer is written: its buffer can serve the next one.
-	answer.release()
+	r = r.WithContext(ctx)
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, rt.fullMethod, runtime.WithHTTPPathPattern(rt.path))
+	if err != nil {
+		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		return
+	}
+	var md runtime.ServerMetadata
+	resp := rt.output.New().Interface()
+	err = g.unary.Invoke(ctx, rt.fullMethod, req, resp, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+	ctx = runtime.NewServerMetadataContext(ctx, md)
+	if err != nil {
+		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		return
+	}
+	var msg proto.Message = resp
+	if rt.responseBody != nil {
+		msg = responseBody{Message: resp, field: rt.responseBody}
+	}
+	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, msg, g.mux.GetForwardResponseOptions()...)
+}
+
+// responseBody is a response whose rule's response_body names one of its
+// fields: the envelope's data is that field (see wrapResponse).
+type responseBody struct {
+	proto.Message
+	field protoreflect.FieldDescriptor
+}
+
+// XXX_ResponseBody returns the field, as grpc-gateway's generated
+// response wrappers do: raw JSON bytes or a message.
+func (b responseBody) XXX_ResponseBody() any {
+	v := b.ProtoReflect().Get(b.field)
+	if b.field.Kind() == protoreflect.BytesKind {
+		return v.Bytes()
+	}
+	return v.Message().Interface()
 }
 
 // admitted runs the Admit hook for a request on a route, before anything of

@@ -25,12 +25,16 @@ type route struct {
 	fullMethod string   // `/relay.v1.DocumentService/GetDocument`
 	operation  string   // the policy's operation name
 	input      protoreflect.MessageDescriptor
+	request    protoreflect.MessageType
 	output     protoreflect.MessageType
-	bodyStar   bool // the rule reads the whole request message from the body
 	// serverStreaming RPCs go through the gateway's stream bridge.
 	serverStreaming bool
 	// clientStreaming RPCs (uploads) read their body themselves.
 	clientStreaming bool
+	// responseBody is the response field the rule's response_body names,
+	// which the envelope holds instead of the whole response; nil for the
+	// whole response.
+	responseBody protoreflect.FieldDescriptor
 	// own, for the gateway's own paths (no RPC), serves the request.
 	own http.HandlerFunc
 }
@@ -92,8 +96,9 @@ func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) error {
 			fullMethod:      full,
 			operation:       policy.GetOperation(),
 			input:           md.Input(),
-			output:          outputType(md),
-			bodyStar:        r.GetBody() == "*",
+			request:         messageType(md.Input()),
+			output:          messageType(md.Output()),
+			responseBody:    md.Output().Fields().ByName(protoreflect.Name(r.GetResponseBody())),
 			serverStreaming: md.IsStreamingServer(),
 			clientStreaming: md.IsStreamingClient(),
 		}
@@ -144,11 +149,11 @@ func overlap(a, b []string) bool {
 
 func isVariable(segment string) bool { return strings.HasPrefix(segment, "{") }
 
-// outputType returns the Go type of a method's response message.
-func outputType(md protoreflect.MethodDescriptor) protoreflect.MessageType {
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+// messageType returns the Go type of a message of the contract.
+func messageType(md protoreflect.MessageDescriptor) protoreflect.MessageType {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
 	if err != nil {
-		panic(fmt.Sprintf("gateway: response type of %s is not registered: %v", md.FullName(), err))
+		panic(fmt.Sprintf("gateway: message type %s is not registered: %v", md.FullName(), err))
 	}
 	return mt
 }
@@ -206,6 +211,32 @@ func segmentsMatch(pattern, segs []string) bool {
 		}
 	}
 	return true
+}
+
+// otherMethod reports whether a route of another HTTP method matches path.
+func (t *routeTable) otherMethod(method, path string) bool {
+	for m := range t.byMethod {
+		if m != method && t.match(m, path) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pathVariables returns the values a request's path gives the route's
+// variables, by variable name (`id` for `{id}`).
+func (rt *route) pathVariables(path string) map[string]string {
+	var vars map[string]string
+	segs := splitPath(path)
+	for i, s := range rt.segments {
+		if isVariable(s) && i < len(segs) {
+			if vars == nil {
+				vars = map[string]string{}
+			}
+			vars[strings.Trim(s, "{}")] = segs[i]
+		}
+	}
+	return vars
 }
 
 // operation returns the operation name of a full method, or "".

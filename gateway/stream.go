@@ -24,7 +24,9 @@ import (
 	"relay/wire"
 )
 
-// serveEvents bridges a server-streaming event RPC to Server-Sent Events.
+// serveStream bridges a server-streaming event RPC to Server-Sent Events,
+// with an optional stream ticket, forwarded as `x-stream-ticket` metadata
+// for the server's authentication step.
 //
 // It calls the RPC through the gateway's client connection, so every
 // interceptor runs, and waits for the stream's first message (the
@@ -34,12 +36,6 @@ import (
 // frame `id: <sequence>`, `event: <name>`, `data: <JSON>`, and a keepalive
 // comment is written when nothing else was for a while. The stream ends when
 // the caller goes away or the server ends it.
-func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route, params []byte) {
-	g.serveStream(w, r, rt, params, "")
-}
-
-// serveStream is serveEvents with an optional stream ticket, forwarded as
-// `x-stream-ticket` metadata for the server's authentication step.
 func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route, params []byte, ticket string) {
 	ctx, cancel := context.WithCancel(withInvalidParams(r.Context()))
 	defer cancel()

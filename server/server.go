@@ -219,21 +219,21 @@ func handshakeTimeout(d time.Duration) time.Duration {
 func registerServices(reg grpc.ServiceRegistrar, impls []any) error {
 	used := make([]bool, len(impls))
 	for _, svc := range contract.Services {
-		iface := reflect.TypeOf(svc.Desc.HandlerType).Elem()
+		iface := reflect.TypeOf(svc.HandlerType).Elem()
 		found := -1
 		for i, impl := range impls {
 			if reflect.TypeOf(impl).Implements(iface) {
 				if found >= 0 {
-					return fmt.Errorf("server: %T and %T both implement %s", impls[found], impl, svc.Name())
+					return fmt.Errorf("server: %T and %T both implement %s", impls[found], impl, svc.ServiceName)
 				}
 				found = i
 			}
 		}
 		if found < 0 {
-			return fmt.Errorf("server: no implementation of %s", svc.Name())
+			return fmt.Errorf("server: no implementation of %s", svc.ServiceName)
 		}
 		used[found] = true
-		reg.RegisterService(svc.Desc, impls[found])
+		reg.RegisterService(svc, impls[found])
 	}
 	for i, ok := range used {
 		if !ok {
