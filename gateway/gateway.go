@@ -239,7 +239,8 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = decodeFields(req, fields)
 		r = r.WithContext(ctx)
 	}
-	// Path variables (`/keys/{id}`) win over parameters of the same name.
+	// Path variables (`/keys/{id}`, string fields: see addMethod) win over
+	// parameters of the same name.
 	for name, value := range rt.pathVariables(r.URL.Path) {
 		if fd := req.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name)); fd != nil {
 			req.ProtoReflect().Set(fd, protoreflect.ValueOfString(value))

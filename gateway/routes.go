@@ -102,6 +102,11 @@ func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) error {
 			serverStreaming: md.IsStreamingServer(),
 			clientStreaming: md.IsStreamingClient(),
 		}
+		for _, s := range rt.segments {
+			if fd := md.Input().Fields().ByName(protoreflect.Name(strings.Trim(s, "{}"))); isVariable(s) && (fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList()) {
+				return fmt.Errorf("gateway: %s %s: the path variable %s is not a string field of %s", method, path, s, md.Input().FullName())
+			}
+		}
 		if err := t.add(rt); err != nil {
 			return err
 		}

@@ -89,6 +89,8 @@ type serveConfig struct {
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
 	diceSeed uint64
+	// gogc is the garbage collector's target percentage (Go's GOGC).
+	gogc int
 	// Linked worlds (package link): the relay's public address for the
 	// module, the socket's time-outs and bounds, and the pairing attempts
 	// one address may make a minute.
@@ -127,6 +129,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.authFailureLimit, "auth-failure-limit", envInt("RELAY_AUTH_FAILURE_LIMIT", server.DefaultAuthFailuresPerMinute), "`requests` per minute from one client address that may fail authentication (no, bad or revoked key) with 401; more get 429 with Retry-After; 0 turns the limit off (RELAY_AUTH_FAILURE_LIMIT)")
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
+	fs.IntVar(&c.gogc, "gogc", envInt("RELAY_GOGC", envInt("GOGC", defaultGOGC)), "the garbage collector's target `percent`: the heap may grow by this much of what it holds live before a collection (Go's GOGC, whose own default is 100); higher spends less CPU on collections for more memory; GOGC sets it too when RELAY_GOGC does not (RELAY_GOGC)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface within it); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
@@ -180,6 +183,8 @@ func (c *serveConfig) check() error {
 		}
 	}
 	switch {
+	case c.gogc < 1:
+		return fmt.Errorf("--gogc must be a positive percentage, not %d", c.gogc)
 	case c.maxBodyBytes < minBodyBytes:
 		return fmt.Errorf("--max-body-bytes must be at least %d", minBodyBytes)
 	case c.maxDocumentBytes < minDocumentBytes:
@@ -213,16 +218,13 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageError{err.Error()}
 	}
 	defer logBuf.Close()
-	if os.Getenv("GOGC") == "" {
-		// Every REST read allocates its response (a large actor is tens of
-		// kilobytes) while the live heap stays small, so the default
-		// target collects very often; each collection also shrinks the
-		// stacks of the connections' goroutines, which then grow again on
-		// their next request. Measured under relay-bench, a higher target
-		// removes most of both for a few more megabytes of memory. GOGC
-		// still overrides it.
-		debug.SetGCPercent(serveGCPercent)
-	}
+	// Every REST read allocates its answer (a large actor is tens of
+	// kilobytes) over a small live heap, so Go's default target collects
+	// very often, and each collection also shrinks the stacks of the
+	// connections' goroutines, which grow again on their next request.
+	// Measured under relay-bench, 400 takes about 15% of the CPU off each
+	// read, update and rest for a larger heap (README, Configuration).
+	debug.SetGCPercent(cfg.gogc)
 	r, err := startRelay(ctx, cfg, log, stdout)
 	if err != nil {
 		return err
@@ -689,8 +691,9 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 // while guessing one of 887 million codes at this pace is hopeless.
 const defaultPairRateLimit = 10
 
-// serveGCPercent is the garbage collector's target when GOGC is not set.
-const serveGCPercent = 400
+// defaultGOGC is the garbage collector's target when neither --gogc,
+// RELAY_GOGC nor GOGC sets one.
+const defaultGOGC = 400
 
 // logFlushInterval is how long Info lines may wait in the log buffer.
 const logFlushInterval = 50 * time.Millisecond

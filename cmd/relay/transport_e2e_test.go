@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -225,16 +226,30 @@ func TestGRPCListen(t *testing.T) {
 	}
 }
 
-// TestServeFlagsOfTransport: the flags of the transport are documented
-// with their variables.
+// TestServeFlagsOfTransport: the flags of the transport and of the
+// garbage collector are documented with their variables and defaults, and
+// a --gogc that is not a positive percentage is refused before anything
+// starts.
 func TestServeFlagsOfTransport(t *testing.T) {
+	t.Setenv("GOGC", "")
+	t.Setenv("RELAY_GOGC", "")
 	var help bytes.Buffer
 	if err := serveCommand(context.Background(), []string{"--help"}, io.Discard, &help); err == nil {
 		t.Fatal("--help did not stop the command")
 	}
-	for _, want := range []string{"-grpc-listen host:port", "(RELAY_GRPC_LISTEN)", "each connection goes to gRPC's own transport or to the HTTP server by its first request"} {
+	for _, want := range []string{
+		"-grpc-listen host:port", "(RELAY_GRPC_LISTEN)", "each connection goes to gRPC's own transport or to the HTTP server by its first request",
+		"-gogc percent", "(RELAY_GOGC) (default 400)",
+	} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("relay serve --help lacks %q", want)
+		}
+	}
+	for _, args := range [][]string{{"--gogc", "0"}, {"--gogc", "-5"}} {
+		err := serveCommand(context.Background(), append([]string{"--data", t.TempDir()}, args...), io.Discard, io.Discard)
+		var uerr usageError
+		if !errors.As(err, &uerr) || !strings.Contains(err.Error(), "--gogc must be a positive percentage") {
+			t.Errorf("serve %v: %v", args, err)
 		}
 	}
 }
