@@ -81,7 +81,7 @@ func (s *Server) admitTap(ctx context.Context, info *tap.Info) (context.Context,
 	if err := s.Admit(ctx, info.FullMethodName, creds, remote); err != nil {
 		return ctx, err
 	}
-	return ctx, nil
+	return withRecvGuard(ctx, s.recvAllowance), nil
 }
 
 // firstOf is the first value of a metadata key, or "".

@@ -196,7 +196,8 @@ func undecodable(v any) error {
 }
 
 // decodeRegistrar registers services on a gRPC server so that their
-// handlers refuse the messages serverCodec marked.
+// handlers refuse the messages serverCodec marked, and bound how long each
+// message may take to arrive (recvguard.go).
 type decodeRegistrar struct {
 	server *grpc.Server
 }
@@ -210,7 +211,7 @@ func (r decodeRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		handler := d.Methods[i].Handler
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			return handler(srv, ctx, func(m any) error {
-				if err := dec(m); err != nil {
+				if err := guardRecv(ctx, func() error { return dec(m) }); err != nil {
 					return err
 				}
 				return undecodable(m)
@@ -239,7 +240,7 @@ type decodeStream struct {
 }
 
 func (s decodeStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
+	if err := guardRecv(s.Context(), func() error { return s.ServerStream.RecvMsg(m) }); err != nil {
 		return err
 	}
 	return undecodable(m)

@@ -79,6 +79,13 @@ type Config struct {
 	// HandshakeTimeout bounds how long a new network gRPC connection may
 	// take to send its HTTP/2 preface; grpc-go's default (120 s) when 0.
 	HandshakeTimeout time.Duration
+	// RecvTimeout and RecvMinRate bound how long a network caller's
+	// message may take to arrive whole: RecvTimeout, plus the time
+	// MaxMessageBytes takes at RecvMinRate bytes a second (none when 0);
+	// a later message ends its call. No bound when RecvTimeout is 0 (see
+	// recvguard.go).
+	RecvTimeout time.Duration
+	RecvMinRate int
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -101,6 +108,7 @@ type Server struct {
 	// server's services and interceptors, without the network's admission
 	// step (the gateway admitted each REST call already) and time-outs.
 	inProcess       *grpc.Server
+	recvAllowance   time.Duration
 	chain           *Chain
 	authFailures    *RateLimiter
 	maxMessageBytes int
@@ -138,7 +146,8 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 	}
-	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}
+	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
+		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor serves both servers and the in-process
 	// connection, so all run the same steps in the same order.
 	unary := chainUnary(chain.Unary())

@@ -384,6 +384,8 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// its connections through the listener.
 		IdleTimeout:      cfg.idleTimeout,
 		HandshakeTimeout: cfg.readHeaderTimeout,
+		RecvTimeout:      cfg.bodyReadTimeout,
+		RecvMinRate:      cfg.bodyMinRate,
 		Events: server.EventsConfig{
 			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,

@@ -253,3 +253,88 @@ func TestServeFlagsOfTransport(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowGRPCMessages: on gRPC's own transport a message must arrive whole
+// within --body-read-timeout plus the time --max-body-bytes takes at
+// --body-min-rate; a caller that trickles one has its call ended with
+// DEADLINE_EXCEEDED while others are served; one that sends at a steady
+// pace is served.
+func TestSlowGRPCMessages(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) {
+		c.bodyReadTimeout = 500 * time.Millisecond
+		c.bodyMinRate = 64 << 10 // with 64 KiB messages: 1.5 s a message
+	})
+	const allowance = 1500 * time.Millisecond
+	trickled := func() (codes.Code, time.Duration) {
+		body, w := io.Pipe()
+		defer w.Close()
+		go func() {
+			if _, err := w.Write(binary.BigEndian.AppendUint32([]byte{0}, 1000)); err != nil {
+				return
+			}
+			for {
+				time.Sleep(200 * time.Millisecond)
+				if _, err := w.Write([]byte{0x0a}); err != nil {
+					return
+				}
+			}
+		}()
+		req, _ := http.NewRequest(http.MethodPost, tr.base+"/relay.v1.DocumentService/GetDocument", body)
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Te", "trailers")
+		req.Header.Set(wire.APIKeyHeader, tr.adminKey)
+		client := h2cClient()
+		defer client.CloseIdleConnections()
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("trickled call: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		fields := resp.Trailer
+		if resp.Header.Get("Grpc-Status") != "" {
+			fields = resp.Header // a status-only answer
+		}
+		code, err := strconv.Atoi(fields.Get("Grpc-Status"))
+		if err != nil {
+			t.Fatalf("trickled call: no status in %v %v", resp.Header, resp.Trailer)
+		}
+		return codes.Code(code), time.Since(start)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		code, took := trickled()
+		if code != codes.DeadlineExceeded || took < allowance/2 || took > allowance+5*time.Second {
+			t.Errorf("a trickled message: %v after %v (allowance %v)", code, took, allowance)
+		}
+	}()
+	// Meanwhile others are served at once.
+	conn, ctx := tr.grpcClient(t)
+	start := time.Now()
+	if _, err := relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID}); err != nil || time.Since(start) > time.Second {
+		t.Fatalf("beside a trickled call: %v after %v", err, time.Since(start))
+	}
+	<-done
+	// A steady upload, at twice the minimum rate, takes longer than the
+	// allowance of one message and is served: each chunk has its own.
+	data := bytes.Repeat([]byte("steady upload..."), (256<<10)/16)
+	up, err := relayv1.NewFileServiceClient(conn).UploadFile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&relayv1.UploadFileRequest{Path: "steady", Filename: "grpc.bin"}); err != nil {
+		t.Fatal(err)
+	}
+	for sent := 0; sent < len(data); sent += 16 << 10 {
+		if err := up.Send(&relayv1.UploadFileRequest{Chunk: data[sent : sent+16<<10]}); err != nil {
+			break
+		}
+		time.Sleep(125 * time.Millisecond)
+	}
+	if res, err := up.CloseAndRecv(); err != nil || res.GetSize() != float64(len(data)) {
+		t.Fatalf("a steady upload: %v %v", res, err)
+	}
+}
