@@ -166,6 +166,9 @@ func New(cfg Config) (*Server, error) {
 		// before their message is read (admission.go).
 		grpc.InTapHandle(srv.admitTap),
 		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		// The HTTP server's header limit (64 KiB), which bounded gRPC
+		// calls' headers too when they went through it.
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		// --idle-timeout: a connection without a call for that long is
 		// sent GOAWAY and closed (0: never).
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
@@ -205,6 +208,9 @@ func New(cfg Config) (*Server, error) {
 	reflection.Register(network)
 	return srv, nil
 }
+
+// maxHeaderListBytes bounds a network gRPC call's headers.
+const maxHeaderListBytes = 64 << 10
 
 // maxConcurrentStreams is how many calls one network gRPC connection may
 // have open at once: net/http's default for HTTP/2, which bounded gRPC

@@ -162,6 +162,15 @@ func TestGRPCAndRESTShareThePort(t *testing.T) {
 		if status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("a bad key: %v", err)
 		}
+		// Headers over the HTTP server's limit (64 KiB) are refused here
+		// too, and the connection goes on.
+		big := metadata.AppendToOutgoingContext(ctx, "x-padding", strings.Repeat("p", 70<<10))
+		if _, err := relayv1.NewDocumentServiceClient(conn).GetDocument(big, getAria); err == nil {
+			t.Fatal("a call with 70 KiB of headers was served")
+		}
+		if _, err := relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, getAria); err != nil {
+			t.Fatalf("after the oversized headers: %v", err)
+		}
 	})
 }
 
