@@ -4,6 +4,17 @@
 //
 // Services only translate between protobuf messages and world types; the
 // rules live in package world. The request flow is documented on [Chain].
+//
+// The services are those of contract.Services, each registered with the
+// implementation of its generated interface. [Server] serves them three
+// ways, all through the same interceptors: to the network on grpc-go's own
+// HTTP/2 transport ([Server.Serve]), where every call is admitted from its
+// headers before its message is read ([Server.Admit], run as the
+// transport's tap) and each message must arrive within an allowance
+// (recvguard.go); to the gateway's streams in process
+// ([Server.ServeInProcess]); and to the gateway's unary calls without a
+// transport ([LocalConn]). [Server.ServeHTTP] serves the gRPC calls that
+// reach the relay's HTTP server instead.
 package server
 
 import (
