@@ -127,10 +127,27 @@ func (s *eventService) serve(ctx context.Context, req events.Request, lastEventI
 		req.Resume, req.After = true, n
 	}
 	clientID := eng.Info().ClientID
-	release, err := s.limits.acquire(call.Key.ID, clientID)
+	// A stream opened with a stream ticket binds the ticket to itself and
+	// keeps it valid while it is open, so that a browser reconnects to
+	// this same stream with it after a drop (see Tickets).
+	ticketClosed := func() {}
+	if call.ticket != nil {
+		var userID string
+		if call.User != nil {
+			userID = call.User.ID
+		}
+		var err error
+		ticketClosed, err = call.ticket.Open(fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter))
+		if err != nil {
+			return err
+		}
+	}
+	limitsRelease, err := s.limits.acquire(call.Key.ID, clientID)
 	if err != nil {
+		ticketClosed()
 		return err
 	}
+	release := func() { limitsRelease(); ticketClosed() }
 	// Once handed off (see below), the subscription and the limits belong
 	// to the bridge that claimed them.
 	handedOff := false

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/world/events"
@@ -556,7 +557,7 @@ func TestEventKeepalivesAndRelease(t *testing.T) {
 func TestStreamTickets(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	key, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	key, keyID := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
 	noEvents, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read"}})
 	if r := tr.do("POST", "/stream-tickets", noEvents, nil, map[string]any{}); r.status != http.StatusForbidden {
 		t.Fatalf("ticket for a key without events:subscribe: %d %s", r.status, r.body)
@@ -574,14 +575,59 @@ func TestStreamTickets(t *testing.T) {
 	s.expect("connected")
 	tr.setHP(goblinUUID, 1) // the ticket acts as the key's user: Alice sees nothing of the goblin
 	tr.setHP(ariaUUID, 2)
-	if d := s.expect("actor-update")[0].json(t); d["actorUuid"] != ariaUUID {
+	first := s.expect("actor-update")[0]
+	if d := first.json(t); d["actorUuid"] != ariaUUID {
 		t.Fatalf("ticket stream got %v", d)
 	}
-	if r := tr.do("GET", "/actor/subscribe", "", q("ticket", ticket), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "Invalid or expired stream ticket" {
-		t.Fatalf("a used ticket: %d %s", r.status, r.body)
+	// The first stream binds the ticket: any other stream is refused, over
+	// SSE and over gRPC alike.
+	const otherStream = "This stream ticket belongs to another stream: a ticket reopens only the stream it was first used for (the same endpoint, world, user and filters); get a new ticket for this one"
+	for _, other := range []struct {
+		path  string
+		query url.Values
+	}{
+		{"/actor/subscribe", q("ticket", ticket, "actorUuid", ariaUUID)},
+		{"/encounters/subscribe", q("ticket", ticket)},
+		{"/hooks/subscribe", q("ticket", ticket)},
+		{"/scene/subscribe", q("ticket", ticket)},
+	} {
+		if r := tr.do("GET", other.path, "", other.query, nil); r.status != http.StatusUnauthorized || r.errorText(t) != otherStream {
+			t.Fatalf("the ticket on %s?%s: %d %s", other.path, other.query.Encode(), r.status, r.body)
+		}
 	}
-	if r := tr.do("GET", "/get", "", q("ticket", issue(), "uuid", ariaUUID), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key is required" {
-		t.Fatalf("a ticket outside the event streams: %d %s", r.status, r.body)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-stream-ticket", ticket))
+	defer cancel()
+	if st, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID}); err == nil {
+		if _, err = st.Recv(); status.Convert(err).Message() != otherStream {
+			t.Fatalf("the ticket on another stream over gRPC: %v", err)
+		}
+	}
+	// The same stream reconnects with it and resumes after its last event,
+	// even while the server still holds the first one open.
+	tr.setHP(ariaUUID, 3)
+	again := tr.openStream("/actor/subscribe", "", q("ticket", ticket), http.Header{"Last-Event-Id": {first.id}})
+	again.expect("connected")
+	if d := again.expect("actor-update")[0].json(t); d["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"] != 3.0 {
+		t.Fatalf("the reconnected stream resumed with %v", d)
+	}
+	s.close()
+	again.close()
+	// Closed, the stream can still reopen for a while...
+	tr.openStream("/actor/subscribe", "", q("ticket", ticket, "lastEventId", first.id), nil).expect("connected", "actor-update")
+	// ...but never once its key is revoked.
+	if r := tr.do("DELETE", "/keys/"+keyID, tr.adminKey, nil, nil); r.status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	if r := tr.do("GET", "/actor/subscribe", "", q("ticket", ticket), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key has been revoked" {
+		t.Fatalf("the ticket of a revoked key: %d %s", r.status, r.body)
+	}
+	other, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "other", Scopes: []string{"events:subscribe", "entity:read"}})
+	if r := tr.do("POST", "/stream-tickets", other, nil, map[string]any{}); r.status == http.StatusOK {
+		if r := tr.do("GET", "/get", "", q("ticket", r.data(t)["ticket"].(string), "uuid", ariaUUID), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key is required" {
+			t.Fatalf("a ticket outside the event streams: %d %s", r.status, r.body)
+		}
+	} else {
+		t.Fatalf("ticket: %d %s", r.status, r.body)
 	}
 }
 
