@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
+	"relay/console"
 	"relay/gateway"
 	"relay/link"
 	"relay/netlimit"
@@ -415,6 +416,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(err)
 	}
 
+	// The web console's static files sit beside the API, outside its
+	// admission: they hold nothing, and every call the console makes is an
+	// API call like any other.
+	web := rest
+	if cfg.console {
+		web = console.Handler(rest)
+	}
+
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
@@ -434,7 +443,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	})
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, rest))),
+		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
