@@ -291,6 +291,8 @@
 
   // renderKeyForm offers the scopes and worlds the signed-in key may grant.
   function renderKeyForm() {
+    // A key that acts as a user creates only keys acting as that user.
+    $("key-user").value = (state.self && state.self.scopedUserId) || "";
     const scopes = state.self ? state.self.scopes : ALL_SCOPES;
     $("key-scopes").replaceChildren(...scopes.map((s) =>
       el("label", {}, el("input", { type: "checkbox", name: "scope", value: s }), s)));
@@ -328,6 +330,7 @@
       $("new-key").textContent = data.key;
       $("new-key-box").hidden = false;
       $("key-form").reset();
+      renderKeyForm();
       await refreshKeys();
     } catch (e) {
       showError("key-error", e);
