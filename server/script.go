@@ -5,19 +5,24 @@ import (
 	"time"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/script"
+	"relay/world"
 )
 
-// scriptService implements relayv1.ScriptServiceServer with the embedded
-// JavaScript engine.
+// scriptService implements relayv1.ScriptServiceServer over the worlds'
+// scripts ([world.Scripts]).
 type scriptService struct {
 	relayv1.UnimplementedScriptServiceServer
+	// timeout is the relay's time limit of a script (--script-timeout),
+	// handed to the world with each script.
 	timeout time.Duration
 }
 
 func (s scriptService) ExecuteJs(ctx context.Context, req *relayv1.ExecuteJsRequest) (*relayv1.ExecuteJsResponse, error) {
-	call := CallFrom(ctx)
-	res, err := script.Run(ctx, call.World, call.User, req.GetScript(), script.Options{Timeout: s.timeout})
+	scripts, call, err := capability[world.Scripts](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := scripts.ExecuteJS(ctx, call.User, req.GetScript(), world.ScriptOptions{Timeout: s.timeout})
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/dice"
 )
 
 // Config wires a relay gRPC server.
@@ -28,22 +27,19 @@ type Config struct {
 		Authenticator
 		KeyAdmin
 	}
-	// Worlds finds worlds.
+	// Worlds resolves client ids to the worlds that serve them, whatever
+	// their kind: the services reach worlds only through it.
 	Worlds Worlds
 	// RequestIDs issues request ids; a random node number when nil.
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
 	Log *slog.Logger
-	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
+	// ScriptTimeout bounds execute-js scripts; the world's default when 0.
 	ScriptTimeout time.Duration
 	// MaxMessageBytes bounds a received message; 4 MiB when 0.
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
-	// DataDir is the data directory: each world's file area is
-	// `<DataDir>/worlds/<clientId>/files`. File calls answer Unavailable
-	// when it is empty.
-	DataDir string
 	// MaxUploadBytes bounds an uploaded file; DefaultMaxUploadBytes when 0.
 	MaxUploadBytes int64
 	// RateLimit limits each API key's requests (ratelimit.go); nil allows
@@ -52,9 +48,6 @@ type Config struct {
 	// AuthFailures limits, per client address, the calls that fail
 	// authentication (see [Server.Admit]); nil allows any number.
 	AuthFailures *RateLimiter
-	// Dice rolls for the ruleset and for initiative; nil rolls with the
-	// operating system's randomness (dice.NewRandom).
-	Dice dice.Source
 }
 
 // Server is the relay's gRPC server with its health service.
@@ -80,9 +73,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Dice == nil {
-		cfg.Dice = dice.NewRandom()
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 4 << 20
@@ -120,9 +110,9 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
 	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(both, newCombatService(cfg.Dice))
-	relayv1.RegisterFileServiceServer(both, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(cfg.Dice))
+	relayv1.RegisterCombatServiceServer(both, combatService{})
+	relayv1.RegisterFileServiceServer(both, newFileService(cfg.MaxUploadBytes))
+	relayv1.RegisterDnd5EServiceServer(both, dnd5eService{})
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(s, hs)

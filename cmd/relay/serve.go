@@ -33,6 +33,7 @@ import (
 	"relay/world"
 	"relay/world/demo"
 	"relay/world/dice"
+	"relay/world/embedded"
 	"relay/world/events"
 	"relay/world/files"
 )
@@ -222,20 +223,25 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if cfg.diceSeed != 0 {
 		rolls = dice.NewSeeded(cfg.diceSeed)
 	}
-	if r.grpc, err = server.New(server.Config{
-		Keys:          keyStore,
-		Worlds:        r.worlds,
-		RequestIDs:    ids,
-		Log:           log,
-		ScriptTimeout: cfg.scriptTimeout,
+	// The services reach the worlds through the registry of the embedded
+	// worlds: the engines of the data directory with the rules, the event
+	// hub and the file areas applied to them.
+	worlds := embedded.NewRegistry(r.worlds, embedded.Options{
 		// Each world's file area is <data>/worlds/<clientId>/files.
-		DataDir:        cfg.dataDir,
+		DataDir: cfg.dataDir,
+		Hub:     r.hub,
+		Dice:    rolls,
+	})
+	if r.grpc, err = server.New(server.Config{
+		Keys:           keyStore,
+		Worlds:         worlds,
+		RequestIDs:     ids,
+		Log:            log,
+		ScriptTimeout:  cfg.scriptTimeout,
 		MaxUploadBytes: cfg.maxUploadBytes,
 		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
 		AuthFailures:   server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
-		Dice:           rolls,
 		Events: server.EventsConfig{
-			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
 			QueueSize:          cfg.eventQueueSize,

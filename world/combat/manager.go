@@ -35,16 +35,6 @@ const (
 	defaultName     = "New Encounter"
 )
 
-// engineOf returns the engine behind a world: encounters need its
-// transactions.
-func engineOf(w world.World) (*world.Engine, error) {
-	eng, ok := w.(*world.Engine)
-	if !ok {
-		return nil, world.Errorf(world.ErrUnavailable, "Encounters are not available for world %s", w.Info().ClientID)
-	}
-	return eng, nil
-}
-
 // requireGM fails unless user is a GM, in the tabletop module's words.
 func requireGM(user *world.User, operation string) error {
 	if user.IsGM() {

@@ -41,24 +41,6 @@ func New(src dice.Source) *Rules {
 	return &Rules{dice: src}
 }
 
-// engine returns the world's engine: the rules need transactions, which
-// only a world held in this process offers.
-func engine(w world.World) (*world.Engine, error) {
-	e, ok := w.(*world.Engine)
-	if !ok {
-		return nil, world.Errorf(world.ErrUnavailable, "Ruleset operations need a world held by this relay")
-	}
-	return e, nil
-}
-
-// ActorRef names an actor: by uuid, else by name, else (with Selected) the
-// actor of the first selected token.
-type ActorRef struct {
-	UUID     string
-	Name     string
-	Selected bool
-}
-
 // resolveActor finds an actor in a view for user. A linked token's uuid
 // stands for its actor. By name and through the selection it finds only
 // actors the user can see (LIMITED or more): one they cannot see is not
@@ -155,12 +137,6 @@ func items(actor world.Document) []world.Document {
 // itemUUID is the uuid of an actor's item.
 func itemUUID(actorUUID string, item world.Document) string {
 	return actorUUID + ".Item." + str(item["_id"])
-}
-
-// ItemRef names an item of an actor by uuid or name.
-type ItemRef struct {
-	UUID string
-	Name string
 }
 
 // findItem finds an item of an actor by uuid (which must be the actor's) or

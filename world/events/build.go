@@ -11,14 +11,14 @@ import (
 
 // The channels events are published on: one per subscribe endpoint.
 const (
-	ChannelHooks  Channel = "hooks"
-	ChannelCombat Channel = "combat"
-	ChannelActor  Channel = "actor"
-	ChannelScene  Channel = "scene"
+	ChannelHooks  = world.ChannelHooks
+	ChannelCombat = world.ChannelCombat
+	ChannelActor  = world.ChannelActor
+	ChannelScene  = world.ChannelScene
 )
 
-// Channel names a stream of events.
-type Channel string
+// Channel names a stream of events: the world's [world.EventChannel].
+type Channel = world.EventChannel
 
 // event is one published event as the hub keeps it (in memory and, encoded,
 // in the world's journal): its payloads for each kind of reader and what

@@ -45,7 +45,7 @@ func openDemo(t *testing.T, dir string, opts events.Options) (*world.Engine, *ev
 		}
 	}
 	t.Cleanup(func() { hub.Close(); host.Close() })
-	return w.(*world.Engine), hub
+	return w, hub
 }
 
 func subscribe(t *testing.T, hub *events.Hub, e *world.Engine, req events.Request) *events.Subscription {

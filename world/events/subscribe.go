@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -12,13 +11,13 @@ import (
 	"relay/world"
 )
 
-// Errors that end a subscription.
+// Errors that end a subscription, the world's own.
 var (
 	// ErrOverflow reports a subscriber that fell more than its queue behind;
 	// it may resume from the last event it received.
-	ErrOverflow = errors.New("events: subscriber fell behind")
+	ErrOverflow = world.ErrSubscriberBehind
 	// ErrClosed reports that the hub was closed.
-	ErrClosed = errors.New("events: hub closed")
+	ErrClosed = world.ErrSubscriptionEnded
 )
 
 // Request describes a subscription.
@@ -59,11 +58,7 @@ type Event struct {
 // never had): the subscriber missed events and should reload what it
 // follows. Head is the sequence of the last event published; the stream
 // goes live after it.
-type Reset struct {
-	LastEventID uint64
-	Oldest      uint64 // the oldest sequence retained; 0 when none is
-	Head        uint64
-}
+type Reset = world.EventReset
 
 // Subscription is one subscriber's view of a world's events.
 type Subscription struct {

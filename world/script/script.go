@@ -83,6 +83,19 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// World is the part of a world that scripts use: the game.* calls and the
+// world's description.
+type World interface {
+	Info() world.Info
+	Users(ctx context.Context) ([]world.User, error)
+	Get(ctx context.Context, user *world.User, uuid string) (world.Document, error)
+	Update(ctx context.Context, user *world.User, uuid string, data world.Document) (world.Document, error)
+	Create(ctx context.Context, user *world.User, p world.CreateParams) (world.Document, error)
+	Delete(ctx context.Context, user *world.User, uuid string) error
+	Search(ctx context.Context, user *world.User, p world.SearchParams) ([]world.Document, error)
+	Structure(ctx context.Context, user *world.User, p world.StructureParams) (world.Document, error)
+}
+
 // Result is what a script produced.
 type Result struct {
 	// Value is the script's return value as a JSON value: nil, bool,
@@ -115,7 +128,7 @@ type Result struct {
 // The returned Result carries the console output collected so far even when
 // Run fails. Run returns only once the runtime has stopped; it starts no
 // goroutine that outlives it.
-func Run(ctx context.Context, w world.World, user *world.User, script string, opts Options) (res Result, err error) {
+func Run(ctx context.Context, w World, user *world.User, script string, opts Options) (res Result, err error) {
 	opts = opts.withDefaults()
 	if strings.TrimSpace(script) == "" {
 		return Result{}, world.Errorf(world.ErrInvalid, "Invalid script provided")
@@ -214,7 +227,7 @@ type session struct {
 	parent context.Context // the caller's context
 	ctx    context.Context // the run's context: parent plus the time limit
 	vm     *goja.Runtime
-	world  world.World
+	world  World
 	user   *world.User
 	opts   Options
 
