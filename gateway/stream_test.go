@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,9 +33,7 @@ func TestKeepaliveOnlyWhenQuiet(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
 	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop := sw.keepalive(ctx, 20*time.Millisecond)
+	stop := sw.keepalive(20 * time.Millisecond)
 	time.Sleep(110 * time.Millisecond)
 	stop()
 	sw.mu.Lock()

@@ -67,7 +67,7 @@ func TestLocalConnInvoke(t *testing.T) {
 			return handler(ctx, req)
 		}
 	}
-	c := newLocalConn(64, chainUnary([]grpc.UnaryServerInterceptor{trace("outer"), trace("inner")}))
+	c := newLocalConn(64, chainUnary([]grpc.UnaryServerInterceptor{trace("outer"), trace("inner")}), nil)
 	c.RegisterService(echoDesc, struct{}{})
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-test", "abc")
 
@@ -91,7 +91,7 @@ func TestLocalConnInvoke(t *testing.T) {
 }
 
 func TestLocalConnErrors(t *testing.T) {
-	c := newLocalConn(16, nil)
+	c := newLocalConn(16, nil, nil)
 	c.RegisterService(echoDesc, struct{}{})
 	ctx := context.Background()
 	for _, tc := range []struct {

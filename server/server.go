@@ -54,8 +54,9 @@ type Config struct {
 type Server struct {
 	GRPC   *grpc.Server
 	Health *health.Server
-	// Local calls the same services' unary methods in process, through the
-	// same interceptors (see LocalConn).
+	// Local calls the same services in process, unary calls and streams,
+	// through the same interceptors (see LocalConn): the gateway's one
+	// connection to the services.
 	Local *LocalConn
 
 	chain        *Chain
@@ -90,17 +91,18 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 	}
-	// One chained interceptor serves the network server and the in-process
-	// connection, so both run the same steps in the same order.
-	unary := chainUnary(chain.Unary())
+	// One chained interceptor of each kind serves the network server and
+	// the in-process connection, so both run the same steps in the same
+	// order.
+	unary, stream := chainUnary(chain.Unary()), chainStream(chain.Stream())
 	s := grpc.NewServer(
 		grpc.UnaryInterceptor(unary),
-		grpc.ChainStreamInterceptor(chain.Stream()...),
+		grpc.StreamInterceptor(stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 	)
-	// Every relay service is served twice: on the network server and on the
-	// in-process connection the gateway uses for unary calls.
-	local := newLocalConn(cfg.MaxMessageBytes, unary)
+	// Every service is served twice: on the network server and on the
+	// in-process connection that carries the gateway's calls.
+	local := newLocalConn(cfg.MaxMessageBytes, unary, stream)
 	both := registrars{s, local}
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
@@ -115,7 +117,7 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterDnd5EServiceServer(both, dnd5eService{})
 
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(s, hs)
+	healthpb.RegisterHealthServer(both, hs)
 	reflection.Register(s)
 	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures}, nil
 }

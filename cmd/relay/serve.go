@@ -21,10 +21,7 @@ import (
 	"time"
 
 	"golang.org/x/term"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
@@ -150,8 +147,6 @@ type relay struct {
 	addr     string
 	http     *http.Server
 	grpc     *server.Server
-	conn     *grpc.ClientConn
-	inner    *bufconn.Listener
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
@@ -249,21 +244,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}); err != nil {
 		return fail(err)
 	}
-	// The gateway makes unary calls through the server's in-process
-	// connection and opens streams through an in-memory listener: either
-	// way REST calls pass the same interceptors as gRPC calls, without a
-	// network hop.
-	r.inner = bufconn.Listen(1 << 20)
-	go func() { _ = r.grpc.GRPC.Serve(r.inner) }()
-	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.inner.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
-	if err != nil {
-		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
-	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local, SpoolDir: spoolDir,
+	// The gateway calls the services through the server's in-process
+	// connection, unary calls and streams alike: REST calls pass the same
+	// interceptors as gRPC calls, without a network hop.
+	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
 		}})
@@ -363,9 +348,6 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)
-	}
-	if r.conn != nil {
-		errs = append(errs, r.conn.Close())
 	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())

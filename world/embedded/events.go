@@ -26,22 +26,8 @@ func (w *World) Subscribe(ctx context.Context, user *world.User, req world.Event
 	if err != nil {
 		return nil, err
 	}
-	return subscription{sub}, nil
+	return sub, nil
 }
 
-// subscription presents a hub subscription as the world's.
-type subscription struct{ *events.Subscription }
-
-func (s subscription) Replay() []world.Event {
-	replay := s.Subscription.Replay()
-	out := make([]world.Event, len(replay))
-	for i, ev := range replay {
-		out[i] = world.Event{Seq: ev.Seq, Name: ev.Name, Data: ev.Data}
-	}
-	return out
-}
-
-func (s subscription) Next(ctx context.Context) (world.Event, error) {
-	ev, err := s.Subscription.Next(ctx)
-	return world.Event{Seq: ev.Seq, Name: ev.Name, Data: ev.Data}, err
-}
+// A hub subscription is a world's subscription as it is.
+var _ world.EventSubscription = (*events.Subscription)(nil)

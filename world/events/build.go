@@ -50,12 +50,9 @@ type event struct {
 	// without saying so (see event.loaded).
 	Format int `json:"v,omitempty"`
 
-	// frames are the encoded forms of the event, one per payload view,
-	// built once and shared by every subscriber of that view (see
-	// Event.Frame); variants are the payloads with parts removed for
-	// readers who may not see some of the embedded documents, each with
-	// its own frame (see event.variant).
-	frames   [numViews]frameCache
+	// variants are the payloads with parts removed for readers who may
+	// not see some of the embedded documents, each made once and shared
+	// by every reader who receives it (see event.variant).
 	vmu      sync.Mutex
 	variants map[variantKey]*variant
 }
