@@ -37,6 +37,9 @@ const (
 const (
 	// fileChunkBytes is the size of the chunks sent to the upload RPC.
 	fileChunkBytes = 256 << 10
+	// chunkOverhead is what a chunk's message adds to its bytes (the
+	// field's tag and length).
+	chunkOverhead = 16
 	// defaultMaxUpload is the upload limit assumed when none is configured
 	// (the server's own default).
 	defaultMaxUpload = 64 << 20
@@ -602,7 +605,7 @@ func (g *gateway) upload(ctx context.Context, cancel context.CancelFunc, meta *r
 	mds := func() []metadata.MD { return []metadata.MD{header, stream.Trailer()} }
 	sendErr := stream.Send(meta)
 	for sendErr == nil {
-		buf := make([]byte, fileChunkBytes) // a message may be read after Send returns: never reuse
+		buf := make([]byte, g.chunkBytes()) // a message may be read after Send returns: never reuse
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			sendErr = stream.Send(&relayv1.UploadFileRequest{Chunk: buf[:n]})
@@ -625,6 +628,14 @@ func (g *gateway) upload(ctx context.Context, cancel context.CancelFunc, meta *r
 	// with the answer.
 	resp, err := stream.CloseAndRecv()
 	return resp, mds(), err
+}
+
+// chunkBytes is the size of the chunks sent to the upload RPC:
+// fileChunkBytes, or less when the request size limit (MaxBodyBytes, which
+// the gRPC server applies to every message, upload chunks included) is
+// smaller.
+func (g *gateway) chunkBytes() int {
+	return int(max(min(fileChunkBytes, g.maxBody-chunkOverhead), 1))
 }
 
 // abort ends an upload call so that the server keeps nothing: it cancels
@@ -650,5 +661,19 @@ func readError(err error, msg string) error {
 	if status.Code(err) == codes.Canceled {
 		return err
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		code, slow := bodyReadFailure(err)
+		return withHTTPStatus(code, slow)
+	}
 	return withHTTPStatus(http.StatusBadRequest, msg)
+}
+
+// bodyReadFailure is the answer to a request body that could not be read:
+// 408 when it came too slowly (the connection's read deadline passed: see
+// package netlimit), else 400.
+func bodyReadFailure(err error) (int, string) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return http.StatusRequestTimeout, "Request body arrived too slowly"
+	}
+	return http.StatusBadRequest, "Could not read the request body"
 }

@@ -225,7 +225,8 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 					fmt.Sprintf("Request body too large: the limit is %d bytes", g.maxBody))
 				return
 			}
-			g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), "Could not read the request body")
+			code, msg := bodyReadFailure(err)
+			g.writeError(w, code, rt.operation, g.newRequestID(rt.operation), msg)
 			return
 		}
 	}
@@ -283,10 +284,12 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	if err == nil {
 		return true
 	}
-	if r.ContentLength != 0 {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// The body stays unread: closing the connection after the answer
 		// keeps the server from draining it first, which a caller that
-		// trickles its body could make last as long as it liked.
+		// trickles its body could make last as long as it liked. (Over
+		// HTTP/2 the stream is reset instead; the header would close the
+		// connection with every other stream on it.)
 		w.Header().Set("Connection", "close")
 	}
 	g.writeStatus(w, status.Convert(err), rt.operation, g.newRequestID(rt.operation))

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -44,6 +45,9 @@ func mergeParams(md protoreflect.MessageDescriptor, body []byte, query url.Value
 	return appendObject(nil, fields), nil
 }
 
+// jsonDecoderDepth is the nesting encoding/json refuses to decode.
+const jsonDecoderDepth = 10000
+
 // mergeFields is mergeParams before the object is written: each field's
 // JSON value by the field's JSON name.
 func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Values) (map[string]json.RawMessage, error) {
@@ -51,6 +55,12 @@ func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Value
 	if len(bytes.TrimSpace(body)) > 0 {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "exceeded max depth") {
+				// encoding/json's own bound; the worlds refuse values far
+				// shallower, with the limit and the parameter named.
+				return nil, paramErrorf("The request body nests deeper than %d levels", jsonDecoderDepth)
+			}
 			return nil, paramErrorf("The request body must be a JSON object")
 		}
 		for name, raw := range fields {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -48,6 +49,7 @@ func TestMergeParams(t *testing.T) {
 		{"object expected", update, `{"data":"x"}`, "", "", "'data' must be a JSON object"},
 		{"array expected", details, `{"details":"items"}`, "", "", "'details' must be an array"},
 		{"bad array in query", details, "", `details=["items"`, "", "'details' must be an array"},
+		{"past the decoder's depth", update, `{"data":{"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}}`, "", "", "The request body nests deeper than 10000 levels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

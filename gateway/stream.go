@@ -198,7 +198,8 @@ func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *rou
 		var err error
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 		if err != nil {
-			g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), "Could not read the request body")
+			code, msg := bodyReadFailure(err)
+			g.writeError(w, code, rt.operation, g.newRequestID(rt.operation), msg)
 			return
 		}
 	}

@@ -25,9 +25,10 @@ const (
 )
 
 // toStatus is the one place where errors become gRPC statuses. World and key
-// errors carry messages meant for callers and keep them; context errors keep
-// their codes; anything else is an internal error whose details are logged,
-// never shown.
+// errors carry messages meant for callers and keep them (a world error's
+// cause, which may name paths or SQL, is logged, never shown); context
+// errors keep their codes; anything else is an internal error whose details
+// are logged, never shown.
 func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	if err == nil {
 		return nil
@@ -37,6 +38,11 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	}
 	var werr *world.Error
 	if errors.As(err, &werr) {
+		if werr.Cause != nil {
+			// The cause may name paths or queries: the operator's to
+			// read, never the caller's.
+			log.ErrorContext(ctx, "world error", "error", werr.Msg, "cause", werr.Cause)
+		}
 		return worldStatus(werr)
 	}
 	switch {

@@ -29,10 +29,16 @@ import (
 // changed once sent (the gateway builds a fresh message for every call and
 // every chunk, and so do the services), so neither side shares memory that
 // the other changes.
+//
+// It does not bound the size of requests: the gateway bounds each REST body
+// in the encoding the caller sent (--max-body-bytes, the same limit as a
+// gRPC caller's message), and the same parameters as a protobuf message
+// may be larger (a JSON 1 is a 9-byte double), so a second bound here
+// would refuse requests within the limit; an upload's chunks are the
+// gateway's own, and the upload limit bounds the file.
 type LocalConn struct {
 	interceptor grpc.UnaryServerInterceptor
 	stream      grpc.StreamServerInterceptor
-	maxRecv     int
 
 	mu      sync.RWMutex
 	methods map[string]localMethod       // by full method name, "/pkg.Service/Method"
@@ -55,13 +61,11 @@ var (
 )
 
 // newLocalConn returns a LocalConn that runs unary around every unary call
-// and stream around every stream, and refuses received messages larger
-// than maxRecv bytes as the network server does.
-func newLocalConn(maxRecv int, unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor) *LocalConn {
+// and stream around every stream.
+func newLocalConn(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor) *LocalConn {
 	return &LocalConn{
 		interceptor: unary,
 		stream:      stream,
-		maxRecv:     maxRecv,
 		methods:     map[string]localMethod{},
 		streams:     map[string]localStreamMethod{},
 	}
@@ -92,12 +96,6 @@ func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, 
 	if !ok {
 		return status.Errorf(codes.Internal, "local call %s: request %T is not a protobuf message", method, args)
 	}
-	if c.maxRecv > 0 {
-		if n := proto.Size(req); n > c.maxRecv {
-			return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, c.maxRecv)
-		}
-	}
-
 	// The server sees the caller's outgoing metadata as incoming, as it
 	// would after the network hop, and none of it as outgoing.
 	// FromOutgoingContext already returns a copy of its own.

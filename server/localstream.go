@@ -36,12 +36,11 @@ func (c *LocalConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 	}
 	sctx, cancel := context.WithCancel(incoming(ctx))
 	ss := &localServerStream{
-		method:  method,
-		maxRecv: c.maxRecv,
-		up:      make(chan proto.Message, localWindow),
-		down:    make(chan proto.Message, localWindow),
-		ready:   make(chan struct{}),
-		cancel:  cancel,
+		method: method,
+		up:     make(chan proto.Message, localWindow),
+		down:   make(chan proto.Message, localWindow),
+		ready:  make(chan struct{}),
+		cancel: cancel,
 	}
 	ss.ctx = grpc.NewContextWithServerTransportStream(sctx, localTransport{ss})
 	cs := &localClientStream{ctx: ctx, server: ss, opts: opts}
@@ -74,10 +73,9 @@ func callStreamChain(interceptors []grpc.StreamServerInterceptor, i int, srv any
 
 // localServerStream is the server's side of a local stream.
 type localServerStream struct {
-	method  string
-	maxRecv int
-	ctx     context.Context
-	cancel  context.CancelFunc
+	method string
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// up carries the caller's messages to the handler and is closed by
 	// CloseSend; down carries the handler's messages to the caller and is
@@ -199,11 +197,6 @@ func (s *localServerStream) RecvMsg(m any) error {
 		}
 	case <-s.ctx.Done():
 		return status.FromContextError(s.ctx.Err()).Err()
-	}
-	if s.maxRecv > 0 {
-		if n := proto.Size(msg); n > s.maxRecv {
-			return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, s.maxRecv)
-		}
 	}
 	return receive(s.method, m, msg)
 }

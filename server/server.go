@@ -36,7 +36,11 @@ type Config struct {
 	Log *slog.Logger
 	// ScriptTimeout bounds execute-js scripts; the world's default when 0.
 	ScriptTimeout time.Duration
-	// MaxMessageBytes bounds a received message; 4 MiB when 0.
+	// MaxMessageBytes bounds each message a gRPC caller sends, unary
+	// requests and every message of a client stream (an upload's chunks)
+	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
+	// with ResourceExhausted and the TOO_LARGE reason (HTTP 413), as the
+	// gateway refuses a REST body over the same limit.
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
@@ -50,6 +54,10 @@ type Config struct {
 	AuthFailures *RateLimiter
 }
 
+// DefaultMaxMessageBytes is the request size limit when Config leaves it
+// 0: 1 MiB, the gateway's default body limit.
+const DefaultMaxMessageBytes = 1 << 20
+
 // Server is the relay's gRPC server with its health service.
 type Server struct {
 	GRPC   *grpc.Server
@@ -59,8 +67,10 @@ type Server struct {
 	// connection to the services.
 	Local *LocalConn
 
-	chain        *Chain
-	authFailures *RateLimiter
+	chain           *Chain
+	authFailures    *RateLimiter
+	maxMessageBytes int
+	log             *slog.Logger
 }
 
 // New builds the gRPC server with every relay service, the interceptor
@@ -75,8 +85,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = 4 << 20
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	policies, err := LoadPolicies()
 	if err != nil {
@@ -99,11 +109,15 @@ func New(cfg Config) (*Server, error) {
 		grpc.UnaryInterceptor(unary),
 		grpc.StreamInterceptor(stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
+		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
 	// Every service is served twice: on the network server and on the
-	// in-process connection that carries the gateway's calls.
-	local := newLocalConn(cfg.MaxMessageBytes, unary, stream)
-	both := registrars{s, local}
+	// in-process connection that carries the gateway's calls. On the
+	// network server, every service (health and reflection too) refuses
+	// the request messages the codec could not decode (decode.go).
+	network := decodeRegistrar{server: s}
+	local := newLocalConn(unary, stream)
+	both := registrars{network, local}
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
 	relayv1.RegisterCanvasServiceServer(both, canvasService{})
@@ -117,9 +131,11 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterDnd5EServiceServer(both, dnd5eService{})
 
 	hs := health.NewServer()
+	// The gateway's /healthz asks the health service over the in-process
+	// connection too.
 	healthpb.RegisterHealthServer(both, hs)
-	reflection.Register(s)
-	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures}, nil
+	reflection.Register(network)
+	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}, nil
 }
 
 // SetServing marks the relay (and each of its services) serving or not in

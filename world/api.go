@@ -241,4 +241,7 @@ type Options struct {
 	// the world's database, written in the same SQLite transaction (see
 	// journal.go). The event hub keeps its sequence and resume window there.
 	Journal Journal
+	// Limits bound the size and shape of what the world stores; the zero
+	// value takes the defaults.
+	Limits Limits
 }

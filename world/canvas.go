@@ -40,7 +40,7 @@ func (e *Engine) Select(ctx context.Context, user *User, p SelectParams) ([]stri
 	var match Document
 	if len(p.Match) > 0 {
 		var err error
-		if match, err = normalizeDoc("data", p.Match); err != nil {
+		if match, err = normalizeDoc("data", p.Match, e.limits); err != nil {
 			return nil, err
 		}
 	}

@@ -189,7 +189,7 @@ func (e *Engine) failGroup(group []*commitReq, cause error) {
 	if e.journal != nil {
 		e.journal.Abandon(e)
 	}
-	err := Errorf(ErrUnavailable, "Could not save changes to world %s: %v", e.info.ClientID, cause)
+	err := Wrapf(ErrUnavailable, cause, "Could not save changes to world %s", e.info.ClientID)
 	for _, req := range group {
 		req.err = err
 		if req.prepErr != nil {

@@ -29,6 +29,7 @@ type Engine struct {
 	newID    func() string
 	onCommit func([]Change)
 	journal  Journal
+	limits   Limits
 
 	store *store
 	// writer is the write lock: a token taken by the one writer at a time.
@@ -48,6 +49,9 @@ type Engine struct {
 	selection selection
 	json      jsonCache
 	embedded  embeddedJSON
+	// sizes, under the write lock, remembers the sizes of large documents
+	// for the document size limit (limits.go).
+	sizes map[docKey]sizeMemo
 	// onClose, set by the host, forgets the world once it is closed.
 	onClose func()
 }
@@ -79,6 +83,7 @@ func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]ma
 		newID:    opts.NewID,
 		onCommit: opts.OnCommit,
 		journal:  opts.Journal,
+		limits:   opts.Limits,
 		store:    st,
 		writer:   make(chan struct{}, 1),
 	}
@@ -240,7 +245,7 @@ func (e *Engine) Close() error {
 			e.onClose()
 		}
 		if err != nil {
-			e.closeErr = Errorf(ErrUnavailable, "Closing world %s: %v", e.info.ClientID, err)
+			e.closeErr = Wrapf(ErrUnavailable, err, "Closing world %s failed", e.info.ClientID)
 		}
 	})
 	return e.closeErr

@@ -38,8 +38,14 @@ var (
 type Error struct {
 	Kind error
 	Msg  string
+	// Cause, when set, is the failure behind the error: a file system or
+	// database error, which may name the server's paths, queries or other
+	// internals. It is for the server's log only; Msg, which callers see,
+	// never includes it (see [Wrapf]).
+	Cause error
 }
 
+// Error returns the message for the caller, without the cause.
 func (e *Error) Error() string { return e.Msg }
 
 // Unwrap returns the kind, so errors.Is(err, ErrNotFound) works.
@@ -48,4 +54,13 @@ func (e *Error) Unwrap() error { return e.Kind }
 // Errorf returns an [Error] of the given kind with a formatted message.
 func Errorf(kind error, format string, args ...any) error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Wrapf returns an [Error] of the given kind with a formatted message for
+// the caller and cause for the log. Use it wherever a failure of the
+// machinery (the file system, SQLite, an encoder) reaches a caller: the
+// message says what failed in the caller's terms, the cause says why, to
+// the operator only.
+func Wrapf(kind, cause error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...), Cause: cause}
 }

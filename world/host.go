@@ -168,7 +168,7 @@ func (h *Host) open(ctx context.Context, clientID string, w *hostWorld) (*Engine
 	// giving up must not fail it for the others.
 	e, err := openEngine(context.WithoutCancel(ctx), path, clientID, opts)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "World %s could not be opened: %v", clientID, err)
+		return nil, Wrapf(ErrUnavailable, err, "World %s could not be opened", clientID)
 	}
 	e.onClose = func() { h.forget(clientID, w) }
 	return e, nil
@@ -225,7 +225,7 @@ func (h *Host) Create(ctx context.Context, clientID string, seed Seed) (*Engine,
 func (h *Host) create(ctx context.Context, clientID string, seed Seed, w *hostWorld) (*Engine, error) {
 	tmp, err := os.MkdirTemp(h.dir, creatingPrefix+clientID+"-")
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not create world %s", clientID)
 	}
 	done := false
 	defer func() {
@@ -241,13 +241,13 @@ func (h *Host) create(ctx context.Context, clientID string, seed Seed, w *hostWo
 		if errors.Is(err, fs.ErrExist) {
 			return nil, Errorf(ErrConflict, "World already exists: %s", clientID)
 		}
-		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not create world %s", clientID)
 	}
 	done = true
 	h.forgetIDs()
 	// Make the rename itself durable before anyone relies on the world.
 	if err := syncDir(h.dir); err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not create world %s: %v", clientID, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not create world %s", clientID)
 	}
 	return h.open(ctx, clientID, w)
 }

@@ -2,6 +2,7 @@ package world
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -201,5 +202,11 @@ func TestHostRefusesDamagedDocuments(t *testing.T) {
 	}
 	defer h.Close()
 	_, err = h.World(ctx, "test")
-	wantError(t, err, ErrUnavailable, `World test could not be opened: reading Actor.Broken0000000001: "items" holds a document without a unique, well-formed _id`)
+	// The caller learns that the world cannot be opened; the operator's
+	// log gets why.
+	wantError(t, err, ErrUnavailable, `World test could not be opened`)
+	var werr *Error
+	if errors.As(err, &werr); werr.Cause == nil || werr.Cause.Error() != `reading Actor.Broken0000000001: "items" holds a document without a unique, well-formed _id` {
+		t.Fatalf("cause %v", werr.Cause)
+	}
 }

@@ -33,7 +33,7 @@ func (h *Host) IDs(ctx context.Context) ([]string, error) {
 func (h *Host) scanIDs() ([]string, error) {
 	entries, err := os.ReadDir(h.dir)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not read the worlds directory: %v", err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not read the worlds directory")
 	}
 	var ids []string
 	for _, e := range entries {

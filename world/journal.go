@@ -60,21 +60,21 @@ func (e *Engine) ReadJournal(ctx context.Context, from uint64, fn func(JournalRe
 	}
 	rows, err := e.store.db.QueryContext(ctx, "SELECT seq, data FROM journal WHERE seq >= ? ORDER BY seq", clampSeq(from))
 	if err != nil {
-		return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+		return Wrapf(ErrUnavailable, err, "Could not read the journal of world %s", e.info.ClientID)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var seq int64
 		var data []byte
 		if err := rows.Scan(&seq, &data); err != nil {
-			return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+			return Wrapf(ErrUnavailable, err, "Could not read the journal of world %s", e.info.ClientID)
 		}
 		if err := fn(JournalRecord{Seq: uint64(seq), Data: data}); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return Errorf(ErrUnavailable, "Could not read the journal of world %s: %v", e.info.ClientID, err)
+		return Wrapf(ErrUnavailable, err, "Could not read the journal of world %s", e.info.ClientID)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package world
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -51,32 +53,43 @@ func deepCopyMap(m map[string]any) map[string]any {
 // normalizeDoc turns a caller's document into a fresh one made only of JSON
 // values: integers become float64, typed maps and slices become
 // map[string]any and []any. Values JSON cannot carry (NaN, channels, ...)
-// are an error naming param.
-func normalizeDoc(param string, doc Document) (Document, error) {
-	v, err := normalize(doc)
+// are an error naming param, and so are the shapes the world refuses (see
+// [Limits]): nesting deeper than lim.MaxDepth levels and keys that
+// JavaScript gives a meaning to.
+func normalizeDoc(param string, doc Document, lim Limits) (Document, error) {
+	n := normalizer{param: param, maxDepth: lim.maxDepth()}
+	v, err := n.value(doc, 1)
 	if err != nil {
+		var werr *Error
+		if errors.As(err, &werr) {
+			return nil, err
+		}
 		return nil, Errorf(ErrInvalid, "'%s' must be JSON data: %v", param, err)
 	}
 	m, _ := v.(map[string]any)
 	return m, nil
 }
 
-// normalizeList normalizes every element of a list into a []any.
-func normalizeList[T any](xs []T) (any, error) {
-	out := make([]any, len(xs))
-	for i, e := range xs {
-		n, err := normalize(e)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = n
-	}
-	return out, nil
+// normalizer copies a caller's value into plain JSON values (see
+// normalizeDoc). path holds the keys and indexes from the root down to the
+// value being copied, for error messages.
+type normalizer struct {
+	param    string
+	maxDepth int
+	path     []pathStep
 }
 
-// normalize copies v into plain JSON values. The common types are handled
-// directly; anything else takes a trip through encoding/json.
-func normalize(v any) (any, error) {
+// pathStep is one step of a normalizer's path: an array index when index
+// is not negative, else a key.
+type pathStep struct {
+	key   string
+	index int
+}
+
+// value copies v, which sits at the given depth (the top-level document is
+// at depth 1). The common types are handled directly; anything else takes a
+// trip through encoding/json and is then copied as its JSON.
+func (n *normalizer) value(v any, depth int) (any, error) {
 	switch x := v.(type) {
 	case nil, bool, string:
 		return x, nil
@@ -86,7 +99,7 @@ func normalize(v any) (any, error) {
 		}
 		return x, nil
 	case float32:
-		return normalize(float64(x))
+		return n.value(float64(x), depth)
 	case int:
 		return float64(x), nil
 	case int32:
@@ -98,19 +111,27 @@ func normalize(v any) (any, error) {
 	case Level:
 		return float64(x), nil
 	case map[string]any:
+		if err := n.enter(depth); err != nil {
+			return nil, err
+		}
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			n, err := normalize(e)
+			n.path = append(n.path, pathStep{key: k, index: -1})
+			if refusedKey(k) {
+				return nil, n.keyError(k)
+			}
+			c, err := n.value(e, depth+1)
 			if err != nil {
 				return nil, err
 			}
-			out[k] = n
+			n.path = n.path[:len(n.path)-1]
+			out[k] = c
 		}
 		return out, nil
 	case []any:
-		return normalizeList(x)
+		return normalizeList(n, x, depth)
 	case []Document:
-		return normalizeList(x)
+		return normalizeList(n, x, depth)
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {
@@ -120,8 +141,75 @@ func normalize(v any) (any, error) {
 		if err := json.Unmarshal(b, &out); err != nil {
 			return nil, err
 		}
-		return out, nil
+		return n.value(out, depth)
 	}
+}
+
+// normalizeList copies every element of a list into a []any.
+func normalizeList[T any](n *normalizer, xs []T, depth int) (any, error) {
+	if err := n.enter(depth); err != nil {
+		return nil, err
+	}
+	out := make([]any, len(xs))
+	for i, e := range xs {
+		n.path = append(n.path, pathStep{index: i})
+		c, err := n.value(e, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		n.path = n.path[:len(n.path)-1]
+		out[i] = c
+	}
+	return out, nil
+}
+
+// enter fails when an object or array at depth is past the depth limit.
+func (n *normalizer) enter(depth int) error {
+	if depth > n.maxDepth {
+		return Errorf(ErrInvalid, "'%s' nests deeper than the limit of %d levels (at %s)", n.param, n.maxDepth, n.where())
+	}
+	return nil
+}
+
+// keyError refuses a key that JavaScript gives a meaning to.
+func (n *normalizer) keyError(k string) error {
+	return Errorf(ErrInvalid, "'%s' holds the key %q (at %s): keys named %s are refused", n.param, clip(k, maxKeyShown), n.where(), refusedKeyNames)
+}
+
+// Bounds of the paths and keys an error message shows: a caller's keys may
+// be long, and a message is not the place to echo them whole.
+const (
+	maxKeyShown  = 40
+	maxPathShown = 200
+)
+
+// where spells the path of the value being copied: `data.items.3.name`,
+// each key cut to maxKeyShown bytes and the whole to about maxPathShown,
+// keeping its start and its end.
+func (n *normalizer) where() string {
+	var b strings.Builder
+	b.WriteString(n.param)
+	for _, p := range n.path {
+		b.WriteByte('.')
+		if p.index >= 0 {
+			b.WriteString(strconv.Itoa(p.index))
+		} else {
+			b.WriteString(clip(p.key, maxKeyShown))
+		}
+	}
+	path := b.String()
+	if len(path) > maxPathShown {
+		path = strings.ToValidUTF8(path[:maxPathShown/2]+"..."+path[len(path)-maxPathShown/2:], "")
+	}
+	return path
+}
+
+// clip cuts s to at most limit bytes (and whole characters), marking the cut.
+func clip(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	return strings.ToValidUTF8(s[:limit], "") + "..."
 }
 
 // jsonError is an error normalize finds in a value.

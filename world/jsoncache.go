@@ -117,7 +117,7 @@ func (e *Engine) GetJSON(ctx context.Context, user *User, uuid string) ([]byte, 
 	}
 	raw, err := e.json.full(r.uuid, doc)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not serialise %s: %v", r.uuid, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not serialise %s", r.uuid)
 	}
 	return raw, nil
 }

@@ -138,12 +138,15 @@ func TestEncodeFull(t *testing.T) {
 }
 
 // FuzzEncodeJSON compares the fast encoder with encoding/json on decoded
-// JSON input.
+// JSON input, and the size the document size limit measures (limits.go)
+// with the length of what the encoder writes.
 func FuzzEncodeJSON(f *testing.F) {
 	for _, s := range trickyStrings {
 		q, _ := json.Marshal(map[string]any{s: []any{s, 1.5}})
 		f.Add(string(q))
 	}
+	f.Add(`[-0, 0, -0.0, 1e15, 999999999999999, -999999999999999, 1e21, 1e-7, 123.456, -5, 1e300, 5e-324]`)
+	f.Add(`{"items": [{"name": "a", "effects": [{"x": null}]}, 1, null], "effects": null, "system": {"a": [true, false, {}]}}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		var v any
 		if json.Unmarshal([]byte(in), &v) != nil {
@@ -156,10 +159,16 @@ func FuzzEncodeJSON(f *testing.F) {
 		if want := referenceJSON(t, v); !bytes.Equal(got, want) {
 			t.Fatalf("got %s\nwant %s", got, want)
 		}
+		if size := valueSize(v); size != len(got) {
+			t.Fatalf("size %d, encoded %d bytes: %s", size, len(got), got)
+		}
 		if m, ok := v.(map[string]any); ok {
-			full, _, _, err := encodeFull(nil, typeActor, "Actor.x", m)
+			full, data, _, err := encodeFull(nil, typeActor, "Actor.x", m)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if size := documentSize(nil, typeActor, m); size != len(data) {
+				t.Fatalf("document size %d, encoded %d bytes: %s", size, len(data), data)
 			}
 			var c jsonCache
 			if want, _ := c.full("Actor.x", m); !bytes.Equal(full, want) {
@@ -197,6 +206,11 @@ func TestEmbeddedJSONRegistry(t *testing.T) {
 				}
 				if want := referenceJSON(t, doc); !bytes.Equal(data, want) {
 					t.Errorf("%s: %s.%s serialises as\n%s\nwant\n%s", step, ty.name, id, data, want)
+				}
+				// The size limit's measure, which takes registered
+				// embedded documents' JSON from the registry.
+				if size := documentSize(&tw.embedded, ty, doc); size != len(data) {
+					t.Errorf("%s: %s.%s measures %d bytes, serialises as %d", step, ty.name, id, size, len(data))
 				}
 				return true
 			})

@@ -25,7 +25,7 @@ func seedWorld(ctx context.Context, path, clientID string, seed Seed, opts Optio
 	}
 	st, err := openStore(path, true)
 	if err != nil {
-		return Errorf(ErrUnavailable, "Could not create the database of world %s: %v", clientID, err)
+		return Wrapf(ErrUnavailable, err, "Could not create the database of world %s", clientID)
 	}
 	// The seed is not a change anyone listens to: no OnCommit here.
 	e := newEngine(st, Info{ClientID: clientID, Title: seed.Title, System: seed.System}, perms,

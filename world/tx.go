@@ -136,6 +136,9 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 		changed = append(changed, k)
 		req.docs = append(req.docs, changedDoc{key: k, before: p.before, after: p.after})
 	}
+	if err := tx.checkDocumentSizes(changed); err != nil {
+		return nil, err
+	}
 	if len(changed) == 0 && len(meta) == 0 {
 		if tx.base == e.snap.Load() {
 			return nil, nil
@@ -171,7 +174,7 @@ func (req *commitReq) prepare(e *Engine) {
 			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
 			req.fresh = append(req.fresh, fresh...)
 			if err != nil {
-				req.prepErr = Errorf(ErrInvalid, "Could not encode the changes: %v", err)
+				req.prepErr = Wrapf(ErrInvalid, err, "Could not encode the changes")
 				return
 			}
 			if d.before != nil && e.unchanged(uuid, d.before, d.after, full) {
@@ -305,7 +308,7 @@ func (tx *Tx) Put(uuid string, doc Document) error {
 	if doc == nil {
 		return Errorf(ErrInvalid, "'data' must be an object")
 	}
-	next, err := normalizeDoc("data", doc)
+	next, err := normalizeDoc("data", doc, tx.e.limits)
 	if err != nil {
 		return err
 	}
@@ -329,7 +332,7 @@ func (tx *Tx) Create(documentName, parentUUID string, data Document) (string, er
 	if t == nil {
 		return "", Errorf(ErrInvalid, "Invalid entity type: %s", documentName)
 	}
-	doc, err := normalizeDoc("data", data)
+	doc, err := normalizeDoc("data", data, tx.e.limits)
 	if err != nil {
 		return "", err
 	}
@@ -431,7 +434,7 @@ func (tx *Tx) update(uuid string, diff Document) (Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	next, err := applyDiff(r.typ(), cur, diff)
+	next, err := applyDiff(r.typ(), cur, diff, tx.e.limits)
 	if err != nil {
 		return nil, err
 	}

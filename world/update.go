@@ -24,8 +24,10 @@ import (
 // The user needs OWNER. Changing `ownership` (in any form: `ownership`,
 // `ownership.<id>`, `-=ownership`) or `type` is for GMs only, on embedded
 // documents too, and a new `folder` must exist, hold the document's type
-// and, for a non-GM, be a folder the user sees. The result is the updated
-// document, as Get returns it.
+// and, for a non-GM, be a folder the user sees. The world's [Limits] apply:
+// a diff nesting too deeply (dotted keys counted) or holding a refused key
+// is ErrInvalid, a result over the document size limit ErrTooLarge. The
+// result is the updated document, as Get returns it.
 func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
 	stored, err := e.update(ctx, user, uuid, data)
 	if err != nil {
@@ -46,7 +48,7 @@ func (e *Engine) UpdateJSON(ctx context.Context, user *User, uuid string, data D
 	}
 	raw, err := e.json.full(uuid, stored)
 	if err != nil {
-		return nil, Errorf(ErrUnavailable, "Could not serialise %s: %v", uuid, err)
+		return nil, Wrapf(ErrUnavailable, err, "Could not serialise %s", uuid)
 	}
 	return raw, nil
 }
@@ -104,22 +106,27 @@ func topField(key string) string {
 }
 
 // applyDiff returns a new version of cur with an update diff applied (see
-// [Engine.Update] for the rules). cur is not changed; the new version
+// [Engine.Update] for the rules), refusing a diff that breaks lim's depth
+// or key rules. cur is not changed; the new version
 // shares with cur whatever the diff does not touch (the embedded
 // collections, which a diff cannot touch, and every untouched object), so
 // that comparing the two versions, for stamps and events, costs only the
 // size of the diff.
-func applyDiff(t *docType, cur, diff Document) (Document, error) {
+func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
-	norm, err := normalizeDoc("data", diff)
+	norm, err := normalizeDoc("data", diff, lim)
 	if err != nil {
 		return nil, err
 	}
 	expanded, err := expand(norm)
 	if err != nil {
 		return nil, err
+	}
+	// Dotted keys nest too: {"a.b.c": 1} is {"a": {"b": {"c": 1}}}.
+	if limit := lim.maxDepth(); depthOver(expanded, 1, limit) {
+		return nil, Errorf(ErrInvalid, "'data' nests deeper than the limit of %d levels once its dotted keys are expanded", limit)
 	}
 	for k, v := range expanded {
 		switch field := topField(k); {

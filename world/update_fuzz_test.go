@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -22,8 +23,10 @@ const fuzzActor = `{
 // FuzzApplyDiff applies arbitrary `data` objects (dotted keys, `-=` and
 // `==` keys, nesting) to an actor. The update must either fail with a world
 // error of kind ErrInvalid, or give a document that keeps its id and
-// embedded collections, holds no deletion key, is still JSON, and leaves the
-// current version untouched. `go test` runs the seeds; `make fuzz` explores.
+// embedded collections, holds no deletion key, is still JSON, nests no
+// deeper than the depth limit (a small one here, so that the fuzzer reaches
+// it), holds none of the refused keys, and leaves the current version
+// untouched. `go test` runs the seeds; `make fuzz` explores.
 func FuzzApplyDiff(f *testing.F) {
 	for _, seed := range []string{
 		`{"system.attributes.hp.value": 12}`,
@@ -38,6 +41,9 @@ func FuzzApplyDiff(f *testing.F) {
 		`{"==-=x": 1}`, `{"system": {"==-=x": {"-=y": 1}}}`, `{"-===x": 1}`,
 		`{"ownership.Player0000000002": 3}`, `{"system.a": 1, "system": 2}`,
 		`{"a": {"b": {"c": {"d": {"e": [1, {"-=f": 1}]}}}}}`,
+		`{"a.b.c.d.e.f.g": 1}`, `{"a.b.c": {"d.e.f": [[1]]}}`, `{"a": [[[[[[[1]]]]]]]}`,
+		`{"__proto__": {"x": 1}}`, `{"flags.__proto__.x": 1}`, `{"constructor.prototype.x": 1}`,
+		`{"==__proto__": 1}`, `{"-=constructor": null}`, `{"a": [{"prototype": 1}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -51,7 +57,7 @@ func FuzzApplyDiff(f *testing.F) {
 			t.Fatal(err)
 		}
 		before := Clone(cur)
-		next, err := applyDiff(typeActor, cur, diff)
+		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth})
 		if !reflect.DeepEqual(cur, before) {
 			t.Fatalf("applyDiff changed the current version:\n%v\nwas\n%v", cur, before)
 		}
@@ -79,7 +85,39 @@ func FuzzApplyDiff(f *testing.F) {
 		if _, err := json.Marshal(next); err != nil {
 			t.Fatalf("result is not JSON: %v", err)
 		}
+		if depthOver(next, 1, fuzzDepth) {
+			t.Fatalf("result nests deeper than %d levels: %v", fuzzDepth, next)
+		}
+		if path := refusedKeyPath(next, ""); path != "" {
+			t.Fatalf("refused key stored at %s: %v", path, next)
+		}
 	})
+}
+
+// fuzzDepth is the depth limit FuzzApplyDiff applies.
+const fuzzDepth = 6
+
+// refusedKeyPath returns the path of a key refusedKey refuses, stored in
+// v's objects or arrays, or "".
+func refusedKeyPath(v any, at string) string {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if refusedKey(k) {
+				return at + "." + k
+			}
+			if p := refusedKeyPath(e, at+"."+k); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p := refusedKeyPath(e, at+"."+strconv.Itoa(i)); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // deletionKey returns the path of a `-=` key stored in v's objects, or "".

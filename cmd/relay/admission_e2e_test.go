@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -121,17 +119,6 @@ func TestAdmissionBeforeBody(t *testing.T) {
 		t.Errorf("/healthz without a key: %d", r.status)
 	}
 	t.Logf("%d REST routes refused before their bodies, four ways each", len(endpoints))
-}
-
-// h2cClient is an HTTP/2 client without TLS, as gRPC clients speak to the
-// relay, for requests whose body the test controls.
-func h2cClient() *http.Client {
-	return &http.Client{Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-	}}
 }
 
 // TestAdmissionBeforeBodyGRPC calls every gRPC method of the contract with a

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/netlimit"
 )
 
 // Ids of the demo world used throughout the tests.
@@ -60,6 +61,14 @@ func startTestRelay(t *testing.T, mutate ...func(*serveConfig)) *testRelay {
 		// Fixed rolls: a test whose outcome depends on a roll passes or
 		// fails the same way every run.
 		diceSeed: 20261122,
+		// The time-outs of slow and idle clients as in production; the
+		// connection caps stay off, since every test client shares the
+		// loopback address (the tests of the caps set their own).
+		readHeaderTimeout: defaultReadHeaderTimeout,
+		bodyReadTimeout:   netlimit.DefaultBodyReadTimeout,
+		bodyMinRate:       netlimit.DefaultBodyMinRate,
+		idleTimeout:       defaultIdleTimeout,
+		writeStallTimeout: netlimit.DefaultWriteStallTimeout,
 	}
 	for _, m := range mutate {
 		m(&cfg)

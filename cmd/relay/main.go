@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"relay/world/script"
 )
 
 const usage = `relay: an API in front of tabletop worlds
@@ -33,6 +35,9 @@ Run 'relay <command> -h' for the flags of a command.
 `
 
 func main() {
+	// A relay started as an execute-js worker serves its one script and
+	// exits here, before anything else runs (see script.Pool).
+	script.WorkerMain()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

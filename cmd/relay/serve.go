@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,10 +20,9 @@ import (
 	"time"
 
 	"golang.org/x/term"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"relay/gateway"
+	"relay/netlimit"
 	"relay/server"
 	"relay/server/keys"
 	"relay/world"
@@ -33,6 +31,7 @@ import (
 	"relay/world/embedded"
 	"relay/world/events"
 	"relay/world/files"
+	"relay/world/script"
 )
 
 // serveConfig is the configuration of `relay serve`.
@@ -43,10 +42,18 @@ type serveConfig struct {
 	logFormat     string
 	logLevel      string
 	nodeID        int
-	maxBodyBytes  int64
+	maxBodyBytes  int64 // a REST body or a gRPC message
 	scriptTimeout time.Duration
+	// scriptMemory and scriptWorkers configure the execute-js worker
+	// processes (0: the script package's defaults).
+	scriptMemory  int64
+	scriptWorkers int
 	// maxUploadBytes bounds an uploaded file (0: the server's default).
 	maxUploadBytes int64
+	// maxDocumentBytes and maxJSONDepth bound what the worlds store (0:
+	// the world's defaults).
+	maxDocumentBytes int
+	maxJSONDepth     int
 	// Event streams.
 	eventKeepalive     time.Duration
 	eventRingSize      int
@@ -62,6 +69,16 @@ type serveConfig struct {
 	authFailureLimit int
 	maxQueryBytes    int
 	requestTimeout   time.Duration
+	// Slow and idle clients (see package netlimit): header, body, idle
+	// and write stall time-outs, the minimum body rate, and the caps on
+	// open connections. Zero turns each off.
+	readHeaderTimeout time.Duration
+	bodyReadTimeout   time.Duration
+	bodyMinRate       int
+	idleTimeout       time.Duration
+	writeStallTimeout time.Duration
+	maxConns          int
+	maxConnsPerIP     int
 	// pprofListen, when set, serves Go's profiling handlers there.
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
@@ -75,9 +92,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("RELAY_LOG_LEVEL", "info"), "log `level`: debug, info, warn or error (RELAY_LOG_LEVEL)")
 	fs.IntVar(&c.nodeID, "node-id", envInt("RELAY_NODE_ID", -1), "`number` (0-999999) that keeps request ids unique across relays; random when negative (RELAY_NODE_ID)")
-	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", 1<<20)), "largest JSON request body in `bytes`; larger ones get 413 (RELAY_MAX_BODY_BYTES)")
+	fs.Int64Var(&c.maxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", server.DefaultMaxMessageBytes)), "largest request in `bytes`, at least 4096: a REST body (uploads have their own limit) or a gRPC message (each chunk of an upload too); larger ones get 413, over gRPC RESOURCE_EXHAUSTED (RELAY_MAX_BODY_BYTES)")
+	fs.IntVar(&c.maxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", world.DefaultMaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
+	fs.IntVar(&c.maxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", world.DefaultMaxDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
 	fs.Int64Var(&c.maxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", server.DefaultMaxUploadBytes)), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
-	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script (RELAY_SCRIPT_TIMEOUT)")
+	fs.DurationVar(&c.scriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", 5*time.Second), "time limit of an execute-js script, which then gets 504; a script stuck inside a built-in has its worker process killed "+script.KillGrace.String()+" later (RELAY_SCRIPT_TIMEOUT)")
+	fs.Int64Var(&c.scriptMemory, "script-memory", int64(envInt("RELAY_SCRIPT_MEMORY", script.DefaultWorkerMemoryBytes)), "memory an execute-js script may use, in `bytes`: its worker process cannot grow past its start-up size plus this, and the script gets 400 (RELAY_SCRIPT_MEMORY)")
+	fs.IntVar(&c.scriptWorkers, "script-workers", envInt("RELAY_SCRIPT_WORKERS", script.DefaultWorkers), "how many execute-js `scripts` may run at once, each in a worker process of its own; more wait up to --script-timeout, then get 503 (RELAY_SCRIPT_WORKERS)")
 	fs.DurationVar(&c.eventKeepalive, "event-keepalive", envDuration("RELAY_EVENT_KEEPALIVE", 15*time.Second), "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
 	fs.IntVar(&c.eventRingSize, "event-ring-size", envInt("RELAY_EVENT_RING_SIZE", events.DefaultRingSize), "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
 	fs.DurationVar(&c.eventCoalesce, "event-coalesce", envDuration("RELAY_EVENT_COALESCE", events.DefaultCoalesce), "how long events gather before they are fanned out, so each stream writes them together (RELAY_EVENT_COALESCE; 0: at once)")
@@ -90,7 +111,59 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface within it); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
+	fs.IntVar(&c.bodyMinRate, "body-min-rate", envInt("RELAY_BODY_MIN_RATE", netlimit.DefaultBodyMinRate), "`bytes` per second a request body must average: each byte received extends the body's read deadline by 1/rate seconds, up to --body-read-timeout ahead; 0: the whole body must arrive within --body-read-timeout (RELAY_BODY_MIN_RATE)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", envDuration("RELAY_IDLE_TIMEOUT", defaultIdleTimeout), "how long an idle keep-alive connection stays open (HTTP/1.1 between requests, HTTP/2 with no open stream); 0 turns it off (RELAY_IDLE_TIMEOUT)")
+	fs.DurationVar(&c.writeStallTimeout, "write-stall-timeout", envDuration("RELAY_WRITE_STALL_TIMEOUT", netlimit.DefaultWriteStallTimeout), "longest a write to a client may make no progress (a client that stops reading its answer or event stream) before its connection is closed; 0 turns it off (RELAY_WRITE_STALL_TIMEOUT)")
+	fs.IntVar(&c.maxConns, "max-conns", envInt("RELAY_MAX_CONNS", netlimit.DefaultMaxConns()), "`connections` open at once, overall; more are refused at once with 503 and Retry-After; the default is three quarters of the process's open-file limit; 0 turns the cap off (RELAY_MAX_CONNS)")
+	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", envInt("RELAY_MAX_CONNS_PER_IP", netlimit.DefaultMaxConnsPerIP), "`connections` open at once from one client address (an IPv4 address or an IPv6 /64); more are refused with 503 and Retry-After; behind a reverse proxy every client has the proxy's address: raise it or set 0 (off) there (RELAY_MAX_CONNS_PER_IP)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
+}
+
+// Defaults of the http.Server's own time-outs.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+)
+
+// Lower bounds of the size limits: below them ordinary requests (an
+// upload's first message with its path, a document with its stamps)
+// could not fit.
+const (
+	minBodyBytes     = 4 << 10
+	minDocumentBytes = 1 << 10
+	minJSONDepth     = 8
+)
+
+// check refuses settings that make no sense: negative time-outs and caps,
+// and limits too small for the relay to work with.
+func (c *serveConfig) check() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"read-header-timeout", c.readHeaderTimeout}, {"body-read-timeout", c.bodyReadTimeout}, {"idle-timeout", c.idleTimeout}, {"write-stall-timeout", c.writeStallTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("--%s must not be negative (0 turns it off), not %v", d.flag, d.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"body-min-rate", c.bodyMinRate}, {"max-conns", c.maxConns}, {"max-conns-per-ip", c.maxConnsPerIP}} {
+		if n.v < 0 {
+			return fmt.Errorf("--%s must not be negative (0 turns it off), not %d", n.flag, n.v)
+		}
+	}
+	switch {
+	case c.maxBodyBytes < minBodyBytes:
+		return fmt.Errorf("--max-body-bytes must be at least %d", minBodyBytes)
+	case c.maxDocumentBytes < minDocumentBytes:
+		return fmt.Errorf("--max-document-bytes must be at least %d", minDocumentBytes)
+	case c.maxJSONDepth < minJSONDepth:
+		return fmt.Errorf("--max-json-depth must be at least %d", minJSONDepth)
+	}
+	return nil
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -107,6 +180,9 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if fset.NArg() > 0 {
 		return usageError{fmt.Sprintf("unexpected argument %q", fset.Arg(0))}
+	}
+	if err := cfg.check(); err != nil {
+		return usageError{err.Error()}
 	}
 	log, logBuf, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
@@ -146,10 +222,13 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 type relay struct {
 	addr     string
 	http     *http.Server
+	conns    *netlimit.Listener
+	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
+	scripts  *script.Pool
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -178,7 +257,8 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize, Coalesce: cfg.eventCoalesce})
-	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub}); err != nil {
+	limits := world.Limits{MaxDocumentBytes: cfg.maxDocumentBytes, MaxDepth: cfg.maxJSONDepth}
+	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub, Limits: limits}); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
 	r.worlds.Watch(r.hub.Committed)
@@ -213,6 +293,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		fmt.Fprintf(stdout, "Created the admin API key (every scope); it is shown only this once and saved in %s:\n%s\n", adminFile, plaintext)
 	}
 
+	if r.scripts, err = script.NewPool(script.PoolOptions{Workers: cfg.scriptWorkers, MemoryBytes: cfg.scriptMemory}); err != nil {
+		return fail(usageError{err.Error()})
+	}
+
 	ids := server.NewRequestIDs(cfg.nodeID, nil)
 	var rolls dice.Source // nil: the server rolls with real randomness
 	if cfg.diceSeed != 0 {
@@ -220,22 +304,26 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	// The services reach the worlds through the registry of the embedded
 	// worlds: the engines of the data directory with the rules, the event
-	// hub and the file areas applied to them.
+	// hub, the file areas and the script pool applied to them.
 	worlds := embedded.NewRegistry(r.worlds, embedded.Options{
 		// Each world's file area is <data>/worlds/<clientId>/files.
 		DataDir: cfg.dataDir,
 		Hub:     r.hub,
 		Dice:    rolls,
+		Scripts: r.scripts,
 	})
 	if r.grpc, err = server.New(server.Config{
-		Keys:           keyStore,
-		Worlds:         worlds,
-		RequestIDs:     ids,
-		Log:            log,
-		ScriptTimeout:  cfg.scriptTimeout,
-		MaxUploadBytes: cfg.maxUploadBytes,
-		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
-		AuthFailures:   server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
+		Keys:          keyStore,
+		Worlds:        worlds,
+		RequestIDs:    ids,
+		Log:           log,
+		ScriptTimeout: cfg.scriptTimeout,
+		// One request size limit for both transports: the gateway bounds
+		// REST bodies with it, the gRPC server every message.
+		MaxMessageBytes: int(cfg.maxBodyBytes),
+		MaxUploadBytes:  cfg.maxUploadBytes,
+		RateLimit:       server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		AuthFailures:    server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
 		Events: server.EventsConfig{
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
@@ -261,10 +349,23 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
 	}
 	r.addr = ln.Addr().String()
+	// Slow and idle clients: the listener caps the connections and bounds
+	// stalled writes, the body guard makes request bodies keep arriving,
+	// and the server's own time-outs bound headers and idle keep-alive
+	// connections. HTTP/2 (h2c) takes its idle time-out from the server
+	// too; its streams' bodies are guarded one by one.
+	r.conns = netlimit.Listen(ln, netlimit.Config{
+		MaxConns:          cfg.maxConns,
+		MaxConnsPerIP:     cfg.maxConnsPerIP,
+		WriteStallTimeout: cfg.writeStallTimeout,
+		NewRequestID:      ids.New,
+		Log:               log,
+	})
+	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           splitGRPC(r.grpc, rest),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		Handler:           r.bodies.Wrap(splitGRPC(r.grpc, rest)),
+		ReadHeaderTimeout: cfg.readHeaderTimeout,
+		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -273,59 +374,24 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols = new(http.Protocols)
 	r.http.Protocols.SetHTTP1(true)
 	r.http.Protocols.SetUnencryptedHTTP2(true)
-	go func() { r.served <- r.http.Serve(ln) }()
+	go func() { r.served <- r.http.Serve(r.conns) }()
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
 	return r, nil
 }
 
-// splitGRPC sends gRPC requests to the gRPC server and everything else to
-// the REST gateway. A gRPC call is admitted from its headers first (see
-// server.Server.Admit), so that a caller without a valid key is refused
-// before its request message is read.
-func splitGRPC(s *server.Server, rest http.Handler) http.Handler {
+// splitGRPC sends gRPC requests to the gRPC server (server.Server's
+// ServeHTTP, which admits a call from its headers and refuses an oversized
+// message, both before reading it) and everything else to the REST
+// gateway.
+func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			creds := server.Credentials{APIKey: r.Header.Get(server.APIKeyHeader), Ticket: r.Header.Get(server.StreamTicketHeader)}
-			if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
-				writeGRPCRefusal(w, status.Convert(err))
-				return
-			}
-			s.GRPC.ServeHTTP(w, r)
+			grpcServer.ServeHTTP(w, r)
 			return
 		}
 		rest.ServeHTTP(w, r)
 	})
-}
-
-// writeGRPCRefusal answers a gRPC call with only a status, as a gRPC server
-// does for a call it refuses before reading it: HTTP 200 with the status in
-// the headers (a trailers-only response). The status's details travel in
-// `grpc-status-details-bin`, so clients see the retry delay of a 429.
-func writeGRPCRefusal(w http.ResponseWriter, st *status.Status) {
-	h := w.Header()
-	h.Set("Content-Type", "application/grpc")
-	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
-	h.Set("Grpc-Message", encodeGRPCMessage(st.Message()))
-	if details, err := proto.Marshal(st.Proto()); err == nil && len(st.Proto().GetDetails()) > 0 {
-		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(details))
-	}
-	w.WriteHeader(http.StatusOK)
-}
-
-// encodeGRPCMessage percent-encodes a status message as the gRPC wire
-// format asks: printable ASCII but '%' stays, everything else becomes %XX.
-func encodeGRPCMessage(msg string) string {
-	var b strings.Builder
-	for i := 0; i < len(msg); i++ {
-		c := msg[i]
-		if c >= ' ' && c <= '~' && c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "%%%02X", c)
-	}
-	return b.String()
 }
 
 // close stops serving and closes the stores; later calls return the first
@@ -348,6 +414,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)
+	}
+	if r.scripts != nil {
+		errs = append(errs, r.scripts.Close())
 	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())

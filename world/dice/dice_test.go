@@ -18,6 +18,19 @@ var rollData = map[string]any{
 	"flag":      true,
 	"object":    map[string]any{"a": 1.0},
 	"bad":       "2 +",
+	"big":       "1000000d6",
+	"huge":      1e300,
+	"self":      "@self",
+}
+
+// init adds a chain of references that each name the next twice: @twice0
+// is within MaxDepth but would take 2^14 evaluations of @twice14 without
+// MaxSteps (and each link more would double that).
+func init() {
+	for i := range 14 {
+		rollData[fmt.Sprintf("twice%d", i)] = fmt.Sprintf("@twice%d + @twice%d", i+1, i+1)
+	}
+	rollData["twice14"] = "1"
 }
 
 func TestEvaluate(t *testing.T) {
@@ -134,7 +147,23 @@ func TestErrors(t *testing.T) {
 		{"10000d6", 1, "at most 1000 dice", true},
 		{"600d6 + 600d6", 0, "more than 1000", true},
 		{strings.Repeat("(", 40) + "1" + strings.Repeat(")", 40), 0, "nested deeper", true},
-		{strings.Repeat("1+", 600) + "1", 0, "longer than", true},
+		{strings.Repeat("1+", 600) + "1", 0, "longer than 1000 characters", true},
+		// Absurd counts, faces and numbers are refused naming the limit,
+		// never rolled in part or answered with a made-up total.
+		{"1000000000d6", 1, "at most 1000 dice may be rolled", true},
+		{"99999999999999999999999999999999999999d6", 1, "at most 1000 dice may be rolled", true},
+		{"1d1000000000000", 3, "dice may have at most 10000 faces", true},
+		{"1d99999999999999999999999", 3, "dice may have at most 10000 faces", true},
+		{"4d6kh99999999999999999999", 4, "a keep or drop count may be at most 1000", true},
+		{"99999999999999999", 1, "numbers may be at most 9007199254740991", true},
+		{strings.Repeat("9", 400), 1, "numbers may be at most 9007199254740991", true},
+		{"9007199254740991 + 1", 18, "beyond ±9007199254740991", true},
+		{"1d20 + @huge", 8, "beyond ±9007199254740991", true},
+		{"1d20 + @big", 8, "@big holds '1000000d6': at most 1000 dice may be rolled", true},
+		{"@self", 1, "roll data references nest deeper than 32 levels", true},
+		{"@twice0", 0, "takes more than 10000 steps", true},
+		{"1d20 + @sneak + 999d6", 0, "more than 1000 dice", true},
+		{strings.Repeat("-", 40) + "1", 0, "nested deeper than 32 levels", true},
 	}
 	for _, tt := range tests {
 		name := tt.formula
@@ -155,6 +184,23 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("error %q at position %d, want %d", de.Error(), de.Pos, tt.pos)
 			}
 		})
+	}
+}
+
+// TestMultipliedDice: a product of dice terms is refused once it can leave
+// MaxValue, whatever the dice show, with the limit named.
+func TestMultipliedDice(t *testing.T) {
+	t.Parallel()
+	formula := strings.TrimSuffix(strings.Repeat("100d100*", 5), "*")
+	_, err := Evaluate(formula, nil, NewSequence(100))
+	var de *Error
+	if !errors.As(err, &de) || !de.TooLarge || !strings.Contains(de.Msg, "beyond ±9007199254740991") {
+		t.Fatalf("%s with every die at 100: %v", formula, err)
+	}
+	// Ten such terms are over the dice limit before anything is rolled.
+	_, err = Parse(strings.TrimSuffix(strings.Repeat("100d100*", 11), "*"))
+	if !errors.As(err, &de) || !de.TooLarge || !strings.Contains(de.Msg, "rolls 1100 dice, more than 1000") {
+		t.Fatalf("eleven terms: %v", err)
 	}
 }
 
@@ -269,7 +315,9 @@ func TestPropertyNeverPanics(t *testing.T) {
 }
 
 // checkNoPanic evaluates a formula and checks the outcome is sane: either
-// an *Error or a finite total.
+// an *Error (naming the limit, a number, when it is one of the size
+// limits) or a total within MaxValue from at most MaxDice dice of at most
+// MaxFaces faces.
 func checkNoPanic(t *testing.T, formula string) {
 	t.Helper()
 	got, err := Evaluate(formula, rollData, NewSeeded(7))
@@ -278,10 +326,23 @@ func checkNoPanic(t *testing.T, formula string) {
 		if !errors.As(err, &de) {
 			t.Fatalf("%q: error of type %T", formula, err)
 		}
+		if de.TooLarge && !strings.ContainsAny(de.Msg, "0123456789") {
+			t.Fatalf("%q: size error %q names no limit", formula, de.Msg)
+		}
 		return
 	}
-	if math.IsNaN(got.Total) || math.IsInf(got.Total, 0) {
+	if math.IsNaN(got.Total) || math.IsInf(got.Total, 0) || math.Abs(got.Total) > MaxValue {
 		t.Fatalf("%q: total %v", formula, got.Total)
+	}
+	rolled := 0
+	for _, d := range got.Dice {
+		rolled += len(d.Results)
+		if d.Faces > MaxFaces {
+			t.Fatalf("%q: a d%d", formula, d.Faces)
+		}
+	}
+	if rolled > MaxDice {
+		t.Fatalf("%q: rolled %d dice", formula, rolled)
 	}
 }
 
@@ -294,6 +355,8 @@ func FuzzParse(f *testing.F) {
 		"ceil(3/2)*round(2.5)", "-(-(-1))", "@bonus + @sneak", "1000d1", "1d10000", "((((1))))",
 		"1d6x", "1d", "d", "@", "@.", "kh", "3d6kh2kl1", "1.5d6", "0d6", "9999999999999999999d6",
 		"1e5", "..", "abs(-3)", "1d20 + @prof", "2d20kh1 + 1d4 + 3",
+		"1000000000d6", "1d1000000000000", "100d100*100d100*100d100*100d100*100d100", "9007199254740991*2",
+		"4d6kh99999999999999999999", "99999999999999999999999999999999999999999", "@twice0", "@self", "@big",
 	} {
 		f.Add(seed)
 	}

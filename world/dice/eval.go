@@ -1,6 +1,7 @@
 package dice
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -123,6 +124,7 @@ type evaluator struct {
 	top     string
 	dice    []Die
 	rolled  int
+	steps   int // terms evaluated, for MaxSteps
 }
 
 // value is an evaluated node: its number and its two printed forms.
@@ -136,7 +138,20 @@ func (ev *evaluator) fail(text string, at int, format string, args ...any) error
 	return &Error{Formula: text, Pos: at, Msg: fmt.Sprintf(format, args...)}
 }
 
+// eval evaluates a node and checks its value against MaxValue.
 func (ev *evaluator) eval(n node, text string, depth int) (value, error) {
+	if ev.steps++; ev.steps > MaxSteps {
+		return value{}, &Error{Formula: text, Pos: n.pos(), Msg: fmt.Sprintf("takes more than %d steps to evaluate, roll data references included", MaxSteps), TooLarge: true}
+	}
+	v, err := ev.term(n, text, depth)
+	if err == nil && math.Abs(v.value) > MaxValue {
+		return value{}, &Error{Formula: text, Pos: n.pos(), Msg: fmt.Sprintf("the result would be beyond ±%d", MaxValue), TooLarge: true}
+	}
+	return v, err
+}
+
+// term evaluates one node.
+func (ev *evaluator) term(n node, text string, depth int) (value, error) {
 	switch n := n.(type) {
 	case *numberNode:
 		s := formatNumber(n.value)
@@ -312,12 +327,18 @@ func (ev *evaluator) ref(n *refNode, text string, depth int) (value, error) {
 		if strings.TrimSpace(v) == "" {
 			return value{formula: "0", result: "0"}, nil
 		}
-		if depth > maxDepth {
-			return value{}, &Error{Formula: text, Pos: n.at, Msg: "roll data references nest too deeply", TooLarge: true}
+		if depth > MaxDepth {
+			return value{}, &Error{Formula: text, Pos: n.at, Msg: fmt.Sprintf("roll data references nest deeper than %d levels", MaxDepth), TooLarge: true}
 		}
 		sub, err := Parse(v)
 		if err != nil {
-			return value{}, ev.fail(text, n.at, "@%s holds '%s', which is not a formula", n.path, v)
+			var de *Error
+			if errors.As(err, &de) && de.TooLarge {
+				// Name the limit the stored formula breaks, rather than
+				// call it no formula.
+				return value{}, &Error{Formula: text, Pos: n.at, Msg: fmt.Sprintf("@%s holds '%s': %s", n.path, truncate(v), de.Msg), TooLarge: true}
+			}
+			return value{}, ev.fail(text, n.at, "@%s holds '%s', which is not a formula", n.path, truncate(v))
 		}
 		inner, err := ev.eval(sub.root, v, depth+1)
 		if err != nil {

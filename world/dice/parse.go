@@ -1,21 +1,37 @@
 package dice
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
 
-// Limits that keep a formula from costing more than a roll should.
+// Limits that keep a formula from costing more than a roll should. A
+// formula past one is refused with an [Error] whose TooLarge is set and
+// whose message names the limit; it is never rolled in part or answered
+// with a made-up total.
 const (
 	// MaxFormulaLength is the longest formula accepted, in bytes.
 	MaxFormulaLength = 1000
-	// MaxDice is the most dice one formula may roll in total.
+	// MaxDice is the most dice one formula may roll in total, the formulas
+	// its roll data references hold included.
 	MaxDice = 1000
 	// MaxFaces is the largest die.
 	MaxFaces = 10000
-	// maxDepth bounds nested parentheses, functions and references.
-	maxDepth = 32
+	// MaxValue bounds every number: those written in a formula, those
+	// read from roll data, and every partial result and total. It is the
+	// largest integer a float64 (and a JSON number in JavaScript) holds
+	// exactly, so a total is never a rounded guess.
+	MaxValue = 1<<53 - 1
+	// MaxDepth bounds nested parentheses, functions, signs and roll data
+	// references that hold formulas.
+	MaxDepth = 32
+	// MaxSteps bounds the terms one evaluation may work through, roll
+	// data references included: references that each name others twice
+	// would otherwise take 2^MaxDepth steps.
+	MaxSteps = 10000
 )
 
 // Error is a formula that cannot be parsed or evaluated. Pos is the 1-based
@@ -129,6 +145,11 @@ func Parse(formula string) (*Formula, error) {
 	return &Formula{text: formula, root: root}, nil
 }
 
+// tooLargeNumber refuses a number past MaxValue.
+func tooLargeNumber(formula string, at int) error {
+	return &Error{Formula: formula, Pos: at, Msg: fmt.Sprintf("numbers may be at most %d", MaxValue), TooLarge: true}
+}
+
 // truncate shortens a formula for an error message.
 func truncate(s string) string {
 	if len(s) > 40 {
@@ -173,8 +194,8 @@ func (p *parser) peek() byte {
 
 // expr parses a sum: term (('+'|'-') term)*.
 func (p *parser) expr(depth int) (node, error) {
-	if depth > maxDepth {
-		return nil, &Error{Formula: p.src, Pos: p.i + 1, Msg: fmt.Sprintf("nested deeper than %d levels", maxDepth), TooLarge: true}
+	if depth > MaxDepth {
+		return nil, &Error{Formula: p.src, Pos: p.i + 1, Msg: fmt.Sprintf("nested deeper than %d levels", MaxDepth), TooLarge: true}
 	}
 	left, err := p.term(depth)
 	if err != nil {
@@ -222,8 +243,8 @@ func (p *parser) unary(depth int) (node, error) {
 	if c == '+' || c == '-' {
 		at := p.i + 1
 		p.i++
-		if depth > maxDepth {
-			return nil, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("nested deeper than %d levels", maxDepth), TooLarge: true}
+		if depth > MaxDepth {
+			return nil, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("nested deeper than %d levels", MaxDepth), TooLarge: true}
 		}
 		arg, err := p.unary(depth + 1)
 		if err != nil {
@@ -274,10 +295,16 @@ func (p *parser) primary(depth int) (node, error) {
 			return nil, err
 		}
 		if p.i < len(p.src) && (p.src[p.i] == 'd' || p.src[p.i] == 'D') && p.diceFollows(p.i+1) {
-			if v != float64(int(v)) || v < 0 {
+			if v > MaxDice {
+				return nil, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("at most %d dice may be rolled", MaxDice), TooLarge: true}
+			}
+			if v != math.Trunc(v) || v < 0 {
 				return nil, p.fail(at, "the number of dice must be a whole number")
 			}
 			return p.diceTerm(at, v)
+		}
+		if v > MaxValue {
+			return nil, tooLargeNumber(p.src, at)
 		}
 		return &numberNode{at: at, value: v}, nil
 	case (c == 'd' || c == 'D') && p.diceFollows(p.i+1):
@@ -325,8 +352,11 @@ func (p *parser) number() (float64, error) {
 	}
 	text := p.src[start:p.i]
 	v, err := strconv.ParseFloat(text, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, tooLargeNumber(p.src, at)
+	}
 	if err != nil {
-		return 0, p.fail(at, "'%s' is not a number", text)
+		return 0, p.fail(at, "'%s' is not a number", truncate(text))
 	}
 	return v, nil
 }
@@ -413,7 +443,7 @@ func (p *parser) keepDrop() (keepDrop, bool, error) {
 	if start < p.i {
 		v, err := strconv.Atoi(p.src[start:p.i])
 		if err != nil || v > MaxDice {
-			return keepDrop{}, false, p.fail(at, "the modifier's count is too large")
+			return keepDrop{}, false, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("a keep or drop count may be at most %d", MaxDice), TooLarge: true}
 		}
 		m.n = v
 	}

@@ -32,7 +32,7 @@ import (
 )
 
 // Options configure the embedded worlds. The zero value works: no file
-// area, no event streams, random dice.
+// area, no event streams, no scripts, random dice.
 type Options struct {
 	// DataDir is the relay's data directory: each world's file area is
 	// `<DataDir>/worlds/<clientId>/files`. Without it file operations
@@ -44,6 +44,16 @@ type Options struct {
 	// Dice rolls for the ruleset and for initiative; nil rolls with the
 	// operating system's randomness (dice.NewRandom).
 	Dice dice.Source
+	// Scripts runs execute-js scripts (the relay's is a *script.Pool,
+	// which runs each in a worker process with a hard time limit and
+	// memory ceiling); without it execute-js answers ErrUnavailable rather
+	// than run scripts without their hard limits.
+	Scripts ScriptRunner
+}
+
+// ScriptRunner runs execute-js scripts against a world.
+type ScriptRunner interface {
+	Run(ctx context.Context, w script.World, user *world.User, src string, opts script.Options) (script.Result, error)
 }
 
 // Registry resolves client ids to the embedded worlds of one [world.Host].
@@ -212,9 +222,13 @@ func (w *World) WriteFile(ctx context.Context, _ *world.User, p world.WriteFileP
 
 // Scripts (world/script).
 
-// ExecuteJS implements [world.Scripts]: the script runs in this process,
+// ExecuteJS implements [world.Scripts]: the script runner runs the script
 // against the engine.
 func (w *World) ExecuteJS(ctx context.Context, user *world.User, src string, opts world.ScriptOptions) (world.ScriptResult, error) {
-	res, err := script.Run(ctx, w.Engine, user, src, script.Options{Timeout: opts.Timeout})
+	runner := w.kit.opts.Scripts
+	if runner == nil {
+		return world.ScriptResult{}, world.Errorf(world.ErrUnavailable, "execute-js is not available on this relay")
+	}
+	res, err := runner.Run(ctx, w.Engine, user, src, script.Options{Timeout: opts.Timeout})
 	return world.ScriptResult{Value: res.Value, Logs: res.Logs, LogsTruncated: res.LogsTruncated}, err
 }

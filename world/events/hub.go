@@ -159,7 +159,7 @@ func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
 		err := e.ReadJournal(ctx, 0, func(r world.JournalRecord) error {
 			ev := &event{}
 			if err := json.Unmarshal(r.Data, ev); err != nil {
-				return world.Errorf(world.ErrUnavailable, "Could not read event %d of world %s: %v", r.Seq, s.clientID, err)
+				return world.Wrapf(world.ErrUnavailable, err, "Could not read event %d of world %s", r.Seq, s.clientID)
 			}
 			ev.Seq = r.Seq
 			ev.loaded()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"relay/world"
@@ -72,8 +73,11 @@ const (
 
 // fsError turns an error of a file operation on path p into a world error:
 // a missing file is ErrNotFound, an escape from the area (a symbolic link
-// pointing out) ErrInvalid; the details of anything else stay in the log
-// of whoever wraps it, the caller sees a generic message.
+// pointing out) ErrInvalid, anything else ErrUnavailable. The message
+// names the path as the caller wrote it, relative to the area, and at most
+// the operating system's short description of the failure ("not a
+// directory"); for an ErrUnavailable the error itself, which names the
+// area's absolute path, travels as the cause, for the server's log only.
 func fsError(err error, p string) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -81,13 +85,17 @@ func fsError(err error, p string) error {
 	case escapes(err):
 		return world.Errorf(world.ErrInvalid, "Path leads outside the file area: %s", display(p))
 	case errors.Is(err, fs.ErrPermission):
-		return world.Errorf(world.ErrUnavailable, "Access denied by the file system: %s", display(p))
+		return world.Wrapf(world.ErrUnavailable, err, "Access denied by the file system: %s", display(p))
 	}
-	var perr *fs.PathError
-	if errors.As(err, &perr) {
-		return world.Errorf(world.ErrUnavailable, "File system error on %s: %v", display(p), perr.Err)
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno == syscall.ENOTDIR {
+		// A path through a file: there is nothing at it.
+		return world.Errorf(world.ErrNotFound, "Path not found: %s (a part of it is a file)", display(p))
 	}
-	return world.Errorf(world.ErrUnavailable, "File system error on %s", display(p))
+	if errors.As(err, &errno) {
+		return world.Wrapf(world.ErrUnavailable, err, "File system error on %s: %s", display(p), errno.Error())
+	}
+	return world.Wrapf(world.ErrUnavailable, err, "File system error on %s", display(p))
 }
 
 // escapes reports whether an os.Root operation failed because the path

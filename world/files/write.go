@@ -240,7 +240,7 @@ func copyLimited(ctx context.Context, f *os.File, r io.Reader, max int64) (int64
 				return n, world.Errorf(world.ErrTooLarge, "File too large: the upload limit is %d bytes", max)
 			}
 			if _, err := f.Write(buf[:k]); err != nil {
-				return n, world.Errorf(world.ErrUnavailable, "Could not write the file: %v", err)
+				return n, world.Wrapf(world.ErrUnavailable, err, "Could not write the file")
 			}
 		}
 		if rerr == io.EOF {

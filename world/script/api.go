@@ -14,16 +14,9 @@ import (
 	"relay/world"
 )
 
-// install hardens the built-ins and sets up the globals `game` and
-// `console`.
+// install sets up the globals `game` and `console`.
 func (s *session) install() error {
 	vm := s.vm
-	s.errorCtor = vm.Get("Error")
-
-	if err := s.harden(); err != nil {
-		return err
-	}
-
 	game := vm.NewObject()
 	for name, fn := range map[string]func(goja.FunctionCall) goja.Value{
 		"get":       s.gameGet,

@@ -94,14 +94,41 @@
 //
 // # Limits
 //
-// The time limit ([Options.Timeout]) is the main guard: when it passes, or
-// when the caller's context ends, the runtime is interrupted at the next
-// JavaScript instruction and any world call in progress sees its context
-// end. goja has no memory limit of its own: a watchdog (memory.go) stops
-// a script once the process's live heap has grown by more than
-// [Options.MaxMemoryBytes] during the run ("Script exceeded the memory
-// limit of 256 MiB"). goja cannot interrupt a built-in while it runs, so
-// the package hardens the built-ins where that is cheap (see harden.go):
+// [Run] executes a script in the calling process; [Pool.Run] executes it in
+// a worker process of its own, and is what the relay uses. The limits:
+//
+//   - Time ([Options.Timeout]). When it passes, or when the caller's
+//     context ends, the runtime is interrupted at the next JavaScript
+//     instruction and any world call in progress sees its context end. An
+//     instruction can last long, though: a built-in (a sort, a join,
+//     JSON.stringify of a large array) runs to its end before the runtime
+//     looks at the interrupt. In a Pool, the worker is killed if its
+//     script has not stopped [KillGrace] past its time limit: no script
+//     outlives its limit by more than that, whatever it does.
+//   - Memory. goja has no memory limit of its own. A watchdog (memory.go)
+//     stops a script once the live heap has grown by more than
+//     [Options.MaxMemoryBytes] during the run ("Script exceeded the memory
+//     limit of 256 MiB"); it sees the heap only as of the last garbage
+//     collection and cannot stop a single built-in that allocates. In a
+//     Pool, the worker's data segment (its heap, stacks, everything a
+//     script can make it allocate) cannot grow by more than the pool's
+//     budget ([PoolOptions.MemoryBytes]): the operating system refuses the
+//     memory (RLIMIT_DATA, set by the worker on itself before anything
+//     runs), the worker dies, and the pool reports the same error. Inside
+//     the worker the watchdog stops at half the budget and the collector
+//     works harder past three quarters, so most scripts get the clear
+//     error, with their logs, before the hard ceiling.
+//   - Isolation. A worker holds nothing of the relay's: no world, no keys,
+//     no environment, only its script; the game.* calls are messages to
+//     the pool, which makes them with the caller's user. A worker that
+//     dies takes nothing else with it, and the relay's own memory and
+//     collector never see a script's allocations. Workers run at a lower
+//     scheduling priority than the relay and on one processor each, and at
+//     most [PoolOptions.Workers] run at once.
+//
+// goja cannot interrupt a built-in while it runs, so the package also
+// hardens the built-ins where that is cheap (see harden.go), which turns
+// the common runaway cases into quick, catchable errors rather than kills:
 //
 //   - the JavaScript call stack is limited to [MaxCallStack] frames (deep
 //     recursion ends the script with "Maximum call stack size exceeded");
@@ -124,12 +151,8 @@
 //     regexp2.DefaultMatchTimeout, which is process-wide, in the package's
 //     init (only if nothing else has set it).
 //
-// What remains: the memory watchdog sees the heap as of the last garbage
-// collection, so a script can overshoot its limit by what it allocates
-// before the next one (at most a few times the heap's size); a few
-// built-ins outside the
-// list above can still run for a while on a large input; and goja is not a
-// security boundary. execute-js is GM-only; a relay that must survive
-// hostile scripts should run them in a separate process with an OS memory
-// limit.
+// In process, these are the only guards: a few built-ins outside the list
+// can still run for a while on a large input, one built-in can allocate
+// past the watchdog, and goja is not a security boundary. Hostile scripts
+// belong in a Pool.
 package script

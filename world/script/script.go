@@ -63,8 +63,16 @@ type Options struct {
 	MaxResultBytes int
 	// MaxMemoryBytes is how much the process's live heap may grow while
 	// the script runs before it is stopped (see memory.go);
-	// DefaultMaxMemoryBytes when zero.
+	// DefaultMaxMemoryBytes when zero. A Pool ignores it: its budget
+	// (PoolOptions.MemoryBytes) applies.
 	MaxMemoryBytes int64
+
+	// reportedMemory, when set, is the limit that a memory error names
+	// instead of MaxMemoryBytes: a worker's budget (see worker.go).
+	reportedMemory int64
+	// deadline, when set, is when the run's time is up instead of Timeout
+	// after it starts: a worker's run ends exactly when its pool's does.
+	deadline time.Time
 }
 
 func (o Options) withDefaults() Options {
@@ -96,6 +104,14 @@ type World interface {
 	Structure(ctx context.Context, user *world.User, p world.StructureParams) (world.Document, error)
 }
 
+// Every kind of world offering documents, search and folders serves scripts.
+var _ World = interface {
+	world.World
+	world.Documents
+	world.DocumentSearch
+	world.Folders
+}(nil)
+
 // Result is what a script produced.
 type Result struct {
 	// Value is the script's return value as a JSON value: nil, bool,
@@ -109,8 +125,9 @@ type Result struct {
 }
 
 // Run executes script as the body of an async function against w, calling
-// the world with user, and returns its result. See the package documentation
-// for the JavaScript API and the limits.
+// the world with user, and returns its result, in the calling process. See
+// the package documentation for the JavaScript API and the limits: only a
+// [Pool] holds them against every script.
 //
 // Errors:
 //   - an empty or whitespace-only script: ErrInvalid "Invalid script
@@ -129,6 +146,12 @@ type Result struct {
 // Run fails. Run returns only once the runtime has stopped; it starts no
 // goroutine that outlives it.
 func Run(ctx context.Context, w World, user *world.User, script string, opts Options) (res Result, err error) {
+	return runIn(ctx, nil, w, user, script, opts)
+}
+
+// runIn is Run in the runtime of a prepared session (see newSession), or in
+// a new one when s is nil.
+func runIn(ctx context.Context, s *session, w World, user *world.User, script string, opts Options) (res Result, err error) {
 	opts = opts.withDefaults()
 	if strings.TrimSpace(script) == "" {
 		return Result{}, world.Errorf(world.ErrInvalid, "Invalid script provided")
@@ -146,13 +169,20 @@ func Run(ctx context.Context, w World, user *world.User, script string, opts Opt
 	if err != nil {
 		return Result{}, scriptError(syntaxMessage(err.Error()))
 	}
+	if s == nil {
+		if s, err = newSession(); err != nil {
+			return Result{}, err
+		}
+	}
 
-	runCtx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	deadline := opts.deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(opts.Timeout)
+	}
+	runCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	vm := goja.New()
-	vm.SetMaxCallStackSize(MaxCallStack)
-
+	vm := s.vm
 	// Interrupt the runtime when the run's context ends; wait for that
 	// callback before returning so that nothing outlives Run.
 	fired := make(chan struct{})
@@ -168,14 +198,8 @@ func Run(ctx context.Context, w World, user *world.User, script string, opts Opt
 	stopWatch := watchMemory(vm, opts.MaxMemoryBytes)
 	defer stopWatch()
 
-	s := &session{
-		parent: ctx,
-		ctx:    runCtx,
-		vm:     vm,
-		world:  w,
-		user:   user,
-		opts:   opts,
-	}
+	s.parent, s.ctx = ctx, runCtx
+	s.world, s.user, s.opts = w, user, opts
 	defer func() {
 		// goja reports JavaScript failures as errors, but a panic from the
 		// engine or from a world implementation must not take the process
@@ -192,7 +216,9 @@ func Run(ctx context.Context, w World, user *world.User, script string, opts Opt
 
 	value, err := s.run(prg)
 	res = Result{Logs: s.logs, LogsTruncated: s.logsTruncated}
-	if err == nil && runCtx.Err() != nil {
+	// The clock as well as the context: a busy runtime may not have run
+	// the context's timer yet (a worker has one processor).
+	if err == nil && (runCtx.Err() != nil || !time.Now().Before(deadline)) {
 		err = errStopped
 	}
 	if err != nil {
@@ -219,6 +245,24 @@ func syntaxMessage(msg string) string {
 	return strings.ReplaceAll(msg, "script: Line ", "Line ")
 }
 
+// newSession returns a fresh runtime with the built-ins hardened, not yet
+// tied to a run: the part of a run's set-up that needs neither the script
+// nor the world, which a worker does while it waits for its script.
+func newSession() (s *session, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("script engine failure: %v", r)
+		}
+	}()
+	vm := goja.New()
+	vm.SetMaxCallStackSize(MaxCallStack)
+	s = &session{vm: vm, errorCtor: vm.Get("Error")}
+	if err := s.harden(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // errStopped marks a run stopped because its context ended.
 var errStopped = errors.New("script stopped")
 
@@ -240,6 +284,7 @@ type session struct {
 }
 
 // run installs the API, runs the compiled script and exports its result.
+// The session's runtime is hardened already (newSession).
 func (s *session) run(prg *goja.Program) (any, error) {
 	if err := s.install(); err != nil {
 		return nil, err
@@ -297,7 +342,11 @@ func (s *session) failure(err error) error {
 	}
 	switch {
 	case memory != nil:
-		return world.Errorf(world.ErrInvalid, "Script exceeded the memory limit of %d MiB", memory.limit>>20)
+		limit := memory.limit
+		if s.opts.reportedMemory > 0 {
+			limit = s.opts.reportedMemory
+		}
+		return memoryLimitError(limit)
 	case errors.Is(err, errStopped), errors.As(err, &interrupted), s.ctx.Err() != nil:
 		return stoppedError(s.parent, s.opts)
 	case errors.As(err, &overflow):
@@ -342,6 +391,12 @@ func (s *session) describe(v goja.Value) (msg string) {
 		}
 	}
 	return v.String()
+}
+
+// memoryLimitError reports a script stopped for using more memory than
+// limit bytes.
+func memoryLimitError(limit int64) error {
+	return world.Errorf(world.ErrInvalid, "Script exceeded the memory limit of %d MiB", limit>>20)
 }
 
 func scriptError(msg string) error {

@@ -40,7 +40,10 @@ type FileServiceClient interface {
 	DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFileResponse], error)
 	// Writes a file atomically. The first message carries the metadata, the
 	// following ones the bytes. Over REST the body is multipart form data, or
-	// JSON with base64 or data-URL content.
+	// JSON with base64 or data-URL content. Over gRPC each message, like any
+	// request message, must fit the relay's request size limit
+	// (`--max-body-bytes`, 1 MiB by default; RESOURCE_EXHAUSTED past it):
+	// send the bytes in chunks well below it, 256 KiB for instance.
 	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error)
 }
 
@@ -110,7 +113,10 @@ type FileServiceServer interface {
 	DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[DownloadFileResponse]) error
 	// Writes a file atomically. The first message carries the metadata, the
 	// following ones the bytes. Over REST the body is multipart form data, or
-	// JSON with base64 or data-URL content.
+	// JSON with base64 or data-URL content. Over gRPC each message, like any
+	// request message, must fit the relay's request size limit
+	// (`--max-body-bytes`, 1 MiB by default; RESOURCE_EXHAUSTED past it):
+	// send the bytes in chunks well below it, 256 KiB for instance.
 	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error
 	mustEmbedUnimplementedFileServiceServer()
 }

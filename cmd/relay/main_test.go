@@ -1,0 +1,16 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"relay/world/script"
+)
+
+// TestMain lets the test binary serve as an execute-js worker, as the
+// relay binary does in main: the relays these tests start in process run
+// their scripts by starting the test binary again (see script.Pool).
+func TestMain(m *testing.M) {
+	script.WorkerMain()
+	os.Exit(m.Run())
+}

@@ -1,0 +1,225 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// The network gRPC server reads each request message itself, before any
+// handler or interceptor runs, and when that fails it answers at once with
+// a status of its own: ResourceExhausted "grpc: received message larger
+// than max (N vs. M)" for a message over grpc.MaxRecvMsgSize (which the
+// relay sets to --max-body-bytes, the limit of REST bodies), without the
+// TOO_LARGE reason that tells a relay client a 413 from a 429; and
+// Internal, a server fault, for a message that is not protobuf or that
+// nests past protobuf's recursion limit (10,000 levels, a JSON value 5,000
+// deep in a google.protobuf.Struct), though the fault is the caller's.
+// This file gives both the relay's statuses:
+//
+//   - Server.ServeHTTP reads the length prefix of a call's first message
+//     and refuses one over the limit itself, before reading it, with
+//     ResourceExhausted, the TOO_LARGE reason and the limit, as REST
+//     refuses a body. (Later messages of a client stream, an upload's
+//     chunks, still meet grpc-go's own check and text.)
+//   - requestCodec decodes messages as grpc-go's codec does, but hands a
+//     message it cannot decode to the handler marked as such instead of
+//     failing the read, and decodeRegistrar's handlers refuse it with
+//     InvalidArgument.
+
+// ServeHTTP serves a gRPC call that arrived as an HTTP/2 request on the
+// relay's port. A call whose first message is over the size limit is
+// refused before the message is read (see above).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	creds := Credentials{APIKey: r.Header.Get(APIKeyHeader), Ticket: r.Header.Get(StreamTicketHeader)}
+	if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
+		writeGRPCStatus(w, status.Convert(err))
+		return
+	}
+	var prefix [5]byte // compressed flag, then the length, big-endian
+	n, err := io.ReadFull(r.Body, prefix[:])
+	if err == nil {
+		if size := binary.BigEndian.Uint32(prefix[1:]); int64(size) > int64(s.maxMessageBytes) {
+			s.log.InfoContext(r.Context(), "refused a gRPC request over the size limit", "method", r.URL.Path, "bytes", size, "limit", s.maxMessageBytes)
+			writeGRPCStatus(w, tooLargeStatus(s.maxMessageBytes))
+			return
+		}
+	}
+	// The gRPC server reads the request from the start, and sees the end
+	// or the failure of the body where it happened.
+	r.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(prefix[:n]), r.Body), Closer: r.Body}
+	s.GRPC.ServeHTTP(w, r)
+}
+
+// readCloser is a body made of a reader and the original body's Close.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// tooLargeStatus is the status of a request message over the limit.
+func tooLargeStatus(limit int) *status.Status {
+	return status.Convert(withReason(codes.ResourceExhausted, fmt.Sprintf("Request message too large: the limit is %d bytes", limit), ReasonTooLarge))
+}
+
+// writeGRPCStatus answers a gRPC call with a status and no message, as a
+// "Trailers-Only" response: the status in the response headers, which end
+// the stream.
+func writeGRPCStatus(w http.ResponseWriter, st *status.Status) {
+	h := w.Header()
+	h.Set("Content-Type", "application/grpc")
+	h.Set("Grpc-Status", fmt.Sprint(int32(st.Code())))
+	h.Set("Grpc-Message", percentEncode(st.Message()))
+	if details, err := proto.Marshal(st.Proto()); err == nil && len(st.Proto().GetDetails()) > 0 {
+		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(details))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// percentEncode encodes a grpc-message header value: bytes outside
+// printable ASCII, and the percent sign, as %XX.
+func percentEncode(msg string) string {
+	var b strings.Builder
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c >= 0x20 && c <= 0x7e && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// undecodableField is the unknown field requestCodec leaves on a message
+// it could not decode: the highest field number protobuf allows, which no
+// relay message uses, holding the reason.
+const undecodableField protowire.Number = protowire.MaxValidNumber
+
+// Reasons a message could not be decoded, as the marker field holds them.
+const (
+	undecodableDepth     = "relay: too deep"
+	undecodableMalformed = "relay: malformed"
+)
+
+// requestCodec is the gRPC server's codec: grpc-go's protobuf codec,
+// except that a message that fails to decode is left empty with a marker
+// (undecodableField) and no error, so that the handler, not the transport,
+// answers for it (see decodeRegistrar). A service that does not look for
+// the marker sees an empty request, which no relay method accepts.
+type requestCodec struct {
+	encoding.CodecV2
+}
+
+func newRequestCodec() requestCodec {
+	return requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+}
+
+// Unmarshal decodes a message, marking it when it cannot.
+func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	m, ok := v.(proto.Message)
+	if err == nil || !ok {
+		return err
+	}
+	reason := undecodableMalformed
+	if strings.Contains(err.Error(), "recursion depth") {
+		reason = undecodableDepth
+	}
+	proto.Reset(m)
+	marker := protowire.AppendTag(nil, undecodableField, protowire.BytesType)
+	m.ProtoReflect().SetUnknown(protowire.AppendString(marker, reason))
+	return nil
+}
+
+// undecodable returns the error for a message requestCodec marked, or nil.
+func undecodable(v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return nil
+	}
+	unknown := m.ProtoReflect().GetUnknown()
+	if len(unknown) == 0 {
+		return nil
+	}
+	num, typ, n := protowire.ConsumeTag(unknown)
+	if n < 0 || num != undecodableField || typ != protowire.BytesType {
+		return nil
+	}
+	reason, m2 := protowire.ConsumeString(unknown[n:])
+	if m2 < 0 || n+m2 != len(unknown) {
+		return nil
+	}
+	switch reason {
+	case undecodableDepth:
+		return status.Error(codes.InvalidArgument, "The request message nests too deeply to be read (protobuf's limit is 10000 levels)")
+	case undecodableMalformed:
+		return status.Error(codes.InvalidArgument, "The request message is not a valid protobuf message of the method's request type")
+	}
+	return nil
+}
+
+// decodeRegistrar registers services on a gRPC server so that their
+// handlers refuse the messages requestCodec marked.
+type decodeRegistrar struct {
+	server *grpc.Server
+}
+
+// RegisterService registers a copy of desc whose handlers check every
+// message they receive.
+func (r decodeRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	d := *desc
+	d.Methods = slices.Clone(desc.Methods)
+	for i := range d.Methods {
+		handler := d.Methods[i].Handler
+		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			return handler(srv, ctx, func(m any) error {
+				if err := dec(m); err != nil {
+					return err
+				}
+				return undecodable(m)
+			}, interceptor)
+		}
+	}
+	d.Streams = slices.Clone(desc.Streams)
+	for i := range d.Streams {
+		handler := d.Streams[i].Handler
+		d.Streams[i].Handler = func(srv any, stream grpc.ServerStream) error {
+			return handler(srv, decodeStream{ServerStream: stream})
+		}
+	}
+	r.server.RegisterService(&d, impl)
+}
+
+// GetServiceInfo reports the server's services, for server reflection.
+func (r decodeRegistrar) GetServiceInfo() map[string]grpc.ServiceInfo {
+	return r.server.GetServiceInfo()
+}
+
+// decodeStream is a stream whose received messages are checked for
+// requestCodec's marker.
+type decodeStream struct {
+	grpc.ServerStream
+}
+
+func (s decodeStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return undecodable(m)
+}
