@@ -279,9 +279,11 @@ type sseWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
 	// wrote is set by every write, so the keepalive stays quiet while
-	// events flow; stopped is set once the keepalive must write no more.
+	// events flow; stopped is set once the keepalive must write no more;
+	// timer runs the keepalive.
 	wrote   bool
 	stopped bool
+	timer   *time.Timer
 }
 
 func (s *sseWriter) write(frames []byte) error {
@@ -312,8 +314,11 @@ func (s *sseWriter) event(msg proto.Message) error {
 // nothing more. It runs on a timer, with no goroutine of its own while it
 // waits.
 func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
-	var t *time.Timer
-	t = time.AfterFunc(every, func() {
+	// The timer is set under the lock its function takes first, so the
+	// function always finds it.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timer = time.AfterFunc(every, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.stopped {
@@ -325,13 +330,13 @@ func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
 			}
 		}
 		s.wrote = false
-		t.Reset(every)
+		s.timer.Reset(every)
 	})
 	return func() {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.stopped = true
-		s.mu.Unlock()
-		t.Stop()
+		s.timer.Stop()
 	}
 }
 

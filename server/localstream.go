@@ -114,9 +114,11 @@ func (s *localServerStream) run(handler func() error) {
 		close(s.ready)
 	}
 	s.mu.Unlock()
-	close(s.down)
-	// The handler is done: whatever it held on the stream's context goes.
+	// The handler is done: whatever it held on the stream's context goes,
+	// and the caller's later messages are refused (SendMsg), before the
+	// caller can see the end.
 	s.cancel()
+	close(s.down)
 }
 
 func (s *localServerStream) Context() context.Context { return s.ctx }
@@ -270,6 +272,10 @@ func (c *localClientStream) SendMsg(m any) error {
 	}
 	if err := c.ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
+	}
+	if c.server.ctx.Err() != nil {
+		// The handler returned.
+		return io.EOF
 	}
 	select {
 	case c.server.up <- msg:
