@@ -1,9 +1,28 @@
-// Package server implements the relay's gRPC services over the world engine,
-// the interceptor chain that authenticates and authorises every call, and the
-// single mapping from world errors to gRPC statuses.
+// Package server implements the relay's gRPC services over worlds of any
+// kind, the interceptor chain that authenticates and authorises every call,
+// the single mapping from world errors to gRPC statuses, and the in-process
+// connection ([LocalConn]) through which the gateway calls the services.
 //
 // Services only translate between protobuf messages and world types; the
-// rules live in package world. The request flow is documented on [Chain].
+// rules live in the worlds. A registry ([Worlds]) resolves the call's
+// `clientId` to the world that serves it, and a service asks that world for
+// the capability it needs, through the interfaces of package world:
+//
+//	DocumentService   world.Documents, world.DocumentSearch, world.Folders (structure)
+//	FolderService     world.Folders
+//	CanvasService     world.Selection
+//	CombatService     world.Encounters
+//	FileService       world.Files
+//	Dnd5EService      world.Dnd5e
+//	ScriptService     world.Scripts
+//	EventService      world.Events
+//	(every call)      world.World: Info, users and world permissions
+//
+// A world without the capability answers Unimplemented (HTTP 501) naming
+// the operation and the world. The services never see a world's concrete
+// type: the relay's own worlds (package world/embedded), a linked tabletop
+// or a world on another node are all the same to them. The request flow is
+// documented on [Chain].
 package server
 
 import (

@@ -11,9 +11,8 @@ import (
 // Dice rolls one die: a whole number from 1 to faces.
 type Dice func(faces int) int
 
-// Manager runs the encounter operations of any world held by a
-// [world.Engine]. It keeps no state of its own beyond its dice, so one
-// Manager serves every world.
+// Manager runs the encounter operations on world engines. It keeps no
+// state of its own beyond its dice, so one Manager serves every world.
 type Manager struct {
 	dice Dice
 }

@@ -2,7 +2,9 @@
 // the actor's derived data (ability modifiers, proficiency, skills, saves,
 // passives, spell slots) and every `/dnd5e/*` operation, each a read
 // through [world.Engine.View] or one transaction through
-// [world.Engine.Mutate].
+// [world.Engine.Mutate]. It works on the engine itself; package
+// world/embedded applies it to the relay's own worlds as their
+// [world.Dnd5e], and its parameter and result types are the world's.
 //
 // Permissions follow the read rules of a single read (`/get`): an operation
 // that hands out an actor's data (its details, a check's modifiers, its
