@@ -144,6 +144,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 		bind(relayv1.RegisterFileServiceHandlerClient, relayv1.NewFileServiceClient),
 		bind(relayv1.RegisterDnd5EServiceHandlerClient, relayv1.NewDnd5EServiceClient),
 		bind(relayv1.RegisterEventServiceHandlerClient, relayv1.NewEventServiceClient),
+		bind(relayv1.RegisterLinkServiceHandlerClient, relayv1.NewLinkServiceClient),
 		bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient),
 		bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient),
 		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),

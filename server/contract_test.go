@@ -68,7 +68,7 @@ func TestEveryRPCDeclaresRouteAndPolicy(t *testing.T) {
 func TestDocumentedPaths(t *testing.T) {
 	t.Parallel()
 	want := []string{
-		"DELETE /delete", "DELETE /delete-folder", "DELETE /keys/{id}",
+		"DELETE /delete", "DELETE /delete-folder", "DELETE /keys/{id}", "DELETE /linked-worlds/{client_id}",
 		"GET /actor/subscribe", "GET /clients", "GET /dnd5e/concentration", "GET /dnd5e/get-actor-details",
 		"GET /download", "GET /encounters", "GET /encounters/subscribe", "GET /file-system", "GET /get",
 		"GET /hooks/subscribe", "GET /keys", "GET /scene/subscribe", "GET /search", "GET /selected", "GET /structure",
@@ -79,7 +79,7 @@ func TestDocumentedPaths(t *testing.T) {
 		"POST /dnd5e/modify-experience", "POST /dnd5e/modify-item-charges", "POST /dnd5e/prepare-spell",
 		"POST /dnd5e/short-rest", "POST /dnd5e/skill-check", "POST /dnd5e/transfer-currency",
 		"POST /dnd5e/use-ability", "POST /dnd5e/use-feature", "POST /dnd5e/use-item", "POST /dnd5e/use-spell",
-		"POST /end-encounter", "POST /execute-js", "POST /give", "POST /increase", "POST /keys", "POST /kill",
+		"POST /end-encounter", "POST /execute-js", "POST /give", "POST /increase", "POST /keys", "POST /kill", "POST /pairing-codes",
 		"POST /last-round", "POST /last-turn", "POST /next-round", "POST /next-turn", "POST /previous-round",
 		"POST /previous-turn", "POST /remove", "POST /remove-from-encounter", "POST /select",
 		"POST /start-encounter", "POST /stream-tickets", "POST /upload", "PUT /update",

@@ -142,7 +142,7 @@ func (dnd5eService) SkillCheck(ctx context.Context, req *relayv1.SkillCheckReque
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.SkillCheckResponse{ActorUuid: res.ActorUUID, Skill: req.GetSkill(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.SkillCheckResponse{ActorUuid: res.ActorUUID, Skill: req.GetSkill(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveRequest) (*relayv1.AbilitySaveResponse, error) {
@@ -157,7 +157,7 @@ func (dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveReq
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.AbilitySaveResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.AbilitySaveResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityCheckRequest) (*relayv1.AbilityCheckResponse, error) {
@@ -172,7 +172,7 @@ func (dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityCheckR
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.AbilityCheckResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result}, nil
+	return &relayv1.AbilityCheckResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
 func (dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveRequest) (*relayv1.DeathSaveResponse, error) {
@@ -189,7 +189,7 @@ func (dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveRequest
 	return &relayv1.DeathSaveResponse{
 		ActorUuid: res.ActorUUID, Total: int32(res.Total), Formula: res.Formula, Result: res.Result,
 		DeathSaves: &relayv1.DeathSaves{Success: int32(res.Successes), Failure: int32(res.Failures)},
-		Success:    res.Success, Stable: res.Stable, Dead: res.Dead,
+		Success:    res.Success, Stable: res.Stable, Dead: res.Dead, RollMode: rollMode(res.Mode),
 	}, nil
 }
 
@@ -259,6 +259,7 @@ func (dnd5eService) ConcentrationSave(ctx context.Context, req *relayv1.Concentr
 	}
 	return &relayv1.ConcentrationSaveResponse{
 		ActorUuid: res.ActorUUID, Dc: int32(res.DC), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, Maintained: res.Maintained,
+		RollMode: rollMode(res.Mode),
 	}, nil
 }
 
@@ -360,6 +361,11 @@ func (dnd5eService) PrepareSpell(ctx context.Context, req *relayv1.PrepareSpellR
 	return &relayv1.PrepareSpellResponse{ActorUuid: res.ActorUUID, SpellUuid: res.SpellUUID, SpellName: res.SpellName, Prepared: res.Prepared}, nil
 }
 
+// rollMode is a d20 roll's mode in the response.
+func rollMode(m world.RollMode) *relayv1.RollMode {
+	return &relayv1.RollMode{Mode: m.Mode, Advantage: m.Advantage, Disadvantage: m.Disadvantage, Override: m.Override}
+}
+
 // useRequest is what the four use requests share.
 type useRequest interface {
 	GetActorUuid() string
@@ -375,16 +381,24 @@ type useFields struct {
 	res                                  world.UseResult
 }
 
-// runUse runs a use and serialises its result.
-func runUse(ctx context.Context, kind world.UseKind, req useRequest) (useFields, error) {
+// runUse runs a use and serialises its result; slotLevel is use-spell's
+// (nil for the others and when not given).
+func runUse(ctx context.Context, kind world.UseKind, req useRequest, slotLevel *int32) (useFields, error) {
 	rules, call, err := capability[world.Dnd5e](ctx)
 	if err != nil {
 		return useFields{}, err
 	}
+	slot := 0
+	if slotLevel != nil {
+		if *slotLevel < 1 || *slotLevel > 9 {
+			return useFields{}, world.Errorf(world.ErrInvalid, "slotLevel must be a spell slot level from 1 to 9, got %d", *slotLevel)
+		}
+		slot = int(*slotLevel)
+	}
 	res, err := rules.Use(ctx, call.User, world.UseParams{
 		Kind: kind, ActorUUID: req.GetActorUuid(),
 		Ability:    world.ItemRef{UUID: req.GetAbilityUuid(), Name: req.GetAbilityName()},
-		TargetUUID: req.GetTargetUuid(), TargetName: req.GetTargetName(),
+		TargetUUID: req.GetTargetUuid(), TargetName: req.GetTargetName(), SlotLevel: slot,
 	})
 	if err != nil {
 		return useFields{}, err
@@ -392,8 +406,9 @@ func runUse(ctx context.Context, kind world.UseKind, req useRequest) (useFields,
 	out := useFields{res: res}
 	if res.Attack != nil {
 		if out.roll, err = toJSON(map[string]any{
-			"total": res.Attack.Total, "formula": res.Attack.Formula, "result": res.Attack.Result,
-			"isCritical": res.Attack.IsCritical, "isFumble": res.Attack.IsFumble, "dice": res.Attack.Dice,
+			"total": res.Attack.Total, "formula": res.Attack.Formula, "result": res.Attack.Result.Result,
+			"isCritical": res.Attack.IsCritical, "isFumble": res.Attack.IsFumble, "hit": res.Attack.Hit,
+			"rollMode": res.Attack.Mode, "dice": res.Attack.Dice,
 		}); err != nil {
 			return useFields{}, err
 		}
@@ -405,7 +420,7 @@ func runUse(ctx context.Context, kind world.UseKind, req useRequest) (useFields,
 			typ = d.Type
 		}
 		damage = append(damage, map[string]any{
-			"total": d.Total, "formula": d.Formula, "result": d.Result, "type": typ, "isCritical": d.IsCritical, "dice": d.Dice,
+			"total": d.Total, "formula": d.Formula, "result": d.Result.Result, "type": typ, "isCritical": d.IsCritical, "dice": d.Dice,
 		})
 	}
 	if out.damage, err = toJSON(damage); err != nil {
@@ -428,7 +443,7 @@ func runUse(ctx context.Context, kind world.UseKind, req useRequest) (useFields,
 }
 
 func (dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityRequest) (*relayv1.UseAbilityResponse, error) {
-	f, err := runUse(ctx, world.UseAbility, req)
+	f, err := runUse(ctx, world.UseAbility, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +452,7 @@ func (dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityReque
 }
 
 func (dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureRequest) (*relayv1.UseFeatureResponse, error) {
-	f, err := runUse(ctx, world.UseFeature, req)
+	f, err := runUse(ctx, world.UseFeature, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -446,7 +461,7 @@ func (dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureReque
 }
 
 func (dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest) (*relayv1.UseSpellResponse, error) {
-	f, err := runUse(ctx, world.UseSpell, req)
+	f, err := runUse(ctx, world.UseSpell, req, req.SlotLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +470,7 @@ func (dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest) 
 }
 
 func (dnd5eService) UseItem(ctx context.Context, req *relayv1.UseItemRequest) (*relayv1.UseItemResponse, error) {
-	f, err := runUse(ctx, world.UseItem, req)
+	f, err := runUse(ctx, world.UseItem, req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ var relayServices = []protoreflect.FullName{
 	"relay.v1.KeyService",
 	"relay.v1.ClientService",
 	"relay.v1.TicketService",
+	"relay.v1.LinkService",
 }
 
 // ServiceDescriptors returns the descriptors of every service of the relay's

@@ -94,6 +94,27 @@ func (l *RateLimiter) Allow(keyID string) (bool, time.Duration) {
 	return false, wait
 }
 
+// Blocked reports, without taking a token, whether the key's bucket is
+// empty, and how long until it has a token again. Callers that count only
+// failures use it to refuse a blocked caller before doing any work for it.
+func (l *RateLimiter) Blocked(keyID string) (bool, time.Duration) {
+	if l == nil {
+		return false, 0
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[keyID]
+	if b == nil {
+		return false, 0
+	}
+	tokens := math.Min(l.burst, b.tokens+float64(now.Sub(b.last))/float64(l.perToken))
+	if tokens >= 1 {
+		return false, 0
+	}
+	return true, time.Duration((1 - tokens) * float64(l.perToken))
+}
+
 // sweep forgets buckets that would be full by now: a fresh bucket is the
 // same. l.mu must be held.
 func (l *RateLimiter) sweep(now time.Time) {

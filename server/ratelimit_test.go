@@ -171,3 +171,31 @@ func BenchmarkRateLimiterAllow(b *testing.B) {
 		}
 	})
 }
+
+func TestRateLimiterBlockedTakesNothing(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	l := NewRateLimiter(60, 2, clock.Now)
+	for range 5 {
+		if blocked, _ := l.Blocked("a"); blocked {
+			t.Fatal("a fresh address is blocked")
+		}
+	}
+	l.Allow("a")
+	if blocked, _ := l.Blocked("a"); blocked {
+		t.Fatal("blocked with a token left")
+	}
+	l.Allow("a")
+	blocked, wait := l.Blocked("a")
+	if !blocked || wait != time.Second {
+		t.Fatalf("empty bucket: blocked=%v wait=%v, want true 1s", blocked, wait)
+	}
+	clock.Add(time.Second)
+	if blocked, _ := l.Blocked("a"); blocked {
+		t.Fatal("still blocked once a token came back")
+	}
+	var off *RateLimiter
+	if blocked, _ := off.Blocked("a"); blocked {
+		t.Fatal("a nil limiter blocks")
+	}
+}

@@ -49,6 +49,9 @@ type Config struct {
 	// Worlds resolves client ids to the worlds that serve them, whatever
 	// their kind: the services reach worlds only through it.
 	Worlds Worlds
+	// Links pairs and unpairs linked worlds; the link service answers
+	// Unavailable when nil.
+	Links WorldLinks
 	// RequestIDs issues request ids; a random node number when nil.
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
@@ -143,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
 	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
+	relayv1.RegisterLinkServiceServer(both, linkService{links: cfg.Links, now: time.Now})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
 	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
 	relayv1.RegisterCombatServiceServer(both, combatService{})

@@ -7,8 +7,11 @@ import (
 )
 
 // ModifyAttribute adds delta to the number at a dotted attribute path of a
-// document (`system.attributes.hp.value`), without clamping: the increase
-// and decrease operations. The user needs OWNER; the permission error names
+// document (`system.attributes.hp.value`): the increase and decrease
+// operations. The world clamps nothing itself, but the write passes the
+// system's rules like any update (a fifth-edition actor's hit points stop
+// at 0, integers round; see systemRules), and NewValue is the value
+// stored. The user needs OWNER; the permission error names
 // the operation by the sign of delta ("increase attribute on", "decrease
 // attribute on"). A value that is not a number is ErrInvalid
 // `Attribute <path> is not a number, found: <type>`.
@@ -48,6 +51,11 @@ func (e *Engine) ModifyAttribute(ctx context.Context, user *User, uuid, attribut
 		next, err := tx.update(uuid, Document{attribute: res.NewValue})
 		if err != nil {
 			return err
+		}
+		// The system's rules may have cleaned the value (hit points stop
+		// at 0): report what is stored.
+		if stored, ok := number(propertyOr(next, attribute)); ok {
+			res.NewValue = stored
 		}
 		return tx.before().checkWrite(user, r, doc, next)
 	})

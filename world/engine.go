@@ -48,8 +48,12 @@ type Engine struct {
 	closeErr  error
 
 	selection selection
-	json      jsonCache
-	embedded  embeddedJSON
+	// settings are the world's settings (see Setting); settingsMu orders
+	// their writers.
+	settings   atomic.Pointer[map[string]any]
+	settingsMu sync.Mutex
+	json       jsonCache
+	embedded   embeddedJSON
 	// sizes, under the write lock, remembers the sizes of large documents
 	// for the document size limit (limits.go).
 	sizes map[docKey]sizeMemo
@@ -151,8 +155,14 @@ func loadEngine(ctx context.Context, st *store, clientID string, opts Options) (
 	if err != nil {
 		return nil, err
 	}
+	settings, err := loadSettings(meta)
+	if err != nil {
+		return nil, err
+	}
 	info := Info{ClientID: clientID, Title: meta[metaTitle], System: meta[metaSystem]}
-	return newEngine(st, info, perms, docs, opts), nil
+	e := newEngine(st, info, perms, docs, opts)
+	e.settings.Store(&settings)
+	return e, nil
 }
 
 // checkEmbedded checks the shape every document in memory keeps: each

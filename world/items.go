@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -16,7 +17,11 @@ import (
 // (the best search hit the user may observe). When the target already has
 // an item of exactly the same name with a numeric quantity, the quantity is
 // added to it; otherwise a copy of the item with that quantity is created
-// on the target. With a source actor the item must be one of its items, and
+// on the target, unequipped and unattuned (equipping and attuning are the
+// new holder's to do). With a source actor the item must be one of its
+// items, the source must hold at least the quantity given (an item without
+// a numeric quantity counts as one; more is refused, as transfer-currency
+// refuses more coins than there are, so nothing is made from nothing), and
 // it leaves the source: its quantity drops when it had more than was
 // given, otherwise the item is deleted. The user needs OWNER on the source
 // and the target; copying an item without a source needs OBSERVER on it.
@@ -59,6 +64,15 @@ func (e *Engine) Give(ctx context.Context, user *User, p GiveParams) (GiveResult
 		item, itemDoc, err := itemToGive(v, user, p, source)
 		if err != nil {
 			return err
+		}
+		if p.FromUUID != "" {
+			have, ok := itemQuantity(itemDoc)
+			if !ok {
+				have = 1
+			}
+			if qty > have {
+				return Errorf(ErrInvalid, "Insufficient quantity of %s: the source has %s, cannot give %s", docName(itemDoc), formatQty(have), formatQty(qty))
+			}
 		}
 		res.ItemUUID = item.uuid
 		if res.NewItemUUID, res.Quantity, err = addItem(tx, target, actor, itemDoc, qty); err != nil {
@@ -122,6 +136,11 @@ func addItem(tx *Tx, actor ref, actorDoc, item Document, qty float64) (string, f
 		data["system"] = system
 	}
 	system["quantity"] = qty
+	for _, k := range []string{"equipped", "attuned"} {
+		if _, ok := system[k]; ok {
+			system[k] = false
+		}
+	}
 	uuid, err := tx.Create(typeItem.name, actor.uuid, data)
 	return uuid, qty, err
 }
@@ -182,6 +201,9 @@ func (e *Engine) Remove(ctx context.Context, user *User, p RemoveParams) (Remove
 	}
 	return res, nil
 }
+
+// formatQty prints a quantity as JavaScript would.
+func formatQty(q float64) string { return strconv.FormatFloat(q, 'f', -1, 64) }
 
 // quantity checks a quantity parameter; zero means def.
 func quantity(q, def float64) (float64, error) {

@@ -172,10 +172,12 @@ func TestModifyAttribute(t *testing.T) {
 	tw := newTestWorld(t)
 	alice := tw.user(t, aliceID)
 
+	// The fifth-edition data model keeps hit points at 0 or more: a
+	// decrease below 0 stops at 0, and the result says so.
 	res, err := tw.ModifyAttribute(ctx, alice, actorOwner, "system.attributes.hp.value", -15)
-	want := AttributeChange{UUID: actorOwner, Attribute: "system.attributes.hp.value", OldValue: 10, NewValue: -5}
+	want := AttributeChange{UUID: actorOwner, Attribute: "system.attributes.hp.value", OldValue: 10, NewValue: 0}
 	if err != nil || res != want {
-		t.Errorf("decrease = %+v, %v; want %+v (no clamping)", res, err, want)
+		t.Errorf("decrease = %+v, %v; want %+v (stopped at 0)", res, err, want)
 	}
 	_, err = tw.ModifyAttribute(ctx, alice, actorObserver, "system.attributes.hp.value", 1)
 	wantError(t, err, ErrPermission, "User 'Alice' does not have permission to increase attribute on 'Companion'")

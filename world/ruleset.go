@@ -52,6 +52,21 @@ type CheckParams struct {
 	ChatMessage bool
 }
 
+// RollMode is the mode a d20 roll was made with and why: every source of
+// advantage and of disadvantage found, even when they cancel out.
+type RollMode struct {
+	// Mode is `advantage`, `disadvantage` or `normal`.
+	Mode string `json:"mode"`
+	// Advantage and Disadvantage name the sources of each, such as
+	// `requested`, `Exhaustion 3`, `Poisoned`, `Chain Mail`, or the name
+	// of an active effect.
+	Advantage    []string `json:"advantage"`
+	Disadvantage []string `json:"disadvantage"`
+	// Override names what forced the mode regardless of the other
+	// sources (an effect overriding a roll mode), "" when nothing did.
+	Override string `json:"override"`
+}
+
 // RollResult is a d20 roll of an actor.
 type RollResult struct {
 	ActorUUID string
@@ -63,6 +78,8 @@ type RollResult struct {
 	Result string
 	// Roll is the full roll, with its dice.
 	Roll dice.Result
+	// Mode is the roll's mode and its sources.
+	Mode RollMode
 }
 
 // DeathSaveParams are the parameters of a death save.
@@ -89,9 +106,13 @@ type DeathSaveResult struct {
 // RestParams are the parameters of a rest.
 type RestParams struct {
 	Actor ActorRef
-	// AutoHD spends hit dice on a short rest while hit points are below
-	// AutoHDThreshold (a fraction of maximum hit points, 0 to 1; nil means
-	// 0.5).
+	// AutoHD spends hit dice on a short rest, one at a time, while the
+	// hit points stay short of AutoHDThreshold, read two ways: from 0 to 1
+	// a fraction of the maximum (the relay's contract: spend while hit
+	// points are below that share), above 1 a number of missing hit points
+	// (the tabletop's: spend while hit points plus it are at most the
+	// maximum). Nil means the tabletop's default, 3 missing hit points. At
+	// exactly 1 both readings agree: spend while below the maximum.
 	AutoHD          bool
 	AutoHDThreshold *float64
 	// NewDay (long rests) also recovers what recovers daily, at dawn or at
@@ -239,6 +260,10 @@ type UseParams struct {
 	Ability    ItemRef
 	TargetUUID string
 	TargetName string
+	// SlotLevel is the level of the spell slot to cast a spell with (0:
+	// the spell's own level). A use of anything but a levelled spell cast
+	// with slots refuses one.
+	SlotLevel int
 }
 
 // AttackRoll is a use's attack roll.
@@ -246,6 +271,13 @@ type AttackRoll struct {
 	dice.Result
 	IsCritical bool
 	IsFumble   bool
+	// Hit tells whether the attack hit its target: a natural 1 always
+	// misses, a critical hit (a natural 20, or the actor's lower
+	// threshold) always hits, any other roll hits when its total reaches
+	// the target's armour class. Nil without a target.
+	Hit *bool
+	// Mode is the roll's mode and its sources.
+	Mode RollMode
 }
 
 // DamageRoll is a use's damage (or healing) roll.

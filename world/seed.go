@@ -13,6 +13,9 @@ type Seed struct {
 	// ACTOR_CREATE, ITEM_CREATE, JOURNAL_CREATE, MACRO_SCRIPT, ...) to the
 	// lowest role that holds it. Missing permissions are GM-only.
 	Permissions map[string]Role `json:"permissions"`
+	// Settings are world settings by `<namespace>.<key>` (see
+	// [Engine.Setting]), such as `dnd5e.initiativeDexTiebreaker`.
+	Settings map[string]any `json:"settings"`
 	// Users are documents with `_id`, `name` and `role` (a [Role] number).
 	Users          []Document `json:"users"`
 	Folders        []Document `json:"folders"`

@@ -37,6 +37,13 @@ func seedWorld(ctx context.Context, path, clientID string, seed Seed, opts Optio
 		metaSystem:      seed.System,
 		metaPermissions: string(permsJSON),
 	}
+	if len(seed.Settings) > 0 {
+		raw, err := json.Marshal(seed.Settings)
+		if err != nil {
+			return Errorf(ErrInvalid, "Seed settings: %v", err)
+		}
+		meta[metaSettings] = string(raw)
+	}
 	return e.mutate(ctx, meta, func(tx *Tx) error {
 		collections := []struct {
 			field string

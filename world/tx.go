@@ -317,6 +317,9 @@ func (tx *Tx) Put(uuid string, doc Document) error {
 	if err := tx.prepare(r.typ(), next); err != nil {
 		return err
 	}
+	if _, _, before, err := tx.View().find(uuid); err == nil {
+		resetDeathSaves(tx.e.info.System, r.typ(), before, next)
+	}
 	return tx.replace(r, next)
 }
 
@@ -434,10 +437,11 @@ func (tx *Tx) update(uuid string, diff Document) (Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	next, err := applyDiff(r.typ(), cur, diff, tx.e.limits)
+	next, err := applyDiff(r.typ(), cur, diff, tx.e.limits, rulesFor(tx.e.info.System))
 	if err != nil {
 		return nil, err
 	}
+	resetDeathSaves(tx.e.info.System, r.typ(), cur, next)
 	if err := tx.replace(r, next); err != nil {
 		return nil, err
 	}
@@ -600,6 +604,9 @@ func ownFieldsDiffer(t *docType, a, b Document) bool {
 // every embedded collection is an array.
 func (tx *Tx) prepare(t *docType, doc Document) error {
 	if err := validateOwn(t, doc); err != nil {
+		return err
+	}
+	if err := rulesFor(tx.e.info.System).clean(t, str(doc["type"]), doc); err != nil {
 		return err
 	}
 	for _, f := range t.embedded {

@@ -21,6 +21,12 @@ import (
 //     a `uuid` key (as returned by Get) is ignored;
 //   - a given `name` must be a non-empty string.
 //
+// In a world of a game system with rules for its data (fifth edition: a
+// character's or NPC's numbers, see systemRules), the values written are
+// cleaned and checked as the system's data model does, and a bad one
+// refuses the whole update naming the field; hit points raised from 0 or
+// below clear the death saves.
+//
 // The user needs OWNER. Changing `ownership` (in any form: `ownership`,
 // `ownership.<id>`, `-=ownership`) or `type` is for GMs only, on embedded
 // documents too, and a new `folder` must exist, hold the document's type
@@ -112,7 +118,7 @@ func topField(key string) string {
 // collections, which a diff cannot touch, and every untouched object), so
 // that comparing the two versions, for stamps and events, costs only the
 // size of the diff.
-func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
+func applyDiff(t *docType, cur, diff Document, lim Limits, rules *systemRules) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
@@ -127,6 +133,13 @@ func applyDiff(t *docType, cur, diff Document, lim Limits) (Document, error) {
 	// Dotted keys nest too: {"a.b.c": 1} is {"a": {"b": {"c": 1}}}.
 	if limit := lim.maxDepth(); depthOver(expanded, 1, limit) {
 		return nil, Errorf(ErrInvalid, "'data' nests deeper than the limit of %d levels once its dotted keys are expanded", limit)
+	}
+	typ, _ := expanded["type"].(string)
+	if typ == "" {
+		typ = str(cur["type"])
+	}
+	if err := rules.clean(t, typ, expanded); err != nil {
+		return nil, err
 	}
 	for k, v := range expanded {
 		switch field := topField(k); {

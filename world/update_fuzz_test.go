@@ -26,7 +26,8 @@ const fuzzActor = `{
 // embedded collections, holds no deletion key, is still JSON, nests no
 // deeper than the depth limit (a small one here, so that the fuzzer reaches
 // it), holds none of the refused keys, and leaves the current version
-// untouched. `go test` runs the seeds; `make fuzz` explores.
+// untouched. The fifth-edition rules check the actor's numbers (see
+// systemRules). `go test` runs the seeds; `make fuzz` explores.
 func FuzzApplyDiff(f *testing.F) {
 	for _, seed := range []string{
 		`{"system.attributes.hp.value": 12}`,
@@ -44,6 +45,8 @@ func FuzzApplyDiff(f *testing.F) {
 		`{"a.b.c.d.e.f.g": 1}`, `{"a.b.c": {"d.e.f": [[1]]}}`, `{"a": [[[[[[[1]]]]]]]}`,
 		`{"__proto__": {"x": 1}}`, `{"flags.__proto__.x": 1}`, `{"constructor.prototype.x": 1}`,
 		`{"==__proto__": 1}`, `{"-=constructor": null}`, `{"a": [{"prototype": 1}]}`,
+		`{"system.attributes.hp.value": "7"}`, `{"system.abilities": {"str": {"-=value": null}}}`,
+		`{"system.attributes.==hp": {"value": true}}`, `{"system": {"skills.ste.value": "0.5"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -57,7 +60,7 @@ func FuzzApplyDiff(f *testing.F) {
 			t.Fatal(err)
 		}
 		before := Clone(cur)
-		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth})
+		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth}, rulesFor("dnd5e"))
 		if !reflect.DeepEqual(cur, before) {
 			t.Fatalf("applyDiff changed the current version:\n%v\nwas\n%v", cur, before)
 		}

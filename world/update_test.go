@@ -42,8 +42,8 @@ func TestUpdateSemantics(t *testing.T) {
 		},
 		{
 			name: "deletion inside an object",
-			diff: Document{"system": Document{"attributes": Document{"-=hp": nil}}},
-			want: Document{"attributes": Document{}},
+			diff: Document{"system": Document{"attributes": Document{"hp": Document{"-=max": nil}}}},
+			want: Document{"attributes": Document{"hp": Document{"value": 10.0}}},
 		},
 		{
 			name: "forced replacement",
@@ -51,8 +51,10 @@ func TestUpdateSemantics(t *testing.T) {
 			want: Document{"attributes": Document{"hp": Document{"value": 1.0}}},
 		},
 		{
+			// On a type whose data the system does not check (the
+			// fifth-edition rules check characters and NPCs).
 			name: "a value replaces an object",
-			diff: Document{"system.attributes": "gone"},
+			diff: Document{"type": "vehicle", "system.attributes": "gone"},
 			want: Document{"attributes": "gone"},
 		},
 	}

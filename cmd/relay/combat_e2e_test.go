@@ -84,12 +84,19 @@ func TestCombatTurnOrder(t *testing.T) {
 	if first["initiative"] != nil {
 		t.Fatalf("initiative before rolling: %v", first["initiative"])
 	}
-	// Everyone at 12: Aria and the Goblin (dexterity 14) before Brom (12);
-	// Aria before the Goblin by name.
+	// Everyone at 12: the tabletop breaks ties by name, not by dexterity
+	// (that takes the world setting dnd5e.initiativeDexTiebreaker).
 	for _, name := range []string{"Aria Vale", "Brom Ironfist", "Goblin"} {
 		tr.setInitiative(t, id, combatantID(t, enc, name), 12)
 	}
 	list := tr.encounters(t, "")
+	enc = list[0].(map[string]any)
+	if got := combatNames(enc); !slices.Equal(got, []string{"Aria Vale", "Brom Ironfist", "Goblin"}) {
+		t.Fatalf("order %v", got)
+	}
+	// Brom at 11 goes last.
+	tr.setInitiative(t, id, combatantID(t, enc, "Brom Ironfist"), 11)
+	list = tr.encounters(t, "")
 	enc = list[0].(map[string]any)
 	if got := combatNames(enc); !slices.Equal(got, []string{"Aria Vale", "Goblin", "Brom Ironfist"}) {
 		t.Fatalf("order %v", got)

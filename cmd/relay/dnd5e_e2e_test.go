@@ -170,7 +170,7 @@ func TestDnd5eWrites(t *testing.T) {
 		}
 	}
 	post("short-rest", "Alice", map[string]any{"actorUuid": bromUUID}, http.StatusForbidden, "User 'Alice' does not have permission to perform a short rest on 'Brom Ironfist'")
-	post("short-rest", "Bob", map[string]any{"actorUuid": bromUUID, "autoHD": true, "autoHDThreshold": 2}, http.StatusBadRequest, "autoHDThreshold must be a fraction from 0 to 1")
+	post("short-rest", "Bob", map[string]any{"actorUuid": bromUUID, "autoHD": true, "autoHDThreshold": -1}, http.StatusBadRequest, "autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 	// The death saves above roll a real d20: a natural 20 leaves Aria at 1
 	// HP, so the rest restores whatever is missing up to her maximum, 32.
 	aria := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)
@@ -235,12 +235,15 @@ func TestDnd5eWrites(t *testing.T) {
 	post("prepare-spell", "Bob", map[string]any{"actorUuid": ariaUUID, "spellName": "Fireball", "prepared": false}, http.StatusForbidden, "prepare spells on 'Aria Vale'")
 
 	// The four uses.
-	// Bob sees no goblin (the actor is NONE, the Tavern too): not found,
-	// as a name that matches nothing; the GM targets it.
-	post("use-item", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusNotFound, "Target not found: Goblin")
+	// Bob sees no goblin (the actor is NONE, the Tavern too): as for a
+	// name that matches nothing, he swings without a target; the GM
+	// targets it, and rolls damage only on a hit.
+	if u := post("use-item", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusOK, ""); u["target"] != nil {
+		t.Fatalf("%v", u)
+	}
 	u := post("use-item", "", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"}, http.StatusOK, "")
 	roll := u["roll"].(map[string]any)
-	if u["ability"] != "Longsword" || roll["formula"] != "1d20 + 4 + 3" || len(u["damageRolls"].([]any)) != 1 || u["target"].(map[string]any)["actorUuid"] != goblinUUID {
+	if u["ability"] != "Longsword" || roll["formula"] != "1d20 + 4 + 3" || (len(u["damageRolls"].([]any)) == 1) != (roll["hit"] == true) || u["target"].(map[string]any)["actorUuid"] != goblinUUID {
 		t.Fatalf("%v", u)
 	}
 	u = post("use-feature", "Bob", map[string]any{"actorUuid": bromUUID, "abilityName": "Second Wind"}, http.StatusOK, "")

@@ -251,8 +251,16 @@ func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "pair-code":
+			return worldsPairCode(ctx, args[1:], stdout, stderr)
+		case "unpair":
+			return worldsUnpair(ctx, args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] != "list" {
-		return usageError{"usage: relay worlds list [flags]"}
+		return usageError{"usage: relay worlds list|pair-code|unpair [flags]"}
 	}
 	fset := flag.NewFlagSet("relay worlds list", flag.ContinueOnError)
 	fset.SetOutput(stderr)

@@ -4,6 +4,8 @@
 //	relay serve [flags]             start the relay
 //	relay keys create|list|revoke   manage API keys of a running relay
 //	relay worlds list               list the worlds of a running relay
+//	relay worlds pair-code          create a code that links a real tabletop
+//	relay worlds unpair CLIENT_ID   unlink a linked world
 //
 // Every flag has a RELAY_* environment variable; `relay <command> -h` lists
 // them.
@@ -30,6 +32,10 @@ Usage:
   relay keys list [flags]       list API keys
   relay keys revoke [flags] ID  revoke an API key
   relay worlds list [flags]     list worlds
+  relay worlds pair-code [flags]
+                                create a one-time code that links a real tabletop
+  relay worlds unpair [flags] CLIENT_ID
+                                unlink a linked world (revoke its token)
 
 Run 'relay <command> -h' for the flags of a command.
 `

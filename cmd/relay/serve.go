@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"relay/gateway"
+	"relay/link"
 	"relay/netlimit"
 	"relay/server"
 	"relay/server/keys"
@@ -83,6 +84,16 @@ type serveConfig struct {
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
 	diceSeed uint64
+	// Linked worlds (package link): the relay's public address for the
+	// module, the socket's time-outs and bounds, and the pairing attempts
+	// one address may make a minute.
+	publicURL           string
+	linkAuthTimeout     time.Duration
+	linkReplyTimeout    time.Duration
+	linkPingInterval    time.Duration
+	linkMaxMessageBytes int64
+	linkMaxPending      int
+	pairRateLimit       int
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -118,6 +129,13 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.writeStallTimeout, "write-stall-timeout", envDuration("RELAY_WRITE_STALL_TIMEOUT", netlimit.DefaultWriteStallTimeout), "longest a write to a client may make no progress (a client that stops reading its answer or event stream) before its connection is closed; 0 turns it off (RELAY_WRITE_STALL_TIMEOUT)")
 	fs.IntVar(&c.maxConns, "max-conns", envInt("RELAY_MAX_CONNS", netlimit.DefaultMaxConns()), "`connections` open at once, overall; more are refused at once with 503 and Retry-After; the default is three quarters of the process's open-file limit; 0 turns the cap off (RELAY_MAX_CONNS)")
 	fs.IntVar(&c.maxConnsPerIP, "max-conns-per-ip", envInt("RELAY_MAX_CONNS_PER_IP", netlimit.DefaultMaxConnsPerIP), "`connections` open at once from one client address (an IPv4 address or an IPv6 /64); more are refused with 503 and Retry-After; behind a reverse proxy every client has the proxy's address: raise it or set 0 (off) there (RELAY_MAX_CONNS_PER_IP)")
+	fs.StringVar(&c.publicURL, "public-url", envOr("RELAY_PUBLIC_URL", ""), "the relay's address as tabletops reach it, such as https://relay.example.org; a pairing tells the module to connect to its /relay (wss://relay.example.org/relay); empty: the address the pairing request came to (set it behind a TLS proxy) (RELAY_PUBLIC_URL)")
+	fs.DurationVar(&c.linkAuthTimeout, "link-auth-timeout", envDuration("RELAY_LINK_AUTH_TIMEOUT", link.DefaultAuthTimeout), "time a tabletop has to send its auth message once its /relay socket is open; it is then closed with 4002 (RELAY_LINK_AUTH_TIMEOUT)")
+	fs.DurationVar(&c.linkReplyTimeout, "link-reply-timeout", envDuration("RELAY_LINK_REPLY_TIMEOUT", link.DefaultReplyTimeout), "time a linked world has to answer a request, which then gets 504 (RELAY_LINK_REPLY_TIMEOUT)")
+	fs.DurationVar(&c.linkPingInterval, "link-ping-interval", envDuration("RELAY_LINK_PING_INTERVAL", link.DefaultPingInterval), "how often the relay pings each linked world's socket; a ping without an answer within the interval closes the socket and fails its requests with 503 (RELAY_LINK_PING_INTERVAL)")
+	fs.Int64Var(&c.linkMaxMessageBytes, "link-max-message-bytes", int64(envInt("RELAY_LINK_MAX_MESSAGE_BYTES", link.DefaultMaxMessageBytes)), "largest message a linked world may send, in `bytes` (a downloaded file arrives as one message, in base64); a larger one closes its socket with 1009 (RELAY_LINK_MAX_MESSAGE_BYTES)")
+	fs.IntVar(&c.linkMaxPending, "link-max-pending", envInt("RELAY_LINK_MAX_PENDING", link.DefaultMaxPending), "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
+	fs.IntVar(&c.pairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", defaultPairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -229,6 +247,8 @@ type relay struct {
 	worlds   *world.Host
 	hub      *events.Hub
 	scripts  *script.Pool
+	links    *link.Service
+	linkDB   *link.SQLiteStore
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -312,9 +332,37 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		Dice:    rolls,
 		Scripts: r.scripts,
 	})
+	// Failed authentications count against an address the same whether
+	// they presented an API key or a tabletop's connection token.
+	authFailures := server.NewRateLimiter(cfg.authFailureLimit, 0, nil)
+	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.dataDir, "relay.db")); err != nil {
+		return fail(fmt.Errorf("open linked worlds: %w", err))
+	}
+	if r.links, err = link.New(link.Config{
+		Store: r.linkDB,
+		// A new linked world never takes the id of an embedded one.
+		Taken: func(clientID string) bool {
+			ids, err := r.worlds.IDs(context.Background())
+			return err != nil || slices.Contains(ids, clientID)
+		},
+		PublicURL:    cfg.publicURL,
+		AuthTimeout:  cfg.linkAuthTimeout,
+		AuthFailures: authFailures,
+		PairAttempts: server.NewRateLimiter(cfg.pairRateLimit, 0, nil),
+		Hub: link.HubOptions{
+			ReplyTimeout:    cfg.linkReplyTimeout,
+			PingInterval:    cfg.linkPingInterval,
+			MaxMessageBytes: cfg.linkMaxMessageBytes,
+			MaxPending:      cfg.linkMaxPending,
+		},
+		Log: log,
+	}); err != nil {
+		return fail(usageError{err.Error()})
+	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          keyStore,
 		Worlds:        worlds,
+		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.scriptTimeout,
@@ -323,7 +371,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		MaxMessageBytes: int(cfg.maxBodyBytes),
 		MaxUploadBytes:  cfg.maxUploadBytes,
 		RateLimit:       server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
-		AuthFailures:    server.NewRateLimiter(cfg.authFailureLimit, 0, nil),
+		AuthFailures:    authFailures,
 		Events: server.EventsConfig{
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
@@ -363,7 +411,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	})
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(splitGRPC(r.grpc, rest)),
+		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, rest))),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -394,6 +442,38 @@ func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	})
 }
 
+// routeLinks sends the tabletop module's endpoints (`/relay`, `/auth/pair`,
+// `/api/self-unpair`, `/api/clients/{clientId}/active`) to the link
+// service and everything else on. They are not routes of the API's
+// contract: they authenticate by pairing code or connection token, never
+// by API key, so the gateway's admission must not see them.
+func routeLinks(links, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if link.Owns(r.URL.Path) {
+			links.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// worldLinks adapts the link service to what the server's link service
+// needs.
+type worldLinks struct{ s *link.Service }
+
+func (l worldLinks) CreatePairingCode(ctx context.Context, clientID, createdBy string) (server.PairingCode, error) {
+	code, c, err := l.s.CreatePairingCode(ctx, clientID, createdBy)
+	if err != nil {
+		return server.PairingCode{}, err
+	}
+	return server.PairingCode{Code: code, ClientID: c.ClientID, ExpiresAt: c.ExpiresAt}, nil
+}
+
+func (l worldLinks) Unpair(ctx context.Context, clientID string) (server.Unpaired, error) {
+	n, closed, err := l.s.Unpair(ctx, clientID)
+	return server.Unpaired{RevokedTokens: n, Disconnected: closed}, err
+}
+
 // close stops serving and closes the stores; later calls return the first
 // call's result.
 func (r *relay) close(ctx context.Context) error {
@@ -409,6 +489,12 @@ func (r *relay) shutdown(ctx context.Context) error {
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
+	if r.links != nil {
+		// The sockets were hijacked from the HTTP server, which no longer
+		// sees them: close them first, so the modules reconnect later
+		// and their waiting requests fail now.
+		r.links.Close(ctx)
+	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
 	}
@@ -423,6 +509,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.keys != nil {
 		errs = append(errs, r.keys.Close())
+	}
+	if r.linkDB != nil {
+		errs = append(errs, r.linkDB.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -547,6 +636,11 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 	}
 	return slog.New(flushingHandler{Handler: h, buf: buf}), buf, nil
 }
+
+// defaultPairRateLimit is how many pairing attempts one address may make a
+// minute: a game master who mistypes a code a few times never meets it,
+// while guessing one of 887 million codes at this pace is hopeless.
+const defaultPairRateLimit = 10
 
 // serveGCPercent is the garbage collector's target when GOGC is not set.
 const serveGCPercent = 400

@@ -150,12 +150,16 @@ func TestReadRulesThroughEveryDoor(t *testing.T) {
 			map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Goblin", "currency": map[string]any{"gp": 1}}, http.StatusNotFound, "Actor not found: Goblin"},
 		doorCase{"equip on a NONE actor by name", http.MethodPost, "/dnd5e/equip-item", "Alice",
 			map[string]any{"actorName": "Goblin", "itemName": "Shield", "equipped": false}, http.StatusNotFound, "Actor not found: Goblin"},
+		// A target name is looked for among the tokens of the active scene
+		// she sees (none: the Tavern is NONE to players); one she cannot
+		// see is exactly a name nobody has: the spell goes off without a
+		// target, as on the tabletop.
 		doorCase{"target a NONE actor by name", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"}, http.StatusNotFound, "Target not found: Goblin"},
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"}, http.StatusOK, `"target":null`},
 		doorCase{"target by a name nobody has", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Dragon"}, http.StatusNotFound, "Target not found: Dragon"},
-		doorCase{"target an observed actor by name", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Brom Ironfist"}, http.StatusOK, `"actorUuid":"` + bromUUID + `"`},
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Dragon"}, http.StatusOK, `"target":null`},
+		doorCase{"target an observed actor by uuid", http.MethodPost, "/dnd5e/use-spell", "Alice",
+			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetUuid": bromUUID}, http.StatusOK, `"actorUuid":"` + bromUUID + `"`},
 		doorCase{"target a NONE actor by uuid", http.MethodPost, "/dnd5e/use-spell", "Alice",
 			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetUuid": goblinUUID}, http.StatusForbidden, noneMsg},
 
@@ -350,8 +354,9 @@ func TestReadRulesOverGRPC(t *testing.T) {
 	wantCode("a bonus reading a NONE actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to read @Actor.goblin0000000001.system.attributes.hp.value in a roll formula")
 	_, err = rules.GetConcentration(ctx, &relayv1.GetConcentrationRequest{UserId: "Alice", ActorName: "Goblin"})
 	wantCode("a NONE actor by name", err, codes.NotFound, "Actor not found: Goblin")
-	_, err = rules.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Fire Bolt", TargetName: "Goblin"})
-	wantCode("a NONE target by name", err, codes.NotFound, "Target not found: Goblin")
+	if use, err := rules.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Fire Bolt", TargetName: "Goblin"}); err != nil || use.GetTarget() != nil {
+		t.Errorf("a NONE target by name: %v, target %s; want no target", err, use.GetTarget())
+	}
 
 	_, err = docs.GetDocument(ctx, &relayv1.GetDocumentRequest{UserId: "Alice", Uuid: "Folder.monstersFolder01"})
 	wantCode("a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to view this entity")

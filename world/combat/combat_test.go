@@ -3,7 +3,10 @@ package combat_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -106,8 +109,10 @@ func wantKind(t *testing.T, err, kind error, msg string) {
 	}
 }
 
-// TestInitiativeTies: equal initiative goes to the higher dexterity, then
-// to the name.
+// TestInitiativeTies: the tabletop's turn order: equal initiative goes to
+// the name (the core Combat's sort; the fifth-edition system adds nothing
+// unless the world turns its dexterity tiebreaker on, see
+// TestDexTiebreakerSetting).
 func TestInitiativeTies(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -118,7 +123,7 @@ func TestInitiativeTies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := names(e); !slices.Equal(got, []string{"Aria Vale", "Goblin", "Brom Ironfist"}) {
+	if got := names(e); !slices.Equal(got, []string{"Aria Vale", "Brom Ironfist", "Goblin"}) {
 		t.Fatalf("order %v", got)
 	}
 	for _, c := range e.Combatants {
@@ -454,5 +459,144 @@ func TestDeletingRemovesCombatants(t *testing.T) {
 	// Deleting something else leaves combats alone.
 	if err := f.eng.Delete(ctx, nil, "Item.potionHealing001"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDexTiebreakerSetting: with the fifth-edition world setting
+// `dnd5e.initiativeDexTiebreaker` on, each initiative rolled gains a
+// hundredth of the dexterity score, as in the system, so the higher
+// dexterity goes first among equal rolls.
+func TestDexTiebreakerSetting(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.eng.SetSetting(ctx, "dnd5e.initiativeDexTiebreaker", true); err != nil {
+		t.Fatal(err)
+	}
+	m := combat.New(dice(t, 10, 11, 10))
+	e, err := m.Start(ctx, f.eng, nil, combat.StartParams{Name: "Ties", TokenUUIDs: []string{ariaToken, bromToken, goblinToken}, RollAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(e); !slices.Equal(got, []string{"Aria Vale", "Goblin", "Brom Ironfist"}) {
+		t.Fatalf("order %v", got)
+	}
+	want := map[string]float64{"Aria Vale": 12.14, "Goblin": 12.14, "Brom Ironfist": 12.12}
+	for _, c := range e.Combatants {
+		if c.Initiative == nil || *c.Initiative != want[c.Name] {
+			t.Fatalf("%s initiative %v, want %v", c.Name, c.Initiative, want[c.Name])
+		}
+	}
+	if f.eng.Setting("dnd5e.initiativeDexTiebreaker") != true {
+		t.Fatal("the setting is not kept")
+	}
+}
+
+// TestNavigationProperties walks random turn and round moves (a property
+// test, both ways) and checks the tabletop's arithmetic against a model
+// kept apart from the code: a turn forward past the last combatant able
+// to act starts the next round at the first; a turn back before the first
+// goes to the last of the previous round; a round forward or back goes to
+// the first combatant able to act of that round; going back is refused
+// only from round 1 (its first turn, for turns), from any turn of any
+// round above 1 it succeeds; every turn names a combatant able to act.
+// RELAY_COMBAT_STEPS makes the walk longer.
+func TestNavigationProperties(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := combat.New(dice(t, 15, 12, 8))
+	e, err := m.Start(ctx, f.eng, nil, combat.StartParams{Name: "Walk", TokenUUIDs: []string{ariaToken, bromToken, goblinToken}, RollAll: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(e.Combatants)
+	defeated := make([]bool, n)
+	first := func() int { return slices.Index(defeated, false) }
+	last := func() int {
+		for i := n - 1; i >= 0; i-- {
+			if !defeated[i] {
+				return i
+			}
+		}
+		return -1
+	}
+	round, turn := e.Round, e.Turn
+	steps := 400
+	if s := os.Getenv("RELAY_COMBAT_STEPS"); s != "" {
+		if steps, err = strconv.Atoi(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	actions := []combat.Action{combat.NextTurn, combat.PreviousTurn, combat.NextRound, combat.PreviousRound}
+	for i := range steps {
+		// Now and then a combatant other than the current one falls or
+		// gets back up (never all of them).
+		if r.IntN(10) == 0 {
+			c := r.IntN(n)
+			if c != turn {
+				defeated[c] = !defeated[c]
+				if first() < 0 {
+					defeated[c] = false
+				}
+				if _, err := f.eng.Update(ctx, nil, "Combat."+e.ID+".Combatant."+e.Combatants[c].ID, world.Document{"defeated": defeated[c]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		action := actions[r.IntN(len(actions))]
+		wantRound, wantTurn, refused := round, turn, false
+		switch action {
+		case combat.NextTurn:
+			wantTurn = -1
+			for j := turn + 1; j < n; j++ {
+				if !defeated[j] {
+					wantTurn = j
+					break
+				}
+			}
+			if wantTurn < 0 {
+				wantRound, wantTurn = round+1, first()
+			}
+		case combat.PreviousTurn:
+			wantTurn = -1
+			for j := turn - 1; j >= 0; j-- {
+				if !defeated[j] {
+					wantTurn = j
+					break
+				}
+			}
+			switch {
+			case wantTurn >= 0:
+			case round <= 1:
+				refused = true
+			default:
+				wantRound, wantTurn = round-1, last()
+			}
+		case combat.NextRound:
+			wantRound, wantTurn = round+1, first()
+		case combat.PreviousRound:
+			if round <= 1 {
+				refused = true
+			} else {
+				wantRound, wantTurn = round-1, first()
+			}
+		}
+		pos, err := m.Navigate(ctx, f.eng, nil, e.ID, action)
+		if refused {
+			if !errors.Is(err, world.ErrFailedPrecondition) {
+				t.Fatalf("step %d: %s from round %d turn %d: %v, want a refusal", i, action, round, turn, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("step %d: %s from round %d turn %d (defeated %v): %v", i, action, round, turn, defeated, err)
+		}
+		if pos.Round != wantRound || pos.Turn != wantTurn || pos.Encounter.Round != wantRound || pos.Encounter.Turn != wantTurn {
+			t.Fatalf("step %d: %s from round %d turn %d (defeated %v): at %d/%d, want %d/%d", i, action, round, turn, defeated, pos.Round, pos.Turn, wantRound, wantTurn)
+		}
+		if defeated[pos.Turn] || pos.ActorUUID != e.Combatants[pos.Turn].ActorUUID {
+			t.Fatalf("step %d: turn %d names %s (defeated %v)", i, pos.Turn, pos.ActorUUID, defeated)
+		}
+		round, turn = pos.Round, pos.Turn
 	}
 }

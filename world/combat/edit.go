@@ -57,7 +57,7 @@ func (m *Manager) Add(ctx context.Context, eng *world.Engine, user *world.User, 
 			return list, false
 		}
 		if p.RollInitiative {
-			m.roll(v, added, func(world.Document) bool { return true })
+			m.roll(eng, v, added, func(world.Document) bool { return true })
 		}
 		return list, true
 	})

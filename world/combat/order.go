@@ -12,14 +12,16 @@ import (
 type ranked struct {
 	doc        world.Document
 	initiative float64 // -Inf until rolled, so it sorts last
-	dex        float64
 	name       string
 	id         string
 }
 
-// order returns a combat's combatants in initiative order: highest
-// initiative first (not rolled last), ties broken by the higher dexterity
-// score, then by name (case-insensitively, then exactly), then by id.
+// order returns a combat's combatants in the tabletop's turn order:
+// highest initiative first (not rolled last), ties broken by name
+// (case-insensitively, then exactly), then by id. Dexterity breaks ties
+// only through the world setting `dnd5e.initiativeDexTiebreaker`, which,
+// as in the system, adds a hundredth of the dexterity score to each
+// initiative rolled.
 func order(v *world.View, combat world.Document) []world.Document {
 	list := combatants(combat)
 	rs := make([]ranked, 0, len(list))
@@ -32,15 +34,11 @@ func order(v *world.View, combat world.Document) []world.Document {
 		if n, ok := c["initiative"].(float64); ok {
 			r.initiative = n
 		}
-		r.dex, _ = number(actorProperty(v, c, "system.abilities.dex.value"))
 		rs = append(rs, r)
 	}
 	slices.SortStableFunc(rs, func(a, b ranked) int {
-		switch {
-		case a.initiative != b.initiative:
+		if a.initiative != b.initiative {
 			return cmpDesc(a.initiative, b.initiative)
-		case a.dex != b.dex:
-			return cmpDesc(a.dex, b.dex)
 		}
 		if c := strings.Compare(strings.ToLower(a.name), strings.ToLower(b.name)); c != 0 {
 			return c
@@ -151,15 +149,26 @@ func initiativeBonus(v *world.View, c world.Document) float64 {
 	return bonus
 }
 
+// dexTiebreaker is the fifth-edition world setting that breaks initiative
+// ties by dexterity.
+const dexTiebreaker = "dnd5e.initiativeDexTiebreaker"
+
 // roll sets the initiative of the combatants that have none and that
-// choose selects: a d20 plus their initiative bonus.
-func (m *Manager) roll(v *world.View, list []any, choose func(c world.Document) bool) {
+// choose selects: a d20 plus their initiative bonus, plus, with the world
+// setting dexTiebreaker, a hundredth of their dexterity score (the
+// system's tiebreaker, `@abilities.dex.value / 100`).
+func (m *Manager) roll(eng *world.Engine, v *world.View, list []any, choose func(c world.Document) bool) {
+	tiebreak := eng.Setting(dexTiebreaker) == true
 	for _, d := range list {
 		c := d.(map[string]any)
 		if c["initiative"] != nil || !choose(c) {
 			continue
 		}
-		c["initiative"] = float64(m.dice(20)) + initiativeBonus(v, c)
+		init := float64(m.dice(20)) + initiativeBonus(v, c)
+		if dex, ok := number(actorProperty(v, c, "system.abilities.dex.value")); ok && tiebreak {
+			init += dex / 100
+		}
+		c["initiative"] = init
 	}
 }
 

@@ -68,7 +68,7 @@ func (m *Manager) Start(ctx context.Context, eng *world.Engine, user *world.User
 			}
 		}
 		if p.RollAll || p.RollNPC {
-			m.roll(v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
+			m.roll(eng, v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
 		}
 		for _, uuid := range combatUUIDs(v, func(doc world.Document) bool { return doc["active"] == true }) {
 			if _, err := tx.Update(uuid, world.Document{"active": false}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,7 +94,7 @@ func TestDiceDetails(t *testing.T) {
 	}
 	d20 := got.Dice[0]
 	if d20.Faces != 20 || d20.Number != 2 || d20.Total != 17 || d20.Modifiers[0] != "kh" ||
-		d20.Results[0] != (DieResult{4, false}) || d20.Results[1] != (DieResult{17, true}) {
+		d20.Results[0] != (DieResult{Result: 4}) || d20.Results[1] != (DieResult{Result: 17, Active: true}) {
 		t.Fatalf("d20 term %+v", d20)
 	}
 	if n, ok := got.Natural(20); !ok || n != 17 {
@@ -136,7 +137,15 @@ func TestErrors(t *testing.T) {
 		{"(1d6 + 2", 1, "unclosed '('", false},
 		{"1d6)", 4, "unexpected ')'", false},
 		{"2d0", 3, "at least one face", false},
-		{"1d6x", 4, "unknown dice modifier 'x'", false},
+		{"1d6q", 4, "unknown dice modifier 'q'", false},
+		{"1d20min", 5, "'min' must be followed by a number", false},
+		{"1d6r<", 6, "the comparison of 'r' needs a number", false},
+		{"1d6x=>3", 5, "'=>' is not a comparison", false},
+		{"max()", 5, "unexpected ')'", false},
+		{"floor(1, 2)", 1, "floor takes exactly one argument", false},
+		{"1d4[fire", 4, "unclosed '[' of a flavour label", false},
+		{"1d1x", 1, "rolls more than 1000 dice, rerolls and explosions included", true},
+		{"1d1rr", 1, "rolls more than 1000 dice, rerolls and explosions included", true},
 		{"floor 2", 7, "must be followed by '('", false},
 		{"@", 1, "roll data path", false},
 		{"4 / (2 - 2)", 3, "division by zero", false},
@@ -355,6 +364,8 @@ func FuzzParse(f *testing.F) {
 		"ceil(3/2)*round(2.5)", "-(-(-1))", "@bonus + @sneak", "1000d1", "1d10000", "((((1))))",
 		"1d6x", "1d", "d", "@", "@.", "kh", "3d6kh2kl1", "1.5d6", "0d6", "9999999999999999999d6",
 		"1e5", "..", "abs(-3)", "1d20 + @prof", "2d20kh1 + 1d4 + 3",
+		"2d6r1", "4d6rr<3", "3d6x", "5d10xo>=9", "1d20min10", "2d6max3", "6d10cs>=7", "max(0, 1d6 - 3)",
+		"min(1, 2, 3)", "1d4[fire] + 2[magic]", "4dF", "dF", "1d1x", "1d6rr<=6", "(1d4)[cold]",
 		"1000000000d6", "1d1000000000000", "100d100*100d100*100d100*100d100*100d100", "9007199254740991*2",
 		"4d6kh99999999999999999999", "99999999999999999999999999999999999999999", "@twice0", "@self", "@big",
 	} {
@@ -363,4 +374,82 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, formula string) {
 		checkNoPanic(t, formula)
 	})
+}
+
+// TestGrammar covers the tabletop's common dice grammar that fifth-edition
+// formulas use (the dice of the tabletop the dnd5e system runs on): reroll
+// (r once, rr until it no longer matches), explode (x recursively, xo
+// once), min and max, count successes (cs), max() and min(), flavour
+// labels and Fate dice. Each case gives the dice the source hands out and
+// what every die ends as.
+func TestGrammar(t *testing.T) {
+	t.Parallel()
+	type res = DieResult
+	tests := []struct {
+		formula string
+		rolls   []int
+		total   float64
+		shown   string
+		results []DieResult // of the first dice term
+	}{
+		// r: a die showing the lowest face is rerolled once, and the new
+		// die stands even when it is a 1 again.
+		{"2d6r", []int{1, 4, 1}, 5, "2d6r", []res{{Result: 1, Rerolled: true}, {Result: 4, Active: true}, {Result: 1, Active: true}}},
+		{"2d6r<3", []int{2, 5, 6}, 11, "2d6r<3", []res{{Result: 2, Rerolled: true}, {Result: 5, Active: true}, {Result: 6, Active: true}}},
+		{"1d20r1", []int{1, 1}, 1, "1d20r1", []res{{Result: 1, Rerolled: true}, {Result: 1, Active: true}}},
+		// rr: rerolled again as long as it matches.
+		{"1d20rr1", []int{1, 1, 7}, 7, "1d20rr1", []res{{Result: 1, Rerolled: true}, {Result: 1, Rerolled: true}, {Result: 7, Active: true}}},
+		{"1d6rr<=2", []int{2, 1, 3}, 3, "1d6rr<=2", []res{{Result: 2, Rerolled: true}, {Result: 1, Rerolled: true}, {Result: 3, Active: true}}},
+		// x: a die showing the highest face adds a die, which may explode
+		// in turn; xo explodes only the dice rolled before it.
+		{"1d6x", []int{6, 6, 2}, 14, "1d6x", []res{{Result: 6, Active: true, Exploded: true}, {Result: 6, Active: true, Exploded: true}, {Result: 2, Active: true}}},
+		{"1d6xo", []int{6, 6}, 12, "1d6xo", []res{{Result: 6, Active: true, Exploded: true}, {Result: 6, Active: true}}},
+		{"2d10x>=9", []int{9, 3, 10, 1}, 23, "2d10x>=9", []res{{Result: 9, Active: true, Exploded: true}, {Result: 3, Active: true}, {Result: 10, Active: true, Exploded: true}, {Result: 1, Active: true}}},
+		// min and max raise or lower each die.
+		{"2d20min10", []int{3, 15}, 25, "2d20min10", []res{{Result: 10, Active: true}, {Result: 15, Active: true}}},
+		{"2d6max3", []int{5, 2}, 5, "2d6max3", []res{{Result: 3, Active: true}, {Result: 2, Active: true}}},
+		// cs counts the dice that match rather than adding them.
+		{"4d10cs>=7", []int{7, 2, 10, 6}, 2, "4d10cs>=7", []res{{Result: 7, Active: true, Success: true}, {Result: 2, Active: true}, {Result: 10, Active: true, Success: true}, {Result: 6, Active: true}}},
+		{"3d6cs", []int{6, 5, 6}, 2, "3d6cs", []res{{Result: 6, Active: true, Success: true}, {Result: 5, Active: true}, {Result: 6, Active: true, Success: true}}},
+		// Modifiers apply in the order written: keep after reroll.
+		{"2d20r1kh", []int{1, 8, 12}, 12, "2d20r1kh", []res{{Result: 1, Rerolled: true}, {Result: 8}, {Result: 12, Active: true}}},
+		// Fate dice show -1, 0 or +1.
+		{"4dF", []int{1, 2, 3, 3}, 1, "4dF", []res{{Result: -1, Active: true}, {Result: 0, Active: true}, {Result: 1, Active: true}, {Result: 1, Active: true}}},
+		{"dF + 2", []int{1}, 1, "1dF + 2", []res{{Result: -1, Active: true}}},
+		// Flavour labels ride along and change nothing.
+		{"1d4[fire] + 2[magic]", []int{3}, 5, "1d4[fire] + 2[magic]", []res{{Result: 3, Active: true}}},
+		// max() and min() take any number of arguments; the hit die of the
+		// system never heals less than 0: max(0, 1d6 + CON).
+		{"max(0, 1d6 - 3)", []int{1}, 0, "max(0, 1d6 - 3)", []res{{Result: 1, Active: true}}},
+		{"max(0, 1d6 - 3)", []int{6}, 3, "max(0, 1d6 - 3)", []res{{Result: 6, Active: true}}},
+		{"min(1d20, 15, 18)", []int{19}, 15, "min(1d20, 15, 18)", []res{{Result: 19, Active: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.formula, func(t *testing.T) {
+			t.Parallel()
+			got, err := Evaluate(tt.formula, nil, NewSequence(tt.rolls...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Total != tt.total || got.Formula != tt.shown {
+				t.Fatalf("total %v formula %q, want %v %q", got.Total, got.Formula, tt.total, tt.shown)
+			}
+			if len(got.Dice) == 0 || !slices.Equal(got.Dice[0].Results, tt.results) {
+				t.Fatalf("dice %+v, want %+v", got.Dice, tt.results)
+			}
+			// The evaluated formula reads back to the same total with the
+			// same dice.
+			again, err := Evaluate(got.Formula, nil, NewSequence(tt.rolls...))
+			if err != nil || again.Total != got.Total {
+				t.Fatalf("%q again: %v %v", got.Formula, again.Total, err)
+			}
+		})
+	}
+	got, _ := Evaluate("1d4[fire] + 1d6[cold]", nil, NewSequence(2, 3))
+	if got.Dice[0].Flavor != "fire" || got.Dice[1].Flavor != "cold" {
+		t.Fatalf("flavours %q %q", got.Dice[0].Flavor, got.Dice[1].Flavor)
+	}
+	if got, _ := Evaluate("4dF", nil, NewSequence(1)); !got.Dice[0].Fate || got.Dice[0].Faces != 3 {
+		t.Fatalf("Fate die %+v", got.Dice[0])
+	}
 }

@@ -24,15 +24,24 @@ type Result struct {
 
 // Die is one dice term of a formula (`4d6dl1`) and what its dice showed.
 type Die struct {
-	// Number is how many dice were rolled.
+	// Number is how many dice the term names (rerolls and explosions
+	// add results, not to Number).
 	Number int `json:"number"`
-	// Faces is the size of each die.
+	// Faces is the size of each die (3 for a Fate die).
 	Faces int `json:"faces"`
-	// Modifiers are the keep/drop modifiers, normalised (`kh`, `dl1`).
+	// Fate marks Fate dice (dF), whose faces are -1, 0 and +1.
+	Fate bool `json:"fate"`
+	// Modifiers are the modifiers as written, normalised (`kh`, `dl1`,
+	// `r<3`, `x`, `min10`, `cs>=5`).
 	Modifiers []string `json:"modifiers"`
-	// Results are the dice in the order rolled.
+	// Flavor is the term's flavour label (`fire` of `1d4[fire]`), "" when
+	// none.
+	Flavor string `json:"flavor"`
+	// Results are the dice in the order rolled, rerolls and explosions
+	// included.
 	Results []DieResult `json:"results"`
-	// Total is the sum of the active results.
+	// Total is the sum of the active results, or with cs the number of
+	// active results that succeed.
 	Total int `json:"total"`
 }
 
@@ -40,6 +49,12 @@ type Die struct {
 type DieResult struct {
 	Result int  `json:"result"`
 	Active bool `json:"active"`
+	// Rerolled marks a die replaced by a reroll (it is no longer active).
+	Rerolled bool `json:"rerolled,omitempty"`
+	// Exploded marks a die that made another one be rolled.
+	Exploded bool `json:"exploded,omitempty"`
+	// Success marks a die a cs modifier counts.
+	Success bool `json:"success,omitempty"`
 }
 
 // Natural returns the first kept result of the first die of the given size
@@ -167,22 +182,49 @@ func (ev *evaluator) term(n node, text string, depth int) (value, error) {
 		}
 		return value{value: inner.value, formula: "(" + inner.formula + ")", result: "(" + inner.result + ")"}, nil
 	case *funcNode:
-		arg, err := ev.eval(n.arg, text, depth+1)
+		args := make([]value, len(n.args))
+		for i, a := range n.args {
+			arg, err := ev.eval(a, text, depth+1)
+			if err != nil {
+				return value{}, err
+			}
+			args[i] = arg
+		}
+		v := args[0].value
+		switch n.name {
+		case "floor":
+			v = math.Floor(v)
+		case "ceil":
+			v = math.Ceil(v)
+		case "round":
+			v = math.Round(v)
+		case "abs":
+			v = math.Abs(v)
+		case "max":
+			for _, a := range args[1:] {
+				v = math.Max(v, a.value)
+			}
+		case "min":
+			for _, a := range args[1:] {
+				v = math.Min(v, a.value)
+			}
+		}
+		formulas := make([]string, len(args))
+		for i, a := range args {
+			formulas[i] = a.formula
+		}
+		return value{value: v, formula: n.name + "(" + strings.Join(formulas, ", ") + ")", result: formatNumber(v)}, nil
+	case *flavorNode:
+		before := len(ev.dice)
+		inner, err := ev.eval(n.inner, text, depth+1)
 		if err != nil {
 			return value{}, err
 		}
-		var v float64
-		switch n.name {
-		case "floor":
-			v = math.Floor(arg.value)
-		case "ceil":
-			v = math.Ceil(arg.value)
-		case "round":
-			v = math.Round(arg.value)
-		case "abs":
-			v = math.Abs(arg.value)
+		if _, isDice := n.inner.(*diceNode); isDice && len(ev.dice) == before+1 {
+			ev.dice[before].Flavor = n.label
 		}
-		return value{value: v, formula: n.name + "(" + arg.formula + ")", result: formatNumber(v)}, nil
+		inner.formula += "[" + n.label + "]"
+		return inner, nil
 	case *unaryNode:
 		arg, err := ev.eval(n.arg, text, depth+1)
 		if err != nil {
@@ -250,33 +292,166 @@ func negate(s string, compound bool) string {
 	return "-" + s
 }
 
-// roll rolls a dice term and applies its modifiers.
+// roll rolls a dice term and applies its modifiers in the order written.
+// Rerolls and explosions roll more dice; every die rolled counts against
+// MaxDice, so a term that would go on rolling (`1d1x`) is refused.
 func (ev *evaluator) roll(n *diceNode, text string) (value, error) {
-	ev.rolled += n.count
-	if ev.rolled > MaxDice {
-		return value{}, &Error{Formula: text, Pos: n.at, Msg: fmt.Sprintf("rolls more than %d dice", MaxDice), TooLarge: true}
+	t := &term{ev: ev, node: n, text: text}
+	d := Die{Number: n.count, Faces: n.faces, Fate: n.fate, Modifiers: []string{}, Results: make([]DieResult, 0, n.count)}
+	t.die = &d
+	for range n.count {
+		if err := t.add(); err != nil {
+			return value{}, err
+		}
 	}
-	d := Die{Number: n.count, Faces: n.faces, Modifiers: []string{}, Results: make([]DieResult, n.count)}
-	for i := range d.Results {
-		d.Results[i] = DieResult{Result: ev.src.Roll(n.faces), Active: true}
-	}
+	counting := false
 	for _, m := range n.mods {
-		applyKeepDrop(d.Results, m)
 		d.Modifiers = append(d.Modifiers, m.text)
+		if keep, highest, ok := m.keepDrop(); ok {
+			applyKeepDrop(d.Results, keep, highest, m.n)
+			continue
+		}
+		var err error
+		switch m.kind {
+		case "r", "rr":
+			err = t.reroll(m)
+		case "x", "xo":
+			err = t.explode(m)
+		case "min":
+			for i := range d.Results {
+				d.Results[i].Result = max(d.Results[i].Result, m.n)
+			}
+		case "max":
+			for i := range d.Results {
+				d.Results[i].Result = min(d.Results[i].Result, m.n)
+			}
+		case "cs":
+			counting = true
+			for i, r := range d.Results {
+				d.Results[i].Success = r.Active && t.matches(m, r.Result, t.highest())
+			}
+		}
+		if err != nil {
+			return value{}, err
+		}
 	}
 	for _, r := range d.Results {
-		if r.Active {
+		switch {
+		case !r.Active:
+		case counting && r.Success:
+			d.Total++
+		case !counting:
 			d.Total += r.Result
 		}
 	}
 	ev.dice = append(ev.dice, d)
-	formula := strconv.Itoa(n.count) + "d" + strconv.Itoa(n.faces) + strings.Join(d.Modifiers, "")
+	size := strconv.Itoa(n.faces)
+	if n.fate {
+		size = "F"
+	}
+	formula := strconv.Itoa(n.count) + "d" + size + strings.Join(d.Modifiers, "")
 	return value{value: float64(d.Total), formula: formula, result: strconv.Itoa(d.Total)}, nil
 }
 
-// applyKeepDrop discards dice among the active ones: keeping the n highest
-// (or lowest) discards the rest, dropping them discards those n.
-func applyKeepDrop(results []DieResult, m keepDrop) {
+// term is a dice term being rolled.
+type term struct {
+	ev   *evaluator
+	node *diceNode
+	text string
+	die  *Die
+}
+
+// add rolls one more die of the term, counting it against MaxDice.
+func (t *term) add() error {
+	t.ev.rolled++
+	if t.ev.rolled > MaxDice {
+		return &Error{Formula: t.text, Pos: t.node.at, Msg: fmt.Sprintf("rolls more than %d dice, rerolls and explosions included", MaxDice), TooLarge: true}
+	}
+	v := t.ev.src.Roll(t.node.faces)
+	if t.node.fate {
+		v -= 2
+	}
+	t.die.Results = append(t.die.Results, DieResult{Result: v, Active: true})
+	return nil
+}
+
+// lowest and highest are the faces of the term's dice at either end.
+func (t *term) lowest() int {
+	if t.node.fate {
+		return -1
+	}
+	return 1
+}
+
+func (t *term) highest() int {
+	if t.node.fate {
+		return 1
+	}
+	return t.node.faces
+}
+
+// matches tells whether a result meets a modifier's condition; without
+// one, whether it equals def.
+func (t *term) matches(m modifier, result, def int) bool {
+	switch m.compare {
+	case "<":
+		return result < m.target
+	case "<=":
+		return result <= m.target
+	case ">":
+		return result > m.target
+	case ">=":
+		return result >= m.target
+	case "=":
+		return result == m.target
+	}
+	return result == def
+}
+
+// reroll rerolls the active dice that match: with r each die once (the
+// new die stands whatever it shows), with rr again as long as the new die
+// matches.
+func (t *term) reroll(m modifier) error {
+	end := len(t.die.Results)
+	for i := 0; i < len(t.die.Results); i++ {
+		if m.kind == "r" && i >= end {
+			break
+		}
+		r := t.die.Results[i]
+		if !r.Active || !t.matches(m, r.Result, t.lowest()) {
+			continue
+		}
+		t.die.Results[i].Rerolled, t.die.Results[i].Active = true, false
+		if err := t.add(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// explode rolls one more die for each active die that matches: with x the
+// new dice may explode in turn, with xo they do not.
+func (t *term) explode(m modifier) error {
+	end := len(t.die.Results)
+	for i := 0; i < len(t.die.Results); i++ {
+		if m.kind == "xo" && i >= end {
+			break
+		}
+		r := t.die.Results[i]
+		if !r.Active || r.Exploded || !t.matches(m, r.Result, t.highest()) {
+			continue
+		}
+		t.die.Results[i].Exploded = true
+		if err := t.add(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyKeepDrop discards dice among the active ones: keeping the n
+// highest (or lowest) discards the rest, dropping them discards those n.
+func applyKeepDrop(results []DieResult, keep, highest bool, n int) {
 	var active []int
 	for i, r := range results {
 		if r.Active {
@@ -286,14 +461,14 @@ func applyKeepDrop(results []DieResult, m keepDrop) {
 	// Ranked from the end the modifier names (highest or lowest first);
 	// among equal results the earlier die ranks first.
 	slices.SortStableFunc(active, func(a, b int) int {
-		if m.highest {
+		if highest {
 			return results[b].Result - results[a].Result
 		}
 		return results[a].Result - results[b].Result
 	})
-	n := min(m.n, len(active))
+	n = min(n, len(active))
 	var discard []int
-	if m.keep {
+	if keep {
 		discard = active[n:]
 	} else {
 		discard = active[:n]

@@ -74,7 +74,8 @@ type (
 		at    int
 		count int
 		faces int
-		mods  []keepDrop
+		fate  bool // a Fate die (dF): faces -1, 0 and +1
+		mods  []modifier
 	}
 	refNode struct {
 		at   int
@@ -97,7 +98,15 @@ type (
 	funcNode struct {
 		at   int
 		name string
-		arg  node
+		args []node
+	}
+	// flavorNode is a term with a flavour label (`1d4[fire]`), which the
+	// tabletop shows and damage rolls read as their type; it does not
+	// change the value.
+	flavorNode struct {
+		at    int
+		inner node
+		label string
 	}
 )
 
@@ -108,18 +117,55 @@ func (n *unaryNode) pos() int  { return n.at }
 func (n *binaryNode) pos() int { return n.at }
 func (n *groupNode) pos() int  { return n.at }
 func (n *funcNode) pos() int   { return n.at }
+func (n *flavorNode) pos() int { return n.at }
 
-// keepDrop is one keep/drop modifier of a dice term: keep or drop the n
-// highest or lowest of the dice still active.
-type keepDrop struct {
-	keep    bool
-	highest bool
-	n       int
-	text    string // as written, normalised: kh, kl2, dl1 ...
+// modifier is one modifier of a dice term, applied in the order written,
+// as the tabletop's dice do:
+//
+//   - kh, kl, k, dh, dl (with an optional count): keep or drop the n
+//     highest or lowest of the dice still active;
+//   - r (once) and rr (until it no longer matches): reroll the dice that
+//     match a condition, by default those showing the lowest face;
+//   - x (until it no longer matches) and xo (once): roll one more die for
+//     each die that matches, by default those showing the highest face;
+//   - min and max: raise or lower each die to a value;
+//   - cs: the term counts the active dice that match instead of adding
+//     them up (by default those showing the highest face).
+//
+// A condition is a comparison (=, <, <=, >, >=) and a number; a bare
+// number means equal to it.
+type modifier struct {
+	kind    string // kh kl dh dl r rr x xo min max cs
+	n       int    // the count of a keep/drop, the value of min/max
+	compare string // the condition's comparison, "" for the default
+	target  int    // the condition's number
+	text    string // as written, normalised: kh, dl1, r<3, x, min10, cs>=5
 }
 
-// functions are the functions a formula may call, each of one argument.
-var functions = map[string]bool{"floor": true, "ceil": true, "round": true, "abs": true}
+// keepDrop reports whether a modifier keeps or drops dice, and which.
+func (m modifier) keepDrop() (keep, highest, ok bool) {
+	switch m.kind {
+	case "kh":
+		return true, true, true
+	case "kl":
+		return true, false, true
+	case "dh":
+		return false, true, true
+	case "dl":
+		return false, false, true
+	}
+	return false, false, false
+}
+
+// functions are the functions a formula may call, with the least and the
+// most arguments each takes (0: no limit).
+var functions = map[string][2]int{
+	"floor": {1, 1}, "ceil": {1, 1}, "round": {1, 1}, "abs": {1, 1},
+	"max": {1, 0}, "min": {1, 0},
+}
+
+// maxArgs bounds the arguments of max() and min().
+const maxArgs = 100
 
 // Parse parses a formula. An empty formula is an error.
 func Parse(formula string) (*Formula, error) {
@@ -252,7 +298,37 @@ func (p *parser) unary(depth int) (node, error) {
 		}
 		return &unaryNode{at: at, op: c, arg: arg}, nil
 	}
-	return p.primary(depth)
+	at := p.i + 1
+	n, err := p.primary(depth)
+	if err != nil {
+		return nil, err
+	}
+	return p.flavor(at, n)
+}
+
+// flavor reads a flavour label written right after a term (`1d4[fire]`).
+func (p *parser) flavor(at int, n node) (node, error) {
+	if p.i >= len(p.src) || p.src[p.i] != '[' {
+		return n, nil
+	}
+	end := strings.IndexAny(p.src[p.i+1:], "[]")
+	if end < 0 || p.src[p.i+1+end] != ']' {
+		return nil, p.fail(p.i+1, "unclosed '[' of a flavour label")
+	}
+	label := p.src[p.i+1 : p.i+1+end]
+	p.i += end + 2
+	return &flavorNode{at: at, inner: n, label: label}, nil
+}
+
+// arityText says how many arguments a function takes.
+func arityText(arity [2]int) string {
+	switch {
+	case arity[0] == arity[1]:
+		return "exactly one argument"
+	case arity[1] == 0:
+		return "at least one argument"
+	}
+	return fmt.Sprintf("from %d to %d arguments", arity[0], arity[1])
 }
 
 // primary parses a number, a dice term, a reference, a function call or a
@@ -315,16 +391,28 @@ func (p *parser) primary(depth int) (node, error) {
 			p.i++
 		}
 		name := strings.ToLower(p.src[start:p.i])
-		if !functions[name] {
-			return nil, p.fail(at, "unknown name '%s' (functions are floor, ceil, round and abs; roll data is written @path)", p.src[start:p.i])
+		arity, ok := functions[name]
+		if !ok {
+			return nil, p.fail(at, "unknown name '%s' (functions are floor, ceil, round, abs, max and min; roll data is written @path)", p.src[start:p.i])
 		}
 		if p.peek() != '(' {
 			return nil, p.fail(p.i+1, "'%s' must be followed by '('", name)
 		}
 		p.i++
-		arg, err := p.expr(depth + 1)
-		if err != nil {
-			return nil, err
+		var args []node
+		for {
+			arg, err := p.expr(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, arg)
+			if p.peek() != ',' {
+				break
+			}
+			if len(args) >= maxArgs {
+				return nil, &Error{Formula: p.src, Pos: p.i + 1, Msg: fmt.Sprintf("%s takes at most %d arguments", name, maxArgs), TooLarge: true}
+			}
+			p.i++
 		}
 		if p.peek() != ')' {
 			if p.i >= len(p.src) {
@@ -333,14 +421,24 @@ func (p *parser) primary(depth int) (node, error) {
 			return nil, p.unexpected()
 		}
 		p.i++
-		return &funcNode{at: at, name: name, arg: arg}, nil
+		if len(args) < arity[0] || arity[1] > 0 && len(args) > arity[1] {
+			return nil, p.fail(at, "%s takes %s", name, arityText(arity))
+		}
+		return &funcNode{at: at, name: name, args: args}, nil
 	}
 	return nil, p.unexpected()
 }
 
-// diceFollows reports whether the byte at i starts a die size (a digit or %).
+// diceFollows reports whether the byte at i starts a die size: a digit,
+// % or the F of a Fate die (dF).
 func (p *parser) diceFollows(i int) bool {
-	return i < len(p.src) && (isDigit(p.src[i]) || p.src[i] == '%')
+	return i < len(p.src) && (isDigit(p.src[i]) || p.src[i] == '%' || p.isFate(i))
+}
+
+// isFate reports whether an F (or f) of a Fate die is at i: one not
+// followed by another letter.
+func (p *parser) isFate(i int) bool {
+	return i < len(p.src) && (p.src[i] == 'F' || p.src[i] == 'f') && (i+1 >= len(p.src) || !isLetter(p.src[i+1]))
 }
 
 // number reads a decimal number at the current position.
@@ -362,13 +460,17 @@ func (p *parser) number() (float64, error) {
 }
 
 // diceTerm parses the rest of a dice term after its count: `d<faces>`
-// (or `d%`) and any keep/drop modifiers.
+// (or `d%`, or `dF`) and any modifiers.
 func (p *parser) diceTerm(at int, count float64) (node, error) {
 	p.i++ // the d
-	faces := 100
-	if p.src[p.i] == '%' {
+	faces, fate := 100, false
+	switch {
+	case p.src[p.i] == '%':
 		p.i++
-	} else {
+	case p.isFate(p.i):
+		p.i++
+		faces, fate = 3, true
+	default:
 		facesAt := p.i + 1
 		start := p.i
 		for p.i < len(p.src) && isDigit(p.src[p.i]) {
@@ -386,10 +488,10 @@ func (p *parser) diceTerm(at int, count float64) (node, error) {
 	if count > MaxDice {
 		return nil, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("at most %d dice may be rolled", MaxDice), TooLarge: true}
 	}
-	d := &diceNode{at: at, count: int(count), faces: faces}
+	d := &diceNode{at: at, count: int(count), faces: faces, fate: fate}
 	p.dice += d.count
 	for p.i < len(p.src) {
-		mod, ok, err := p.keepDrop()
+		mod, ok, err := p.modifier()
 		if err != nil {
 			return nil, err
 		}
@@ -399,7 +501,7 @@ func (p *parser) diceTerm(at int, count float64) (node, error) {
 		d.mods = append(d.mods, mod)
 	}
 	if p.i < len(p.src) && (isLetter(p.src[p.i]) || isDigit(p.src[p.i])) {
-		return nil, p.fail(p.i+1, "unknown dice modifier '%s' (use kh, kl, dh or dl)", p.word())
+		return nil, p.fail(p.i+1, "unknown dice modifier '%s' (use kh, kl, dh, dl, r, rr, x, xo, min, max or cs)", p.word())
 	}
 	return d, nil
 }
@@ -413,42 +515,88 @@ func (p *parser) word() string {
 	return p.src[p.i:end]
 }
 
-// keepDrop parses one modifier (`kh`, `kl`, `k`, `dh`, `dl`, each with an
-// optional count) at the current position.
-func (p *parser) keepDrop() (keepDrop, bool, error) {
+// modifierKinds are the modifiers' names, longest first so that a prefix
+// never hides a longer name.
+var modifierKinds = []string{"min", "max", "kh", "kl", "dh", "dl", "rr", "xo", "cs", "k", "r", "x"}
+
+// modifier parses one modifier of a dice term at the current position
+// (see [modifier]).
+func (p *parser) modifier() (modifier, bool, error) {
 	rest := strings.ToLower(p.src[p.i:])
-	var m keepDrop
-	var n int
-	switch {
-	case strings.HasPrefix(rest, "kh"):
-		m, n = keepDrop{keep: true, highest: true}, 2
-	case strings.HasPrefix(rest, "kl"):
-		m, n = keepDrop{keep: true, highest: false}, 2
-	case strings.HasPrefix(rest, "dh"):
-		m, n = keepDrop{keep: false, highest: true}, 2
-	case strings.HasPrefix(rest, "dl"):
-		m, n = keepDrop{keep: false, highest: false}, 2
-	case strings.HasPrefix(rest, "k") && (len(rest) == 1 || !isLetter(rest[1])):
-		m, n = keepDrop{keep: true, highest: true}, 1
-	default:
-		return keepDrop{}, false, nil
+	var m modifier
+	for _, k := range modifierKinds {
+		if strings.HasPrefix(rest, k) {
+			m.kind = k
+			break
+		}
+	}
+	if m.kind == "" || m.kind == "k" && len(rest) > 1 && isLetter(rest[1]) {
+		return modifier{}, false, nil
 	}
 	at := p.i + 1
-	p.i += n
+	p.i += len(m.kind)
+	switch m.kind {
+	case "k", "kh", "kl", "dh", "dl":
+		if m.kind == "k" {
+			m.kind = "kh"
+		}
+		m.n = 1
+		if n, ok, err := p.count(at, MaxDice, "a keep or drop count"); err != nil {
+			return modifier{}, false, err
+		} else if ok {
+			m.n = n
+		}
+	case "min", "max":
+		n, ok, err := p.count(at, MaxFaces, "a min or max value")
+		if err != nil {
+			return modifier{}, false, err
+		}
+		if !ok {
+			return modifier{}, false, p.fail(at, "'%s' must be followed by a number, as in 1d20%s10", m.kind, m.kind)
+		}
+		m.n = n
+	default: // r rr x xo cs: an optional condition
+		start := p.i
+		for p.i < len(p.src) && (p.src[p.i] == '<' || p.src[p.i] == '>' || p.src[p.i] == '=') {
+			p.i++
+		}
+		m.compare = p.src[start:p.i]
+		switch m.compare {
+		case "", "=", "<", "<=", ">", ">=":
+		default:
+			return modifier{}, false, p.fail(start+1, "'%s' is not a comparison (use =, <, <=, > or >=)", m.compare)
+		}
+		n, ok, err := p.count(at, MaxFaces, "a modifier's target")
+		if err != nil {
+			return modifier{}, false, err
+		}
+		switch {
+		case ok && m.compare == "":
+			m.compare = "="
+		case !ok && m.compare != "":
+			return modifier{}, false, p.fail(p.i+1, "the comparison of '%s' needs a number", m.kind)
+		}
+		m.target = n
+	}
+	m.text = strings.ToLower(p.src[at-1 : p.i])
+	return m, true, nil
+}
+
+// count reads an optional whole number, at most limit, at the current
+// position.
+func (p *parser) count(at, limit int, tooLarge string) (int, bool, error) {
 	start := p.i
 	for p.i < len(p.src) && isDigit(p.src[p.i]) {
 		p.i++
 	}
-	m.n = 1
-	if start < p.i {
-		v, err := strconv.Atoi(p.src[start:p.i])
-		if err != nil || v > MaxDice {
-			return keepDrop{}, false, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("a keep or drop count may be at most %d", MaxDice), TooLarge: true}
-		}
-		m.n = v
+	if start == p.i {
+		return 0, false, nil
 	}
-	m.text = strings.ToLower(p.src[at-1 : p.i])
-	return m, true, nil
+	v, err := strconv.Atoi(p.src[start:p.i])
+	if err != nil || v > limit {
+		return 0, false, &Error{Formula: p.src, Pos: at, Msg: fmt.Sprintf("%s may be at most %d", tooLarge, limit), TooLarge: true}
+	}
+	return v, true, nil
 }
 
 func isDigit(c byte) bool  { return c >= '0' && c <= '9' }

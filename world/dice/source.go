@@ -2,6 +2,19 @@
 // rolls read them: `1d20 + @abilities.dex.mod + @prof`, `2d20kh`, `4d6dl1`,
 // `floor((1d8 + 3) / 2)`.
 //
+// The grammar is the tabletop's common one that fifth-edition formulas
+// use: `NdM` (`d%` for d100, `dF` for Fate dice of -1, 0 and +1) with
+// modifiers applied in the order written — keep and drop (`kh`, `kl`,
+// `dh`, `dl`, each with a count), reroll once (`r`) or until the die no
+// longer matches (`rr`), explode recursively (`x`) or once (`xo`), `min`
+// and `max` on each die, and count successes (`cs`), where rerolls,
+// explosions and successes take a condition (`r<3`, `x>=9`, `cs>=7`; a
+// bare number means equal, none means the lowest face for rerolls and the
+// highest for the others); `+ - * /` with parentheses; the functions
+// `floor`, `ceil`, `round`, `abs`, `max` and `min` (the last two of any
+// number of arguments); flavour labels after a term (`1d4[fire]`); and
+// `@path` references to roll data.
+//
 // A formula is parsed once ([Parse]) and evaluated against roll data with a
 // [Source] of random numbers ([Formula.Eval]); [Evaluate] does both. The
 // result ([Result]) carries the total, the formula as evaluated (references

@@ -60,13 +60,13 @@ func (r *Rules) SkillCheck(ctx context.Context, e *world.Engine, user *world.Use
 	if err := checkSkill(p.Skill); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, string, map[string]any) {
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
 		s := a.skill(p.Skill)
 		parts := []string{strconv.Itoa(s.mod)}
 		if s.profBonus != 0 {
 			parts = append(parts, strconv.Itoa(s.profBonus))
 		}
-		return append(parts, s.bonuses...), skillLabel(p.Skill) + " Skill Check",
+		return append(parts, s.bonuses...), rollSpec{kind: rollCheck, ability: s.ability, skill: p.Skill}, skillLabel(p.Skill) + " Skill Check",
 			map[string]any{"type": "skill", "skillId": p.Skill, "abilityId": s.ability}
 	})
 }
@@ -80,8 +80,8 @@ func (r *Rules) AbilitySave(ctx context.Context, e *world.Engine, user *world.Us
 	if err := checkAbility(p.Ability); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, string, map[string]any) {
-		return saveParts(a, p.Ability), abilityLabel(p.Ability) + " Saving Throw",
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
+		return saveParts(a, p.Ability), rollSpec{kind: rollSave, ability: p.Ability}, abilityLabel(p.Ability) + " Saving Throw",
 			map[string]any{"type": "save", "abilityId": p.Ability}
 	})
 }
@@ -95,7 +95,7 @@ func (r *Rules) AbilityCheck(ctx context.Context, e *world.Engine, user *world.U
 	if err := checkAbility(p.Ability); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, string, map[string]any) {
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
 		parts := []string{strconv.Itoa(a.mods[p.Ability])}
 		if a.jackOfAllTrades() {
 			if half := a.profContribution(0.5); half != 0 {
@@ -105,7 +105,7 @@ func (r *Rules) AbilityCheck(ctx context.Context, e *world.Engine, user *world.U
 		parts = append(parts, nonEmpty(
 			str(at(a.system, "abilities."+p.Ability+".bonuses.check")),
 			str(at(a.system, "bonuses.abilities.check")))...)
-		return parts, abilityLabel(p.Ability) + " Ability Check",
+		return parts, rollSpec{kind: rollCheck, ability: p.Ability}, abilityLabel(p.Ability) + " Ability Check",
 			map[string]any{"type": "ability", "abilityId": p.Ability}
 	})
 }
@@ -124,7 +124,7 @@ func saveParts(a *actor, ability string) []string {
 // the actor's modifiers, which LIMITED does not): it reads,
 // rolls, and writes nothing but the chat message (in one transaction).
 func (r *Rules) d20Read(ctx context.Context, e *world.Engine, user *world.User, p CheckParams,
-	build func(*actor) (parts []string, flavor string, flags map[string]any)) (RollResult, error) {
+	build func(*actor) (parts []string, spec rollSpec, flavor string, flags map[string]any)) (RollResult, error) {
 	if err := checkBonus(p.Bonus); err != nil {
 		return RollResult{}, err
 	}
@@ -142,19 +142,20 @@ func (r *Rules) d20Read(ctx context.Context, e *world.Engine, user *world.User, 
 			return err
 		}
 		a := deriveFor(v, user, uuid, doc)
-		parts, flavor, flags := build(a)
-		roll, err := r.d20(a, p.Advantage, p.Disadvantage, parts, p.Bonus)
+		parts, spec, flavor, flags := build(a)
+		mode := a.rollMode(spec, p.Advantage, p.Disadvantage)
+		roll, err := r.d20(a, mode, parts, p.Bonus)
 		if err != nil {
 			return err
 		}
 		if err := a.refused(); err != nil {
 			return err
 		}
-		res = rollResult(uuid, roll)
+		res = rollResult(uuid, roll, mode)
 		if tx == nil {
 			return nil
 		}
-		flags["advantage"], flags["disadvantage"] = p.Advantage, p.Disadvantage
+		modeFlags(flags, mode)
 		return post(tx, message{author: by, actor: a, flavor: flavor, class: "D20Roll", rolls: []dice.Result{roll}, flags: map[string]any{"roll": flags}})
 	}
 	var err error
@@ -171,9 +172,9 @@ func (r *Rules) d20Read(ctx context.Context, e *world.Engine, user *world.User, 
 	return res, nil
 }
 
-// d20 rolls a d20 test with the given terms and an extra bonus.
-func (r *Rules) d20(a *actor, advantage, disadvantage bool, parts []string, bonus string) (dice.Result, error) {
-	terms := append([]string{dice.Check(advantage, disadvantage)}, parts...)
+// d20 rolls a d20 test in a mode with the given terms and an extra bonus.
+func (r *Rules) d20(a *actor, mode RollMode, parts []string, bonus string) (dice.Result, error) {
+	terms := append([]string{dice.Check(sign(mode) > 0, sign(mode) < 0)}, parts...)
 	if strings.TrimSpace(bonus) != "" {
 		terms = append(terms, bonus)
 	}
@@ -185,8 +186,20 @@ func (r *Rules) d20(a *actor, advantage, disadvantage bool, parts []string, bonu
 }
 
 // rollResult is a roll as an operation returns it.
-func rollResult(uuid string, roll dice.Result) RollResult {
-	return RollResult{ActorUUID: uuid, Total: int(math.Floor(roll.Total)), Formula: roll.Formula, Result: roll.Result, Roll: roll}
+func rollResult(uuid string, roll dice.Result, mode RollMode) RollResult {
+	return RollResult{ActorUUID: uuid, Total: int(math.Floor(roll.Total)), Formula: roll.Formula, Result: roll.Result, Roll: roll, Mode: mode}
+}
+
+// withMode returns roll flags with the roll's mode recorded.
+func withMode(flags map[string]any, mode RollMode) map[string]any {
+	modeFlags(flags, mode)
+	return flags
+}
+
+// modeFlags records a roll's mode in its chat message's roll flags.
+func modeFlags(flags map[string]any, mode RollMode) {
+	flags["advantage"], flags["disadvantage"] = sign(mode) > 0, sign(mode) < 0
+	flags["advantageMode"] = float64(sign(mode))
 }
 
 // skillLabels and abilityLabels name skills and abilities in chat.

@@ -134,14 +134,15 @@ func (r *Rules) ConcentrationSave(ctx context.Context, e *world.Engine, user *wo
 			ability = "con"
 		}
 		parts := append(saveParts(a, ability), nonEmpty(str(at(a.system, "attributes.concentration.bonuses.save")))...)
-		roll, err := r.d20(a, p.Advantage, p.Disadvantage, parts, p.Bonus)
+		mode := a.rollMode(rollSpec{kind: rollSave, ability: ability, extra: "attributes.concentration"}, p.Advantage, p.Disadvantage)
+		roll, err := r.d20(a, mode, parts, p.Bonus)
 		if err != nil {
 			return err
 		}
 		if err := a.refused(); err != nil {
 			return err
 		}
-		out.RollResult = rollResult(uuid, roll)
+		out.RollResult = rollResult(uuid, roll, mode)
 		out.DC = ConcentrationDC(p.Damage)
 		out.Maintained = out.Total >= out.DC
 		if !out.Maintained {
@@ -161,7 +162,7 @@ func (r *Rules) ConcentrationSave(ctx context.Context, e *world.Engine, user *wo
 			author: by, actor: a, class: "D20Roll", rolls: []dice.Result{roll},
 			flavor:  "Concentration Saving Throw (DC " + strconv.Itoa(out.DC) + ")",
 			content: strconv.Itoa(out.Total) + ": concentration " + outcome,
-			flags:   map[string]any{"roll": map[string]any{"type": "concentration", "abilityId": ability, "dc": float64(out.DC)}},
+			flags:   map[string]any{"roll": withMode(map[string]any{"type": "concentration", "abilityId": ability, "dc": float64(out.DC)}, mode)},
 		})
 	})
 	if err != nil {

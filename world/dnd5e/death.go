@@ -39,18 +39,21 @@ func (r *Rules) DeathSave(ctx context.Context, e *world.Engine, user *world.User
 		switch {
 		case failures >= 3:
 			return world.Errorf(world.ErrFailedPrecondition, "%s is dead: three death saves failed", a.name())
+		case a.exhaustion() >= 6:
+			return world.Errorf(world.ErrFailedPrecondition, "%s is dead: exhaustion level 6", a.name())
 		case hp > 0:
 			return world.Errorf(world.ErrFailedPrecondition, "%s is not at 0 hit points and makes no death saves", a.name())
 		}
 		parts := nonEmpty(str(at(a.system, "bonuses.abilities.save")), str(at(a.system, "attributes.death.bonuses.save")))
-		roll, err := r.d20(a, p.Advantage, false, parts, "")
+		mode := a.rollMode(rollSpec{kind: rollSave, extra: "attributes.death"}, p.Advantage, false)
+		roll, err := r.d20(a, mode, parts, "")
 		if err != nil {
 			return err
 		}
 		if err := a.refused(); err != nil {
 			return err
 		}
-		out.RollResult = rollResult(uuid, roll)
+		out.RollResult = rollResult(uuid, roll, mode)
 		natural, _ := roll.Natural(20)
 		update := world.Document{}
 		var outcome string
@@ -95,7 +98,7 @@ func (r *Rules) DeathSave(ctx context.Context, e *world.Engine, user *world.User
 			author: by, actor: a, class: "D20Roll", rolls: []dice.Result{roll},
 			flavor:  "Death Saving Throw",
 			content: strings.TrimSpace(outcome),
-			flags:   map[string]any{"roll": map[string]any{"type": "death"}},
+			flags:   map[string]any{"roll": withMode(map[string]any{"type": "death"}, mode)},
 		})
 	})
 	if err != nil {

@@ -1,8 +1,10 @@
 package dnd5e
 
 import (
+	"cmp"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"relay/world"
@@ -34,6 +36,9 @@ type actor struct {
 	prof   int
 	mods   map[string]int
 	data   map[string]any // roll data, built on first use
+	// modes are the active effects' changes to roll mode fields, which
+	// count sources of advantage rather than change a number.
+	modes []modeChange
 
 	// view and user are who the actor's formulas are evaluated for (see
 	// resolve); view is nil for an actor derived without a reader.
@@ -95,7 +100,7 @@ func (a *actor) evaluate(formula string, src dice.Source) (dice.Result, error) {
 // derive computes an actor's derived data.
 func derive(uuid string, doc world.Document) *actor {
 	a := &actor{uuid: uuid, doc: doc, items: items(doc), mods: map[string]int{}}
-	a.system = applyEffects(doc, a.items)
+	a.system, a.modes = applyEffects(doc, a.items)
 	for _, it := range a.items {
 		if str(it["type"]) == "class" {
 			a.level += int(numOr(at(it, "system.levels"), 0))
@@ -121,6 +126,29 @@ func proficiencyForLevel(level int) int {
 
 // abilityMod is an ability score's modifier: floor((score - 10) / 2).
 func abilityMod(score float64) int { return int(math.Floor((score - 10) / 2)) }
+
+// maxHP is the actor's hit point maximum, halved (rounded down) from
+// exhaustion level 4 (SRD 5.1, Appendix A: Exhaustion).
+func (a *actor) maxHP() int {
+	m := int(math.Floor(numOr(at(a.system, "attributes.hp.max"), 0)))
+	if a.exhaustion() >= 4 {
+		m /= 2
+	}
+	return m
+}
+
+// speed is the actor's walking speed: halved from exhaustion level 2, 0
+// from level 5 (SRD 5.1, Appendix A: Exhaustion).
+func (a *actor) speed() float64 {
+	walk := numOr(at(a.system, "attributes.movement.walk"), 0)
+	switch ex := a.exhaustion(); {
+	case ex >= 5:
+		return 0
+	case ex >= 2:
+		return math.Floor(walk / 2)
+	}
+	return walk
+}
 
 // name is the actor's name.
 func (a *actor) name() string { return str(a.doc["name"]) }
@@ -322,13 +350,24 @@ func (a *actor) rollData() map[string]any {
 // applyEffects returns the actor's system data with its active effects'
 // changes applied: the actor's own effects and those its items transfer
 // (an item's effects are off while it is unequipped, or needs attunement
-// and is not attuned). Only `system.` keys are changed. The result shares
-// with the stored system object every part no change touches (only the
-// objects along a changed path are copied), so it must not be changed;
-// when nothing applies the shared system object is returned as it is.
-func applyEffects(doc world.Document, its []world.Document) map[string]any {
+// and is not attuned). Only `system.` keys are changed. Changes apply in
+// the system's order: by priority, which defaults to the change mode × 10
+// (so overrides, mode 5, come after additions, mode 2), then in the order
+// listed. Changes to roll mode fields (`.roll.mode`) are returned apart,
+// to be counted as sources of advantage (see actor.rollMode). The result
+// shares with the stored system object every part no change touches (only
+// the objects along a changed path are copied), so it must not be
+// changed; when nothing applies the shared system object is returned as it
+// is.
+func applyEffects(doc world.Document, its []world.Document) (map[string]any, []modeChange) {
 	system := obj(doc["system"])
-	var changes []map[string]any
+	type change struct {
+		key, value, effect string
+		mode               int
+		priority           float64
+	}
+	var changes []change
+	var modes []modeChange
 	collect := func(effects any) {
 		list, _ := effects.([]any)
 		for _, e := range list {
@@ -337,9 +376,20 @@ func applyEffects(doc world.Document, its []world.Document) map[string]any {
 				continue
 			}
 			for _, c := range asList(eff["changes"]) {
-				if ch := obj(c); ch != nil && strings.HasPrefix(str(ch["key"]), "system.") {
-					changes = append(changes, ch)
+				ch := obj(c)
+				key, ok := strings.CutPrefix(str(at(ch, "key")), "system.")
+				if ch == nil || !ok {
+					continue
 				}
+				mode := int(numOr(ch["mode"], 2))
+				if strings.HasSuffix(key, ".roll.mode") {
+					if v, ok := num(ch["value"]); ok {
+						modes = append(modes, modeChange{path: key, mode: mode, value: int(v), effect: str(eff["name"])})
+					}
+					continue
+				}
+				changes = append(changes, change{key: key, value: str(ch["value"]), effect: str(eff["name"]), mode: mode,
+					priority: numOr(ch["priority"], float64(mode*10))})
 			}
 		}
 	}
@@ -356,17 +406,18 @@ func applyEffects(doc world.Document, its []world.Document) map[string]any {
 		}
 	}
 	if len(changes) == 0 {
-		return system
+		return system, modes
 	}
+	slices.SortStableFunc(changes, func(x, y change) int { return cmp.Compare(x.priority, y.priority) })
 	out := maps.Clone(system)
 	if out == nil {
 		out = map[string]any{}
 	}
 	copied := map[string]bool{} // paths of the objects already copied into out
 	for _, ch := range changes {
-		applyChange(out, copied, strings.TrimPrefix(str(ch["key"]), "system."), int(numOr(ch["mode"], 2)), str(ch["value"]))
+		applyChange(out, copied, ch.key, ch.mode, ch.value)
 	}
-	return out
+	return out, modes
 }
 
 // suppressed reports whether an item's transferred effects are off.

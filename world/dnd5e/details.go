@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"relay/world"
+	"relay/world/dice"
 )
 
 // itemSourceKeys are the fields of an item's source object in the details.
@@ -127,46 +128,65 @@ func pactLevel(a *actor, pact map[string]any) int {
 	return 1
 }
 
-// armorClass computes the actor's armour class the system's way for the
-// common calculations: flat, natural, unarmoured and worn armour.
+// armorClass computes the actor's armour class the system's way: `flat`
+// is the flat value and nothing else; every other calculation is a base
+// (natural armour's flat value, 13 + DEX for mage armour and draconic
+// resilience, the unarmoured defences, the `custom` formula, or by default
+// the worn armour with its DEX cap, 10 + DEX without) plus an equipped
+// shield plus the AC bonus. The custom formula reads the roll data and
+// `@attributes.ac.armor`, `@attributes.ac.dex` and `@attributes.ac.shield`;
+// one that does not evaluate to a number without dice counts as the
+// default calculation.
 func armorClass(a *actor) int {
 	ac := obj(at(a.system, "attributes.ac"))
-	bonus := a.fixed(str(ac["bonus"]))
-	dex := a.mods["dex"]
-	switch str(ac["calc"]) {
-	case "flat":
+	if str(ac["calc"]) == "flat" {
 		return int(numOr(ac["flat"], 10))
-	case "natural":
-		return int(numOr(ac["flat"], 10)) + bonus
-	case "mage":
-		return 13 + dex + bonus
-	case "unarmoredMonk":
-		return 10 + dex + a.mods["wis"] + bonus
-	case "unarmoredBarb":
-		return 10 + dex + a.mods["con"] + bonus
 	}
-	base, shield := 10+dex, 0
+	dex := a.mods["dex"]
+	armor, armorDex, shield := 10, dex, 0
 	for _, it := range a.items {
 		if str(it["type"]) != "equipment" || at(it, "system.equipped") != true {
 			continue
 		}
-		armor := obj(at(it, "system.armor"))
-		value := int(numOr(armor["value"], 0)) + int(numOr(armor["magicalBonus"], 0))
-		switch str(at(it, "system.type.value")) {
+		value := int(numOr(at(it, "system.armor.value"), 0)) + int(numOr(at(it, "system.armor.magicalBonus"), 0))
+		switch kind := str(at(it, "system.type.value")); kind {
 		case "shield":
 			shield = max(shield, value)
 		case "light", "medium", "heavy":
-			capped := dex
-			if c, ok := num(armor["dex"]); ok {
-				capped = min(dex, int(c))
+			armor, armorDex = value, dex
+			if c, ok := num(at(it, "system.armor.dex")); ok {
+				armorDex = min(dex, int(c))
 			}
-			if str(at(it, "system.type.value")) == "heavy" {
-				capped = 0
+			if kind == "heavy" {
+				armorDex = 0
 			}
-			base = value + capped
 		}
 	}
-	return base + shield + bonus
+	base := armor + armorDex
+	switch str(ac["calc"]) {
+	case "natural":
+		base = int(numOr(ac["flat"], 10))
+	case "mage", "draconic":
+		base = 13 + dex
+	case "unarmoredMonk":
+		base = 10 + dex + a.mods["wis"]
+	case "unarmoredBarb":
+		base = 10 + dex + a.mods["con"]
+	case "unarmoredBard":
+		base = 10 + dex + a.mods["cha"]
+	case "custom":
+		parts := map[string]any{"attributes.ac.armor": float64(armor), "attributes.ac.dex": float64(armorDex), "attributes.ac.shield": float64(shield)}
+		r, err := dice.EvaluateWith(str(ac["formula"]), func(path string) (any, error) {
+			if v, ok := parts[path]; ok {
+				return v, nil
+			}
+			return a.resolve(path)
+		}, dice.NewSequence())
+		if err == nil && len(r.Dice) == 0 {
+			base = int(math.Floor(r.Total))
+		}
+	}
+	return base + shield + a.fixed(str(ac["bonus"]))
 }
 
 // stats is the `stats` detail.
@@ -191,8 +211,8 @@ func stats(a *actor) map[string]any {
 		"level":        float64(a.level),
 		"profBonus":    float64(a.prof),
 		"ac":           float64(armorClass(a)),
-		"hp":           map[string]any{"value": numOr(hp["value"], 0), "max": numOr(hp["max"], 0), "temp": numOr(hp["temp"], 0)},
-		"speed":        numOr(at(a.system, "attributes.movement.walk"), 0),
+		"hp":           map[string]any{"value": numOr(hp["value"], 0), "max": float64(a.maxHP()), "temp": numOr(hp["temp"], 0)},
+		"speed":        a.speed(),
 		"exhaustion":   numOr(at(a.system, "attributes.exhaustion"), 0),
 		"inspiration":  at(a.system, "attributes.inspiration") == true,
 		"initBonus":    float64(a.mods["dex"] + a.fixed(str(at(a.system, "attributes.init.bonus")))),
@@ -297,19 +317,16 @@ var conditionNames = map[string]string{
 }
 
 // conditions is the `conditions` detail: the statuses of the actor's
-// enabled effects, and its concentration.
+// enabled effects, exhaustion with its level when the actor has some (and
+// death at level 6, SRD 5.1 Appendix A), and its concentration.
 func conditions(a *actor) ([]any, map[string]any) {
-	var ids []string
-	for _, e := range asList(a.doc["effects"]) {
-		eff := obj(e)
-		if eff == nil || eff["disabled"] == true {
-			continue
-		}
-		for _, s := range asList(eff["statuses"]) {
-			if id := str(s); id != "" && !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
+	ids := a.statuses()
+	ex := a.exhaustion()
+	if ex > 0 && !slices.Contains(ids, "exhaustion") {
+		ids = append(ids, "exhaustion")
+	}
+	if ex >= 6 && !slices.Contains(ids, "dead") {
+		ids = append(ids, "dead")
 	}
 	out := []any{}
 	for _, id := range ids {
@@ -317,7 +334,11 @@ func conditions(a *actor) ([]any, map[string]any) {
 		if name == "" {
 			name = id
 		}
-		out = append(out, map[string]any{"id": id, "name": name})
+		c := map[string]any{"id": id, "name": name}
+		if id == "exhaustion" {
+			c["level"] = float64(ex)
+		}
+		out = append(out, c)
 	}
 	conc := map[string]any{"active": false}
 	if eff := concentrationEffect(a.doc); eff != nil {

@@ -23,7 +23,7 @@ func TestApplyEffectsLeavesTheStoredDocument(t *testing.T) {
 		}}},
 	}
 	before := world.Clone(doc)
-	out := applyEffects(doc, nil)
+	out, _ := applyEffects(doc, nil)
 	if !reflect.DeepEqual(doc, before) {
 		t.Fatalf("applyEffects changed the stored document:\n%v\nwant\n%v", doc, before)
 	}

@@ -83,11 +83,11 @@ func (s *rest) itemChange(id, path string, value any) {
 // size plus the constitution modifier, at least 0), resources and item
 // uses that recover on a short rest back to full, pact slots restored.
 func (r *Rules) ShortRest(ctx context.Context, e *world.Engine, user *world.User, p RestParams) (RestResult, error) {
-	threshold := 0.5
+	threshold := float64(defaultAutoHDThreshold)
 	if p.AutoHDThreshold != nil {
 		threshold = *p.AutoHDThreshold
-		if math.IsNaN(threshold) || threshold < 0 || threshold > 1 {
-			return RestResult{}, world.Errorf(world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1")
+		if math.IsNaN(threshold) || math.IsInf(threshold, 0) || threshold < 0 {
+			return RestResult{}, world.Errorf(world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 		}
 	}
 	return r.rest(ctx, e, user, p.Actor, "perform a short rest on", func(s *rest) error {
@@ -113,8 +113,7 @@ func (r *Rules) LongRest(ctx context.Context, e *world.Engine, user *world.User,
 	newDay := p.NewDay == nil || *p.NewDay
 	return r.rest(ctx, e, user, p.Actor, "perform a long rest on", func(s *rest) error {
 		s.res.Type, s.res.LongRest, s.res.NewDay = "long", true, newDay
-		hp := obj(at(s.a.system, "attributes.hp"))
-		s.res.UpdateData["system.attributes.hp.value"] = numOr(hp["max"], 0)
+		s.res.UpdateData["system.attributes.hp.value"] = float64(s.a.maxHP())
 		s.res.UpdateData["system.attributes.hp.temp"] = 0.0
 		s.res.UpdateData["system.attributes.hp.tempmax"] = 0.0
 		classes := hitDice(s.a)
@@ -224,15 +223,27 @@ func (r *Rules) rest(ctx context.Context, e *world.Engine, user *world.User, ref
 	return out, nil
 }
 
-// spendHitDice rolls hit dice while hit points are below the threshold's
-// share of the maximum and dice remain, largest dice first.
+// defaultAutoHDThreshold is the system's default threshold of automatic
+// hit dice: spend them while 3 or more hit points are missing.
+const defaultAutoHDThreshold = 3.0
+
+// spendHitDice rolls hit dice, largest first, while dice remain and the
+// hit points stay short of the threshold (see RestParams.AutoHDThreshold).
+// Each die heals its roll plus the constitution modifier, never less than
+// 0: the system's `max(0, 1dN + @abilities.con.mod)`.
 func (s *rest) spendHitDice(threshold float64) error {
 	hp := obj(at(s.a.system, "attributes.hp"))
-	maxHP := numOr(hp["max"], 0) + numOr(hp["tempmax"], 0)
+	maxHP := float64(s.a.maxHP()) + numOr(hp["tempmax"], 0)
 	cur := s.hpBefore
+	short := func() bool {
+		if threshold <= 1 {
+			return cur < threshold*maxHP
+		}
+		return cur+threshold <= maxHP
+	}
 	for _, c := range hitDice(s.a) {
-		for c.spent < c.levels && cur < threshold*maxHP {
-			roll, err := s.a.evaluate("1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod", s.r.dice)
+		for c.spent < c.levels && short() {
+			roll, err := s.a.evaluate("max(0, 1d"+strconv.Itoa(c.faces)+" + @abilities.con.mod)", s.r.dice)
 			if err != nil {
 				return diceError("hit die", err)
 			}

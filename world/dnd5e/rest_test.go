@@ -1,6 +1,7 @@
 package dnd5e
 
 import (
+	"math"
 	"testing"
 
 	"relay/world"
@@ -12,35 +13,58 @@ func TestShortRest(t *testing.T) {
 	threshold := func(v float64) *float64 { return &v }
 
 	// Brom: 38 of 49 HP, 3 of 5 d10 left, Action Surge spent. With the
-	// default threshold (half of 49) he spends no hit dice.
+	// system's default threshold (autoSpendHitDice: spend while hit points
+	// + 3 are at most the maximum) he spends dice: each d10 + 3 (con),
+	// never below 0 (the system's max(0, 1d10 + @abilities.con.mod)):
+	// 38 + 7 = 45, then 45 + 3 <= 49 so another, capped at 49.
+	f.roll(4, 4)
 	r := must(f.rules.ShortRest(f.ctx, f.e, f.user("Bob"), RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true}))(t)
-	if r.Type != "short" || r.LongRest || r.DHD != 0 || r.DHP != 0 || len(r.Rolls) != 0 {
+	if r.Type != "short" || r.LongRest || r.DHD != -2 || r.DHP != 11 || len(r.Rolls) != 2 || r.Rolls[0].Formula != "max(0, 1d10 + 3)" {
 		t.Fatalf("%+v", r)
 	}
 	if f.value(surge, "system.uses.spent") != 0.0 {
 		t.Fatal("Action Surge (short rest) not recovered")
 	}
-	if len(r.UpdateItems) != 1 || r.UpdateItems[0].(map[string]any)["_id"] != "actionSurge00001" {
+	if len(r.UpdateItems) != 2 || r.UpdateItems[1].(map[string]any)["_id"] != "actionSurge00001" {
 		t.Fatalf("updateItems %v", r.UpdateItems)
 	}
-
-	// Below 90%: each d10 + 3 (con) until 44.1 is reached: 38 + 7 = 45.
-	f.roll(4, 4)
-	r = must(f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true, AutoHDThreshold: threshold(0.9)}))(t)
-	if r.DHD != -1 || r.DHP != 7 || len(r.Rolls) != 1 || r.Rolls[0].Formula != "1d10 + 3" {
-		t.Fatalf("%+v", r)
-	}
-	if f.value(brom, "system.attributes.hp.value") != 45.0 || f.value(fighter, "system.hd.spent") != 3.0 || f.value(fighter, "system.hitDiceUsed") != 3.0 {
+	if f.value(brom, "system.attributes.hp.value") != 49.0 || f.value(fighter, "system.hd.spent") != 4.0 || f.value(fighter, "system.hitDiceUsed") != 4.0 {
 		t.Fatalf("hp %v, hd spent %v", f.value(brom, "system.attributes.hp.value"), f.value(fighter, "system.hd.spent"))
 	}
-	if r.Deltas["hitPoints"] != 7.0 || r.Deltas["hitDice"] != -1.0 || r.Clone["uuid"] != brom || r.UpdateData["system.attributes.hp.value"] != 45.0 {
+	if r.Deltas["hitPoints"] != 11.0 || r.Deltas["hitDice"] != -2.0 || r.Clone["uuid"] != brom || r.UpdateData["system.attributes.hp.value"] != 49.0 {
 		t.Fatalf("%+v", r)
 	}
-	// A threshold of 1 spends the two dice left and caps at the maximum.
-	f.roll(10, 10)
+
+	// The contract's fraction (0 to 1): below 70% of 49 (34.3) each die is
+	// rolled: 30 + 7 = 37, and then he stops.
+	f.set(brom, world.Document{"system.attributes.hp.value": 30.0})
+	f.set(fighter, world.Document{"system.hd.spent": 2.0, "system.hitDiceUsed": 2.0})
+	f.roll(4, 4)
+	r = must(f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true, AutoHDThreshold: threshold(0.7)}))(t)
+	if r.DHD != -1 || r.DHP != 7 || f.value(brom, "system.attributes.hp.value") != 37.0 {
+		t.Fatalf("fraction: %+v", r)
+	}
+	// The tabletop's number of missing hit points (above 1): 37 + 10 <= 49,
+	// so one die (37 + 4 = 41), then 41 + 10 > 49 and he stops.
+	f.roll(1)
+	r = must(f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true, AutoHDThreshold: threshold(10)}))(t)
+	if r.DHD != -1 || r.DHP != 4 || f.value(brom, "system.attributes.hp.value") != 41.0 {
+		t.Fatalf("missing hit points: %+v", r)
+	}
+	// A threshold of 1 reads the same both ways (below the maximum): the
+	// last die is spent and the hit points cap at the maximum.
+	f.roll(10)
 	r = must(f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true, AutoHDThreshold: threshold(1)}))(t)
 	if r.DHD != -1 || f.value(brom, "system.attributes.hp.value") != 49.0 {
 		t.Fatalf("%+v hp %v", r, f.value(brom, "system.attributes.hp.value"))
+	}
+	// A hit die never heals less than 0: CON 4 (-3) and a 1 heal nothing.
+	f.set(brom, world.Document{"system.attributes.hp.value": 20.0, "system.abilities.con.value": 4.0})
+	f.set(fighter, world.Document{"system.hd.spent": 4.0, "system.hitDiceUsed": 4.0})
+	f.roll(1)
+	r = must(f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true}))(t)
+	if len(r.Rolls) != 1 || r.Rolls[0].Total != 0 || r.Rolls[0].Formula != "max(0, 1d10 - 3)" || r.DHP != 0 || r.DHD != -1 {
+		t.Fatalf("negative hit die: %+v", r.Rolls)
 	}
 	// Without autoHD nothing is rolled.
 	f.set(brom, world.Document{"system.attributes.hp.value": 1.0})
@@ -49,9 +73,9 @@ func TestShortRest(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 
-	for _, bad := range []float64{-0.1, 1.5} {
+	for _, bad := range []float64{-0.1, math.NaN(), math.Inf(1)} {
 		_, err := f.rules.ShortRest(f.ctx, f.e, nil, RestParams{Actor: ActorRef{UUID: brom}, AutoHD: true, AutoHDThreshold: threshold(bad)})
-		wantErr(t, err, world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1")
+		wantErr(t, err, world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 	}
 	_, err := f.rules.ShortRest(f.ctx, f.e, f.user("Alice"), RestParams{Actor: ActorRef{UUID: brom}})
 	wantErr(t, err, world.ErrPermission, "User 'Alice' does not have permission to perform a short rest on 'Brom Ironfist'")

@@ -2,9 +2,11 @@ package dnd5e
 
 import (
 	"context"
+	"math"
 	"strings"
 
 	"relay/world"
+	"relay/world/dice"
 )
 
 // spellMethod is how a spell is cast: `spell` (prepared from a class),
@@ -25,6 +27,16 @@ func spellMethod(spell world.Document) string {
 	default:
 		return mode
 	}
+}
+
+// spellPrepared reports whether a spell is prepared: `system.prepared` 1
+// (or 2, always) in the current form, `system.preparation.prepared` in the
+// older one.
+func spellPrepared(spell world.Document) bool {
+	if p, ok := num(at(spell, "system.prepared")); ok {
+		return p >= 1
+	}
+	return at(spell, "system.preparation.prepared") == true
 }
 
 // spellLevel is a spell's level; 0 is a cantrip.
@@ -58,8 +70,41 @@ func preparingClass(a *actor, spell world.Document) (world.Document, string) {
 	return caster, ""
 }
 
+// checkPreparedLimit refuses preparing one more spell of a class that has
+// as many prepared as its preparation formula allows (SRD 5.1: a wizard
+// prepares INT modifier + wizard level spells, at least one; the system
+// reads the class's `spellcasting.preparation.formula`).
+func checkPreparedLimit(a *actor, caster world.Document) error {
+	formula := str(at(caster, "system.spellcasting.preparation.formula"))
+	r, err := a.evaluate(formula, dice.NewSequence())
+	if err != nil {
+		return diceError(str(caster["name"])+" preparation formula", err)
+	}
+	if err := a.refused(); err != nil {
+		return err
+	}
+	limit := max(1, int(math.Floor(r.Total)))
+	id := str(at(caster, "system.identifier"))
+	count := 0
+	for _, it := range a.items {
+		if str(it["type"]) != "spell" || spellLevel(it) == 0 || spellMethod(it) != "spell" || !spellPrepared(it) {
+			continue
+		}
+		if src := str(at(it, "system.sourceClass")); src != "" && !strings.EqualFold(src, id) {
+			continue
+		}
+		count++
+	}
+	if count >= limit {
+		return world.Errorf(world.ErrFailedPrecondition, "%s can prepare at most %d %s spells and has %d prepared: unprepare one first",
+			a.name(), limit, str(caster["name"]), count)
+	}
+	return nil
+}
+
 // PrepareSpell prepares or unprepares a spell. Only spells of classes that
-// prepare spells can be, never cantrips or always-prepared spells.
+// prepare spells can be, never cantrips or always-prepared spells, and no
+// more than the class's limit (see checkPreparedLimit).
 func (r *Rules) PrepareSpell(ctx context.Context, e *world.Engine, user *world.User, actorUUID, spellName string, prepared bool) (PrepareResult, error) {
 	if actorUUID == "" {
 		return PrepareResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
@@ -96,8 +141,15 @@ func (r *Rules) PrepareSpell(ctx context.Context, e *world.Engine, user *world.U
 		case method != "spell":
 			return world.Errorf(world.ErrFailedPrecondition, "%s is cast as %s and is not prepared", name, method)
 		}
-		if _, reason := preparingClass(deriveFor(v, user, uuid, doc), spell); reason != "" {
+		a := deriveFor(v, user, uuid, doc)
+		caster, reason := preparingClass(a, spell)
+		if reason != "" {
 			return world.Errorf(world.ErrFailedPrecondition, "%s", reason)
+		}
+		if prepared && !spellPrepared(spell) {
+			if err := checkPreparedLimit(a, caster); err != nil {
+				return err
+			}
 		}
 		change := world.Document{"system.prepared": 0.0}
 		if prepared {

@@ -10,6 +10,7 @@ type (
 	ItemRef                 = world.ItemRef
 	Details                 = world.ActorDetails
 	CheckParams             = world.CheckParams
+	RollMode                = world.RollMode
 	RollResult              = world.RollResult
 	DeathSaveParams         = world.DeathSaveParams
 	DeathSaveResult         = world.DeathSaveResult

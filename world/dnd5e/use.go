@@ -33,17 +33,22 @@ func noun(k UseKind) string {
 }
 
 // Use uses an ability, feature, spell or item of an actor: it spends what
-// the use costs (a spell slot of the spell's level or the lowest available
-// higher one, a limited use, a charge, a quantity), refusing when nothing
-// is left; rolls the attack and damage or healing the use has; starts
-// concentration for a concentration spell; and posts the use to chat, all
-// in one transaction.
+// the use costs (a spell slot of the spell's level, or of SlotLevel when
+// given; a limited use, a charge, a quantity), refusing when nothing is
+// left and never spending a higher slot unasked; refuses a spell that
+// must be prepared and is not; rolls the attack (against the target's
+// armour class when there is a target) and the damage (only on a hit) or
+// healing the use has; starts concentration for a concentration spell;
+// and posts the use to chat, all in one transaction.
 func (r *Rules) Use(ctx context.Context, e *world.Engine, user *world.User, p UseParams) (UseResult, error) {
 	if p.ActorUUID == "" {
 		return UseResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if p.Ability.UUID == "" && p.Ability.Name == "" {
 		return UseResult{}, world.Errorf(world.ErrInvalid, "abilityUuid or abilityName is required")
+	}
+	if p.SlotLevel < 0 || p.SlotLevel > 9 {
+		return UseResult{}, world.Errorf(world.ErrInvalid, "slotLevel must be a spell slot level from 1 to 9, got %d", p.SlotLevel)
 	}
 	by := author(ctx, e, user)
 	var out UseResult
@@ -67,10 +72,13 @@ func (r *Rules) Use(ctx context.Context, e *world.Engine, user *world.User, p Us
 			return world.Errorf(world.ErrInvalid, "'%s' (%s) is not %s", str(it["name"]), str(it["type"]), noun(p.Kind))
 		}
 		a := deriveFor(v, user, uuid, doc)
-		u := &use{r: r, tx: tx, a: a, item: it, activity: firstActivity(it),
+		u := &use{r: r, tx: tx, a: a, item: it, activity: firstActivity(it), slotLevel: p.SlotLevel,
 			res: &UseResult{ActorUUID: uuid, Ability: str(it["name"]), ItemUUID: itemUUID(uuid, it), Damage: []DamageRoll{},
 				Consumed: map[string]any{"spellSlot": nil, "slotLevel": nil, "uses": 0.0, "quantity": 0.0}}}
-		if u.res.Target, err = resolveTarget(v, user, p.TargetUUID, p.TargetName); err != nil {
+		if u.res.Target, u.target, err = resolveTarget(v, user, p.TargetUUID, p.TargetName); err != nil {
+			return err
+		}
+		if err := u.requirePrepared(); err != nil {
 			return err
 		}
 		if err := u.consume(); err != nil {
@@ -105,7 +113,25 @@ type use struct {
 	item     world.Document
 	activity map[string]any // nil for an item without activities
 	slot     int            // the level of the slot spent, 0 when none
-	res      *UseResult
+	// slotLevel is the slot level asked for, 0 for the spell's own.
+	slotLevel int
+	// target is the target's actor (nil without one), read for its armour
+	// class whatever the user may see of it: only hit or miss is told.
+	target *actor
+	res    *UseResult
+}
+
+// requirePrepared refuses a levelled spell that must be prepared and is
+// not: one cast as a spell of a class that prepares its spells (SRD 5.1,
+// "Preparing and Casting Spells").
+func (u *use) requirePrepared() error {
+	if str(u.item["type"]) != "spell" || spellLevel(u.item) == 0 || spellMethod(u.item) != "spell" || spellPrepared(u.item) {
+		return nil
+	}
+	if _, reason := preparingClass(u.a, u.item); reason != "" {
+		return nil // not a spell its class prepares
+	}
+	return world.Errorf(world.ErrFailedPrecondition, "%s is not prepared: %s must prepare it before casting it", str(u.item["name"]), u.a.name())
 }
 
 // firstActivity returns an item's first activity by sort order.
@@ -193,40 +219,53 @@ func (u *use) ownItem(id string) world.Document {
 	return nil
 }
 
-// spendSlot spends a slot for a levelled spell: pact slots for pact
-// magic, else a slot of the spell's level or the lowest higher level with
-// one left. Cantrips and at-will, innate and ritual casting spend none.
+// spendSlot spends the slot a levelled spell is cast with: with
+// slotLevel, a slot of that level (or a pact slot of that level); without,
+// a pact slot for pact magic, else a slot of the spell's own level. When
+// that slot is gone it fails with the system's message rather than spend
+// a higher one unasked. Cantrips, and at-will, innate and ritual casting,
+// spend none and take no slotLevel.
 func (u *use) spendSlot() error {
 	level := spellLevel(u.item)
 	method := spellMethod(u.item)
-	if level == 0 || (u.activity != nil && at(u.activity, "consumption.spellSlot") == false) {
+	name := str(u.item["name"])
+	castWithSlots := level > 0 && (u.activity == nil || at(u.activity, "consumption.spellSlot") != false) &&
+		slices.Contains([]string{"spell", "always", "prepared", "pact"}, method)
+	if !castWithSlots {
+		if u.slotLevel != 0 {
+			return world.Errorf(world.ErrInvalid, "slotLevel: %s is cast without a spell slot", name)
+		}
 		return nil
 	}
-	name := str(u.item["name"])
-	if method == "pact" {
-		pact := obj(at(u.a.system, "spells.pact"))
-		if numOr(pact["value"], 0) < 1 {
-			return world.Errorf(world.ErrFailedPrecondition, "%s has no pact slot left to cast %s", u.a.name(), name)
-		}
+	if u.slotLevel != 0 && u.slotLevel < level {
+		return world.Errorf(world.ErrInvalid, "slotLevel %d is below the level of %s (%d)", u.slotLevel, name, level)
+	}
+	pact := obj(at(u.a.system, "spells.pact"))
+	spendPact := func() error {
 		u.slot = pactLevel(u.a, pact)
 		u.res.Consumed["spellSlot"], u.res.Consumed["slotLevel"] = "pact", float64(u.slot)
 		_, err := u.tx.Update(u.a.uuid, world.Document{"system.spells.pact.value": numOr(pact["value"], 0) - 1})
 		return err
 	}
-	if method != "spell" && method != "always" && method != "prepared" {
-		return nil
-	}
-	for l := level; l <= 9; l++ {
-		key := fmt.Sprintf("spell%d", l)
-		slot := obj(at(u.a.system, "spells."+key))
-		if slotMax(slot) > 0 && numOr(slot["value"], 0) >= 1 {
-			u.slot = l
-			u.res.Consumed["spellSlot"], u.res.Consumed["slotLevel"] = key, float64(l)
-			_, err := u.tx.Update(u.a.uuid, world.Document{"system.spells." + key + ".value": numOr(slot["value"], 0) - 1})
-			return err
+	pactLeft := slotMax(pact) > 0 && numOr(pact["value"], 0) >= 1
+	if u.slotLevel == 0 && method == "pact" {
+		if !pactLeft {
+			return world.Errorf(world.ErrFailedPrecondition, "You have no available pact magic spell slots with which to cast %s.", name)
 		}
+		return spendPact()
 	}
-	return world.Errorf(world.ErrFailedPrecondition, "%s has no spell slot of level %d or higher left to cast %s", u.a.name(), level, name)
+	want := cmp.Or(u.slotLevel, level)
+	key := fmt.Sprintf("spell%d", want)
+	if slot := obj(at(u.a.system, "spells."+key)); slotMax(slot) > 0 && numOr(slot["value"], 0) >= 1 {
+		u.slot = want
+		u.res.Consumed["spellSlot"], u.res.Consumed["slotLevel"] = key, float64(want)
+		_, err := u.tx.Update(u.a.uuid, world.Document{"system.spells." + key + ".value": numOr(slot["value"], 0) - 1})
+		return err
+	}
+	if u.slotLevel != 0 && pactLeft && pactLevel(u.a, pact) == want {
+		return spendPact()
+	}
+	return world.Errorf(world.ErrFailedPrecondition, "You have no available level %d spell slots with which to cast %s.", want, name)
 }
 
 // spendUses spends limited uses (charges) of an item; a consumable that
@@ -288,6 +327,9 @@ func (u *use) roll() error {
 		}
 		u.res.Attack = atk
 		critical = atk.IsCritical
+		if atk.Hit != nil && !*atk.Hit {
+			return nil // a miss deals no damage
+		}
 	case "save":
 		abilities := asList(at(u.activity, "save.ability"))
 		ability := ""
@@ -402,12 +444,21 @@ func (u *use) attack() (*AttackRoll, error) {
 		kind = "rwak"
 	}
 	parts = append(parts, nonEmpty(str(at(u.activity, "attack.bonus")), str(at(u.a.system, "bonuses."+kind+".attack")))...)
-	roll, err := u.r.d20(u.a, false, false, parts, "")
+	mode := u.a.rollMode(rollSpec{kind: rollAttack, ability: ability}, false, false)
+	roll, err := u.r.d20(u.a, mode, parts, "")
 	if err != nil {
 		return nil, err
 	}
 	natural, _ := roll.Natural(20)
-	return &AttackRoll{Result: roll, IsCritical: natural >= u.criticalThreshold(), IsFumble: natural == 1}, nil
+	atk := &AttackRoll{Result: roll, IsCritical: natural >= u.criticalThreshold(), IsFumble: natural == 1, Mode: mode}
+	if u.target != nil {
+		// SRD 5.1, "Making an Attack": a natural 1 misses and a natural
+		// 20 hits whatever the armour class; a critical hit is a hit.
+		hit := !atk.IsFumble && (atk.IsCritical || math.Floor(roll.Total) >= float64(armorClass(u.target)))
+		atk.Hit = &hit
+		atk.IsCritical = atk.IsCritical && hit
+	}
+	return atk, nil
 }
 
 // damagePart rolls one damage (or healing) part: `{number, denomination,
@@ -495,15 +546,31 @@ func (u *use) scaling(part map[string]any, number int) int {
 // unless they are a GM) or an actor they see (LIMITED or more). An actor
 // stands for its token on the active scene when the user sees that token.
 // By name, the first token of the active scene the user sees whose name,
-// or whose actor's name, matches (case-insensitively), else the first
-// actor (by id) of that name the user sees; anything they cannot see is
-// not found, with the very error of a name that matches nothing. By uuid
-// the read rules apply as for a single read: a missing document (or a
-// hidden token) is not found, one the user cannot see a permission error.
-// The target reports its actor's uuid only to a user who sees that actor.
-func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[string]any, error) {
+// or whose actor's name, matches (case-insensitively); when none does the
+// use goes on without a target, as on the tabletop. By uuid the read rules
+// apply as for a single read: a missing document (or a hidden token) is
+// not found, one the user cannot see a permission error. The target
+// reports its actor's uuid only to a user who sees that actor; the actor
+// itself is returned apart, for the rules (its armour class) alone.
+func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[string]any, *actor, error) {
 	if uuid == "" && name == "" {
-		return nil, nil
+		return nil, nil, nil
+	}
+	// targetActor is the actor a target stands for, derived without a
+	// reader: the rules read its armour class, which the caller is not
+	// told.
+	targetActor := func(actorUUID string) *actor {
+		doc, err := v.Get(actorUUID)
+		if err != nil || actorUUID == "" {
+			return nil
+		}
+		return derive(actorUUID, doc)
+	}
+	tokenActor := func(token world.Document) *actor {
+		if id := str(token["actorId"]); id != "" {
+			return targetActor("Actor." + id)
+		}
+		return nil
 	}
 	scene, _ := v.ActiveScene()
 	visible := func(tokenUUID string, token world.Document) bool {
@@ -552,6 +619,7 @@ func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[stri
 	}
 	if uuid == "" {
 		var found map[string]any
+		var foundActor *actor
 		each(func(tu string, t world.Document) bool {
 			match := strings.EqualFold(str(t["name"]), name)
 			if a := actorOf(t); !match && a != "" {
@@ -559,47 +627,36 @@ func resolveTarget(v *world.View, user *world.User, uuid, name string) (map[stri
 				match = strings.EqualFold(str(actor["name"]), name)
 			}
 			if match {
-				found = tokenTarget(tu, t)
+				found, foundActor = tokenTarget(tu, t), tokenActor(t)
 			}
 			return found == nil
 		})
-		if found != nil {
-			return found, nil
+		if found == nil {
+			return nil, nil, nil
 		}
-		var actor world.Document
-		v.Each("Actor", func(doc world.Document) bool {
-			if strings.EqualFold(str(doc["name"]), name) && (actor == nil || str(doc["_id"]) < str(actor["_id"])) &&
-				v.CanSee(user, "Actor."+str(doc["_id"])) {
-				actor = doc
-			}
-			return true
-		})
-		if actor == nil {
-			return nil, world.Errorf(world.ErrNotFound, "Target not found: %s", name)
-		}
-		return actorTarget("Actor."+str(actor["_id"]), actor), nil
+		return found, foundActor, nil
 	}
 	doc, err := v.Get(uuid)
 	if err != nil {
-		return nil, world.Errorf(world.ErrNotFound, "Target not found: %s", uuid)
+		return nil, nil, world.Errorf(world.ErrNotFound, "Target not found: %s", uuid)
 	}
 	parts := strings.Split(uuid, ".")
 	switch {
 	case len(parts) == 4 && parts[0] == "Scene" && parts[2] == "Token":
 		if doc["hidden"] == true && !user.IsGM() {
-			return nil, world.Errorf(world.ErrNotFound, "Target not found: %s", uuid)
+			return nil, nil, world.Errorf(world.ErrNotFound, "Target not found: %s", uuid)
 		}
 		if err := v.RequireLevel(user, uuid, world.LevelLimited, "target"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return tokenTarget(uuid, doc), nil
+		return tokenTarget(uuid, doc), tokenActor(doc), nil
 	case len(parts) == 2 && parts[0] == "Actor":
 		if err := v.RequireLevel(user, uuid, world.LevelLimited, "target"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return actorTarget(uuid, doc), nil
+		return actorTarget(uuid, doc), targetActor(uuid), nil
 	}
-	return nil, world.Errorf(world.ErrInvalid, "Target %s is neither a token nor an actor", uuid)
+	return nil, nil, world.Errorf(world.ErrInvalid, "Target %s is neither a token nor an actor", uuid)
 }
 
 // post writes the use's chat card.
@@ -621,6 +678,11 @@ func (u *use) post(by string) error {
 		line := fmt.Sprintf("Attack: %s", formatTotal(u.res.Attack.Total))
 		if u.res.Attack.IsCritical {
 			line += " (critical)"
+		}
+		if hit := u.res.Attack.Hit; hit != nil && *hit {
+			line += ", hit"
+		} else if hit != nil {
+			line += ", miss"
 		}
 		lines = append(lines, line)
 	}

@@ -409,7 +409,10 @@ type ShortRestRequest struct {
 	Selected bool `protobuf:"varint,4,opt,name=selected,proto3" json:"selected,omitempty"`
 	// Spend hit dice automatically.
 	AutoHd bool `protobuf:"varint,5,opt,name=auto_hd,json=autoHD,proto3" json:"auto_hd,omitempty"`
-	// Spend hit dice while hit points are below this fraction (0 to 1) of the maximum; default 0.5.
+	// When to stop spending hit dice: from 0 to 1 a fraction of the maximum
+	// hit points (spend while below it), above 1 a number of missing hit
+	// points as on the tabletop (spend while at least that many are
+	// missing); default 3 missing hit points, the tabletop's.
 	AutoHdThreshold *float64 `protobuf:"fixed64,6,opt,name=auto_hd_threshold,json=autoHDThreshold,proto3,oneof" json:"auto_hd_threshold,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -801,7 +804,10 @@ type SkillCheckResponse struct {
 	// The formula as evaluated, for example `1d20 + 5`.
 	Formula string `protobuf:"bytes,4,opt,name=formula,proto3" json:"formula,omitempty"`
 	// The dice and modifiers, for example `14 + 5`.
-	Result        string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// The mode the d20 was rolled with and every source of advantage and
+	// disadvantage found (the request, conditions, armour, effects).
+	RollMode      *RollMode `protobuf:"bytes,6,opt,name=roll_mode,json=rollMode,proto3" json:"roll_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +875,13 @@ func (x *SkillCheckResponse) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *SkillCheckResponse) GetRollMode() *RollMode {
+	if x != nil {
+		return x.RollMode
+	}
+	return nil
 }
 
 // AbilitySaveRequest is the input of AbilitySave.
@@ -993,7 +1006,10 @@ type AbilitySaveResponse struct {
 	// The formula as evaluated, for example `1d20 + 5`.
 	Formula string `protobuf:"bytes,4,opt,name=formula,proto3" json:"formula,omitempty"`
 	// The dice and modifiers, for example `14 + 5`.
-	Result        string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// The mode the d20 was rolled with and every source of advantage and
+	// disadvantage found (the request, conditions, armour, effects).
+	RollMode      *RollMode `protobuf:"bytes,6,opt,name=roll_mode,json=rollMode,proto3" json:"roll_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1061,6 +1077,13 @@ func (x *AbilitySaveResponse) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *AbilitySaveResponse) GetRollMode() *RollMode {
+	if x != nil {
+		return x.RollMode
+	}
+	return nil
 }
 
 // AbilityCheckRequest is the input of AbilityCheck.
@@ -1185,7 +1208,10 @@ type AbilityCheckResponse struct {
 	// The formula as evaluated, for example `1d20 + 5`.
 	Formula string `protobuf:"bytes,4,opt,name=formula,proto3" json:"formula,omitempty"`
 	// The dice and modifiers, for example `14 + 5`.
-	Result        string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	// The mode the d20 was rolled with and every source of advantage and
+	// disadvantage found (the request, conditions, armour, effects).
+	RollMode      *RollMode `protobuf:"bytes,6,opt,name=roll_mode,json=rollMode,proto3" json:"roll_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1253,6 +1279,13 @@ func (x *AbilityCheckResponse) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *AbilityCheckResponse) GetRollMode() *RollMode {
+	if x != nil {
+		return x.RollMode
+	}
+	return nil
 }
 
 // DeathSaveRequest is the input of DeathSave.
@@ -1355,7 +1388,10 @@ type DeathSaveResponse struct {
 	// Whether this roll stabilised the actor (the third success, or a natural 20, which also restores 1 hit point).
 	Stable bool `protobuf:"varint,7,opt,name=stable,proto3" json:"stable,omitempty"`
 	// Whether the actor is dead (three failures).
-	Dead          bool `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
+	Dead bool `protobuf:"varint,8,opt,name=dead,proto3" json:"dead,omitempty"`
+	// The mode the d20 was rolled with and every source of advantage and
+	// disadvantage found (the request, conditions, armour, effects).
+	RollMode      *RollMode `protobuf:"bytes,9,opt,name=roll_mode,json=rollMode,proto3" json:"roll_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1444,6 +1480,13 @@ func (x *DeathSaveResponse) GetDead() bool {
 		return x.Dead
 	}
 	return false
+}
+
+func (x *DeathSaveResponse) GetRollMode() *RollMode {
+	if x != nil {
+		return x.RollMode
+	}
+	return nil
 }
 
 // ModifyExperienceRequest is the input of ModifyExperience.
@@ -2035,7 +2078,10 @@ type ConcentrationSaveResponse struct {
 	// The dice and modifiers, for example `14 + 5`.
 	Result string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
 	// Whether concentration holds.
-	Maintained    bool `protobuf:"varint,6,opt,name=maintained,proto3" json:"maintained,omitempty"`
+	Maintained bool `protobuf:"varint,6,opt,name=maintained,proto3" json:"maintained,omitempty"`
+	// The mode the d20 was rolled with and every source of advantage and
+	// disadvantage found (the request, conditions, armour, effects).
+	RollMode      *RollMode `protobuf:"bytes,7,opt,name=roll_mode,json=rollMode,proto3" json:"roll_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2110,6 +2156,13 @@ func (x *ConcentrationSaveResponse) GetMaintained() bool {
 		return x.Maintained
 	}
 	return false
+}
+
+func (x *ConcentrationSaveResponse) GetRollMode() *RollMode {
+	if x != nil {
+		return x.RollMode
+	}
+	return nil
 }
 
 // EquipItemRequest is the input of EquipItem.
@@ -3085,7 +3138,7 @@ type UseAbilityResponse struct {
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
-	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
 	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
 	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
@@ -3295,7 +3348,7 @@ type UseFeatureResponse struct {
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
-	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
 	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
 	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
@@ -3414,7 +3467,12 @@ type UseSpellRequest struct {
 	TargetUuid string `protobuf:"bytes,6,opt,name=target_uuid,json=targetUuid,proto3" json:"target_uuid,omitempty"`
 	// The target by name, when no uuid is given: a token the user sees on the
 	// active scene, by its name or its actor's, else an actor the user sees.
-	TargetName    string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
+	TargetName string `protobuf:"bytes,7,opt,name=target_name,json=targetName,proto3" json:"target_name,omitempty"`
+	// The level of the spell slot to cast with, 1 to 9 and at least the
+	// spell's level; without it the spell is cast at its own level (pact
+	// magic at the pact slots' level), and is refused when no such slot is
+	// left rather than spend a higher one.
+	SlotLevel     *int32 `protobuf:"varint,8,opt,name=slot_level,json=slotLevel,proto3,oneof" json:"slot_level,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3498,6 +3556,13 @@ func (x *UseSpellRequest) GetTargetName() string {
 	return ""
 }
 
+func (x *UseSpellRequest) GetSlotLevel() int32 {
+	if x != nil && x.SlotLevel != nil {
+		return *x.SlotLevel
+	}
+	return 0
+}
+
 // UseSpellResponse is the result of UseSpell.
 type UseSpellResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3505,7 +3570,7 @@ type UseSpellResponse struct {
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
-	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
 	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
 	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
@@ -3715,7 +3780,7 @@ type UseItemResponse struct {
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
-	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, dice}`, or null when the use has no attack.
+	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
 	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
 	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
@@ -4026,6 +4091,85 @@ func (x *RestResult) GetLongRest() bool {
 	return false
 }
 
+// RollMode is the mode a d20 roll was made with and why. Advantage and
+// disadvantage cancel out whatever their numbers; an override decides
+// alone.
+type RollMode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// `advantage`, `disadvantage` or `normal`.
+	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	// The sources of advantage: `requested`, an active effect's name, a roll
+	// mode field of the actor.
+	Advantage []string `protobuf:"bytes,2,rep,name=advantage,proto3" json:"advantage,omitempty"`
+	// The sources of disadvantage: `requested`, a condition (`Poisoned`,
+	// `Exhaustion 3`), armour that hinders Stealth, an active effect's name,
+	// a roll mode field of the actor.
+	Disadvantage []string `protobuf:"bytes,3,rep,name=disadvantage,proto3" json:"disadvantage,omitempty"`
+	// The active effect that forced the mode whatever the other sources;
+	// empty when none did.
+	Override      string `protobuf:"bytes,4,opt,name=override,proto3" json:"override,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollMode) Reset() {
+	*x = RollMode{}
+	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollMode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollMode) ProtoMessage() {}
+
+func (x *RollMode) ProtoReflect() protoreflect.Message {
+	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollMode.ProtoReflect.Descriptor instead.
+func (*RollMode) Descriptor() ([]byte, []int) {
+	return file_relay_v1_dnd5e_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RollMode) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *RollMode) GetAdvantage() []string {
+	if x != nil {
+		return x.Advantage
+	}
+	return nil
+}
+
+func (x *RollMode) GetDisadvantage() []string {
+	if x != nil {
+		return x.Disadvantage
+	}
+	return nil
+}
+
+func (x *RollMode) GetOverride() string {
+	if x != nil {
+		return x.Override
+	}
+	return ""
+}
+
 // DeathSaves are the death save counters.
 type DeathSaves struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4039,7 +4183,7 @@ type DeathSaves struct {
 
 func (x *DeathSaves) Reset() {
 	*x = DeathSaves{}
-	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[44]
+	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4051,7 +4195,7 @@ func (x *DeathSaves) String() string {
 func (*DeathSaves) ProtoMessage() {}
 
 func (x *DeathSaves) ProtoReflect() protoreflect.Message {
-	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[44]
+	mi := &file_relay_v1_dnd5e_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4064,7 +4208,7 @@ func (x *DeathSaves) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeathSaves.ProtoReflect.Descriptor instead.
 func (*DeathSaves) Descriptor() ([]byte, []int) {
-	return file_relay_v1_dnd5e_service_proto_rawDescGZIP(), []int{44}
+	return file_relay_v1_dnd5e_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeathSaves) GetSuccess() int32 {
@@ -4160,14 +4304,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
 	"\x13create_chat_message\x18\b \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
-	"\x14_create_chat_message\"\x91\x01\n" +
+	"\x14_create_chat_message\"\xc2\x01\n" +
 	"\x12SkillCheckResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x14\n" +
 	"\x05skill\x18\x02 \x01(\tR\x05skill\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\tR\x06result\"\xa8\x02\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xa8\x02\n" +
 	"\x12AbilitySaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4178,14 +4323,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
 	"\x13create_chat_message\x18\b \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
-	"\x14_create_chat_message\"\x96\x01\n" +
+	"\x14_create_chat_message\"\xc7\x01\n" +
 	"\x13AbilitySaveResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x18\n" +
 	"\aability\x18\x02 \x01(\tR\aability\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\tR\x06result\"\xa9\x02\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xa9\x02\n" +
 	"\x13AbilityCheckRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4196,14 +4342,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
 	"\x13create_chat_message\x18\b \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
-	"\x14_create_chat_message\"\x97\x01\n" +
+	"\x14_create_chat_message\"\xc8\x01\n" +
 	"\x14AbilityCheckResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x18\n" +
 	"\aability\x18\x02 \x01(\tR\aability\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\tR\x06result\"\xd2\x01\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xd2\x01\n" +
 	"\x10DeathSaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4211,7 +4358,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1c\n" +
 	"\tadvantage\x18\x04 \x01(\bR\tadvantage\x123\n" +
 	"\x13create_chat_message\x18\x05 \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
-	"\x14_create_chat_message\"\xf7\x01\n" +
+	"\x14_create_chat_message\"\xa8\x02\n" +
 	"\x11DeathSaveResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x14\n" +
@@ -4222,7 +4369,8 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"deathSaves\x12\x18\n" +
 	"\asuccess\x18\x06 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06stable\x18\a \x01(\bR\x06stable\x12\x12\n" +
-	"\x04dead\x18\b \x01(\bR\x04dead\"\xb2\x01\n" +
+	"\x04dead\x18\b \x01(\bR\x04dead\x12/\n" +
+	"\troll_mode\x18\t \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xb2\x01\n" +
 	"\x17ModifyExperienceRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
@@ -4278,7 +4426,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x13create_chat_message\x18\n" +
 	" \x01(\bH\x01R\x11createChatMessage\x88\x01\x01B\t\n" +
 	"\a_damageB\x16\n" +
-	"\x14_create_chat_message\"\xb2\x01\n" +
+	"\x14_create_chat_message\"\xe3\x01\n" +
 	"\x19ConcentrationSaveResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x0e\n" +
@@ -4288,7 +4436,8 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12\x1e\n" +
 	"\n" +
 	"maintained\x18\x06 \x01(\bR\n" +
-	"maintained\"\x8a\x02\n" +
+	"maintained\x12/\n" +
+	"\troll_mode\x18\a \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\x8a\x02\n" +
 	"\x10EquipItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1f\n" +
@@ -4413,7 +4562,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
 	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
 	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
-	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xee\x01\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xa1\x02\n" +
 	"\x0fUseSpellRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
@@ -4424,7 +4573,10 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"\x83\x02\n" +
+	"targetName\x12\"\n" +
+	"\n" +
+	"slot_level\x18\b \x01(\x05H\x00R\tslotLevel\x88\x01\x01B\r\n" +
+	"\v_slot_level\"\x83\x02\n" +
 	"\x10UseSpellResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
 	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
@@ -4473,7 +4625,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x03dhd\x18\b \x01(\x05R\x03dhd\x12\x10\n" +
 	"\x03dhp\x18\t \x01(\x05R\x03dhp\x12\x1b\n" +
 	"\tlong_rest\x18\n" +
-	" \x01(\bR\blongRest\"@\n" +
+	" \x01(\bR\blongRest\"|\n" +
+	"\bRollMode\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1c\n" +
+	"\tadvantage\x18\x02 \x03(\tR\tadvantage\x12\"\n" +
+	"\fdisadvantage\x18\x03 \x03(\tR\fdisadvantage\x12\x1a\n" +
+	"\boverride\x18\x04 \x01(\tR\boverride\"@\n" +
 	"\n" +
 	"DeathSaves\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\x05R\asuccess\x12\x18\n" +
@@ -4541,7 +4698,7 @@ func file_relay_v1_dnd5e_service_proto_rawDescGZIP() []byte {
 	return file_relay_v1_dnd5e_service_proto_rawDescData
 }
 
-var file_relay_v1_dnd5e_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_relay_v1_dnd5e_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_relay_v1_dnd5e_service_proto_goTypes = []any{
 	(*GetActorDetailsRequest)(nil),     // 0: relay.v1.GetActorDetailsRequest
 	(*GetActorDetailsResponse)(nil),    // 1: relay.v1.GetActorDetailsResponse
@@ -4587,66 +4744,72 @@ var file_relay_v1_dnd5e_service_proto_goTypes = []any{
 	(*UseItemResponse)(nil),            // 41: relay.v1.UseItemResponse
 	(*Currency)(nil),                   // 42: relay.v1.Currency
 	(*RestResult)(nil),                 // 43: relay.v1.RestResult
-	(*DeathSaves)(nil),                 // 44: relay.v1.DeathSaves
-	(*wrapperspb.StringValue)(nil),     // 45: google.protobuf.StringValue
+	(*RollMode)(nil),                   // 44: relay.v1.RollMode
+	(*DeathSaves)(nil),                 // 45: relay.v1.DeathSaves
+	(*wrapperspb.StringValue)(nil),     // 46: google.protobuf.StringValue
 }
 var file_relay_v1_dnd5e_service_proto_depIdxs = []int32{
 	43, // 0: relay.v1.ShortRestResponse.result:type_name -> relay.v1.RestResult
 	43, // 1: relay.v1.LongRestResponse.result:type_name -> relay.v1.RestResult
-	44, // 2: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
-	45, // 3: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.StringValue
-	42, // 4: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
-	42, // 5: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
-	42, // 6: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
-	42, // 7: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
-	42, // 8: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
-	0,  // 9: relay.v1.Dnd5EService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
-	2,  // 10: relay.v1.Dnd5EService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
-	4,  // 11: relay.v1.Dnd5EService.ShortRest:input_type -> relay.v1.ShortRestRequest
-	6,  // 12: relay.v1.Dnd5EService.LongRest:input_type -> relay.v1.LongRestRequest
-	8,  // 13: relay.v1.Dnd5EService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
-	10, // 14: relay.v1.Dnd5EService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
-	12, // 15: relay.v1.Dnd5EService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
-	14, // 16: relay.v1.Dnd5EService.DeathSave:input_type -> relay.v1.DeathSaveRequest
-	16, // 17: relay.v1.Dnd5EService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
-	18, // 18: relay.v1.Dnd5EService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
-	20, // 19: relay.v1.Dnd5EService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
-	22, // 20: relay.v1.Dnd5EService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
-	24, // 21: relay.v1.Dnd5EService.EquipItem:input_type -> relay.v1.EquipItemRequest
-	26, // 22: relay.v1.Dnd5EService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
-	28, // 23: relay.v1.Dnd5EService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
-	30, // 24: relay.v1.Dnd5EService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
-	32, // 25: relay.v1.Dnd5EService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
-	34, // 26: relay.v1.Dnd5EService.UseAbility:input_type -> relay.v1.UseAbilityRequest
-	36, // 27: relay.v1.Dnd5EService.UseFeature:input_type -> relay.v1.UseFeatureRequest
-	38, // 28: relay.v1.Dnd5EService.UseSpell:input_type -> relay.v1.UseSpellRequest
-	40, // 29: relay.v1.Dnd5EService.UseItem:input_type -> relay.v1.UseItemRequest
-	1,  // 30: relay.v1.Dnd5EService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
-	3,  // 31: relay.v1.Dnd5EService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
-	5,  // 32: relay.v1.Dnd5EService.ShortRest:output_type -> relay.v1.ShortRestResponse
-	7,  // 33: relay.v1.Dnd5EService.LongRest:output_type -> relay.v1.LongRestResponse
-	9,  // 34: relay.v1.Dnd5EService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
-	11, // 35: relay.v1.Dnd5EService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
-	13, // 36: relay.v1.Dnd5EService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
-	15, // 37: relay.v1.Dnd5EService.DeathSave:output_type -> relay.v1.DeathSaveResponse
-	17, // 38: relay.v1.Dnd5EService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
-	19, // 39: relay.v1.Dnd5EService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
-	21, // 40: relay.v1.Dnd5EService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
-	23, // 41: relay.v1.Dnd5EService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
-	25, // 42: relay.v1.Dnd5EService.EquipItem:output_type -> relay.v1.EquipItemResponse
-	27, // 43: relay.v1.Dnd5EService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
-	29, // 44: relay.v1.Dnd5EService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
-	31, // 45: relay.v1.Dnd5EService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
-	33, // 46: relay.v1.Dnd5EService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
-	35, // 47: relay.v1.Dnd5EService.UseAbility:output_type -> relay.v1.UseAbilityResponse
-	37, // 48: relay.v1.Dnd5EService.UseFeature:output_type -> relay.v1.UseFeatureResponse
-	39, // 49: relay.v1.Dnd5EService.UseSpell:output_type -> relay.v1.UseSpellResponse
-	41, // 50: relay.v1.Dnd5EService.UseItem:output_type -> relay.v1.UseItemResponse
-	30, // [30:51] is the sub-list for method output_type
-	9,  // [9:30] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	44, // 2: relay.v1.SkillCheckResponse.roll_mode:type_name -> relay.v1.RollMode
+	44, // 3: relay.v1.AbilitySaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	44, // 4: relay.v1.AbilityCheckResponse.roll_mode:type_name -> relay.v1.RollMode
+	45, // 5: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
+	44, // 6: relay.v1.DeathSaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	46, // 7: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.StringValue
+	44, // 8: relay.v1.ConcentrationSaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	42, // 9: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
+	42, // 10: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
+	42, // 11: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
+	42, // 12: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
+	42, // 13: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
+	0,  // 14: relay.v1.Dnd5EService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
+	2,  // 15: relay.v1.Dnd5EService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
+	4,  // 16: relay.v1.Dnd5EService.ShortRest:input_type -> relay.v1.ShortRestRequest
+	6,  // 17: relay.v1.Dnd5EService.LongRest:input_type -> relay.v1.LongRestRequest
+	8,  // 18: relay.v1.Dnd5EService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
+	10, // 19: relay.v1.Dnd5EService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
+	12, // 20: relay.v1.Dnd5EService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
+	14, // 21: relay.v1.Dnd5EService.DeathSave:input_type -> relay.v1.DeathSaveRequest
+	16, // 22: relay.v1.Dnd5EService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
+	18, // 23: relay.v1.Dnd5EService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
+	20, // 24: relay.v1.Dnd5EService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
+	22, // 25: relay.v1.Dnd5EService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
+	24, // 26: relay.v1.Dnd5EService.EquipItem:input_type -> relay.v1.EquipItemRequest
+	26, // 27: relay.v1.Dnd5EService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
+	28, // 28: relay.v1.Dnd5EService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
+	30, // 29: relay.v1.Dnd5EService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
+	32, // 30: relay.v1.Dnd5EService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
+	34, // 31: relay.v1.Dnd5EService.UseAbility:input_type -> relay.v1.UseAbilityRequest
+	36, // 32: relay.v1.Dnd5EService.UseFeature:input_type -> relay.v1.UseFeatureRequest
+	38, // 33: relay.v1.Dnd5EService.UseSpell:input_type -> relay.v1.UseSpellRequest
+	40, // 34: relay.v1.Dnd5EService.UseItem:input_type -> relay.v1.UseItemRequest
+	1,  // 35: relay.v1.Dnd5EService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
+	3,  // 36: relay.v1.Dnd5EService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
+	5,  // 37: relay.v1.Dnd5EService.ShortRest:output_type -> relay.v1.ShortRestResponse
+	7,  // 38: relay.v1.Dnd5EService.LongRest:output_type -> relay.v1.LongRestResponse
+	9,  // 39: relay.v1.Dnd5EService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
+	11, // 40: relay.v1.Dnd5EService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
+	13, // 41: relay.v1.Dnd5EService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
+	15, // 42: relay.v1.Dnd5EService.DeathSave:output_type -> relay.v1.DeathSaveResponse
+	17, // 43: relay.v1.Dnd5EService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
+	19, // 44: relay.v1.Dnd5EService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
+	21, // 45: relay.v1.Dnd5EService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
+	23, // 46: relay.v1.Dnd5EService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
+	25, // 47: relay.v1.Dnd5EService.EquipItem:output_type -> relay.v1.EquipItemResponse
+	27, // 48: relay.v1.Dnd5EService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
+	29, // 49: relay.v1.Dnd5EService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
+	31, // 50: relay.v1.Dnd5EService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
+	33, // 51: relay.v1.Dnd5EService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
+	35, // 52: relay.v1.Dnd5EService.UseAbility:output_type -> relay.v1.UseAbilityResponse
+	37, // 53: relay.v1.Dnd5EService.UseFeature:output_type -> relay.v1.UseFeatureResponse
+	39, // 54: relay.v1.Dnd5EService.UseSpell:output_type -> relay.v1.UseSpellResponse
+	41, // 55: relay.v1.Dnd5EService.UseItem:output_type -> relay.v1.UseItemResponse
+	35, // [35:56] is the sub-list for method output_type
+	14, // [14:35] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_dnd5e_service_proto_init() }
@@ -4668,13 +4831,14 @@ func file_relay_v1_dnd5e_service_proto_init() {
 	file_relay_v1_dnd5e_service_proto_msgTypes[26].OneofWrappers = []any{}
 	file_relay_v1_dnd5e_service_proto_msgTypes[30].OneofWrappers = []any{}
 	file_relay_v1_dnd5e_service_proto_msgTypes[32].OneofWrappers = []any{}
+	file_relay_v1_dnd5e_service_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relay_v1_dnd5e_service_proto_rawDesc), len(file_relay_v1_dnd5e_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

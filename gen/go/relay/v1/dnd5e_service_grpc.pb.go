@@ -105,7 +105,7 @@ type Dnd5EServiceClient interface {
 	UseAbility(ctx context.Context, in *UseAbilityRequest, opts ...grpc.CallOption) (*UseAbilityResponse, error)
 	// Uses a feature of an actor.
 	UseFeature(ctx context.Context, in *UseFeatureRequest, opts ...grpc.CallOption) (*UseFeatureResponse, error)
-	// Casts a spell of an actor, spending a slot.
+	// Casts a spell of an actor, spending a slot of its level or of `slotLevel`.
 	UseSpell(ctx context.Context, in *UseSpellRequest, opts ...grpc.CallOption) (*UseSpellResponse, error)
 	// Uses an item of an actor, spending a charge where it has charges.
 	UseItem(ctx context.Context, in *UseItemRequest, opts ...grpc.CallOption) (*UseItemResponse, error)
@@ -392,7 +392,7 @@ type Dnd5EServiceServer interface {
 	UseAbility(context.Context, *UseAbilityRequest) (*UseAbilityResponse, error)
 	// Uses a feature of an actor.
 	UseFeature(context.Context, *UseFeatureRequest) (*UseFeatureResponse, error)
-	// Casts a spell of an actor, spending a slot.
+	// Casts a spell of an actor, spending a slot of its level or of `slotLevel`.
 	UseSpell(context.Context, *UseSpellRequest) (*UseSpellResponse, error)
 	// Uses an item of an actor, spending a charge where it has charges.
 	UseItem(context.Context, *UseItemRequest) (*UseItemResponse, error)

@@ -1,0 +1,447 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/link"
+	"relay/link/linktest"
+	"relay/server/keys"
+	"relay/world"
+)
+
+// tabletop returns an unpaired simulated tabletop for the relay whose
+// handler echoes every request's type.
+func (tr *testRelay) tabletop(mutate ...func(*linktest.Config)) *linktest.Tabletop {
+	cfg := linktest.Config{RelayURL: tr.base, WorldID: "tavern-tales", WorldTitle: "Tavern Tales",
+		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-e2e",
+		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}},
+		Handler: func(_ context.Context, req linktest.Request) (any, bool) {
+			return map[string]any{"data": map[string]any{"echo": req.Type}}, true
+		}}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return linktest.New(cfg)
+}
+
+// pairingCode creates a pairing code over REST with the given key.
+func (tr *testRelay) pairingCode(key, clientID string) response {
+	tr.t.Helper()
+	body := map[string]any{}
+	if clientID != "" {
+		body["clientId"] = clientID
+	}
+	return tr.do(http.MethodPost, "/pairing-codes", key, nil, body)
+}
+
+// linkedTabletop pairs a tabletop with a code from the admin key and
+// connects it.
+func (tr *testRelay) linkedTabletop(mutate ...func(*linktest.Config)) *linktest.Tabletop {
+	tr.t.Helper()
+	r := tr.pairingCode(tr.adminKey, "")
+	if r.status != http.StatusOK {
+		tr.t.Fatalf("pairing code: %d %s", r.status, r.body)
+	}
+	tt := tr.tabletop(mutate...)
+	if _, err := tt.Pair(context.Background(), r.data(tr.t)["code"].(string)); err != nil {
+		tr.t.Fatal(err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		tr.t.Fatal(err)
+	}
+	tr.t.Cleanup(tt.Drop)
+	return tt
+}
+
+// TestLinkPairConnectCallUnpair walks a game master's whole path on the
+// real relay: an admin creates a pairing code over REST, the module trades
+// it for a token without any API key, connects to /relay on the relay's
+// one address, answers a request, and is unpaired over REST.
+func TestLinkPairConnectCallUnpair(t *testing.T) {
+	t.Parallel()
+	// Short idle and header time-outs: the socket, once upgraded, is no
+	// longer the HTTP server's, and must outlive them.
+	tr := startTestRelay(t, func(c *serveConfig) { c.idleTimeout = 100 * time.Millisecond })
+	ctx := context.Background()
+
+	r := tr.pairingCode(tr.adminKey, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("POST /pairing-codes: %d %s", r.status, r.body)
+	}
+	env := r.json(t)
+	d := r.data(t)
+	code, _ := d["code"].(string)
+	if env["type"] != "create-pairing-code-result" || len(code) != link.CodeLength || d["expiresIn"] != float64(600) || d["clientId"] != "" {
+		t.Fatalf("pairing code answer %s", r.body)
+	}
+	if exp, err := time.Parse(time.RFC3339, d["expiresAt"].(string)); err != nil || time.Until(exp) < 9*time.Minute {
+		t.Fatalf("expiresAt %v %v", d["expiresAt"], err)
+	}
+
+	tt := tr.tabletop()
+	res, err := tt.Pair(ctx, code)
+	if err != nil {
+		t.Fatalf("POST /auth/pair: %v", err)
+	}
+	if res.RelayURL != "ws://"+tr.addr+"/relay" {
+		t.Fatalf("relayUrl %q", res.RelayURL)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer tt.Drop()
+	hub := tr.links.Hub()
+	if !hub.Online(res.ClientID) {
+		t.Fatal("the world is not online")
+	}
+	if active, err := tt.Active(ctx); err != nil || !active {
+		t.Fatalf("GET /api/clients/{id}/active: %v %v", active, err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the idle time-out
+	raw, err := hub.Call(ctx, res.ClientID, "world-info", nil)
+	if err != nil || !strings.Contains(string(raw), `"echo":"world-info"`) {
+		t.Fatalf("call: %s %v", raw, err)
+	}
+	info, _ := hub.Info(res.ClientID)
+	if info.WorldTitle != "Tavern Tales" || info.SystemID != "dnd5e" || info.FoundryVersion != "13.345" {
+		t.Fatalf("connection info %+v", info)
+	}
+
+	// Unpair over REST: the token is revoked and the socket closed with
+	// 1008, after which the module forgets its token.
+	r = tr.do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.adminKey, nil, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("DELETE /linked-worlds: %d %s", r.status, r.body)
+	}
+	if d := r.data(t); r.json(t)["type"] != "unpair-world-result" || d["clientId"] != res.ClientID ||
+		d["revokedTokens"] != float64(1) || d["disconnected"] != true {
+		t.Fatalf("unpair answer %s", r.body)
+	}
+	waitFor(t, "the socket to close", func() bool { return !tt.Connected() })
+	if tt.LastClose() != link.CloseAuthFailed {
+		t.Fatalf("closed with %d, want 1008", tt.LastClose())
+	}
+	if _, err := hub.Call(ctx, res.ClientID, "world-info", nil); !errors.Is(err, link.ErrNotConnected) {
+		t.Fatalf("call after unpair: %v", err)
+	}
+	// Again: nothing left to revoke.
+	r = tr.do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.adminKey, nil, nil)
+	if d := r.data(t); r.status != http.StatusOK || d["revokedTokens"] != float64(0) || d["disconnected"] != false {
+		t.Fatalf("second unpair %d %s", r.status, r.body)
+	}
+	// Bad input names its parameter; an unknown world is a 404.
+	for _, c := range []struct {
+		path   string
+		status int
+		msg    string
+	}{
+		{"/linked-worlds/fvtt_0000000000000000", http.StatusNotFound, "Linked world not found: fvtt_0000000000000000"},
+		{"/linked-worlds/a%20b", http.StatusBadRequest, "'clientId' must be a world's id (letters, digits, '_' and '-', at most 64)"},
+	} {
+		r := tr.do(http.MethodDelete, c.path, tr.adminKey, nil, nil)
+		if r.status != c.status || r.errorText(t) != c.msg {
+			t.Errorf("DELETE %s: %d %s", c.path, r.status, r.body)
+		}
+	}
+	if r := tr.pairingCode(tr.adminKey, "demo"); r.status != http.StatusNotFound || r.errorText(t) != "Linked world not found: demo" {
+		t.Errorf("pairing code for an embedded world: %d %s", r.status, r.body)
+	}
+}
+
+// TestLinkPairingOverGRPC creates a re-pairing code and unpairs over gRPC
+// on the relay's address, as the CLI does.
+func TestLinkPairingOverGRPC(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	tt := tr.linkedTabletop()
+	clientID, _ := tt.Credentials()
+	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+	svc := relayv1.NewLinkServiceClient(conn)
+	resp, err := svc.CreatePairingCode(ctx, &relayv1.CreatePairingCodeRequest{ClientId: clientID})
+	if err != nil || resp.GetClientId() != clientID || len(resp.GetCode()) != link.CodeLength || resp.GetExpiresIn() != 600 {
+		t.Fatalf("CreatePairingCode: %v %v", resp, err)
+	}
+	// The code pairs that world again: the old connection is told to
+	// reconnect with the new token.
+	again := tr.tabletop(func(c *linktest.Config) { c.ServerFingerprint = "another-server" })
+	res, err := again.Pair(context.Background(), resp.GetCode())
+	if err != nil || res.ClientID != clientID {
+		t.Fatalf("re-pair: %+v %v", res, err)
+	}
+	waitFor(t, "the old socket to close", func() bool { return !tt.Connected() })
+	if tt.LastClose() != link.CloseShutdown {
+		t.Fatalf("old socket closed with %d, want 4005", tt.LastClose())
+	}
+	u, err := svc.UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: clientID})
+	if err != nil || u.GetRevokedTokens() != 1 {
+		t.Fatalf("UnpairWorld: %v %v", u, err)
+	}
+	if _, err := svc.UnpairWorld(ctx, &relayv1.UnpairWorldRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("UnpairWorld without clientId: %v", err)
+	}
+}
+
+// TestLinkKeyBindings: pairing hands out a credential that answers for a
+// whole world, so only keys with GM-level access to that world may pair or
+// unpair it, over REST and gRPC alike, and a refusal changes nothing.
+func TestLinkKeyBindings(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	tt := tr.linkedTabletop()
+	linked, _ := tt.Credentials()
+	ctx := context.Background()
+	mk := func(spec keys.Spec) string {
+		spec.Name = "k"
+		plain, _, err := tr.keys.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plain
+	}
+	admin := []string{keys.ScopeAdmin}
+	boundDemo := mk(keys.Spec{Scopes: admin, ClientIDs: []string{"demo"}})
+	boundLinked := mk(keys.Spec{Scopes: admin, ClientIDs: []string{linked}})
+	boundLinkedAsUser := mk(keys.Spec{Scopes: admin, ClientIDs: []string{linked}, ClientUsers: map[string]string{linked: "Gamemaster"}})
+	asAlice := mk(keys.Spec{Scopes: admin, ScopedUserID: "Alice"})
+	aliceElsewhere := mk(keys.Spec{Scopes: admin, ClientUsers: map[string]string{"demo": "Alice"}})
+	noAdmin := mk(keys.Spec{Scopes: []string{keys.ScopeClientsRead}})
+
+	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	svc := relayv1.NewLinkServiceClient(conn)
+
+	for _, c := range []struct {
+		name     string
+		key      string
+		clientID string
+		status   int
+		msg      string
+	}{
+		{"bound key, new world", boundDemo, "", http.StatusForbidden, "API key bound to worlds (demo) may not pair a new world: name one of its worlds in 'clientId' to pair it again"},
+		{"bound key, another world", boundDemo, linked, http.StatusForbidden, "API key is not authorized for client '" + linked + "'"},
+		{"key acting as a user, new world", asAlice, "", http.StatusForbidden, "API key acting as a tabletop user may not pair worlds"},
+		{"key acting as a user, linked world", asAlice, linked, http.StatusForbidden, "API key acting as a tabletop user in world '" + linked + "' may not pair it"},
+		{"key acting as a user there", boundLinkedAsUser, linked, http.StatusForbidden, "API key acting as a tabletop user in world '" + linked + "' may not pair it"},
+		{"key without admin", noAdmin, "", http.StatusForbidden, "API key lacks required scope: admin"},
+		{"bound key, its own world", boundLinked, linked, http.StatusOK, ""},
+		{"user elsewhere only", aliceElsewhere, linked, http.StatusOK, ""},
+	} {
+		r := tr.pairingCode(c.key, c.clientID)
+		if r.status != c.status || (c.msg != "" && r.errorText(t) != c.msg) {
+			t.Errorf("REST %s: %d %s", c.name, r.status, r.body)
+		}
+		gctx := metadata.AppendToOutgoingContext(ctx, "x-api-key", c.key)
+		_, err := svc.CreatePairingCode(gctx, &relayv1.CreatePairingCodeRequest{ClientId: c.clientID})
+		wantCode := codes.OK
+		if c.status == http.StatusForbidden {
+			wantCode = codes.PermissionDenied
+		}
+		if status.Code(err) != wantCode || (c.msg != "" && status.Convert(err).Message() != c.msg) {
+			t.Errorf("gRPC %s: %v", c.name, err)
+		}
+	}
+	// Unpairing follows the same rule; refused unpairs leave the world
+	// connected.
+	for _, key := range []string{boundDemo, asAlice, boundLinkedAsUser, noAdmin} {
+		if r := tr.do(http.MethodDelete, "/linked-worlds/"+linked, key, nil, nil); r.status != http.StatusForbidden {
+			t.Errorf("unpair with a refused key: %d %s", r.status, r.body)
+		}
+	}
+	if !tt.Connected() || !tr.links.Hub().Online(linked) {
+		t.Fatal("a refused unpair disconnected the world")
+	}
+	if r := tr.do(http.MethodDelete, "/linked-worlds/"+linked, boundLinked, nil, nil); r.status != http.StatusOK {
+		t.Fatalf("unpair with the world's own key: %d %s", r.status, r.body)
+	}
+}
+
+// TestLinkEndpointsNeedNoKeyAndAreLimited: the module's endpoints are
+// served next to the API without an API key; pairing attempts and failed
+// token uses are limited per address, and failed tokens share the
+// allowance of failed API keys.
+func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.pairRateLimit = 3; c.authFailureLimit = 3 })
+	ctx := context.Background()
+	tt := tr.linkedTabletop() // one pairing attempt
+	clientID, token := tt.Credentials()
+	var he *linktest.HTTPError
+	if _, err := tr.tabletop().Pair(ctx, "ZZZZZZ"); !errors.As(err, &he) || he.Status != http.StatusUnauthorized {
+		t.Fatalf("bad code: %v", err)
+	}
+	if _, err := tr.tabletop().Pair(ctx, "ZZZZZZ"); !errors.As(err, &he) || he.Status != http.StatusUnauthorized {
+		t.Fatalf("bad code: %v", err)
+	}
+	r := tr.pairingCode(tr.adminKey, "")
+	_, err := tr.tabletop().Pair(ctx, r.data(t)["code"].(string))
+	if !errors.As(err, &he) || he.Status != http.StatusTooManyRequests {
+		t.Fatalf("fourth pairing attempt with a good code: %v", err)
+	}
+
+	// Two failed tokens on /relay and one bad API key use up the address's
+	// three failures: then a bad API key gets 429 instead of 401, and
+	// /relay refuses even a good token before the upgrade.
+	bad := tr.tabletop()
+	bad.SetCredentials(clientID, "rlt_"+strings.Repeat("D", 43))
+	for range 2 {
+		if err := bad.Connect(ctx); err == nil {
+			t.Fatal("a bad token connected")
+		}
+	}
+	if r := tr.do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("bad API key: %d", r.status)
+	}
+	if r := tr.do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.status != http.StatusTooManyRequests {
+		t.Fatalf("bad API key past the shared allowance: %d %s", r.status, r.body)
+	}
+	tt.Drop()
+	again := tr.tabletop()
+	again.SetCredentials(clientID, token)
+	if err := again.Connect(ctx); !errors.As(err, &he) || he.Status != http.StatusTooManyRequests {
+		t.Fatalf("good token from a blocked address: %v", err)
+	}
+	// The admin key still works: a valid key is never refused.
+	if r := tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil); r.status != http.StatusOK {
+		t.Fatalf("admin key from a blocked address: %d", r.status)
+	}
+}
+
+// TestLinkCLI pairs and unpairs with `relay worlds pair-code` and `relay
+// worlds unpair`.
+func TestLinkCLI(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	common := []string{"--addr", tr.addr, "--admin-key-file", filepath.Join(tr.dataDir, "admin.key")}
+	out, errOut, err := cli(t, append([]string{"worlds", "pair-code"}, common...)...)
+	if err != nil {
+		t.Fatalf("pair-code: %v\n%s", err, errOut)
+	}
+	code := strings.TrimSpace(out)
+	if len(code) != link.CodeLength || strings.Count(out, "\n") != 1 || !strings.Contains(errOut, "Pairing code for a new world") {
+		t.Fatalf("pair-code printed %q / %q", out, errOut)
+	}
+	tt := tr.tabletop()
+	res, err := tt.Pair(context.Background(), code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer tt.Drop()
+	out, errOut, err = cli(t, append([]string{"worlds", "pair-code", "--client", res.ClientID}, common...)...)
+	if err != nil || len(strings.TrimSpace(out)) != link.CodeLength || !strings.Contains(errOut, res.ClientID) {
+		t.Fatalf("pair-code --client: %v %q %q", err, out, errOut)
+	}
+	_, errOut, err = cli(t, append(append([]string{"worlds", "unpair"}, common...), res.ClientID)...)
+	if err != nil || !strings.Contains(errOut, "1 connection token(s) revoked; its connection was closed") {
+		t.Fatalf("unpair: %v %q", err, errOut)
+	}
+	if _, _, err := cli(t, append([]string{"worlds", "unpair"}, common...)...); err == nil {
+		t.Fatal("unpair without a clientId succeeded")
+	}
+	_, errOut, err = cli(t, append(append([]string{"worlds", "unpair"}, common...), "fvtt_0000000000000000")...)
+	if err == nil || !strings.Contains(err.Error(), "Linked world not found") {
+		t.Fatalf("unpair unknown: %v %q", err, errOut)
+	}
+}
+
+// TestLinkDisconnectAndReconnect on the real relay: requests in flight
+// fail with 503's error at once when the socket drops, and the module's
+// reconnection brings the world back with its event channels.
+func TestLinkDisconnectAndReconnect(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.linkReplyTimeout = time.Minute })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	arrived := make(chan struct{}, 10)
+	tt := tr.tabletop(func(c *linktest.Config) {
+		c.ReconnectBaseDelay = 20 * time.Millisecond
+		c.Handler = func(ctx context.Context, _ linktest.Request) (any, bool) {
+			arrived <- struct{}{}
+			<-ctx.Done()
+			return nil, false
+		}
+	})
+	r := tr.pairingCode(tr.adminKey, "")
+	if _, err := tt.Pair(ctx, r.data(t)["code"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	clientID, _ := tt.Credentials()
+	hub := tr.links.Hub()
+	if err := hub.SetChannel(clientID, "hooks", 1); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = tt.Run(ctx) }()
+	waitFor(t, "the world to connect", func() bool { return hub.Online(clientID) })
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := hub.Call(ctx, clientID, "entity", json.RawMessage(`{"uuid":"Actor.x"}`))
+			errs <- err
+		}()
+	}
+	for range 3 {
+		<-arrived
+	}
+	tt.Drop()
+	for range 3 {
+		select {
+		case err := <-errs:
+			var werr *world.Error
+			if !errors.As(err, &werr) || werr.Kind != world.ErrUnavailable {
+				t.Fatalf("request in flight at the drop: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request in flight still waits after the drop (reply time-out is a minute)")
+		}
+	}
+	waitFor(t, "the world to reconnect", func() bool { return tt.Authentications() == 2 && hub.Online(clientID) })
+	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if err := tt.WaitFor(waitCtx, func(tt *linktest.Tabletop) bool {
+		n := 0
+		for _, m := range tt.Received() {
+			if strings.Contains(string(m), `"channel":"hooks"`) {
+				n++
+			}
+		}
+		return n == 2
+	}); err != nil {
+		t.Fatal("the reconnected world did not get its channel again")
+	}
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// worldsPairCode creates a pairing code on a running relay and prints only
+// the code on standard output.
+func worldsPairCode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay worlds pair-code", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	clientID := fset.String("client", "", "the `clientId` of a linked world to pair again (replacing its connection token); empty pairs a new world")
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay worlds pair-code [--client CLIENT_ID] [flags]\n\nCreates a one-time pairing code (valid 10 minutes) on a running relay and\nprints only the code on standard output. The game master types it into the\nREST API module's connection dialog. Needs a key with the admin scope that\ndoes not act as a tabletop user; a key bound to worlds may only pair one of\nits worlds again (--client).\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q (use --client to pair a world again)", fset.Arg(0))}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewLinkServiceClient(conn).CreatePairingCode(ctx, &relayv1.CreatePairingCodeRequest{ClientId: *clientID})
+	if err != nil {
+		return cf.callError(err)
+	}
+	what := "a new world"
+	if resp.GetClientId() != "" {
+		what = "world " + resp.GetClientId() + " again"
+	}
+	fmt.Fprintf(stderr, "Pairing code for %s, valid until %s: type it into the module's connection dialog\n", what, resp.GetExpiresAt())
+	fmt.Fprintln(stdout, resp.GetCode())
+	return nil
+}
+
+// worldsUnpair unpairs a linked world on a running relay.
+func worldsUnpair(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay worlds unpair", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay worlds unpair [flags] CLIENT_ID\n\nUnpairs a linked world: its connection token is revoked and its connection\nclosed. The world keeps its clientId; a new pairing code restores it.\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return usageError{"relay worlds unpair needs exactly one clientId"}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewLinkServiceClient(conn).UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: fset.Arg(0)})
+	if err != nil {
+		return cf.callError(err)
+	}
+	state := "it was not connected"
+	if resp.GetDisconnected() {
+		state = "its connection was closed"
+	}
+	fmt.Fprintf(stderr, "Unpaired world %s: %d connection token(s) revoked; %s\n", resp.GetClientId(), resp.GetRevokedTokens(), state)
+	return nil
+}

@@ -1,0 +1,303 @@
+package link
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Pairing codes: CodeLength characters from CodeAlphabet, which leaves out
+// the characters people confuse (0 and O, 1, I and L), valid for CodeTTL
+// and for one pairing. 31⁶ is about 887 million codes; with pairing
+// attempts limited per address, guessing a live code is hopeless.
+const (
+	CodeLength   = 6
+	CodeAlphabet = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+	CodeTTL      = 10 * time.Minute
+)
+
+// Connection tokens: "rlt_" and the unpadded base64url of 32 random bytes.
+const (
+	tokenPrefix = "rlt_"
+	tokenBytes  = 32
+	tokenLen    = len(tokenPrefix) + 43 // base64.RawURLEncoding.EncodedLen(tokenBytes)
+)
+
+// linkedIDPrefix starts the clientId of every world paired with this relay
+// (then 16 hex characters), as the module's other relay does.
+const linkedIDPrefix = "fvtt_"
+
+// Bounds of what the module sends at pairing, in bytes.
+const (
+	maxWorldIDBytes     = 256
+	maxTitleBytes       = 512
+	maxFingerprintBytes = 256
+	maxOriginBytes      = 2048
+)
+
+// Pairings issues pairing codes, pairs worlds with them and checks
+// connection tokens, over a [Store].
+type Pairings struct {
+	store Store
+	now   func() time.Time
+	// taken reports whether a clientId is already used by a world that is
+	// not linked (an embedded one); nil when there are none.
+	taken func(clientID string) bool
+}
+
+// NewPairings returns pairings over store. now is the clock (time.Now when
+// nil); taken, when not nil, reports clientIds that other kinds of world
+// use, which a new linked world must not get.
+func NewPairings(store Store, now func() time.Time, taken func(clientID string) bool) *Pairings {
+	if now == nil {
+		now = time.Now
+	}
+	return &Pairings{store: store, now: now, taken: taken}
+}
+
+// NewCode issues a pairing code and returns it with its record; the code
+// itself is not stored and is shown only here. With a clientId, the code
+// pairs only that linked world again (ErrUnknownWorld when there is none);
+// without one, a new world or one the module proves it paired before.
+// createdBy is the id of the API key that asked, for the record.
+func (p *Pairings) NewCode(ctx context.Context, clientID, createdBy string) (string, Code, error) {
+	if clientID != "" {
+		if _, err := p.store.World(ctx, clientID); err != nil {
+			return "", Code{}, err
+		}
+	}
+	code, err := drawCode()
+	if err != nil {
+		return "", Code{}, err
+	}
+	now := p.now().UTC()
+	c := Code{Hash: hashOf(code), ClientID: clientID, CreatedBy: createdBy, CreatedAt: now, ExpiresAt: now.Add(CodeTTL)}
+	if err := p.store.SaveCode(ctx, c); err != nil {
+		return "", Code{}, err
+	}
+	return code, c, nil
+}
+
+// drawCode draws a code uniformly from the alphabet: random bytes at or
+// above the largest multiple of its size are drawn again, so that no
+// character is likelier than another.
+func drawCode() (string, error) {
+	limit := 256 - 256%len(CodeAlphabet)
+	code := make([]byte, 0, CodeLength)
+	var buf [16]byte
+	for len(code) < CodeLength {
+		if _, err := rand.Read(buf[:]); err != nil {
+			return "", fmt.Errorf("link: generate pairing code: %w", err)
+		}
+		for _, v := range buf {
+			if int(v) < limit && len(code) < CodeLength {
+				code = append(code, CodeAlphabet[int(v)%len(CodeAlphabet)])
+			}
+		}
+	}
+	return string(code), nil
+}
+
+// normaliseCode puts a typed code in its canonical form: capitals, without
+// spaces or dashes (people type codes as "ABC DEF" or "abc-def"). It
+// reports false when the result cannot be a code.
+func normaliseCode(s string) (string, bool) {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == ' ' || r == '-':
+			continue
+		case 'a' <= r && r <= 'z':
+			r -= 'a' - 'A'
+		}
+		if !strings.ContainsRune(CodeAlphabet, r) {
+			return "", false
+		}
+		b.WriteRune(r)
+		if b.Len() > CodeLength {
+			return "", false
+		}
+	}
+	return b.String(), b.Len() == CodeLength
+}
+
+// PairRequest is the body the module posts to `/auth/pair`.
+type PairRequest struct {
+	// Code is the pairing code the game master typed.
+	Code string `json:"code"`
+	// WorldID and WorldTitle are the tabletop's id and title of the world.
+	WorldID    string `json:"worldId"`
+	WorldTitle string `json:"worldTitle"`
+	// ServerFingerprint is the random id the module keeps in the world's
+	// settings.
+	ServerFingerprint string `json:"serverFingerprint"`
+	// ExistingClientID is the clientId the world had, if any.
+	ExistingClientID string `json:"existingClientId"`
+	// ServerOrigin is the tabletop's public address.
+	ServerOrigin string `json:"serverOrigin"`
+}
+
+// Paired is the outcome of a pairing.
+type Paired struct {
+	// Token is the new connection token, shown only here.
+	Token string
+	// World is the world's record after pairing.
+	World World
+	// Again is true when the world kept a clientId it had before.
+	Again bool
+}
+
+// validate checks the request's parameters, naming the first bad one.
+func (r *PairRequest) validate() (code string, err error) {
+	if r.Code == "" {
+		return "", invalid("'code' is required")
+	}
+	code, ok := normaliseCode(r.Code)
+	if !ok {
+		return "", invalid("'code' must be the %d-character pairing code", CodeLength)
+	}
+	for _, f := range []struct {
+		name     string
+		value    string
+		max      int
+		required bool
+	}{
+		{"worldId", r.WorldID, maxWorldIDBytes, true},
+		{"worldTitle", r.WorldTitle, maxTitleBytes, false},
+		{"serverFingerprint", r.ServerFingerprint, maxFingerprintBytes, true},
+		{"existingClientId", r.ExistingClientID, maxWorldIDBytes, false},
+		{"serverOrigin", r.ServerOrigin, maxOriginBytes, false},
+	} {
+		switch {
+		case f.required && strings.TrimSpace(f.value) == "":
+			return "", invalid("'%s' is required", f.name)
+		case len(f.value) > f.max:
+			return "", invalid("'%s' is longer than %d bytes", f.name, f.max)
+		case !utf8.ValidString(f.value) || strings.ContainsFunc(f.value, isControl):
+			return "", invalid("'%s' must be text without control characters", f.name)
+		}
+	}
+	return code, nil
+}
+
+// isControl reports control characters, which no field of a pairing needs.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// Pair consumes the request's code and pairs the world: a code for one
+// world pairs that world again; otherwise the world keeps its clientId
+// when the module presents it (existingClientId) with the fingerprint it
+// was paired with, and gets a new one in every other case. The world's
+// earlier tokens stop working. A bad parameter is world.ErrInvalid naming
+// it; a code that is unknown, used or expired ErrCodeRejected. The code is
+// used up even when storing the pairing then fails.
+func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
+	code, err := req.validate()
+	if err != nil {
+		return Paired{}, err
+	}
+	now := p.now().UTC()
+	c, err := p.store.TakeCode(ctx, hashOf(code), now)
+	if err != nil {
+		return Paired{}, err
+	}
+	w := World{}
+	again := false
+	switch {
+	case c.ClientID != "":
+		if w, err = p.store.World(ctx, c.ClientID); err != nil {
+			return Paired{}, err
+		}
+		again = true
+	case req.ExistingClientID != "":
+		prior, err := p.store.World(ctx, req.ExistingClientID)
+		switch {
+		case err == nil && prior.ServerFingerprint == req.ServerFingerprint:
+			w, again = prior, true
+		case err != nil && !errors.Is(err, ErrUnknownWorld):
+			return Paired{}, err
+		}
+	}
+	if !again {
+		if w.ClientID, err = p.newClientID(ctx); err != nil {
+			return Paired{}, err
+		}
+	}
+	w.WorldID, w.WorldTitle = req.WorldID, req.WorldTitle
+	w.ServerFingerprint, w.ServerOrigin = req.ServerFingerprint, req.ServerOrigin
+	w.PairedAt, w.UnpairedAt = now, time.Time{}
+	token, err := newToken()
+	if err != nil {
+		return Paired{}, err
+	}
+	if err := p.store.Pair(ctx, Pairing{World: w, Token: Token{Hash: hashOf(token), ClientID: w.ClientID, CreatedAt: now}, New: !again}); err != nil {
+		return Paired{}, err
+	}
+	return Paired{Token: token, World: w, Again: again}, nil
+}
+
+// newClientID draws a clientId that no world uses.
+func (p *Pairings) newClientID(ctx context.Context) (string, error) {
+	for range 8 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("link: generate clientId: %w", err)
+		}
+		id := linkedIDPrefix + hex.EncodeToString(b[:])
+		if p.taken != nil && p.taken(id) {
+			continue
+		}
+		_, err := p.store.World(ctx, id)
+		if errors.Is(err, ErrUnknownWorld) {
+			return id, nil
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("link: could not draw an unused clientId")
+}
+
+// newToken returns a new random connection token.
+func newToken() (string, error) {
+	var b [tokenBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("link: generate token: %w", err)
+	}
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// Authenticate returns the world of a valid connection token and the
+// token's hash, or ErrTokenRejected. Garbage is refused before any lookup.
+func (p *Pairings) Authenticate(ctx context.Context, token string) (string, Hash, error) {
+	if len(token) != tokenLen || !strings.HasPrefix(token, tokenPrefix) {
+		return "", Hash{}, ErrTokenRejected
+	}
+	h := hashOf(token)
+	clientID, err := p.store.TokenWorld(ctx, h)
+	if err != nil {
+		return "", Hash{}, err
+	}
+	return clientID, h, nil
+}
+
+// Unpair revokes the world's tokens and marks it unpaired; it returns how
+// many tokens it revoked.
+func (p *Pairings) Unpair(ctx context.Context, clientID string) (int, error) {
+	return p.store.Unpair(ctx, clientID, p.now().UTC())
+}
+
+// World returns the record of a linked world, paired or not.
+func (p *Pairings) World(ctx context.Context, clientID string) (World, error) {
+	return p.store.World(ctx, clientID)
+}
+
+// Worlds returns every linked world's record, paired or not.
+func (p *Pairings) Worlds(ctx context.Context) ([]World, error) {
+	return p.store.Worlds(ctx)
+}
