@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,7 +62,9 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		err = stream.CloseSend()
 	}
 	msg := newStreamResponse(rt)
-	if err == nil {
+	if err == nil || errors.Is(err, io.EOF) {
+		// A send that found the stream ended (io.EOF) leaves its status
+		// to RecvMsg.
 		err = stream.RecvMsg(msg)
 	}
 	if err == nil {
@@ -298,15 +301,6 @@ func (s *sseWriter) writeLocked(frames []byte) error {
 	}
 	s.wrote = true
 	return s.rc.Flush()
-}
-
-// event writes one stream message as an SSE frame.
-func (s *sseWriter) event(msg proto.Message) error {
-	frame, err := appendMessageFrame(nil, msg)
-	if err != nil {
-		return err
-	}
-	return s.write(frame)
 }
 
 // keepalive writes a comment every interval in which nothing else was

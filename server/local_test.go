@@ -244,8 +244,14 @@ func TestLocalConnStream(t *testing.T) {
 	if err := s.RecvMsg(new(wrapperspb.StringValue)); status.Code(err) != codes.NotFound {
 		t.Fatalf("after fail: %v, want NotFound", err)
 	}
-	if err := s.SendMsg(wrapperspb.String("late")); !errors.Is(err, io.EOF) {
-		t.Fatalf("a message after the handler returned: %v, want io.EOF", err)
+	// Messages after the handler returned fill the window, then get
+	// io.EOF: the caller never waits for a handler that is gone.
+	err = nil
+	for i := 0; i <= localWindow && err == nil; i++ {
+		err = s.SendMsg(wrapperspb.String("late"))
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("messages after the handler returned: %v, want io.EOF once the window is full", err)
 	}
 }
 
@@ -344,5 +350,31 @@ func within[T any](t *testing.T, ch <-chan T) T {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing came for 10s")
 		panic("unreachable")
+	}
+}
+
+// TestLocalConnStreamRefused: a stream an interceptor refuses before its
+// handler runs still takes the caller's request, and RecvMsg reports the
+// refusal, however the two goroutines interleave.
+func TestLocalConnStreamRefused(t *testing.T) {
+	refuse := func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+		return status.Error(codes.PermissionDenied, "not you")
+	}
+	c := newLocalConn(nil, refuse)
+	c.RegisterService(chatDesc, struct{}{})
+	for range 200 {
+		s, err := c.NewStream(context.Background(), &grpc.StreamDesc{ServerStreams: true}, "/test.Chat/Burst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SendMsg(wrapperspb.Int32(1)); err != nil {
+			t.Fatalf("the request of a refused stream: %v, want it taken", err)
+		}
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RecvMsg(new(wrapperspb.Int32Value)); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("a refused stream: %v, want PermissionDenied", err)
+		}
 	}
 }

@@ -115,7 +115,7 @@ func (s *localServerStream) run(handler func() error) {
 	}
 	s.mu.Unlock()
 	// The handler is done: whatever it held on the stream's context goes,
-	// and the caller's later messages are refused (SendMsg), before the
+	// and a caller waiting to send is released (SendMsg), before the
 	// caller can see the end.
 	s.cancel()
 	close(s.down)
@@ -263,8 +263,10 @@ func (c *localClientStream) CloseSend() error {
 }
 
 // SendMsg hands a message to the handler, waiting while it is localWindow
-// messages behind. Once the stream ended it returns io.EOF, and RecvMsg
-// tells how it ended.
+// messages behind. As over the network, a message that fits in the window
+// is accepted even when the handler has just ended (it is then never
+// read); one that would have to wait for an ended handler gets io.EOF, and
+// RecvMsg tells how the stream ended.
 func (c *localClientStream) SendMsg(m any) error {
 	msg, ok := m.(proto.Message)
 	if !ok {
@@ -273,9 +275,10 @@ func (c *localClientStream) SendMsg(m any) error {
 	if err := c.ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	if c.server.ctx.Err() != nil {
-		// The handler returned.
-		return io.EOF
+	select {
+	case c.server.up <- msg:
+		return nil
+	default:
 	}
 	select {
 	case c.server.up <- msg:

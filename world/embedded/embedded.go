@@ -121,9 +121,6 @@ type World struct {
 	kit *kit
 }
 
-// New returns eng as a world offering every capability.
-func New(eng *world.Engine, opts Options) *World { return newKit(opts).wrap(eng) }
-
 // Every capability, checked by the compiler.
 var (
 	_ world.World          = (*World)(nil)
