@@ -1,8 +1,8 @@
 // Package gateway is the relay's HTTP side: REST on the documented paths
 // through grpc-gateway, the parameter merging that lets any parameter come in
 // the query string or the JSON body, the `{type, requestId, data}` envelope
-// and `{type, requestId, error}` error bodies, `/healthz` and
-// `/openapi.json`.
+// and `{type, requestId, error}` error bodies, cross-origin requests from
+// allowed web pages (CORS), `/healthz` and `/openapi.json`.
 //
 // Every REST call, unary or streaming (the event streams, downloads and
 // uploads), goes through one client connection to the gRPC server and so
@@ -67,6 +67,10 @@ type Options struct {
 	// query parameter, remoteAddr the caller's address. A non-nil error is
 	// a gRPC status, answered as such (401, 429 with Retry-After).
 	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	// CORSOrigins are the origins whose web pages may call the API from a
+	// browser (see cors.go): exact origins as ParseCORSOrigins reads them,
+	// or `*` for every origin. None when empty.
+	CORSOrigins []string
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -91,6 +95,7 @@ type gateway struct {
 	keepaliveEvery time.Duration
 	spoolDir       string
 	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	cors           *cors
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
@@ -118,6 +123,10 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 		keepaliveEvery: opts.KeepaliveInterval,
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
+	}
+	var err error
+	if g.cors, err = newCORS(opts.CORSOrigins, g.routes); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
@@ -198,6 +207,12 @@ func outgoingHeader(key string) (string, bool) {
 // serveHTTP merges query and body parameters into the form the generated
 // handlers read, then hands the request to the mux.
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	// A browser's preflight carries no API key: it is answered before the
+	// admission step, and every other answer, refusals included, is
+	// marked for the page that asked.
+	if g.handleCORS(w, r) {
+		return
+	}
 	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
 		op := "error"
