@@ -12,6 +12,16 @@ help: ## list the targets
 run: ## start the relay with the demo world in ./data
 	go run ./cmd/relay serve
 
+# What `make build` stamps into the binary (`relay --version`, /healthz);
+# each may be set on the command line (make build VERSION=v1.2.0).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+
+.PHONY: build
+build: ## build bin/relay with its version, commit and build date
+	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)" -o bin/relay ./cmd/relay
+
 .PHONY: generate
 generate: ## regenerate gen/ from proto/ (buf lint included)
 	./scripts/generate.sh

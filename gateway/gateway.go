@@ -15,6 +15,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -75,6 +76,21 @@ type Options struct {
 	// query parameter, remoteAddr the caller's address. A non-nil error is
 	// a gRPC status, answered as such (401, 429 with Retry-After).
 	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	// Build names the running relay's version in `/healthz`.
+	Build BuildInfo
+}
+
+// BuildInfo identifies a build of the relay.
+type BuildInfo struct {
+	// Version is the release (`v1.2.0`), or `devel` for a build from a
+	// checkout.
+	Version string `json:"version"`
+	// Commit is the git commit built, with `-dirty` when the checkout had
+	// changes; empty when unknown.
+	Commit string `json:"commit"`
+	// Date is the commit's time (or the one set at link time), RFC 3339;
+	// empty when unknown.
+	Date string `json:"date"`
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -100,6 +116,7 @@ type gateway struct {
 	feeds          EventFeeds
 	spoolDir       string
 	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	build          BuildInfo
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
@@ -128,6 +145,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		feeds:          opts.EventFeeds,
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
+		build:          opts.Build,
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
@@ -325,7 +343,8 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	return false
 }
 
-// healthz answers 200 when the gRPC server reports SERVING, else 503.
+// healthz answers 200 when the gRPC server reports SERVING, else 503,
+// with the relay's build: `{"status", "version", "commit", "date"}`.
 func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -334,9 +353,13 @@ func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]s
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		code, state = http.StatusServiceUnavailable, "NOT_SERVING"
 	}
+	body, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		BuildInfo
+	}{state, g.build})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, `{"status":`+strconv.Quote(state)+`}`)
+	_, _ = w.Write(body)
 }
 
 // serveOpenAPI serves the generated OpenAPI document.

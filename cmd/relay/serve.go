@@ -392,7 +392,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if err != nil {
 		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
 	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
 		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
@@ -433,7 +433,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols.SetUnencryptedHTTP2(true)
 	go func() { r.served <- r.http.Serve(r.conns) }()
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
+	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
 }
 

@@ -734,10 +734,12 @@ func (b *builder) addPublicPaths(paths *obj) {
 	}
 	health := newObj(
 		"type", "object",
-		"required", []any{"status", "version"},
+		"required", []any{"status", "version", "commit", "date"},
 		"properties", newObj(
 			"status", newObj("type", "string", "enum", []any{"SERVING", "NOT_SERVING"}),
-			"version", newObj("type", "string", "description", "The relay's version (`relay --version`)."),
+			"version", newObj("type", "string", "description", "The relay's version (`relay --version`): a release such as `v1.2.0`, or `devel`."),
+			"commit", newObj("type", "string", "description", "The git commit it was built from (`-dirty` with local changes); empty when unknown."),
+			"date", newObj("type", "string", "description", "Its build date (or its commit's), RFC 3339; empty when unknown."),
 		),
 	)
 	paths.set("/healthz", public("Relay_Health", "Health check",
