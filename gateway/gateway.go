@@ -1,8 +1,8 @@
 // Package gateway is the relay's HTTP side: REST on the documented paths
 // through grpc-gateway, the parameter merging that lets any parameter come in
 // the query string or the JSON body, the `{type, requestId, data}` envelope
-// and `{type, requestId, error}` error bodies, `/healthz` and
-// `/openapi.json`.
+// and `{type, requestId, error}` error bodies, `/healthz`, `/openapi.json`
+// and the API reference page at `/docs`.
 //
 // Every REST call goes through the gRPC server's interceptor chain
 // (authentication, scopes, world and user resolution, policy), exactly as
@@ -21,7 +21,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +31,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/gen/openapi"
 )
 
 // Options configure the gateway.
@@ -189,7 +187,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 	if err := g.mux.HandlePath(http.MethodGet, "/healthz", g.healthz); err != nil {
 		return nil, err
 	}
-	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
+	if err := g.handleDocs(); err != nil {
 		return nil, err
 	}
 	if err := g.handleEventStreams(); err != nil {
@@ -360,11 +358,4 @@ func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]s
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
-}
-
-// serveOpenAPI serves the generated OpenAPI document.
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
-	_, _ = w.Write(openapi.JSON)
 }
