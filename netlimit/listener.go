@@ -31,6 +31,7 @@
 package netlimit
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -227,6 +228,10 @@ func (l *Listener) refuse(c net.Conn, reason admission) {
 func (l *Listener) answer(c net.Conn, reason admission) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(refuseLinger))
+	// Wait for the request's head first: an HTTP client that receives an
+	// answer before it has sent its request takes it for an unsolicited
+	// one on a broken connection, and reports an error instead of the 503.
+	awaitRequestHead(c)
 	if _, err := c.Write(l.refusal(reason)); err != nil {
 		return
 	}
@@ -234,6 +239,21 @@ func (l *Listener) answer(c net.Conn, reason admission) {
 		_ = cw.CloseWrite()
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, refuseDrainBytes))
+}
+
+// awaitRequestHead reads from c until the end of an HTTP/1.1 request head
+// (an empty line), refuseDrainBytes, an error or c's deadline, whichever
+// comes first.
+func awaitRequestHead(c net.Conn) {
+	buf := make([]byte, 4096)
+	var seen []byte
+	for len(seen) < refuseDrainBytes {
+		n, err := c.Read(buf)
+		seen = append(seen, buf[:n]...)
+		if bytes.Contains(seen, []byte("\r\n\r\n")) || err != nil {
+			return
+		}
+	}
 }
 
 // refusal builds the HTTP/1.1 answer to a refused connection: 503 with

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// readmeSkip, on the line before a README block, keeps TestReadmeBlocks
+// from running it (the block that starts the relay in the foreground and
+// runs the tests, say).
+const readmeSkip = "<!-- readme-test: skip -->"
+
+// readmeBlocks returns the README's `sh` code blocks in order, without
+// those marked with readmeSkip, each with its indentation removed.
+func readmeBlocks(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		blocks  []string
+		current []string
+		inBlock bool
+		indent  string
+		skip    bool
+		prev    string
+	)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case !inBlock && strings.HasPrefix(trimmed, "```sh"):
+			inBlock, current = true, nil
+			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+			skip = strings.TrimSpace(prev) == readmeSkip
+		case inBlock && trimmed == "```":
+			inBlock = false
+			if !skip {
+				blocks = append(blocks, strings.Join(current, "\n"))
+			}
+		case inBlock:
+			current = append(current, strings.TrimPrefix(line, indent))
+		}
+		prev = line
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
+
+// TestReadmeBlocks runs every shell block of the README, in order, in one
+// bash session in an empty directory, as a reader pasting them into a fresh
+// shell would: the quick start builds and starts the relay, and every later
+// block uses what the earlier ones set. The relay listens on a free port
+// instead of 8080; curl fails on any HTTP error. The output must show what
+// the README says it shows.
+func TestReadmeBlocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the relay and runs the README's commands")
+	}
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := readmeBlocks(t, filepath.Join(repo, "README.md"))
+	if len(blocks) < 8 {
+		t.Fatalf("only %d shell blocks found in the README", len(blocks))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\n")
+	// HTTP errors must fail the block they happen in.
+	script.WriteString("curl() { command curl --fail-with-body \"$@\"; }\n")
+	script.WriteString("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n")
+	for i, b := range blocks {
+		// The blocks run from the clone's top; here they run elsewhere, so
+		// the Go commands are pointed at the clone.
+		b = strings.ReplaceAll(b, "127.0.0.1:8080", addr)
+		b = strings.ReplaceAll(b, "go build -o bin/", "go build -C "+repo+" -o \"$PWD\"/bin/")
+		b = strings.ReplaceAll(b, "go tool -modfile=tools/go.mod", "env -C "+repo+" go tool -modfile=tools/go.mod")
+		fmt.Fprintf(&script, "echo '### block %d'\n%s\n", i+1, b)
+	}
+	script.WriteString("echo '### done'\n")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "RELAY_LISTEN="+addr, "RELAY_ADDR="+addr, "RELAY_API_KEY=")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever the blocks left running
+	if runErr != nil {
+		t.Fatalf("the README's blocks failed: %v\n%s", runErr, out.String())
+	}
+	got := out.String()
+	if os.Getenv("RELAY_README_SHOW") != "" {
+		t.Log(got)
+	}
+	for _, want := range []string{
+		`"name":"Town Guard"`,  // the LIMITED read
+		`"name":"Aria Vale"`,   // the owner's read
+		"event: actor-update",  // the event stream
+		`"skill-check-result"`, // a rules operation
+		`"execute-js-result"`,  // a script
+		`"ticket":"st_`,        // a stream ticket
+		"### done",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the README's blocks did not print %q:\n%s", want, got)
+		}
+	}
+}
