@@ -322,6 +322,24 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.checkFrames("/hooks/subscribe", drain(aliceHooks))
 	c.checkFrames("/actor/subscribe", drain(reset))
 
+	// The document asks for a key on every operation but its public ones,
+	// and each of those refuses a call without one with a 401.
+	for _, op := range c.doc.operations() {
+		security, declared := op.op["security"].([]any)
+		if declared && len(security) == 0 {
+			if !strings.HasPrefix(op.id, "Relay_") {
+				t.Errorf("%s %s needs no key in the document", op.method, op.path)
+			}
+			continue
+		}
+		path := strings.NewReplacer("{id}", "x", "{clientId}", "x").Replace(op.path)
+		resp := tr.do(op.method, path, "", nil, nil)
+		c.check(op.method, path, resp)
+		if resp.status != http.StatusUnauthorized {
+			t.Errorf("%s %s without a key: %d", op.method, path, resp.status)
+		}
+	}
+
 	// Every operation of the document answered with success at least once.
 	for _, op := range c.doc.operations() {
 		if !c.covered[op.id] {
