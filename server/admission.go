@@ -3,14 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"relay/server/keys"
 )
@@ -78,14 +75,7 @@ func addressOf(remoteAddr string) string {
 // authFailuresExceeded is the refusal of an address that failed to
 // authenticate too often: 429 over REST, with a Retry-After header.
 func authFailuresExceeded(perMinute int, wait time.Duration) error {
-	seconds := max(int(math.Ceil(wait.Seconds())), 1)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
-		"Too many failed authentications from this address: the limit is %d a minute; retry in %d s", perMinute, seconds))
-	if detailed, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
-	); err == nil {
-		st = detailed
-	}
-	return st.Err()
+	return retryLater(wait, func(seconds int) string {
+		return fmt.Sprintf("Too many failed authentications from this address: the limit is %d a minute; retry in %d s", perMinute, seconds)
+	})
 }

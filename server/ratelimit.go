@@ -125,16 +125,21 @@ func (l *RateLimiter) sweep(now time.Time) {
 	}
 }
 
-// rateLimited is the refusal of a request over the limit: ResourceExhausted
-// with the RATE_LIMITED reason (429 over REST) and a RetryInfo detail (the
-// gateway's Retry-After header).
+// rateLimited is the refusal of a request over the limit (see
+// retryLater).
 func (l *RateLimiter) rateLimited(wait time.Duration) error {
-	seconds := int(math.Ceil(wait.Seconds()))
-	if seconds < 1 {
-		seconds = 1
-	}
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf(
-		"Rate limit exceeded: this API key may make %d requests per minute; retry in %d s", l.perMinute, seconds))
+	return retryLater(wait, func(seconds int) string {
+		return fmt.Sprintf("Rate limit exceeded: this API key may make %d requests per minute; retry in %d s", l.perMinute, seconds)
+	})
+}
+
+// retryLater is a refusal to come back after wait: ResourceExhausted with
+// the RATE_LIMITED reason (429 over REST) and a RetryInfo detail (the
+// gateway's Retry-After header). message builds the text from the wait in
+// whole seconds (at least one).
+func retryLater(wait time.Duration, message func(seconds int) string) error {
+	seconds := max(int(math.Ceil(wait.Seconds())), 1)
+	st := status.New(codes.ResourceExhausted, message(seconds))
 	if detailed, err := st.WithDetails(
 		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
