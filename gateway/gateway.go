@@ -4,12 +4,13 @@
 // and `{type, requestId, error}` error bodies, `/healthz`, `/openapi.json`
 // and the API reference page at `/docs`.
 //
-// Every REST call goes through the gRPC server's interceptor chain
-// (authentication, scopes, world and user resolution, policy), exactly as
-// for gRPC callers: unary calls through the server's in-process connection
-// (Options.Unary), which skips serialisation and the HTTP/2 transport,
-// streams through a real client connection. The gateway knows nothing of
-// worlds or keys.
+// Every REST call, unary or streaming (the event streams, downloads and
+// uploads), goes through one client connection to the gRPC server and so
+// through its interceptor chain (authentication, scopes, world and user
+// resolution, policy), exactly as for gRPC callers. The relay gives it the
+// server's in-process connection (server.LocalConn), which skips
+// serialisation and the HTTP/2 transport; any grpc.ClientConnInterface to
+// the relay's services works. The gateway knows nothing of worlds or keys.
 package gateway
 
 import (
@@ -44,9 +45,6 @@ type Options struct {
 	// KeepaliveInterval is how long an event stream may stay silent before
 	// a keepalive comment is sent; 15 s when 0.
 	KeepaliveInterval time.Duration
-	// EventFeeds, when set, lets the SSE bridge take over the event RPC's
-	// subscriptions in this process (see EventFeeds).
-	EventFeeds EventFeeds
 	// MaxUploadBytes is the server's upload limit (files.go); the gateway
 	// bounds the JSON upload bodies it buffers with it. 64 MiB when 0.
 	MaxUploadBytes int64
@@ -57,12 +55,6 @@ type Options struct {
 	// answers 504; 0 means no bound. Event streams and file transfers are
 	// not bounded.
 	UnaryTimeout time.Duration
-	// Unary, when set, carries the unary REST calls instead of the client
-	// connection given to New: the server's in-process connection, which
-	// runs the same interceptors without serialising messages or crossing
-	// an HTTP/2 transport. Streams and the health check always use the
-	// client connection.
-	Unary grpc.ClientConnInterface
 	// SpoolDir is where a JSON upload whose file data comes before its
 	// file name is kept until the name arrives (the system's temporary
 	// directory when empty). It is best on the same disk as the data: the
@@ -104,22 +96,21 @@ var installQueryParser sync.Once
 // gateway holds the mux and what its hooks need.
 type gateway struct {
 	mux            *runtime.ServeMux
-	conn           *grpc.ClientConn
+	conn           grpc.ClientConnInterface
 	routes         *routeTable
 	newRequestID   func(string) string
 	maxBody        int64
 	maxQuery       int
 	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
-	feeds          EventFeeds
 	spoolDir       string
 	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
 	build          BuildInfo
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
-// through conn.
-func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler, error) {
+// through conn, for unary calls and streams alike.
+func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http.Handler, error) {
 	if opts.NewRequestID == nil {
 		return nil, errors.New("gateway: NewRequestID is required")
 	}
@@ -140,7 +131,6 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		maxQuery:       opts.MaxQueryBytes,
 		unaryTimeout:   opts.UnaryTimeout,
 		keepaliveEvery: opts.KeepaliveInterval,
-		feeds:          opts.EventFeeds,
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
 		build:          opts.Build,
@@ -160,10 +150,6 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		// framing and saves the closing chunk's write.
 		runtime.WithWriteContentLength(),
 	)
-	var calls grpc.ClientConnInterface = conn
-	if opts.Unary != nil {
-		calls = splitConn{unary: opts.Unary, streams: conn}
-	}
 	// grpc-gateway tries the routes of a method newest first, at a cost
 	// per route tried, so the busiest services are registered last.
 	for _, register := range []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
@@ -180,7 +166,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),
 		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
 	} {
-		if err := register(ctx, g.mux, calls); err != nil {
+		if err := register(ctx, g.mux, conn); err != nil {
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 	}
@@ -205,20 +191,6 @@ func bind[C any](register func(context.Context, *runtime.ServeMux, C) error, new
 	return func(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
 		return register(ctx, mux, newClient(conn))
 	}
-}
-
-// splitConn sends unary calls one way and streams the other.
-type splitConn struct {
-	unary   grpc.ClientConnInterface
-	streams grpc.ClientConnInterface
-}
-
-func (c splitConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return c.unary.Invoke(ctx, method, args, reply, opts...)
-}
-
-func (c splitConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return c.streams.NewStream(ctx, desc, method, opts...)
 }
 
 // incomingHeader forwards the API key into gRPC metadata, and nothing else

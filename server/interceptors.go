@@ -32,9 +32,14 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, plaintext string) (keys.Key, error)
 }
 
-// Worlds finds worlds by client id.
+// Worlds is the registry of worlds: it resolves a client id to the world
+// that serves it, whatever its kind (the relay's own are world/embedded's
+// Registry).
 type Worlds interface {
+	// World returns the world serving clientID; an unknown one is
+	// ErrNotFound.
 	World(ctx context.Context, clientID string) (world.World, error)
+	// List describes every world.
 	List(ctx context.Context) ([]world.Info, error)
 	// IDs lists the worlds' client ids, cheaply: a call that names no
 	// world asks for it to find the only one.

@@ -1,9 +1,28 @@
-// Package server implements the relay's gRPC services over the world engine,
-// the interceptor chain that authenticates and authorises every call, and the
-// single mapping from world errors to gRPC statuses.
+// Package server implements the relay's gRPC services over worlds of any
+// kind, the interceptor chain that authenticates and authorises every call,
+// the single mapping from world errors to gRPC statuses, and the in-process
+// connection ([LocalConn]) through which the gateway calls the services.
 //
 // Services only translate between protobuf messages and world types; the
-// rules live in package world. The request flow is documented on [Chain].
+// rules live in the worlds. A registry ([Worlds]) resolves the call's
+// `clientId` to the world that serves it, and a service asks that world for
+// the capability it needs, through the interfaces of package world:
+//
+//	DocumentService   world.Documents, world.DocumentSearch, world.Folders (structure)
+//	FolderService     world.Folders
+//	CanvasService     world.Selection
+//	CombatService     world.Encounters
+//	FileService       world.Files
+//	Dnd5EService      world.Dnd5e
+//	ScriptService     world.Scripts
+//	EventService      world.Events
+//	(every call)      world.World: Info, users and world permissions
+//
+// A world without the capability answers Unimplemented (HTTP 501) naming
+// the operation and the world. The services never see a world's concrete
+// type: the relay's own worlds (package world/embedded), a linked tabletop
+// or a world on another node are all the same to them. The request flow is
+// documented on [Chain].
 package server
 
 import (
@@ -18,7 +37,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/dice"
 )
 
 // Config wires a relay gRPC server.
@@ -28,7 +46,8 @@ type Config struct {
 		Authenticator
 		KeyAdmin
 	}
-	// Worlds finds worlds.
+	// Worlds resolves client ids to the worlds that serve them, whatever
+	// their kind: the services reach worlds only through it.
 	Worlds Worlds
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
@@ -37,12 +56,8 @@ type Config struct {
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
 	Log *slog.Logger
-	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
+	// ScriptTimeout bounds execute-js scripts; the world's default when 0.
 	ScriptTimeout time.Duration
-	// Scripts runs execute-js scripts (a *script.Pool); when nil,
-	// execute-js answers Unavailable rather than run scripts without their
-	// hard limits.
-	Scripts ScriptRunner
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
@@ -51,10 +66,6 @@ type Config struct {
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
-	// DataDir is the data directory: each world's file area is
-	// `<DataDir>/worlds/<clientId>/files`. File calls answer Unavailable
-	// when it is empty.
-	DataDir string
 	// MaxUploadBytes bounds an uploaded file; DefaultMaxUploadBytes when 0.
 	MaxUploadBytes int64
 	// RateLimit limits each API key's requests (ratelimit.go); nil allows
@@ -63,9 +74,6 @@ type Config struct {
 	// AuthFailures limits, per client address, the calls that fail
 	// authentication (see [Server.Admit]); nil allows any number.
 	AuthFailures *RateLimiter
-	// Dice rolls for the ruleset and for initiative; nil rolls with the
-	// operating system's randomness (dice.NewRandom).
-	Dice dice.Source
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -76,8 +84,9 @@ const DefaultMaxMessageBytes = 1 << 20
 type Server struct {
 	GRPC   *grpc.Server
 	Health *health.Server
-	// Local calls the same services' unary methods in process, through the
-	// same interceptors (see LocalConn).
+	// Local calls the same services in process, unary calls and streams,
+	// through the same interceptors (see LocalConn): the gateway's one
+	// connection to the services.
 	Local *LocalConn
 
 	chain           *Chain
@@ -98,9 +107,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Dice == nil {
-		cfg.Dice = dice.NewRandom()
-	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
@@ -117,37 +123,40 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 	}
-	// One chained interceptor serves the network server and the in-process
-	// connection, so both run the same steps in the same order.
-	unary := chainUnary(chain.Unary())
+	// One chained interceptor of each kind serves the network server and
+	// the in-process connection, so both run the same steps in the same
+	// order.
+	unary, stream := chainUnary(chain.Unary()), chainStream(chain.Stream())
 	s := grpc.NewServer(
 		grpc.UnaryInterceptor(unary),
-		grpc.ChainStreamInterceptor(chain.Stream()...),
+		grpc.StreamInterceptor(stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.ForceServerCodecV2(newRequestCodec()),
 	)
-	// Every relay service is served twice: on the network server and on the
-	// in-process connection the gateway uses for unary calls. On the
+	// Every service is served twice: on the network server and on the
+	// in-process connection that carries the gateway's calls. On the
 	// network server, every service (health and reflection too) refuses
 	// the request messages the codec could not decode (decode.go).
 	network := decodeRegistrar{server: s}
-	local := newLocalConn(unary)
+	local := newLocalConn(unary, stream)
 	both := registrars{network, local}
 	relayv1.RegisterDocumentServiceServer(both, documentService{})
 	relayv1.RegisterFolderServiceServer(both, folderService{})
 	relayv1.RegisterCanvasServiceServer(both, canvasService{})
-	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts})
+	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
 	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
 	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
 	relayv1.RegisterLinkServiceServer(both, linkService{links: cfg.Links, now: time.Now})
 	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
 	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(both, newCombatService(cfg.Dice))
-	relayv1.RegisterFileServiceServer(both, newFileService(cfg.DataDir, cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(both, newDnd5eService(cfg.Dice))
+	relayv1.RegisterCombatServiceServer(both, combatService{})
+	relayv1.RegisterFileServiceServer(both, newFileService(cfg.MaxUploadBytes))
+	relayv1.RegisterDnd5EServiceServer(both, dnd5eService{})
 
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(network, hs)
+	// The gateway's /healthz asks the health service over the in-process
+	// connection too.
+	healthpb.RegisterHealthServer(both, hs)
 	reflection.Register(network)
 	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}, nil
 }

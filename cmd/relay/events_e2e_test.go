@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/events"
 )
 
 // sseFrame is one frame of an event stream: an event, or a comment.
@@ -681,12 +680,12 @@ func TestEventCoalescedFramesStayWellFormedAndOrdered(t *testing.T) {
 	}
 }
 
-func TestEventHandoffIsForTheRelayItself(t *testing.T) {
+func TestEventStreamOverGRPC(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	// A gRPC caller that guesses at the bridge's handoff gets an ordinary
-	// stream: its events come as gRPC messages.
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey, events.HandoffMetadata, "guess"))
+	// A gRPC caller on the relay's port gets the stream's events as gRPC
+	// messages, with the request id in the header.
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey))
 	defer cancel()
 	stream, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID})
 	if err != nil {
@@ -695,12 +694,20 @@ func TestEventHandoffIsForTheRelayItself(t *testing.T) {
 	if first, err := stream.Recv(); err != nil || first.GetEvent().GetName() != "connected" {
 		t.Fatalf("first message %v, %v", first, err)
 	}
-	if header, err := stream.Header(); err != nil || len(header.Get(events.HandoffMetadata)) > 0 {
-		t.Fatalf("header %v, %v: no handoff without the secret", header, err)
+	if header, err := stream.Header(); err != nil || !strings.HasPrefix(firstOf(header.Get("x-request-id")), "actor-subscribe_") {
+		t.Fatalf("header %v, %v: want the stream's request id", header, err)
 	}
 	tr.setHP(ariaUUID, 7)
 	ev, err := stream.Recv()
 	if err != nil || ev.GetEvent().GetName() != "actor-update" || ev.GetEvent().GetSequence() == 0 {
 		t.Fatalf("event %v, %v", ev, err)
 	}
+}
+
+// firstOf returns the first of values, or "".
+func firstOf(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return values[0]
 }

@@ -20,9 +20,6 @@ import (
 	"time"
 
 	"golang.org/x/term"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"relay/gateway"
 	"relay/link"
@@ -32,6 +29,7 @@ import (
 	"relay/world"
 	"relay/world/demo"
 	"relay/world/dice"
+	"relay/world/embedded"
 	"relay/world/events"
 	"relay/world/files"
 	"relay/world/script"
@@ -245,8 +243,6 @@ type relay struct {
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
-	conn     *grpc.ClientConn
-	inner    *bufconn.Listener
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
@@ -326,6 +322,16 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if cfg.diceSeed != 0 {
 		rolls = dice.NewSeeded(cfg.diceSeed)
 	}
+	// The services reach the worlds through the registry of the embedded
+	// worlds: the engines of the data directory with the rules, the event
+	// hub, the file areas and the script pool applied to them.
+	worlds := embedded.NewRegistry(r.worlds, embedded.Options{
+		// Each world's file area is <data>/worlds/<clientId>/files.
+		DataDir: cfg.dataDir,
+		Hub:     r.hub,
+		Dice:    rolls,
+		Scripts: r.scripts,
+	})
 	// Failed authentications count against an address the same whether
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.authFailureLimit, 0, nil)
@@ -355,7 +361,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          keyStore,
-		Worlds:        r.worlds,
+		Worlds:        worlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -363,15 +369,10 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.maxBodyBytes),
-		Scripts:         r.scripts,
-		// Each world's file area is <data>/worlds/<clientId>/files.
-		DataDir:        cfg.dataDir,
-		MaxUploadBytes: cfg.maxUploadBytes,
-		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
-		AuthFailures:   authFailures,
-		Dice:           rolls,
+		MaxUploadBytes:  cfg.maxUploadBytes,
+		RateLimit:       server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		AuthFailures:    authFailures,
 		Events: server.EventsConfig{
-			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
 			QueueSize:          cfg.eventQueueSize,
@@ -379,21 +380,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}); err != nil {
 		return fail(err)
 	}
-	// The gateway makes unary calls through the server's in-process
-	// connection and opens streams through an in-memory listener: either
-	// way REST calls pass the same interceptors as gRPC calls, without a
-	// network hop.
-	r.inner = bufconn.Listen(1 << 20)
-	go func() { _ = r.grpc.GRPC.Serve(r.inner) }()
-	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.inner.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
-	if err != nil {
-		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
-	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local, SpoolDir: spoolDir,
+	// The gateway calls the services through the server's in-process
+	// connection, unary calls and streams alike: REST calls pass the same
+	// interceptors as gRPC calls, without a network hop.
+	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
 		}})
@@ -509,9 +500,6 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)
-	}
-	if r.conn != nil {
-		errs = append(errs, r.conn.Close())
 	}
 	if r.scripts != nil {
 		errs = append(errs, r.scripts.Close())
