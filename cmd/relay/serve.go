@@ -398,7 +398,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// The gateway calls the services through the server's in-process
 	// connection, unary calls and streams alike: REST calls pass the same
 	// interceptors as gRPC calls, without a network hop.
-	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{CORSOrigins: corsOrigins, NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{CORSOrigins: corsOrigins, NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
 		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
@@ -447,7 +447,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols.SetUnencryptedHTTP2(true)
 	go func() { r.served <- r.http.Serve(r.conns) }()
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
+	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
 }
 
