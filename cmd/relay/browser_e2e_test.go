@@ -131,6 +131,8 @@ func TestConsole(t *testing.T) {
 	if row := p.text(`#worlds-table tr[data-client="demo"]`); !strings.Contains(row, "Demo Tavern") || !strings.Contains(row, "online") {
 		t.Fatalf("the demo world's row reads %q", row)
 	}
+	// The worlds render before the key's own record is read: wait for it.
+	p.waitFor("the signed-in name", `document.getElementById("who-name").textContent !== ""`)
 	if who := p.text("#who-name"); who != "Signed in as admin ("+tr.adminKey[3:11]+"…)" {
 		t.Fatalf("signed in as %q", who)
 	}
