@@ -1,8 +1,9 @@
 // Package gateway is the relay's HTTP side: REST on the documented paths,
 // the parameter merging that lets any parameter come in the query string or
 // the JSON body, the `{type, requestId, data}` envelope and `{type,
-// requestId, error}` error bodies, the Server-Sent Events bridge, `/healthz`
-// and `/openapi.json`.
+// requestId, error}` error bodies, the Server-Sent Events bridge,
+// cross-origin requests from allowed web pages (CORS), `/healthz`,
+// `/openapi.json` and the API reference page at `/docs`.
 //
 // A request finds its route in one table built from the contract's HTTP
 // rules (routes.go), in which no two patterns can match the same request,
@@ -10,20 +11,23 @@
 // and decoded by protojson into the RPC's request message (params.go), and
 // the RPC is called with grpc-gateway's runtime doing what its generated
 // handlers would (forwarded headers, metadata, the answer's envelope and
-// error body). Every REST call goes through the gRPC server's interceptor
-// chain (authentication, scopes, world and user resolution, policy),
-// exactly as for gRPC callers: unary calls through the server's in-process
-// connection (Options.Unary), streams through a real client connection.
-// The gateway knows nothing of worlds or keys.
+// error body). Every REST call, unary or streaming (the event streams,
+// downloads and uploads), goes through one client connection to the gRPC
+// server and so through its interceptor chain (authentication, scopes,
+// world and user resolution, policy), exactly as for gRPC callers. The
+// relay gives it the server's in-process connection (server.LocalConn),
+// which skips serialisation and the HTTP/2 transport; any
+// grpc.ClientConnInterface to the relay's services works. The gateway
+// knows nothing of worlds or keys.
 package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +38,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"relay/gen/openapi"
 	"relay/wire"
 )
 
@@ -49,9 +52,6 @@ type Options struct {
 	// KeepaliveInterval is how long an event stream may stay silent before
 	// a keepalive comment is sent; 15 s when 0.
 	KeepaliveInterval time.Duration
-	// EventFeeds, when set, lets the SSE bridge take over the event RPC's
-	// subscriptions in this process (see EventFeeds).
-	EventFeeds EventFeeds
 	// MaxUploadBytes is the server's upload limit (files.go); the gateway
 	// bounds the JSON upload bodies it buffers with it. 64 MiB when 0.
 	MaxUploadBytes int64
@@ -62,12 +62,6 @@ type Options struct {
 	// answers 504; 0 means no bound. Event streams and file transfers are
 	// not bounded.
 	UnaryTimeout time.Duration
-	// Unary, when set, carries the unary REST calls instead of the client
-	// connection given to New: the server's in-process connection, which
-	// runs the same interceptors without serialising messages or crossing
-	// an HTTP/2 transport. Streams and the health check always use the
-	// client connection.
-	Unary grpc.ClientConnInterface
 	// SpoolDir is where a JSON upload whose file data comes before its
 	// file name is kept until the name arrives (the system's temporary
 	// directory when empty). It is best on the same disk as the data: the
@@ -79,6 +73,25 @@ type Options struct {
 	// query parameter, remoteAddr the caller's address. A non-nil error is
 	// a gRPC status, answered as such (401, 429 with Retry-After).
 	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	// CORSOrigins are the origins whose web pages may call the API from a
+	// browser (see cors.go): exact origins as ParseCORSOrigins reads them,
+	// or `*` for every origin. None when empty.
+	CORSOrigins []string
+	// Build names the running relay's version in `/healthz`.
+	Build BuildInfo
+}
+
+// BuildInfo identifies a build of the relay.
+type BuildInfo struct {
+	// Version is the release (`v1.2.0`), or `devel` for a build from a
+	// checkout.
+	Version string `json:"version"`
+	// Commit is the git commit built, with `-dirty` when the checkout had
+	// changes; empty when unknown.
+	Commit string `json:"commit"`
+	// Date is the commit's time (or the one set at link time), RFC 3339;
+	// empty when unknown.
+	Date string `json:"date"`
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -90,22 +103,22 @@ const DefaultMaxQueryBytes = 16 << 10
 type gateway struct {
 	mux            *runtime.ServeMux
 	maxUpload      int64
-	conn           *grpc.ClientConn
-	unary          grpc.ClientConnInterface // carries unary calls
+	conn           grpc.ClientConnInterface
 	routes         *routeTable
 	newRequestID   func(string) string
 	maxBody        int64
 	maxQuery       int
 	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
-	feeds          EventFeeds
 	spoolDir       string
 	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	cors           *cors
+	build          BuildInfo
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
-// through conn.
-func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler, error) {
+// through conn, for unary calls and streams alike.
+func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http.Handler, error) {
 	if opts.NewRequestID == nil {
 		return nil, errors.New("gateway: NewRequestID is required")
 	}
@@ -129,19 +142,21 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		maxQuery:       opts.MaxQueryBytes,
 		unaryTimeout:   opts.UnaryTimeout,
 		keepaliveEvery: opts.KeepaliveInterval,
-		feeds:          opts.EventFeeds,
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
+		build:          opts.Build,
 	}
 	// The gateway's own paths are public and answer at once.
-	routes, err := loadRoutes(map[string]http.HandlerFunc{
-		http.MethodGet + " /healthz":      g.healthz,
-		http.MethodGet + " /openapi.json": serveOpenAPI,
-	})
+	own := docsRoutes()
+	own[http.MethodGet+" /healthz"] = g.healthz
+	routes, err := loadRoutes(own)
 	if err != nil {
 		return nil, err
 	}
 	g.routes = routes
+	if g.cors, err = newCORS(opts.CORSOrigins, g.routes); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 	// The mux is grpc-gateway's machinery for the calls the gateway makes
 	// (callUnary): forwarded headers, metadata, the response's envelope,
 	// error bodies. It routes nothing: the route table does.
@@ -157,10 +172,6 @@ func New(ctx context.Context, conn *grpc.ClientConn, opts Options) (http.Handler
 		// framing and saves the closing chunk's write.
 		runtime.WithWriteContentLength(),
 	)
-	g.unary = conn
-	if opts.Unary != nil {
-		g.unary = opts.Unary
-	}
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
@@ -188,6 +199,12 @@ func outgoingHeader(key string) (string, bool) {
 // form the generated handlers read, to the mux (as is a request that
 // matches no route, for its 404 or 405).
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	// A browser's preflight carries no API key: it is answered before the
+	// admission step, and every other answer, refusals included, is
+	// marked for the page that asked.
+	if g.handleCORS(w, r) {
+		return
+	}
 	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
 		op := wire.ErrorOperation
@@ -276,7 +293,7 @@ func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, r
 	}
 	var md runtime.ServerMetadata
 	resp := rt.output.New().Interface()
-	err = g.unary.Invoke(ctx, rt.fullMethod, req, resp, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+	err = g.conn.Invoke(ctx, rt.fullMethod, req, resp, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
 	ctx = runtime.NewServerMetadataContext(ctx, md)
 	if err != nil {
 		runtime.HTTPError(ctx, g.mux, out, w, r, err)
@@ -332,7 +349,8 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	return false
 }
 
-// healthz answers 200 when the gRPC server reports SERVING, else 503.
+// healthz answers 200 when the gRPC server reports SERVING, else 503,
+// with the relay's build: `{"status", "version", "commit", "date"}`.
 func (g *gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -341,14 +359,11 @@ func (g *gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		code, state = http.StatusServiceUnavailable, "NOT_SERVING"
 	}
+	body, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		BuildInfo
+	}{state, g.build})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, `{"status":`+strconv.Quote(state)+`}`)
-}
-
-// serveOpenAPI serves the generated OpenAPI document.
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
-	_, _ = w.Write(openapi.JSON)
+	_, _ = w.Write(body)
 }

@@ -50,11 +50,6 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if ticket != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, wire.StreamTicketHeader, ticket)
 	}
-	// Ask the RPC to hand its subscription over once connected (see
-	// EventFeeds): the events then skip the in-process gRPC hop.
-	if g.feeds != nil {
-		ctx = metadata.AppendToOutgoingContext(ctx, g.feeds.HandoffKey(), g.feeds.Secret())
-	}
 	var header metadata.MD
 	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
 	if err == nil {
@@ -63,12 +58,21 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	if err == nil {
 		err = stream.CloseSend()
 	}
-	first := newStreamResponse(rt)
+	msg := newStreamResponse(rt)
+	if err == nil || errors.Is(err, io.EOF) {
+		// A send that found the stream ended (io.EOF) leaves its status
+		// to RecvMsg.
+		err = stream.RecvMsg(msg)
+	}
 	if err == nil {
-		err = stream.RecvMsg(first)
+		// The stream's header is in once its first message is (the call's
+		// Header option is filled only when the stream ends).
+		if received, herr := stream.Header(); herr == nil {
+			header = metadata.Join(header, received)
+		}
 	}
 	requestID := firstValue(header, wire.RequestIDHeader)
-	if requestID == "" {
+	if requestID == "" && stream != nil {
 		requestID = firstValue(stream.Trailer(), wire.RequestIDHeader)
 	}
 	if requestID == "" {
@@ -97,32 +101,53 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	// The server's write deadline must not cut a long stream.
 	_ = sw.rc.SetWriteDeadline(time.Time{})
-	if err := sw.write([]byte("retry: 3000\n\n")); err != nil {
-		return
-	}
-	// The stream's header is in once its first message is.
-	if received, err := stream.Header(); err == nil {
-		header = metadata.Join(header, received)
-	}
-	if feed := g.claimFeed(header); feed != nil {
-		defer feed.Release()
-		// The RPC ends once its subscription is claimed: reading its end
-		// releases the in-process stream at once.
-		_ = stream.RecvMsg(newStreamResponse(rt))
-		if err := sw.event(first); err != nil {
-			return
-		}
-		g.serveFeed(ctx, sw, feed)
-		return
-	}
-	stopKeepalive := sw.keepalive(ctx, g.keepaliveEvery)
+	stopKeepalive := sw.keepalive(g.keepaliveEvery)
 	defer stopKeepalive()
-	for msg := first; ; {
-		if err := sw.event(msg); err != nil {
+	relayEvents(sw, stream, msg, []byte("retry: 3000\n\n"))
+}
+
+// pendingStream is a client stream that tells how many received messages
+// wait to be read (server.LocalConn's streams do): RecvMsg takes that many
+// without blocking.
+type pendingStream interface {
+	Pending() int
+}
+
+// maxBatchBytes bounds the frames written at once.
+const maxBatchBytes = 256 << 10
+
+// relayEvents writes the stream's messages as SSE frames, after prefix,
+// until the stream ends or a write fails; msg is the first message,
+// received already, and is reused for the next ones. Each message goes out
+// with every other one already waiting on the stream, in one write and one
+// flush, so that a subscriber costs one write per batch of events however
+// fast they come.
+func relayEvents(sw *sseWriter, stream grpc.ClientStream, msg proto.Message, prefix []byte) {
+	pending, _ := stream.(pendingStream)
+	buf := framePool.Get().(*[]byte)
+	defer func() {
+		if cap(*buf) > maxPooledFrame {
+			*buf = nil
+		}
+		framePool.Put(buf)
+	}()
+	frames := append((*buf)[:0], prefix...)
+	for {
+		var err error
+		if frames, err = appendMessageFrame(frames, msg); err != nil {
 			return
 		}
-		msg = newStreamResponse(rt)
+		if pending == nil || pending.Pending() == 0 || len(frames) >= maxBatchBytes {
+			if err := sw.write(frames); err != nil {
+				return
+			}
+			*buf = frames
+			frames = frames[:0]
+		}
 		if err := stream.RecvMsg(msg); err != nil {
+			if len(frames) > 0 {
+				_ = sw.write(frames)
+			}
 			return
 		}
 	}
@@ -139,11 +164,10 @@ func isEventStream(rt *route) bool {
 // reads the resume point from the `Last-Event-ID` header (what an
 // EventSource sends when it reconnects; it wins over a `lastEventId`
 // parameter) and a browser's stream ticket from the `ticket` query
-// parameter. Streams are never compressed and have no write time-out; any
-// origin may read them, since they carry no cookie and need a key or a
-// ticket.
+// parameter. Streams are never compressed and have no write time-out. Web
+// pages of other origins read them as they read every other route: when
+// their origin is allowed (see cors.go).
 func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *route) {
-	w.Header().Set("Access-Control-Allow-Origin", "*")
 	var body []byte
 	if r.Body != nil {
 		var err error
@@ -223,157 +247,62 @@ type eventCarrier interface {
 	GetEvent() *relayv1.Event
 }
 
-// sseWriter serialises the frames of one stream; the keepalive goroutine and
+// sseWriter serialises the frames of one stream; the keepalive timer and
 // the event loop share it.
 type sseWriter struct {
 	mu sync.Mutex
 	w  http.ResponseWriter
 	rc *http.ResponseController
 	// wrote is set by every write, so the keepalive stays quiet while
-	// events flow.
-	wrote bool
+	// events flow; stopped is set once the keepalive must write no more;
+	// timer runs the keepalive.
+	wrote   bool
+	stopped bool
+	timer   *time.Timer
 }
 
-func (s *sseWriter) write(frame []byte) error {
+func (s *sseWriter) write(frames []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.w.Write(frame); err != nil {
+	return s.writeLocked(frames)
+}
+
+func (s *sseWriter) writeLocked(frames []byte) error {
+	if _, err := s.w.Write(frames); err != nil {
 		return err
 	}
 	s.wrote = true
 	return s.rc.Flush()
 }
 
-// event writes one stream message as an SSE frame.
-func (s *sseWriter) event(msg proto.Message) error {
-	var ev FeedEvent
-	if c, ok := msg.(eventCarrier); ok && c.GetEvent() != nil {
-		e := c.GetEvent()
-		ev = FeedEvent{Seq: e.GetSequence(), Name: e.GetName(), Data: e.GetData()}
-	} else {
-		raw, err := appendMessage(nil, msg.ProtoReflect())
-		if err != nil {
-			return err
-		}
-		ev.Data = raw
-	}
-	frame, err := appendCheckedFrame(nil, ev)
-	if err != nil {
-		return fmt.Errorf("event data: %w", err)
-	}
-	return s.write(frame)
-}
-
 // keepalive writes a comment every interval in which nothing else was
-// written, until ctx ends or the returned stop is called.
-func (s *sseWriter) keepalive(ctx context.Context, every time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
+// written, until the returned stop is called; once stop returns, it writes
+// nothing more. It runs on a timer, with no goroutine of its own while it
+// waits.
+func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
+	// The timer is set under the lock its function takes first, so the
+	// function always finds it.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timer = time.AfterFunc(every, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.stopped {
+			return
+		}
+		if !s.wrote {
+			if err := s.writeLocked([]byte(": keepalive\n\n")); err != nil {
 				return
-			case <-done:
-				return
-			case <-t.C:
-				s.mu.Lock()
-				quiet := !s.wrote
-				s.wrote = false
-				s.mu.Unlock()
-				if quiet {
-					if err := s.write([]byte(": keepalive\n\n")); err != nil {
-						return
-					}
-				}
 			}
 		}
-	}()
-	return func() { close(done); wg.Wait() }
-}
-
-// claimFeed takes over the subscription the event RPC handed over, if it
-// did.
-func (g *gateway) claimFeed(header metadata.MD) EventFeed {
-	if g.feeds == nil {
-		return nil
-	}
-	token := firstValue(header, g.feeds.HandoffKey())
-	if token == "" {
-		return nil
-	}
-	return g.feeds.Claim(token)
-}
-
-// serveFeed writes the events of a subscription the event RPC handed over
-// (see EventFeeds): the backlog, then live events until the caller
-// goes away, the subscriber overflows or the relay stops. Every batch of
-// events waiting is written as consecutive frames with one write and one
-// flush. A keepalive comment goes out every interval in which nothing else
-// was written, from a ticker of the stream's own goroutine (no goroutine of
-// its own).
-func (g *gateway) serveFeed(ctx context.Context, sw *sseWriter, feed EventFeed) {
-	buf := framePool.Get().(*[]byte)
-	defer framePool.Put(buf)
-	flush := func(frames []byte) error {
-		*buf = frames[:0]
-		err := sw.write(frames)
-		if cap(frames) > maxPooledFrame {
-			*buf = nil
-		}
-		return err
-	}
-	// The resume point after an overflow: the backlog's events are all
-	// at or before it.
-	last := feed.Last()
-	frames := (*buf)[:0]
-	for _, ev := range feed.Backlog() {
-		frames = appendFeedFrame(frames, ev)
-	}
-	if len(frames) > 0 {
-		if err := flush(frames); err != nil {
-			return
-		}
-	}
-	ticker := time.NewTicker(g.keepaliveEvery)
-	defer ticker.Stop()
-	var batch []FeedEvent
-	for {
-		var err error
-		batch, err = feed.Next(ctx, ticker.C, batch)
-		switch {
-		case errors.Is(err, ErrFeedOverflow):
-			_ = sw.write(appendFrame((*buf)[:0], feed.Overflow(last)))
-			return
-		case err != nil:
-			return
-		}
-		if len(batch) == 0 {
-			// The ticker fired: a keepalive unless events went out since
-			// the last tick.
-			sw.mu.Lock()
-			quiet := !sw.wrote
-			sw.wrote = false
-			sw.mu.Unlock()
-			if quiet {
-				if err := sw.write([]byte(": keepalive\n\n")); err != nil {
-					return
-				}
-			}
-			continue
-		}
-		frames := (*buf)[:0]
-		for _, ev := range batch {
-			frames = appendFeedFrame(frames, ev)
-		}
-		if err := flush(frames); err != nil {
-			return
-		}
-		last = batch[len(batch)-1].Seq
+		s.wrote = false
+		s.timer.Reset(every)
+	})
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.stopped = true
+		s.timer.Stop()
 	}
 }
 
@@ -383,49 +312,40 @@ const maxPooledFrame = 64 << 10
 // framePool recycles the buffers frames are built in.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
 
-// appendFeedFrame appends a feed event's frame: its shared one when the feed
-// built it, else one built here.
-func appendFeedFrame(dst []byte, ev FeedEvent) []byte {
-	if len(ev.Frame) > 0 {
-		return append(dst, ev.Frame...)
+// appendMessageFrame appends a stream message's SSE frame: `id:` (when its
+// event has a sequence), `event:` and one line of `data:`. A message that
+// is not an event is written whole as the data of a `message` event.
+func appendMessageFrame(dst []byte, msg proto.Message) ([]byte, error) {
+	var seq uint64
+	var name string
+	var data []byte
+	if c, ok := msg.(eventCarrier); ok && c.GetEvent() != nil {
+		e := c.GetEvent()
+		seq, name, data = e.GetSequence(), e.GetName(), e.GetData()
+	} else {
+		raw, err := appendMessage(nil, msg.ProtoReflect())
+		if err != nil {
+			return nil, err
+		}
+		data = raw
 	}
-	return appendFrame(dst, ev)
-}
-
-// appendFrame appends an event's SSE frame: `id:` (when it has a
-// sequence), `event:` and one line of `data:`. An unreadable payload
-// becomes an empty object: a handed-over feed carries the hub's own JSON.
-func appendFrame(dst []byte, ev FeedEvent) []byte {
-	out, err := appendCheckedFrame(dst, ev)
-	if err != nil {
-		ev.Data = nil
-		out, _ = appendCheckedFrame(dst, ev)
-	}
-	return out
-}
-
-// appendCheckedFrame is appendFrame that reports an unreadable payload
-// instead of replacing it. appendRawJSON keeps the data on one line, as a
-// frame needs; an empty payload is an empty object.
-func appendCheckedFrame(dst []byte, ev FeedEvent) ([]byte, error) {
-	if ev.Seq > 0 {
+	if seq > 0 {
 		dst = append(dst, "id: "...)
-		dst = strconv.AppendUint(dst, ev.Seq, 10)
+		dst = strconv.AppendUint(dst, seq, 10)
 		dst = append(dst, '\n')
 	}
-	name := ev.Name
 	if name == "" {
 		name = "message"
 	}
 	dst = append(dst, "event: "...)
 	dst = append(dst, name...)
 	dst = append(dst, "\ndata: "...)
-	if len(ev.Data) == 0 {
+	if len(data) == 0 {
 		dst = append(dst, "{}"...)
 	} else {
 		var err error
-		if dst, err = appendRawJSON(dst, ev.Data); err != nil {
-			return nil, err
+		if dst, err = appendRawJSON(dst, data); err != nil {
+			return nil, fmt.Errorf("event data: %w", err)
 		}
 	}
 	return append(dst, "\n\n"...), nil

@@ -1,31 +1,34 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	relayv1 "relay/gen/go/relay/v1"
 )
 
 func TestSSEFrames(t *testing.T) {
 	t.Parallel()
-	rec := httptest.NewRecorder()
-	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
 	data := []byte(`{"changes": {"name": "B\nC"},
 		"uuid": "Actor.a"}`)
-	if err := sw.event(&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 42, Name: "actor-update", Data: data}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := sw.event(&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Name: "connected"}}); err != nil {
-		t.Fatal(err)
+	var frames []byte
+	for _, msg := range []proto.Message{
+		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 42, Name: "actor-update", Data: data}},
+		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Name: "connected"}},
+	} {
+		var err error
+		if frames, err = appendMessageFrame(frames, msg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	want := "id: 42\nevent: actor-update\ndata: {\"changes\":{\"name\":\"B\\nC\"},\"uuid\":\"Actor.a\"}\n\n" +
 		"event: connected\ndata: {}\n\n"
-	if got := rec.Body.String(); got != want {
+	if got := string(frames); got != want {
 		t.Fatalf("frames:\n got %q\nwant %q", got, want)
 	}
 }
@@ -34,9 +37,7 @@ func TestKeepaliveOnlyWhenQuiet(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
 	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stop := sw.keepalive(ctx, 20*time.Millisecond)
+	stop := sw.keepalive(20 * time.Millisecond)
 	time.Sleep(110 * time.Millisecond)
 	stop()
 	sw.mu.Lock()

@@ -24,6 +24,9 @@ type Call struct {
 	World world.World
 	// User is the resolved tabletop user; nil means GM-level access.
 	User *world.User
+	// ticket is the stream ticket the call was authenticated with, if
+	// any: an event stream binds it to itself when it opens.
+	ticket *TicketUse
 }
 
 // callKey is the context key of the [Call]; an unexported type so that no

@@ -14,8 +14,11 @@ type canvasService struct {
 }
 
 func (canvasService) SelectTokens(ctx context.Context, req *relayv1.SelectTokensRequest) (*relayv1.SelectTokensResponse, error) {
-	call := CallFrom(ctx)
-	selected, err := call.World.Select(ctx, call.User, world.SelectParams{
+	selection, call, err := capability[world.Selection](ctx)
+	if err != nil {
+		return nil, err
+	}
+	selected, err := selection.Select(ctx, call.User, world.SelectParams{
 		UUIDs:     req.GetUuids(),
 		Name:      req.GetName(),
 		All:       req.GetAll(),
@@ -33,8 +36,11 @@ func (canvasService) SelectTokens(ctx context.Context, req *relayv1.SelectTokens
 }
 
 func (canvasService) GetSelectedTokens(ctx context.Context, _ *relayv1.GetSelectedTokensRequest) (*relayv1.GetSelectedTokensResponse, error) {
-	call := CallFrom(ctx)
-	tokens, err := call.World.Selected(ctx, call.User)
+	selection, call, err := capability[world.Selection](ctx)
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := selection.Selected(ctx, call.User)
 	if err != nil {
 		return nil, err
 	}

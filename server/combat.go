@@ -6,25 +6,21 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/combat"
-	"relay/world/dice"
+	"relay/world"
 )
 
-// combatService implements relayv1.CombatServiceServer over package combat.
+// combatService implements relayv1.CombatServiceServer over the worlds'
+// encounters ([world.Encounters]).
 type combatService struct {
 	relayv1.UnimplementedCombatServiceServer
-	encounters *combat.Manager
 }
 
-// newCombatService returns the combat service, rolling initiative with
-// fair random dice.
-func newCombatService(src dice.Source) combatService {
-	return combatService{encounters: combat.New(src.Roll)}
-}
-
-func (s combatService) ListEncounters(ctx context.Context, req *relayv1.ListEncountersRequest) (*relayv1.ListEncountersResponse, error) {
-	call := CallFrom(ctx)
-	list, err := s.encounters.List(ctx, call.World, call.User)
+func (combatService) ListEncounters(ctx context.Context, req *relayv1.ListEncountersRequest) (*relayv1.ListEncountersResponse, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return nil, err
+	}
+	list, err := encounters.ListEncounters(ctx, call.User)
 	if err != nil {
 		return nil, err
 	}
@@ -35,9 +31,12 @@ func (s combatService) ListEncounters(ctx context.Context, req *relayv1.ListEnco
 	return out, nil
 }
 
-func (s combatService) StartEncounter(ctx context.Context, req *relayv1.StartEncounterRequest) (*relayv1.StartEncounterResponse, error) {
-	call := CallFrom(ctx)
-	e, err := s.encounters.Start(ctx, call.World, call.User, combat.StartParams{
+func (combatService) StartEncounter(ctx context.Context, req *relayv1.StartEncounterRequest) (*relayv1.StartEncounterResponse, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return nil, err
+	}
+	e, err := encounters.StartEncounter(ctx, call.User, world.StartEncounterParams{
 		Name:         req.GetName(),
 		TokenUUIDs:   req.GetTokenUuids(),
 		WithSelected: req.GetStartWithSelected(),
@@ -51,17 +50,20 @@ func (s combatService) StartEncounter(ctx context.Context, req *relayv1.StartEnc
 	return &relayv1.StartEncounterResponse{EncounterId: e.ID, Encounter: encounterPB(e)}, nil
 }
 
-func (s combatService) EndEncounter(ctx context.Context, req *relayv1.EndEncounterRequest) (*relayv1.EndEncounterResponse, error) {
-	call := CallFrom(ctx)
-	id, err := s.encounters.End(ctx, call.World, call.User, req.GetEncounterId())
+func (combatService) EndEncounter(ctx context.Context, req *relayv1.EndEncounterRequest) (*relayv1.EndEncounterResponse, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, err := encounters.EndEncounter(ctx, call.User, req.GetEncounterId())
 	if err != nil {
 		return nil, err
 	}
 	return &relayv1.EndEncounterResponse{EncounterId: id, Message: "Encounter successfully ended"}, nil
 }
 
-func (s combatService) NextTurn(ctx context.Context, req *relayv1.NextTurnRequest) (*relayv1.NextTurnResponse, error) {
-	p, err := s.navigate(ctx, req.GetEncounterId(), combat.NextTurn)
+func (combatService) NextTurn(ctx context.Context, req *relayv1.NextTurnRequest) (*relayv1.NextTurnResponse, error) {
+	p, err := navigate(ctx, req.GetEncounterId(), world.NextTurn)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +71,8 @@ func (s combatService) NextTurn(ctx context.Context, req *relayv1.NextTurnReques
 		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
 }
 
-func (s combatService) NextRound(ctx context.Context, req *relayv1.NextRoundRequest) (*relayv1.NextRoundResponse, error) {
-	p, err := s.navigate(ctx, req.GetEncounterId(), combat.NextRound)
+func (combatService) NextRound(ctx context.Context, req *relayv1.NextRoundRequest) (*relayv1.NextRoundResponse, error) {
+	p, err := navigate(ctx, req.GetEncounterId(), world.NextRound)
 	if err != nil {
 		return nil, err
 	}
@@ -78,8 +80,8 @@ func (s combatService) NextRound(ctx context.Context, req *relayv1.NextRoundRequ
 		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
 }
 
-func (s combatService) PreviousTurn(ctx context.Context, req *relayv1.PreviousTurnRequest) (*relayv1.PreviousTurnResponse, error) {
-	p, err := s.navigate(ctx, req.GetEncounterId(), combat.PreviousTurn)
+func (combatService) PreviousTurn(ctx context.Context, req *relayv1.PreviousTurnRequest) (*relayv1.PreviousTurnResponse, error) {
+	p, err := navigate(ctx, req.GetEncounterId(), world.PreviousTurn)
 	if err != nil {
 		return nil, err
 	}
@@ -87,8 +89,8 @@ func (s combatService) PreviousTurn(ctx context.Context, req *relayv1.PreviousTu
 		ActorTurn: p.ActorUUID, TokenTurn: p.TokenUUID, Encounter: encounterPB(p.Encounter)}, nil
 }
 
-func (s combatService) PreviousRound(ctx context.Context, req *relayv1.PreviousRoundRequest) (*relayv1.PreviousRoundResponse, error) {
-	p, err := s.navigate(ctx, req.GetEncounterId(), combat.PreviousRound)
+func (combatService) PreviousRound(ctx context.Context, req *relayv1.PreviousRoundRequest) (*relayv1.PreviousRoundResponse, error) {
+	p, err := navigate(ctx, req.GetEncounterId(), world.PreviousRound)
 	if err != nil {
 		return nil, err
 	}
@@ -97,14 +99,20 @@ func (s combatService) PreviousRound(ctx context.Context, req *relayv1.PreviousR
 }
 
 // navigate runs one turn or round move for the call's world and user.
-func (s combatService) navigate(ctx context.Context, id string, action combat.Action) (combat.Position, error) {
-	call := CallFrom(ctx)
-	return s.encounters.Navigate(ctx, call.World, call.User, id, action)
+func navigate(ctx context.Context, id string, action world.EncounterAction) (world.EncounterPosition, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return world.EncounterPosition{}, err
+	}
+	return encounters.NavigateEncounter(ctx, call.User, id, action)
 }
 
-func (s combatService) AddToEncounter(ctx context.Context, req *relayv1.AddToEncounterRequest) (*relayv1.AddToEncounterResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.encounters.Add(ctx, call.World, call.User, combat.MembersParams{
+func (combatService) AddToEncounter(ctx context.Context, req *relayv1.AddToEncounterRequest) (*relayv1.AddToEncounterResponse, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := encounters.AddToEncounter(ctx, call.User, world.EncounterMembersParams{
 		EncounterID:    req.GetEncounterId(),
 		UUIDs:          req.GetUuids(),
 		Selected:       req.GetSelected(),
@@ -116,9 +124,12 @@ func (s combatService) AddToEncounter(ctx context.Context, req *relayv1.AddToEnc
 	return &relayv1.AddToEncounterResponse{EncounterId: res.EncounterID, Added: res.Done, Failed: failedPB(res.Failed)}, nil
 }
 
-func (s combatService) RemoveFromEncounter(ctx context.Context, req *relayv1.RemoveFromEncounterRequest) (*relayv1.RemoveFromEncounterResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.encounters.Remove(ctx, call.World, call.User, combat.MembersParams{
+func (combatService) RemoveFromEncounter(ctx context.Context, req *relayv1.RemoveFromEncounterRequest) (*relayv1.RemoveFromEncounterResponse, error) {
+	encounters, call, err := capability[world.Encounters](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := encounters.RemoveFromEncounter(ctx, call.User, world.EncounterMembersParams{
 		EncounterID: req.GetEncounterId(),
 		UUIDs:       req.GetUuids(),
 		Selected:    req.GetSelected(),
@@ -130,7 +141,7 @@ func (s combatService) RemoveFromEncounter(ctx context.Context, req *relayv1.Rem
 }
 
 // encounterPB converts an encounter summary.
-func encounterPB(e combat.Encounter) *relayv1.Encounter {
+func encounterPB(e world.Encounter) *relayv1.Encounter {
 	out := &relayv1.Encounter{
 		Id:         e.ID,
 		Name:       e.Name,
@@ -158,7 +169,7 @@ func encounterPB(e combat.Encounter) *relayv1.Encounter {
 }
 
 // failedPB converts the uuids an add or remove could not handle.
-func failedPB(failed []combat.Failed) []*relayv1.FailedUuid {
+func failedPB(failed []world.FailedUUID) []*relayv1.FailedUuid {
 	out := make([]*relayv1.FailedUuid, 0, len(failed))
 	for _, f := range failed {
 		out = append(out, &relayv1.FailedUuid{Uuid: f.UUID, Reason: f.Reason})

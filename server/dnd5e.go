@@ -7,28 +7,23 @@ import (
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/world"
-	"relay/world/dice"
-	"relay/world/dnd5e"
 )
 
-// dnd5eService implements relayv1.Dnd5EServiceServer over the ruleset.
+// dnd5eService implements relayv1.Dnd5EServiceServer over the worlds'
+// fifth-edition ruleset ([world.Dnd5e]).
 type dnd5eService struct {
 	relayv1.UnimplementedDnd5EServiceServer
-	rules *dnd5e.Rules
-}
-
-// newDnd5eService returns the ruleset service rolling with src (nil: a
-// cryptographically seeded source).
-func newDnd5eService(src dice.Source) dnd5eService {
-	return dnd5eService{rules: dnd5e.New(src)}
 }
 
 // chatDefault is createChatMessage with its default, true.
 func chatDefault(v *bool) bool { return v == nil || *v }
 
-func (s dnd5eService) GetActorDetails(ctx context.Context, req *relayv1.GetActorDetailsRequest) (*relayv1.GetActorDetailsResponse, error) {
-	call := CallFrom(ctx)
-	d, err := s.rules.ActorDetails(ctx, call.World, call.User, req.GetActorUuid(), req.GetDetails())
+func (dnd5eService) GetActorDetails(ctx context.Context, req *relayv1.GetActorDetailsRequest) (*relayv1.GetActorDetailsResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := rules.ActorDetails(ctx, call.User, req.GetActorUuid(), req.GetDetails())
 	if err != nil {
 		return nil, err
 	}
@@ -62,23 +57,29 @@ func (s dnd5eService) GetActorDetails(ctx context.Context, req *relayv1.GetActor
 	return out, nil
 }
 
-func (s dnd5eService) ModifyItemCharges(ctx context.Context, req *relayv1.ModifyItemChargesRequest) (*relayv1.ModifyItemChargesResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) ModifyItemCharges(ctx context.Context, req *relayv1.ModifyItemChargesRequest) (*relayv1.ModifyItemChargesResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Amount == nil {
 		return nil, world.Errorf(world.ErrInvalid, "amount must be a number")
 	}
-	res, err := s.rules.ModifyItemCharges(ctx, call.World, call.User, req.GetActorUuid(),
-		dnd5e.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, int(req.GetAmount()))
+	res, err := rules.ModifyItemCharges(ctx, call.User, req.GetActorUuid(),
+		world.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, int(req.GetAmount()))
 	if err != nil {
 		return nil, err
 	}
 	return &relayv1.ModifyItemChargesResponse{ItemUuid: res.ItemUUID, OldCharges: int32(res.OldCharges), NewCharges: int32(res.NewCharges)}, nil
 }
 
-func (s dnd5eService) ShortRest(ctx context.Context, req *relayv1.ShortRestRequest) (*relayv1.ShortRestResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.ShortRest(ctx, call.World, call.User, dnd5e.RestParams{
-		Actor:           dnd5e.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()},
+func (dnd5eService) ShortRest(ctx context.Context, req *relayv1.ShortRestRequest) (*relayv1.ShortRestResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.ShortRest(ctx, call.User, world.RestParams{
+		Actor:           world.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()},
 		AutoHD:          req.GetAutoHd(),
 		AutoHDThreshold: req.AutoHdThreshold,
 	})
@@ -92,10 +93,13 @@ func (s dnd5eService) ShortRest(ctx context.Context, req *relayv1.ShortRestReque
 	return &relayv1.ShortRestResponse{ActorUuid: res.ActorUUID, Result: result}, nil
 }
 
-func (s dnd5eService) LongRest(ctx context.Context, req *relayv1.LongRestRequest) (*relayv1.LongRestResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.LongRest(ctx, call.World, call.User, dnd5e.RestParams{
-		Actor:  dnd5e.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()},
+func (dnd5eService) LongRest(ctx context.Context, req *relayv1.LongRestRequest) (*relayv1.LongRestResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.LongRest(ctx, call.User, world.RestParams{
+		Actor:  world.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()},
 		NewDay: req.NewDay,
 	})
 	if err != nil {
@@ -109,7 +113,7 @@ func (s dnd5eService) LongRest(ctx context.Context, req *relayv1.LongRestRequest
 }
 
 // restResult converts a rest's result.
-func restResult(res dnd5e.RestResult) (*relayv1.RestResult, error) {
+func restResult(res world.RestResult) (*relayv1.RestResult, error) {
 	out := &relayv1.RestResult{Type: res.Type, NewDay: res.NewDay, Dhd: int32(res.DHD), Dhp: int32(res.DHP), LongRest: res.LongRest}
 	var err error
 	for _, f := range []struct {
@@ -126,9 +130,12 @@ func restResult(res dnd5e.RestResult) (*relayv1.RestResult, error) {
 	return out, nil
 }
 
-func (s dnd5eService) SkillCheck(ctx context.Context, req *relayv1.SkillCheckRequest) (*relayv1.SkillCheckResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.SkillCheck(ctx, call.World, call.User, dnd5e.CheckParams{
+func (dnd5eService) SkillCheck(ctx context.Context, req *relayv1.SkillCheckRequest) (*relayv1.SkillCheckResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.SkillCheck(ctx, call.User, world.CheckParams{
 		ActorUUID: req.GetActorUuid(), Skill: req.GetSkill(), Advantage: req.GetAdvantage(), Disadvantage: req.GetDisadvantage(),
 		Bonus: req.GetBonus(), ChatMessage: chatDefault(req.CreateChatMessage),
 	})
@@ -138,9 +145,12 @@ func (s dnd5eService) SkillCheck(ctx context.Context, req *relayv1.SkillCheckReq
 	return &relayv1.SkillCheckResponse{ActorUuid: res.ActorUUID, Skill: req.GetSkill(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
-func (s dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveRequest) (*relayv1.AbilitySaveResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.AbilitySave(ctx, call.World, call.User, dnd5e.CheckParams{
+func (dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveRequest) (*relayv1.AbilitySaveResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.AbilitySave(ctx, call.User, world.CheckParams{
 		ActorUUID: req.GetActorUuid(), Ability: req.GetAbility(), Advantage: req.GetAdvantage(), Disadvantage: req.GetDisadvantage(),
 		Bonus: req.GetBonus(), ChatMessage: chatDefault(req.CreateChatMessage),
 	})
@@ -150,9 +160,12 @@ func (s dnd5eService) AbilitySave(ctx context.Context, req *relayv1.AbilitySaveR
 	return &relayv1.AbilitySaveResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
-func (s dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityCheckRequest) (*relayv1.AbilityCheckResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.AbilityCheck(ctx, call.World, call.User, dnd5e.CheckParams{
+func (dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityCheckRequest) (*relayv1.AbilityCheckResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.AbilityCheck(ctx, call.User, world.CheckParams{
 		ActorUUID: req.GetActorUuid(), Ability: req.GetAbility(), Advantage: req.GetAdvantage(), Disadvantage: req.GetDisadvantage(),
 		Bonus: req.GetBonus(), ChatMessage: chatDefault(req.CreateChatMessage),
 	})
@@ -162,9 +175,12 @@ func (s dnd5eService) AbilityCheck(ctx context.Context, req *relayv1.AbilityChec
 	return &relayv1.AbilityCheckResponse{ActorUuid: res.ActorUUID, Ability: req.GetAbility(), Total: int32(res.Total), Formula: res.Formula, Result: res.Result, RollMode: rollMode(res.Mode)}, nil
 }
 
-func (s dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveRequest) (*relayv1.DeathSaveResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.DeathSave(ctx, call.World, call.User, dnd5e.DeathSaveParams{
+func (dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveRequest) (*relayv1.DeathSaveResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.DeathSave(ctx, call.User, world.DeathSaveParams{
 		ActorUUID: req.GetActorUuid(), Advantage: req.GetAdvantage(), ChatMessage: chatDefault(req.CreateChatMessage),
 	})
 	if err != nil {
@@ -177,21 +193,27 @@ func (s dnd5eService) DeathSave(ctx context.Context, req *relayv1.DeathSaveReque
 	}, nil
 }
 
-func (s dnd5eService) ModifyExperience(ctx context.Context, req *relayv1.ModifyExperienceRequest) (*relayv1.ModifyExperienceResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) ModifyExperience(ctx context.Context, req *relayv1.ModifyExperienceRequest) (*relayv1.ModifyExperienceResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Amount == nil {
 		return nil, world.Errorf(world.ErrInvalid, "amount must be a number")
 	}
-	res, err := s.rules.ModifyExperience(ctx, call.World, call.User, dnd5e.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()}, int(req.GetAmount()))
+	res, err := rules.ModifyExperience(ctx, call.User, world.ActorRef{UUID: req.GetActorUuid(), Selected: req.GetSelected()}, int(req.GetAmount()))
 	if err != nil {
 		return nil, err
 	}
 	return &relayv1.ModifyExperienceResponse{ActorUuid: res.ActorUUID, OldXp: int32(res.OldXP), NewXp: int32(res.NewXP)}, nil
 }
 
-func (s dnd5eService) GetConcentration(ctx context.Context, req *relayv1.GetConcentrationRequest) (*relayv1.GetConcentrationResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.GetConcentration(ctx, call.World, call.User, dnd5e.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()})
+func (dnd5eService) GetConcentration(ctx context.Context, req *relayv1.GetConcentrationRequest) (*relayv1.GetConcentrationResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.GetConcentration(ctx, call.User, world.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()})
 	if err != nil {
 		return nil, err
 	}
@@ -207,22 +229,28 @@ func (s dnd5eService) GetConcentration(ctx context.Context, req *relayv1.GetConc
 	return out, nil
 }
 
-func (s dnd5eService) BreakConcentration(ctx context.Context, req *relayv1.BreakConcentrationRequest) (*relayv1.BreakConcentrationResponse, error) {
-	call := CallFrom(ctx)
-	actor, removed, err := s.rules.BreakConcentration(ctx, call.World, call.User, dnd5e.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()})
+func (dnd5eService) BreakConcentration(ctx context.Context, req *relayv1.BreakConcentrationRequest) (*relayv1.BreakConcentrationResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.BreakConcentrationResponse{ActorUuid: actor, Broken: true, RemovedEffectId: removed}, nil
+	res, err := rules.BreakConcentration(ctx, call.User, world.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()})
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.BreakConcentrationResponse{ActorUuid: res.ActorUUID, Broken: true, RemovedEffectId: res.RemovedEffectID}, nil
 }
 
-func (s dnd5eService) ConcentrationSave(ctx context.Context, req *relayv1.ConcentrationSaveRequest) (*relayv1.ConcentrationSaveResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) ConcentrationSave(ctx context.Context, req *relayv1.ConcentrationSaveRequest) (*relayv1.ConcentrationSaveResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Damage == nil {
 		return nil, world.Errorf(world.ErrInvalid, "damage must be a number")
 	}
-	res, err := s.rules.ConcentrationSave(ctx, call.World, call.User, dnd5e.ConcentrationSaveParams{
-		Actor:  dnd5e.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
+	res, err := rules.ConcentrationSave(ctx, call.User, world.ConcentrationSaveParams{
+		Actor:  world.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
 		Damage: float64(req.GetDamage()), Advantage: req.GetAdvantage(), Disadvantage: req.GetDisadvantage(),
 		Bonus: req.GetBonus(), ChatMessage: chatDefault(req.CreateChatMessage),
 	})
@@ -235,28 +263,34 @@ func (s dnd5eService) ConcentrationSave(ctx context.Context, req *relayv1.Concen
 	}, nil
 }
 
-func (s dnd5eService) EquipItem(ctx context.Context, req *relayv1.EquipItemRequest) (*relayv1.EquipItemResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) EquipItem(ctx context.Context, req *relayv1.EquipItemRequest) (*relayv1.EquipItemResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Equipped == nil {
 		return nil, world.Errorf(world.ErrInvalid, "equipped must be a boolean")
 	}
-	res, err := s.rules.EquipItem(ctx, call.World, call.User,
-		dnd5e.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
-		dnd5e.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, req.GetEquipped())
+	res, err := rules.EquipItem(ctx, call.User,
+		world.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
+		world.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, req.GetEquipped())
 	if err != nil {
 		return nil, err
 	}
 	return &relayv1.EquipItemResponse{ActorUuid: res.ActorUUID, ItemUuid: res.ItemUUID, ItemName: res.ItemName, Equipped: res.On}, nil
 }
 
-func (s dnd5eService) AttuneItem(ctx context.Context, req *relayv1.AttuneItemRequest) (*relayv1.AttuneItemResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) AttuneItem(ctx context.Context, req *relayv1.AttuneItemRequest) (*relayv1.AttuneItemResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Attuned == nil {
 		return nil, world.Errorf(world.ErrInvalid, "attuned must be a boolean")
 	}
-	res, err := s.rules.AttuneItem(ctx, call.World, call.User,
-		dnd5e.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
-		dnd5e.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, req.GetAttuned())
+	res, err := rules.AttuneItem(ctx, call.User,
+		world.ActorRef{UUID: req.GetActorUuid(), Name: req.GetActorName(), Selected: req.GetSelected()},
+		world.ItemRef{UUID: req.GetItemUuid(), Name: req.GetItemName()}, req.GetAttuned())
 	if err != nil {
 		return nil, err
 	}
@@ -264,23 +298,26 @@ func (s dnd5eService) AttuneItem(ctx context.Context, req *relayv1.AttuneItemReq
 }
 
 // currencyFrom converts coins to the world's form; nil stays nil.
-func currencyFrom(c *relayv1.Currency) dnd5e.Currency {
+func currencyFrom(c *relayv1.Currency) world.Currency {
 	if c == nil {
 		return nil
 	}
-	return dnd5e.Currency{"pp": int(c.GetPp()), "gp": int(c.GetGp()), "ep": int(c.GetEp()), "sp": int(c.GetSp()), "cp": int(c.GetCp())}
+	return world.Currency{"pp": int(c.GetPp()), "gp": int(c.GetGp()), "ep": int(c.GetEp()), "sp": int(c.GetSp()), "cp": int(c.GetCp())}
 }
 
 // currencyTo converts coins to the message.
-func currencyTo(c dnd5e.Currency) *relayv1.Currency {
+func currencyTo(c world.Currency) *relayv1.Currency {
 	return &relayv1.Currency{Pp: int32(c["pp"]), Gp: int32(c["gp"]), Ep: int32(c["ep"]), Sp: int32(c["sp"]), Cp: int32(c["cp"])}
 }
 
-func (s dnd5eService) TransferCurrency(ctx context.Context, req *relayv1.TransferCurrencyRequest) (*relayv1.TransferCurrencyResponse, error) {
-	call := CallFrom(ctx)
-	res, err := s.rules.TransferCurrency(ctx, call.World, call.User, dnd5e.TransferParams{
-		Source: dnd5e.ActorRef{UUID: req.GetSourceActorUuid(), Name: req.GetSourceActorName()},
-		Target: dnd5e.ActorRef{UUID: req.GetTargetActorUuid(), Name: req.GetTargetActorName()},
+func (dnd5eService) TransferCurrency(ctx context.Context, req *relayv1.TransferCurrencyRequest) (*relayv1.TransferCurrencyResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := rules.TransferCurrency(ctx, call.User, world.TransferParams{
+		Source: world.ActorRef{UUID: req.GetSourceActorUuid(), Name: req.GetSourceActorName()},
+		Target: world.ActorRef{UUID: req.GetTargetActorUuid(), Name: req.GetTargetActorName()},
 		Amount: currencyFrom(req.GetCurrency()),
 	})
 	if err != nil {
@@ -292,12 +329,15 @@ func (s dnd5eService) TransferCurrency(ctx context.Context, req *relayv1.Transfe
 	}, nil
 }
 
-func (s dnd5eService) ModifyCurrency(ctx context.Context, req *relayv1.ModifyCurrencyRequest) (*relayv1.ModifyCurrencyResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) ModifyCurrency(ctx context.Context, req *relayv1.ModifyCurrencyRequest) (*relayv1.ModifyCurrencyResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Amount == nil {
 		return nil, world.Errorf(world.ErrInvalid, "amount must be a number")
 	}
-	res, err := s.rules.ModifyCurrency(ctx, call.World, call.User, req.GetActorUuid(), req.GetCurrency(), int(req.GetAmount()))
+	res, err := rules.ModifyCurrency(ctx, call.User, req.GetActorUuid(), req.GetCurrency(), int(req.GetAmount()))
 	if err != nil {
 		return nil, err
 	}
@@ -306,12 +346,15 @@ func (s dnd5eService) ModifyCurrency(ctx context.Context, req *relayv1.ModifyCur
 	}, nil
 }
 
-func (s dnd5eService) PrepareSpell(ctx context.Context, req *relayv1.PrepareSpellRequest) (*relayv1.PrepareSpellResponse, error) {
-	call := CallFrom(ctx)
+func (dnd5eService) PrepareSpell(ctx context.Context, req *relayv1.PrepareSpellRequest) (*relayv1.PrepareSpellResponse, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Prepared == nil {
 		return nil, world.Errorf(world.ErrInvalid, "prepared must be a boolean")
 	}
-	res, err := s.rules.PrepareSpell(ctx, call.World, call.User, req.GetActorUuid(), req.GetSpellName(), req.GetPrepared())
+	res, err := rules.PrepareSpell(ctx, call.User, req.GetActorUuid(), req.GetSpellName(), req.GetPrepared())
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +362,7 @@ func (s dnd5eService) PrepareSpell(ctx context.Context, req *relayv1.PrepareSpel
 }
 
 // rollMode is a d20 roll's mode in the response.
-func rollMode(m dnd5e.RollMode) *relayv1.RollMode {
+func rollMode(m world.RollMode) *relayv1.RollMode {
 	return &relayv1.RollMode{Mode: m.Mode, Advantage: m.Advantage, Disadvantage: m.Disadvantage, Override: m.Override}
 }
 
@@ -335,13 +378,16 @@ type useRequest interface {
 // useFields are the use responses' fields in JSON.
 type useFields struct {
 	roll, damage, consumed, target, save []byte
-	res                                  dnd5e.UseResult
+	res                                  world.UseResult
 }
 
 // runUse runs a use and serialises its result; slotLevel is use-spell's
 // (nil for the others and when not given).
-func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useRequest, slotLevel *int32) (useFields, error) {
-	call := CallFrom(ctx)
+func runUse(ctx context.Context, kind world.UseKind, req useRequest, slotLevel *int32) (useFields, error) {
+	rules, call, err := capability[world.Dnd5e](ctx)
+	if err != nil {
+		return useFields{}, err
+	}
 	slot := 0
 	if slotLevel != nil {
 		if *slotLevel < 1 || *slotLevel > 9 {
@@ -349,9 +395,9 @@ func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useReq
 		}
 		slot = int(*slotLevel)
 	}
-	res, err := s.rules.Use(ctx, call.World, call.User, dnd5e.UseParams{
+	res, err := rules.Use(ctx, call.User, world.UseParams{
 		Kind: kind, ActorUUID: req.GetActorUuid(),
-		Ability:    dnd5e.ItemRef{UUID: req.GetAbilityUuid(), Name: req.GetAbilityName()},
+		Ability:    world.ItemRef{UUID: req.GetAbilityUuid(), Name: req.GetAbilityName()},
 		TargetUUID: req.GetTargetUuid(), TargetName: req.GetTargetName(), SlotLevel: slot,
 	})
 	if err != nil {
@@ -396,8 +442,8 @@ func (s dnd5eService) runUse(ctx context.Context, kind dnd5e.UseKind, req useReq
 	return out, nil
 }
 
-func (s dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityRequest) (*relayv1.UseAbilityResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseAbility, req, nil)
+func (dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityRequest) (*relayv1.UseAbilityResponse, error) {
+	f, err := runUse(ctx, world.UseAbility, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -405,8 +451,8 @@ func (s dnd5eService) UseAbility(ctx context.Context, req *relayv1.UseAbilityReq
 		Consumed: f.consumed, Target: f.target, Save: f.save, Concentration: f.res.Concentration}, nil
 }
 
-func (s dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureRequest) (*relayv1.UseFeatureResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseFeature, req, nil)
+func (dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureRequest) (*relayv1.UseFeatureResponse, error) {
+	f, err := runUse(ctx, world.UseFeature, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -414,8 +460,8 @@ func (s dnd5eService) UseFeature(ctx context.Context, req *relayv1.UseFeatureReq
 		Consumed: f.consumed, Target: f.target, Save: f.save, Concentration: f.res.Concentration}, nil
 }
 
-func (s dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest) (*relayv1.UseSpellResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseSpell, req, req.SlotLevel)
+func (dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest) (*relayv1.UseSpellResponse, error) {
+	f, err := runUse(ctx, world.UseSpell, req, req.SlotLevel)
 	if err != nil {
 		return nil, err
 	}
@@ -423,8 +469,8 @@ func (s dnd5eService) UseSpell(ctx context.Context, req *relayv1.UseSpellRequest
 		Consumed: f.consumed, Target: f.target, Save: f.save, Concentration: f.res.Concentration}, nil
 }
 
-func (s dnd5eService) UseItem(ctx context.Context, req *relayv1.UseItemRequest) (*relayv1.UseItemResponse, error) {
-	f, err := s.runUse(ctx, dnd5e.UseItem, req, nil)
+func (dnd5eService) UseItem(ctx context.Context, req *relayv1.UseItemRequest) (*relayv1.UseItemResponse, error) {
+	f, err := runUse(ctx, world.UseItem, req, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,11 @@ type documentService struct {
 }
 
 func (documentService) GetDocument(ctx context.Context, req *relayv1.GetDocumentRequest) (*relayv1.GetDocumentResponse, error) {
-	call := CallFrom(ctx)
-	raw, err := call.World.GetJSON(ctx, call.User, req.GetUuid())
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := docs.GetJSON(ctx, call.User, req.GetUuid())
 	if err != nil {
 		return nil, err
 	}
@@ -22,11 +25,14 @@ func (documentService) GetDocument(ctx context.Context, req *relayv1.GetDocument
 }
 
 func (documentService) UpdateDocument(ctx context.Context, req *relayv1.UpdateDocumentRequest) (*relayv1.UpdateDocumentResponse, error) {
-	call := CallFrom(ctx)
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.GetData() == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'data' is required")
 	}
-	raw, err := call.World.UpdateJSON(ctx, call.User, req.GetUuid(), fromStruct(req.GetData()))
+	raw, err := docs.UpdateJSON(ctx, call.User, req.GetUuid(), fromStruct(req.GetData()))
 	if err != nil {
 		return nil, err
 	}
@@ -34,11 +40,14 @@ func (documentService) UpdateDocument(ctx context.Context, req *relayv1.UpdateDo
 }
 
 func (documentService) CreateDocument(ctx context.Context, req *relayv1.CreateDocumentRequest) (*relayv1.CreateDocumentResponse, error) {
-	call := CallFrom(ctx)
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.GetData() == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'data' is required")
 	}
-	doc, err := call.World.Create(ctx, call.User, world.CreateParams{
+	doc, err := docs.Create(ctx, call.User, world.CreateParams{
 		Type:       req.GetEntityType(),
 		Data:       fromStruct(req.GetData()),
 		Folder:     req.GetFolder(),
@@ -57,16 +66,22 @@ func (documentService) CreateDocument(ctx context.Context, req *relayv1.CreateDo
 }
 
 func (documentService) DeleteDocument(ctx context.Context, req *relayv1.DeleteDocumentRequest) (*relayv1.DeleteDocumentResponse, error) {
-	call := CallFrom(ctx)
-	if err := call.World.Delete(ctx, call.User, req.GetUuid()); err != nil {
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := docs.Delete(ctx, call.User, req.GetUuid()); err != nil {
 		return nil, err
 	}
 	return &relayv1.DeleteDocumentResponse{Uuid: req.GetUuid(), Deleted: true}, nil
 }
 
 func (documentService) SearchDocuments(ctx context.Context, req *relayv1.SearchDocumentsRequest) (*relayv1.SearchDocumentsResponse, error) {
-	call := CallFrom(ctx)
-	results, err := call.World.Search(ctx, call.User, world.SearchParams{
+	search, call, err := capability[world.DocumentSearch](ctx)
+	if err != nil {
+		return nil, err
+	}
+	results, err := search.Search(ctx, call.User, world.SearchParams{
 		Query:  req.GetQuery(),
 		Filter: req.GetFilter(),
 		Limit:  int(req.GetLimit()),
@@ -85,8 +100,11 @@ func (documentService) SearchDocuments(ctx context.Context, req *relayv1.SearchD
 }
 
 func (documentService) GetStructure(ctx context.Context, req *relayv1.GetStructureRequest) (*relayv1.GetStructureResponse, error) {
-	call := CallFrom(ctx)
-	tree, err := call.World.Structure(ctx, call.User, world.StructureParams{
+	folders, call, err := capability[world.Folders](ctx)
+	if err != nil {
+		return nil, err
+	}
+	tree, err := folders.Structure(ctx, call.User, world.StructureParams{
 		Types:       req.GetTypes(),
 		Path:        req.GetPath(),
 		Recursive:   req.GetRecursive(),
@@ -104,8 +122,11 @@ func (documentService) GetStructure(ctx context.Context, req *relayv1.GetStructu
 }
 
 func (documentService) GiveItem(ctx context.Context, req *relayv1.GiveItemRequest) (*relayv1.GiveItemResponse, error) {
-	call := CallFrom(ctx)
-	res, err := call.World.Give(ctx, call.User, world.GiveParams{
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := docs.Give(ctx, call.User, world.GiveParams{
 		FromUUID: req.GetFromUuid(),
 		ToUUID:   req.GetToUuid(),
 		ItemUUID: req.GetItemUuid(),
@@ -125,8 +146,11 @@ func (documentService) GiveItem(ctx context.Context, req *relayv1.GiveItemReques
 }
 
 func (documentService) RemoveItem(ctx context.Context, req *relayv1.RemoveItemRequest) (*relayv1.RemoveItemResponse, error) {
-	call := CallFrom(ctx)
-	res, err := call.World.Remove(ctx, call.User, world.RemoveParams{
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := docs.Remove(ctx, call.User, world.RemoveParams{
 		ActorUUID: req.GetActorUuid(),
 		ItemUUID:  req.GetItemUuid(),
 		ItemName:  req.GetItemName(),
@@ -144,11 +168,14 @@ func (documentService) RemoveItem(ctx context.Context, req *relayv1.RemoveItemRe
 }
 
 func (documentService) DecreaseAttribute(ctx context.Context, req *relayv1.DecreaseAttributeRequest) (*relayv1.DecreaseAttributeResponse, error) {
-	call := CallFrom(ctx)
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Amount == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'amount' is required")
 	}
-	ch, err := call.World.ModifyAttribute(ctx, call.User, req.GetUuid(), req.GetAttribute(), -req.GetAmount())
+	ch, err := docs.ModifyAttribute(ctx, call.User, req.GetUuid(), req.GetAttribute(), -req.GetAmount())
 	if err != nil {
 		return nil, err
 	}
@@ -156,11 +183,14 @@ func (documentService) DecreaseAttribute(ctx context.Context, req *relayv1.Decre
 }
 
 func (documentService) IncreaseAttribute(ctx context.Context, req *relayv1.IncreaseAttributeRequest) (*relayv1.IncreaseAttributeResponse, error) {
-	call := CallFrom(ctx)
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
 	if req.Amount == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'amount' is required")
 	}
-	ch, err := call.World.ModifyAttribute(ctx, call.User, req.GetUuid(), req.GetAttribute(), req.GetAmount())
+	ch, err := docs.ModifyAttribute(ctx, call.User, req.GetUuid(), req.GetAttribute(), req.GetAmount())
 	if err != nil {
 		return nil, err
 	}
@@ -168,8 +198,11 @@ func (documentService) IncreaseAttribute(ctx context.Context, req *relayv1.Incre
 }
 
 func (documentService) Kill(ctx context.Context, req *relayv1.KillRequest) (*relayv1.KillResponse, error) {
-	call := CallFrom(ctx)
-	res, err := call.World.Kill(ctx, call.User, req.GetUuid())
+	docs, call, err := capability[world.Documents](ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := docs.Kill(ctx, call.User, req.GetUuid())
 	if err != nil {
 		return nil, err
 	}

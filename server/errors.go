@@ -72,6 +72,9 @@ func worldStatus(err *world.Error) error {
 		code = codes.Unavailable
 	case world.ErrTimeout:
 		code = codes.DeadlineExceeded
+	case world.ErrUnimplemented:
+		// A world that does not offer the operation (HTTP 501).
+		code = codes.Unimplemented
 	case world.ErrTooLarge:
 		return withReason(codes.ResourceExhausted, err.Msg, wire.ReasonTooLarge)
 	}

@@ -10,7 +10,6 @@ import (
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/world"
-	"relay/world/files"
 )
 
 // DefaultMaxUploadBytes is the upload size limit when none is configured.
@@ -20,36 +19,29 @@ const DefaultMaxUploadBytes = 64 << 20
 // under the gRPC message limit, large enough to keep per-message costs low.
 const downloadChunkBytes = 256 << 10
 
-// fileService implements relayv1.FileServiceServer over each world's file
-// area, `<dataDir>/worlds/<clientId>/files`. The FILES_BROWSE and
-// FILES_UPLOAD permissions are checked by the policy interceptor before a
-// handler runs.
+// fileService implements relayv1.FileServiceServer over the worlds' file
+// areas ([world.Files]). The FILES_BROWSE and FILES_UPLOAD permissions are
+// checked by the policy interceptor before a handler runs.
 type fileService struct {
 	relayv1.UnimplementedFileServiceServer
-	dataDir   string
 	maxUpload int64
 }
 
-// newFileService returns the file service over the worlds kept in dataDir;
-// maxUpload bounds an uploaded file (DefaultMaxUploadBytes when 0).
-func newFileService(dataDir string, maxUpload int64) fileService {
+// newFileService returns the file service; maxUpload bounds an uploaded
+// file (DefaultMaxUploadBytes when 0).
+func newFileService(maxUpload int64) fileService {
 	if maxUpload <= 0 {
 		maxUpload = DefaultMaxUploadBytes
 	}
-	return fileService{dataDir: dataDir, maxUpload: maxUpload}
+	return fileService{maxUpload: maxUpload}
 }
 
-// area returns the file area of the call's world.
-func (s fileService) area(call *Call) (*files.Area, error) {
-	return files.Of(s.dataDir, call.World.Info().ClientID)
-}
-
-func (s fileService) ListFiles(ctx context.Context, req *relayv1.ListFilesRequest) (*relayv1.ListFilesResponse, error) {
-	area, err := s.area(CallFrom(ctx))
+func (fileService) ListFiles(ctx context.Context, req *relayv1.ListFilesRequest) (*relayv1.ListFilesResponse, error) {
+	area, call, err := capability[world.Files](ctx)
 	if err != nil {
 		return nil, err
 	}
-	dir, entries, err := area.List(ctx, req.GetPath(), req.GetRecursive(), int(req.GetDepth()))
+	dir, entries, err := area.ListFiles(ctx, call.User, world.ListFilesParams{Path: req.GetPath(), Recursive: req.GetRecursive(), Depth: int(req.GetDepth())})
 	if err != nil {
 		return nil, err
 	}
@@ -66,24 +58,27 @@ func (s fileService) ListFiles(ctx context.Context, req *relayv1.ListFilesReques
 	return out, nil
 }
 
-func (s fileService) DownloadFile(req *relayv1.DownloadFileRequest, stream grpc.ServerStreamingServer[relayv1.DownloadFileResponse]) error {
+func (fileService) DownloadFile(req *relayv1.DownloadFileRequest, stream grpc.ServerStreamingServer[relayv1.DownloadFileResponse]) error {
+	ctx := stream.Context()
+	area, call, err := capability[world.Files](ctx)
+	if err != nil {
+		return err
+	}
 	if req.GetPath() == "" {
 		return world.Errorf(world.ErrInvalid, "'path' is required")
 	}
-	area, err := s.area(CallFrom(stream.Context()))
+	f, err := area.OpenFile(ctx, call.User, req.GetPath())
 	if err != nil {
 		return err
 	}
-	f, err := area.Open(req.GetPath())
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+	defer f.Body.Close()
 	msg := &relayv1.DownloadFileResponse{Path: f.Path, Filename: f.Name, MimeType: f.MIMEType, Size: float64(f.Size)}
-	buf := make([]byte, downloadChunkBytes)
 	var sent int64
 	for {
-		n, rerr := io.ReadFull(f, buf)
+		// Each chunk has a buffer of its own: a message must not change
+		// once sent, and the in-process connection hands it over as it is.
+		buf := make([]byte, downloadChunkBytes)
+		n, rerr := io.ReadFull(f.Body, buf)
 		if n > 0 || msg.Path != "" {
 			msg.Chunk = buf[:n]
 			if err := stream.Send(msg); err != nil {
@@ -115,18 +110,20 @@ func (s fileService) UploadFile(stream grpc.ClientStreamingServer[relayv1.Upload
 		}
 		return err
 	}
-	if first.GetFilename() == "" {
-		return world.Errorf(world.ErrInvalid, "'filename' is required")
-	}
-	area, err := s.area(CallFrom(stream.Context()))
+	area, call, err := capability[world.Files](stream.Context())
 	if err != nil {
 		return err
 	}
+	if first.GetFilename() == "" {
+		return world.Errorf(world.ErrInvalid, "'filename' is required")
+	}
 	body := &uploadReader{stream: stream, pending: first.GetChunk()}
-	w, err := area.Write(stream.Context(), first.GetPath(), first.GetFilename(), body, files.WriteOptions{
+	w, err := area.WriteFile(stream.Context(), call.User, world.WriteFileParams{
+		Dir:       first.GetPath(),
+		Name:      first.GetFilename(),
 		Overwrite: first.GetOverwrite(),
 		MaxBytes:  s.maxUpload,
-	})
+	}, body)
 	if err != nil {
 		return err
 	}

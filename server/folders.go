@@ -13,8 +13,11 @@ type folderService struct {
 }
 
 func (folderService) CreateFolder(ctx context.Context, req *relayv1.CreateFolderRequest) (*relayv1.CreateFolderResponse, error) {
-	call := CallFrom(ctx)
-	f, err := call.World.CreateFolder(ctx, call.User, world.FolderParams{
+	folders, call, err := capability[world.Folders](ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := folders.CreateFolder(ctx, call.User, world.FolderParams{
 		Name:     req.GetName(),
 		Type:     req.GetFolderType(),
 		ParentID: req.GetParentFolderId(),
@@ -34,8 +37,11 @@ func (folderService) CreateFolder(ctx context.Context, req *relayv1.CreateFolder
 }
 
 func (folderService) DeleteFolder(ctx context.Context, req *relayv1.DeleteFolderRequest) (*relayv1.DeleteFolderResponse, error) {
-	call := CallFrom(ctx)
-	d, err := call.World.DeleteFolder(ctx, call.User, req.GetFolderId(), req.GetDeleteAll())
+	folders, call, err := capability[world.Folders](ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := folders.DeleteFolder(ctx, call.User, req.GetFolderId(), req.GetDeleteAll())
 	if err != nil {
 		return nil, err
 	}

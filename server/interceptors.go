@@ -23,9 +23,14 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, plaintext string) (keys.Key, error)
 }
 
-// Worlds finds worlds by client id.
+// Worlds is the registry of worlds: it resolves a client id to the world
+// that serves it, whatever its kind (the relay's own are world/embedded's
+// Registry).
 type Worlds interface {
+	// World returns the world serving clientID; an unknown one is
+	// ErrNotFound.
 	World(ctx context.Context, clientID string) (world.World, error)
+	// List describes every world.
 	List(ctx context.Context) ([]world.Info, error)
 	// IDs lists the worlds' client ids, cheaply: a call that names no
 	// world asks for it to find the only one.
@@ -110,7 +115,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 // refuseInvalidParams is the chain's last step: the parameter error the
 // gateway deferred, if any, as InvalidArgument (400). The gateway defers the
 // error of a REST call whose parameters it could not read (in
-// contract.wire.InvalidParamsHeader) and still makes the call, with only the
+// wire.InvalidParamsHeader) and still makes the call, with only the
 // parameters that choose the world and the user, so that the earlier steps
 // of the chain answer first (an unknown world is 404 whatever else is
 // wrong). A gRPC caller that sends the header only refuses its own call.
@@ -248,14 +253,15 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	}
 	if plaintext == "" {
 		// Browsers cannot send headers on an event stream: the four
-		// subscribe methods also accept a single-use stream ticket, which
-		// stands for the key that asked for it.
+		// subscribe methods also accept a stream ticket, which stands for
+		// the key that asked for it. The stream binds the ticket to itself
+		// when it opens (eventService.serve).
 		if ticket := metadata.ValueFromIncomingContext(ctx, wire.StreamTicketHeader); c.Tickets != nil && acceptsTicket(call.Method) && len(ticket) > 0 {
-			key, err := c.Tickets.Redeem(ctx, ticket[0])
+			key, use, err := c.Tickets.Redeem(ctx, ticket[0])
 			if err != nil {
 				return err
 			}
-			call.Key = key
+			call.Key, call.ticket = key, use
 			return nil
 		}
 		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())

@@ -13,30 +13,36 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// LocalConn calls the server's unary methods inside the process, without
-// serialising messages or crossing an HTTP/2 transport: the gateway's REST
-// calls use it. A call still runs the whole interceptor chain with the same
+// LocalConn calls the server's methods inside the process, unary calls and
+// streams alike, without serialising messages or crossing an HTTP/2
+// transport: it is the one connection through which the gateway's REST and
+// SSE calls reach the services. A call still runs the whole interceptor
+// chain (the very same chain as the network server's) with the same
 // metadata, method name and context (deadline and cancellation included)
-// as a network call, and returns the same status errors, so the gateway
-// cannot tell the difference except in speed.
+// as a network call, and returns the same status errors, header and
+// trailer, so the gateway cannot tell the difference except in speed.
 //
-// The request message is handed to the handler as it is and the handler's
-// response is moved into the caller's reply without copying its bytes: the
-// gateway builds a fresh request for every call and only reads the reply,
-// so neither side shares memory that the other changes. Streaming methods
-// are not served here (NewStream answers Unimplemented); callers use the
-// network connection for them.
+// Messages are handed over, not copied: a unary request is given to the
+// handler as it is and the handler's response is moved into the caller's
+// reply; a stream's message is moved into the receiver's message. As
+// grpc-go's contract already asks of every caller, a message must not be
+// changed once sent (the gateway builds a fresh message for every call and
+// every chunk, and so do the services), so neither side shares memory that
+// the other changes.
 //
 // It does not bound the size of requests: the gateway bounds each REST body
 // in the encoding the caller sent (--max-body-bytes, the same limit as a
 // gRPC caller's message), and the same parameters as a protobuf message
 // may be larger (a JSON 1 is a 9-byte double), so a second bound here
-// would refuse requests within the limit.
+// would refuse requests within the limit; an upload's chunks are the
+// gateway's own, and the upload limit bounds the file.
 type LocalConn struct {
 	interceptor grpc.UnaryServerInterceptor
+	stream      grpc.StreamServerInterceptor
 
 	mu      sync.RWMutex
-	methods map[string]localMethod // by full method name, "/pkg.Service/Method"
+	methods map[string]localMethod       // by full method name, "/pkg.Service/Method"
+	streams map[string]localStreamMethod // the same, for streaming methods
 }
 
 type localMethod struct {
@@ -44,26 +50,37 @@ type localMethod struct {
 	handler grpc.MethodHandler
 }
 
+type localStreamMethod struct {
+	impl any
+	desc grpc.StreamDesc
+}
+
 var (
 	_ grpc.ClientConnInterface = (*LocalConn)(nil)
 	_ grpc.ServiceRegistrar    = (*LocalConn)(nil)
 )
 
-// newLocalConn returns a LocalConn that runs interceptor around every call.
-func newLocalConn(interceptor grpc.UnaryServerInterceptor) *LocalConn {
+// newLocalConn returns a LocalConn that runs unary around every unary call
+// and stream around every stream.
+func newLocalConn(unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor) *LocalConn {
 	return &LocalConn{
-		interceptor: interceptor,
+		interceptor: unary,
+		stream:      stream,
 		methods:     map[string]localMethod{},
+		streams:     map[string]localStreamMethod{},
 	}
 }
 
-// RegisterService records a service's unary methods; it implements
+// RegisterService records a service's methods; it implements
 // grpc.ServiceRegistrar.
 func (c *LocalConn) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range desc.Methods {
 		c.methods["/"+desc.ServiceName+"/"+m.MethodName] = localMethod{impl: impl, handler: m.Handler}
+	}
+	for _, sd := range desc.Streams {
+		c.streams["/"+desc.ServiceName+"/"+sd.StreamName] = localStreamMethod{impl: impl, desc: sd}
 	}
 }
 
@@ -82,8 +99,7 @@ func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, 
 	// The server sees the caller's outgoing metadata as incoming, as it
 	// would after the network hop, and none of it as outgoing.
 	// FromOutgoingContext already returns a copy of its own.
-	md, _ := metadata.FromOutgoingContext(ctx)
-	ctx = metadata.NewIncomingContext(metadata.NewOutgoingContext(ctx, nil), md)
+	ctx = incoming(ctx)
 	stream := &localStream{method: method}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, stream)
 
@@ -120,10 +136,13 @@ func (c *LocalConn) Invoke(ctx context.Context, method string, args, reply any, 
 	return nil
 }
 
-// NewStream refuses: streams go over the network connection, where flow
-// control and the stream interceptors apply.
-func (c *LocalConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(codes.Unimplemented, "streaming calls are not served in process")
+// incoming turns a caller's context into the server's: the caller's
+// outgoing metadata becomes incoming, as it would after the network hop,
+// and none of it stays outgoing. FromOutgoingContext already returns a copy
+// of its own.
+func incoming(ctx context.Context) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return metadata.NewIncomingContext(metadata.NewOutgoingContext(ctx, nil), md)
 }
 
 // moveFields sets every populated field of src on dst, sharing values

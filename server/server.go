@@ -1,20 +1,38 @@
-// Package server implements the relay's gRPC services over the world engine,
-// the interceptor chain that authenticates and authorises every call, and the
-// single mapping from world errors to gRPC statuses.
+// Package server implements the relay's gRPC services over worlds of any
+// kind, the interceptor chain that authenticates and authorises every call,
+// the single mapping from world errors to gRPC statuses, and the in-process
+// connection ([LocalConn]) through which the gateway calls the services.
 //
 // Services only translate between protobuf messages and world types; the
-// rules live in package world. The request flow is documented on [Chain].
+// rules live in the worlds. A registry ([Worlds]) resolves the call's
+// `clientId` to the world that serves it, and a service asks that world for
+// the capability it needs, through the interfaces of package world:
+//
+//	DocumentService   world.Documents, world.DocumentSearch, world.Folders (structure)
+//	FolderService     world.Folders
+//	CanvasService     world.Selection
+//	CombatService     world.Encounters
+//	FileService       world.Files
+//	Dnd5EService      world.Dnd5e
+//	ScriptService     world.Scripts
+//	EventService      world.Events
+//	(every call)      world.World: Info, users and world permissions
+//
+// A world without the capability answers Unimplemented (HTTP 501) naming
+// the operation and the world. The services never see a world's concrete
+// type: the relay's own worlds (package world/embedded), a linked tabletop
+// or a world on another node are all the same to them. The request flow is
+// documented on [Chain].
 //
 // The services are those of contract.Services, each registered with the
-// implementation of its generated interface. [Server] serves them three
-// ways, all through the same interceptors: to the network on grpc-go's own
+// implementation of its generated interface. [Server] serves them two
+// ways, through the same interceptors: to the network on grpc-go's own
 // HTTP/2 transport ([Server.Serve]), where every call is admitted from its
 // headers before its message is read ([Server.Admit], run as the
 // transport's tap) and each message must arrive within an allowance
-// (recvguard.go); to the gateway's streams in process
-// ([Server.ServeInProcess]); and to the gateway's unary calls without a
-// transport ([LocalConn]). [Server.ServeHTTP] serves the gRPC calls that
-// reach the relay's HTTP server instead.
+// (recvguard.go); and to the gateway in process, without a transport
+// ([LocalConn]). [Server.ServeHTTP] serves the gRPC calls that reach the
+// relay's HTTP server instead.
 package server
 
 import (
@@ -34,7 +52,6 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"relay/contract"
-	"relay/world/dice"
 )
 
 // Config wires a relay gRPC server.
@@ -44,7 +61,8 @@ type Config struct {
 		Authenticator
 		KeyAdmin
 	}
-	// Worlds finds worlds.
+	// Worlds resolves client ids to the worlds that serve them, whatever
+	// their kind: the services reach worlds only through it.
 	Worlds Worlds
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
@@ -53,12 +71,8 @@ type Config struct {
 	RequestIDs *RequestIDs
 	// Log receives one line per call; discarded when nil.
 	Log *slog.Logger
-	// ScriptTimeout bounds execute-js scripts; the engine's default when 0.
+	// ScriptTimeout bounds execute-js scripts; the world's default when 0.
 	ScriptTimeout time.Duration
-	// Scripts runs execute-js scripts (a *script.Pool); when nil,
-	// execute-js answers Unavailable rather than run scripts without their
-	// hard limits.
-	Scripts ScriptRunner
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
@@ -68,10 +82,6 @@ type Config struct {
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
-	// DataDir is the data directory: each world's file area is
-	// `<DataDir>/worlds/<clientId>/files`. File calls answer Unavailable
-	// when it is empty.
-	DataDir string
 	// MaxUploadBytes bounds an uploaded file; DefaultMaxUploadBytes when 0.
 	MaxUploadBytes int64
 	// RateLimit limits each API key's requests (ratelimit.go); nil allows
@@ -80,9 +90,6 @@ type Config struct {
 	// AuthFailures limits, per client address, the calls that fail
 	// authentication (see [Server.Admit]); nil allows any number.
 	AuthFailures *RateLimiter
-	// Dice rolls for the ruleset and for initiative; nil rolls with the
-	// operating system's randomness (dice.NewRandom).
-	Dice dice.Source
 	// IdleTimeout closes a network gRPC connection that has had no call
 	// open for this long (with GOAWAY, which clients take as a sign to
 	// reconnect when they next call); 0 never does.
@@ -103,22 +110,16 @@ type Config struct {
 // 0: 1 MiB, the gateway's default body limit.
 const DefaultMaxMessageBytes = 1 << 20
 
-// Server is the relay's gRPC server with its health service. It serves the
-// network with grpc-go's own HTTP/2 transport (Serve, or ServeHTTP for a
-// call that arrives through an HTTP server) and the gateway's streams in
-// process (ServeInProcess); both run the same services and interceptors.
+// Server is the relay's gRPC server with its health service.
 type Server struct {
 	// GRPC serves gRPC callers from the network.
 	GRPC   *grpc.Server
 	Health *health.Server
-	// Local calls the same services' unary methods in process, through the
-	// same interceptors (see LocalConn).
+	// Local calls the same services in process, unary calls and streams,
+	// through the same interceptors (see LocalConn): the gateway's one
+	// connection to the services.
 	Local *LocalConn
 
-	// inProcess serves the gateway's in-process connection: the network
-	// server's services and interceptors, without the network's admission
-	// step (the gateway admitted each REST call already) and time-outs.
-	inProcess       *grpc.Server
 	recvAllowance   time.Duration
 	chain           *Chain
 	authFailures    *RateLimiter
@@ -138,9 +139,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Dice == nil {
-		cfg.Dice = dice.NewRandom()
-	}
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
@@ -159,20 +157,19 @@ func New(cfg Config) (*Server, error) {
 	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
-	// One chained interceptor serves both servers and the in-process
-	// connection, so all run the same steps in the same order.
-	unary := chainUnary(chain.Unary())
-	common := []grpc.ServerOption{
+	// One chained interceptor of each kind serves the network server and
+	// the in-process connection, so both run the same steps in the same
+	// order.
+	unary, stream := chainUnary(chain.Unary()), chainStream(chain.Stream())
+	srv.GRPC = grpc.NewServer(
 		grpc.UnaryInterceptor(unary),
-		grpc.ChainStreamInterceptor(chain.Stream()...),
+		grpc.StreamInterceptor(stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.ForceServerCodecV2(newServerCodec()),
 		// Received messages (an upload's chunks of 32 KiB and more) go
 		// into buffers of finer classes than grpc-go's default pool, which
 		// jumps from 32 KiB to 1 MiB and clears each buffer it hands out.
 		experimental.BufferPool(receivePool),
-	}
-	srv.GRPC = grpc.NewServer(append(common,
 		// Calls without a valid key are refused from their headers,
 		// before their message is read (admission.go).
 		grpc.InTapHandle(srv.admitTap),
@@ -184,38 +181,35 @@ func New(cfg Config) (*Server, error) {
 		// sent GOAWAY and closed (0: never).
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
 		grpc.ConnectionTimeout(handshakeTimeout(cfg.HandshakeTimeout)),
-	)...)
-	srv.inProcess = grpc.NewServer(common...)
-
-	// Every service of the contract is served three times: to the network,
-	// to the gateway's in-process streams and by the in-process connection
-	// the gateway uses for unary calls. On the servers, every service
-	// (health and reflection too) refuses the request messages the codec
-	// could not decode (decode.go).
-	network, inProcess := decodeRegistrar{server: srv.GRPC}, decodeRegistrar{server: srv.inProcess}
-	srv.Local = newLocalConn(unary)
-	all := registrars{network, inProcess, srv.Local}
-	if err := registerServices(all, []any{
+	)
+	// Every service of the contract is served twice: on the network server
+	// and on the in-process connection that carries the gateway's calls. On
+	// the network server, every service (health and reflection too) refuses
+	// the request messages the codec could not decode (decode.go).
+	network := decodeRegistrar{server: srv.GRPC}
+	srv.Local = newLocalConn(unary, stream)
+	both := registrars{network, srv.Local}
+	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
 		canvasService{},
-		scriptService{timeout: cfg.ScriptTimeout, runner: cfg.Scripts},
+		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys},
 		clientService{worlds: cfg.Worlds},
 		linkService{links: cfg.Links, now: time.Now},
 		newEventService(cfg.Events),
 		ticketService{tickets: chain.Tickets},
-		newCombatService(cfg.Dice),
-		newFileService(cfg.DataDir, cfg.MaxUploadBytes),
-		newDnd5eService(cfg.Dice),
+		combatService{},
+		newFileService(cfg.MaxUploadBytes),
+		dnd5eService{},
 	}); err != nil {
 		return nil, err
 	}
 
 	srv.Health = health.NewServer()
-	for _, reg := range []grpc.ServiceRegistrar{network, inProcess} {
-		healthpb.RegisterHealthServer(reg, srv.Health)
-	}
+	// The gateway's /healthz asks the health service over the in-process
+	// connection too.
+	healthpb.RegisterHealthServer(both, srv.Health)
 	reflection.Register(network)
 	return srv, nil
 }
@@ -275,12 +269,6 @@ func (s *Server) Serve(lis net.Listener) error {
 	return s.GRPC.Serve(lis)
 }
 
-// ServeInProcess serves the gateway's in-process connection on lis (an
-// in-memory listener), until Stop.
-func (s *Server) ServeInProcess(lis net.Listener) error {
-	return s.inProcess.Serve(lis)
-}
-
 // SetServing marks the relay (and each of its services) serving or not in
 // the health service.
 func (s *Server) SetServing(serving bool) {
@@ -294,20 +282,18 @@ func (s *Server) SetServing(serving bool) {
 	}
 }
 
-// Stop stops both servers gracefully, waiting at most for ctx.
+// Stop stops the server gracefully, waiting at most for ctx.
 func (s *Server) Stop(ctx context.Context) {
 	s.Health.Shutdown()
 	done := make(chan struct{})
 	go func() {
 		s.GRPC.GracefulStop()
-		s.inProcess.GracefulStop()
 		close(done)
 	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.GRPC.Stop()
-		s.inProcess.Stop()
 	}
 }
 

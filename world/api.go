@@ -1,17 +1,31 @@
-// Package world is the tabletop world engine: documents, users, ownership and
-// permission rules, persistence and the operations the relay offers on them.
+// Package world is the vocabulary every kind of tabletop world shares, and
+// the world engine that the relay holds in its own process.
 //
-// The package knows nothing about gRPC, HTTP or protobuf. Callers hand it a
-// resolved [User] (or nil for GM-level access with no permission checks) and
-// plain Go values; it answers with plain Go values and typed errors (see
-// errors.go). A world in another process can implement [World] later, so every
-// argument and result here is plain data that could cross a network.
+// The vocabulary: a world is seen through small interfaces, one per
+// capability (capabilities.go): [World] (its description, users and
+// permissions) is what every world offers; [Documents], [DocumentSearch],
+// [Folders], [Selection], [Encounters], [Files], [Dnd5e], [Scripts] and
+// [Events] are what a world may offer, asked for with [Capability], which
+// names the operation and the world when the world lacks it
+// (ErrUnimplemented). Their arguments and results are plain data of this
+// package (api.go, encounters.go, ruleset.go, subscriptions.go,
+// capabilities.go), so that a world in another process (a tabletop linked
+// over the network, a world hosted by another relay node) can implement
+// them; errors are typed (errors.go).
+//
+// The engine: [Engine] keeps one world's documents in memory, writes them
+// through to SQLite, applies the permission rules and offers transactions
+// ([Engine.Mutate]) to the rules built on it; [Host] keeps the engines of
+// one relay's data directory. The package knows nothing about gRPC, HTTP or
+// protobuf. Callers hand it a resolved [User] (or nil for GM-level access
+// with no permission checks) and plain Go values. Package world/embedded
+// turns an engine into a world offering every capability, with the
+// fifth-edition rules (world/dnd5e), encounters (world/combat), the event
+// hub (world/events), the file area (world/files) and scripts
+// (world/script).
 package world
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Role is a tabletop user's role. The numbers are the tabletop's own.
 type Role int
@@ -230,43 +244,4 @@ type Options struct {
 	// Limits bound the size and shape of what the world stores; the zero
 	// value takes the defaults.
 	Limits Limits
-}
-
-// World is one tabletop world. Every method is safe for concurrent use.
-// A nil *User argument means GM-level access with no permission checks.
-// Errors are typed (see errors.go) and their messages are meant for callers.
-type World interface {
-	Info() Info
-
-	// ResolveUser finds a user by id, then by case-insensitive name. An
-	// unknown user is ErrInvalid with the text `User not found: <idOrName>`.
-	ResolveUser(ctx context.Context, idOrName string) (*User, error)
-	// Users lists the world's users.
-	Users(ctx context.Context) ([]User, error)
-	// Can reports whether the user holds a world permission (nil user: yes).
-	Can(user *User, permission string) bool
-
-	Get(ctx context.Context, user *User, uuid string) (Document, error)
-	// GetJSON is Get serialised as JSON; the bytes are shared and must not
-	// be changed.
-	GetJSON(ctx context.Context, user *User, uuid string) ([]byte, error)
-	Update(ctx context.Context, user *User, uuid string, data Document) (Document, error)
-	// UpdateJSON is Update with the result serialised as GetJSON would;
-	// the bytes are shared and must not be changed.
-	UpdateJSON(ctx context.Context, user *User, uuid string, data Document) ([]byte, error)
-	Create(ctx context.Context, user *User, p CreateParams) (Document, error)
-	Delete(ctx context.Context, user *User, uuid string) error
-	Search(ctx context.Context, user *User, p SearchParams) ([]Document, error)
-	Structure(ctx context.Context, user *User, p StructureParams) (Document, error)
-	Give(ctx context.Context, user *User, p GiveParams) (GiveResult, error)
-	Remove(ctx context.Context, user *User, p RemoveParams) (RemoveResult, error)
-	ModifyAttribute(ctx context.Context, user *User, uuid, attribute string, delta float64) (AttributeChange, error)
-	Kill(ctx context.Context, user *User, uuid string) (KillResult, error)
-	CreateFolder(ctx context.Context, user *User, p FolderParams) (Document, error)
-	DeleteFolder(ctx context.Context, user *User, folderID string, deleteAll bool) (FolderDeletion, error)
-	Select(ctx context.Context, user *User, p SelectParams) ([]string, error)
-	Selected(ctx context.Context, user *User) ([]SelectedToken, error)
-
-	// Close flushes and closes the world's store.
-	Close() error
 }

@@ -18,7 +18,7 @@ func deadEffects(effects []any) int {
 	return n
 }
 
-func combatant(t *testing.T, w World, id string) Document {
+func combatant(t *testing.T, w Documents, id string) Document {
 	t.Helper()
 	return mustGet(t, w, combatUUID+".Combatant."+id)
 }

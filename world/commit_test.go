@@ -96,7 +96,7 @@ func newJournalWorld(t *testing.T) *journalWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	jw.Engine = w.(*Engine)
+	jw.Engine = w
 	// Set before the first write starts the committer; changed only
 	// through jw.mu afterwards.
 	jw.store.failWrite = func(group []*commitReq) error {
@@ -282,7 +282,7 @@ func reopenAt(t *testing.T, dir string) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return w.(*Engine)
+	return w
 }
 
 // TestReadersSeeOnlyDurableStates: while a commit is being written, readers

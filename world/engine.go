@@ -12,7 +12,8 @@ import (
 )
 
 // Engine is a world held in memory and written through to its SQLite file.
-// It implements [World].
+// It implements [World], [Documents], [DocumentSearch], [Folders] and
+// [Selection] itself; package world/embedded adds the other capabilities.
 //
 // Reads never touch the disk: the engine's state is an immutable snapshot
 // of every document, swapped atomically after each commit, so a reader
@@ -289,3 +290,12 @@ func (s *snapshot) withDocs(tx *Tx, changed []docKey) *snapshot {
 	}
 	return next
 }
+
+// The capabilities the engine offers by itself.
+var (
+	_ World          = (*Engine)(nil)
+	_ Documents      = (*Engine)(nil)
+	_ DocumentSearch = (*Engine)(nil)
+	_ Folders        = (*Engine)(nil)
+	_ Selection      = (*Engine)(nil)
+)

@@ -29,6 +29,9 @@ var (
 	ErrTooLarge = errors.New("too large")
 	// ErrTimeout: the operation ran past its time limit and was stopped.
 	ErrTimeout = errors.New("time-out")
+	// ErrUnimplemented: the world does not offer the operation at all (a
+	// kind of world without that capability, see [Capability]).
+	ErrUnimplemented = errors.New("unimplemented")
 )
 
 // Error is a world error: a kind and a message for the caller.

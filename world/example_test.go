@@ -22,14 +22,12 @@ func ExampleEngine_Mutate() {
 		},
 	})
 	defer host.Close()
-	w, _ := host.Create(context.Background(), "example", world.Seed{
+	engine, _ := host.Create(context.Background(), "example", world.Seed{
 		Actors: []world.Document{
 			{"_id": "Alice00000000001", "name": "Alice", "system": world.Document{"currency": world.Document{"gp": 10}}},
 			{"_id": "Bob0000000000001", "name": "Bob", "system": world.Document{"currency": world.Document{"gp": 0}}},
 		},
 	})
-	engine := w.(*world.Engine)
-
 	pay := func(ctx context.Context, from, to string, gp float64) error {
 		return engine.Mutate(ctx, func(tx *world.Tx) error {
 			payer, err := tx.Get(from) // a private copy

@@ -172,7 +172,7 @@ func newTestWorldAt(t testing.TB, dir string, seed Seed) *testWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return &testWorld{Engine: w.(*Engine), host: h, dir: dir, log: log}
+	return &testWorld{Engine: w, host: h, dir: dir, log: log}
 }
 
 // reopen closes the host and opens the world again from disk.
@@ -194,7 +194,7 @@ func (tw *testWorld) user(t *testing.T, idOrName string) *User {
 }
 
 // mustGet reads a document with GM rights.
-func mustGet(t *testing.T, w World, uuid string) Document {
+func mustGet(t *testing.T, w Documents, uuid string) Document {
 	t.Helper()
 	d, err := w.Get(context.Background(), nil, uuid)
 	if err != nil {

@@ -94,10 +94,11 @@ func (h *Host) Watch(fn func(clientID string, changes []Change)) {
 	h.watchers.Store(&list)
 }
 
-// World returns the world with the given client id, opening it on first
-// use; concurrent callers share one opening. An unknown world is
+// World returns the engine of the world with the given client id, opening
+// it on first use; concurrent callers share one opening, and every call
+// returns the same engine while it stays open. An unknown world is
 // ErrNotFound `Unknown world: <clientId>`.
-func (h *Host) World(ctx context.Context, clientID string) (World, error) {
+func (h *Host) World(ctx context.Context, clientID string) (*Engine, error) {
 	if !clientIDPattern.MatchString(clientID) {
 		return nil, errUnknownWorld(clientID)
 	}
@@ -179,7 +180,7 @@ func (h *Host) open(ctx context.Context, clientID string, w *hostWorld) (*Engine
 // directory of its own and moved into place only once its database holds
 // the whole seed, so a failed or interrupted creation leaves no world
 // behind.
-func (h *Host) Create(ctx context.Context, clientID string, seed Seed) (World, error) {
+func (h *Host) Create(ctx context.Context, clientID string, seed Seed) (*Engine, error) {
 	if !clientIDPattern.MatchString(clientID) {
 		return nil, Errorf(ErrInvalid, "Invalid world id '%s': use 1 to 64 letters, digits, '_' or '-', starting with a letter or digit", clientID)
 	}

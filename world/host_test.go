@@ -57,7 +57,7 @@ func TestHostCreateAndOpen(t *testing.T) {
 	}
 	defer h2.Close()
 	var wg sync.WaitGroup
-	worlds := make([]World, 8)
+	worlds := make([]*Engine, 8)
 	for i := range worlds {
 		wg.Go(func() {
 			w, err := h2.World(ctx, "gamma")

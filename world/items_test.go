@@ -6,7 +6,7 @@ import (
 )
 
 // itemNamed finds an actor's item by name.
-func itemNamed(t *testing.T, w World, actorUUID, name string) Document {
+func itemNamed(t *testing.T, w Documents, actorUUID, name string) Document {
 	t.Helper()
 	for _, d := range mustGet(t, w, actorUUID)["items"].([]any) {
 		if item := d.(Document); item["name"] == name {

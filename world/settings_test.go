@@ -42,7 +42,7 @@ func TestSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.(*Engine).Setting("dnd5e.initiativeDexTiebreaker") != true {
+	if w.Setting("dnd5e.initiativeDexTiebreaker") != true {
 		t.Fatal("the seed's setting is missing")
 	}
 }

@@ -89,11 +89,11 @@ func BenchmarkRESTUpdate(b *testing.B) {
 	})
 }
 
-// BenchmarkGRPCGet is GetDocument over the relay's in-memory gRPC connection
+// BenchmarkGRPCGet is GetDocument over the relay's in-process connection
 // (what the gateway uses), without HTTP.
 func BenchmarkGRPCGet(b *testing.B) {
 	r, key := benchRelay(b)
-	client := relayv1.NewDocumentServiceClient(r.conn)
+	client := relayv1.NewDocumentServiceClient(r.grpc.Local)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
 	b.SetParallelism(8)
 	b.ResetTimer()

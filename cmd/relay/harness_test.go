@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "relay/gen/go/relay/v1"
@@ -41,6 +43,9 @@ type testRelay struct {
 	base     string
 	adminKey string
 	client   *http.Client
+	// conn is a gRPC client of the relay's port, as external gRPC callers
+	// use it (h2c).
+	conn *grpc.ClientConn
 }
 
 // startTestRelay starts a relay; it is stopped when the test ends.
@@ -73,14 +78,19 @@ func startTestRelay(t *testing.T, mutate ...func(*serveConfig)) *testRelay {
 	if err != nil {
 		t.Fatalf("start relay: %v", err)
 	}
+	conn, err := grpc.NewClient(r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial relay: %v", err)
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		_ = conn.Close()
 		if err := r.close(ctx); err != nil {
 			t.Errorf("close relay: %v", err)
 		}
 	})
-	return &testRelay{relay: r, t: t, dataDir: cfg.dataDir, base: "http://" + r.addr, adminKey: r.adminKey, client: &http.Client{Timeout: 10 * time.Second}}
+	return &testRelay{relay: r, t: t, dataDir: cfg.dataDir, base: "http://" + r.addr, adminKey: r.adminKey, client: &http.Client{Timeout: 10 * time.Second}, conn: conn}
 }
 
 // response is a REST answer.

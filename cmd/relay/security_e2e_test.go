@@ -97,7 +97,7 @@ func worldDigest(t *testing.T, tr *testRelay) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = w.(*world.Engine).View(ctx, func(v *world.View) error {
+		err = w.View(ctx, func(v *world.View) error {
 			for _, typ := range []string{"Actor", "Item", "Scene", "JournalEntry", "Macro", "Folder", "Combat", "User", "ChatMessage"} {
 				var docs [][]byte
 				v.Each(typ, func(doc world.Document) bool {

@@ -20,11 +20,9 @@ import (
 	"time"
 
 	"golang.org/x/term"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	"relay/connroute"
+	"relay/console"
 	"relay/gateway"
 	"relay/link"
 	"relay/netlimit"
@@ -33,6 +31,7 @@ import (
 	"relay/world"
 	"relay/world/demo"
 	"relay/world/dice"
+	"relay/world/embedded"
 	"relay/world/events"
 	"relay/world/files"
 	"relay/world/script"
@@ -101,6 +100,11 @@ type serveConfig struct {
 	linkMaxMessageBytes int64
 	linkMaxPending      int
 	pairRateLimit       int
+	// In a browser: the origins whose pages may call the API (a comma-
+	// separated list, see gateway.ParseCORSOrigins) and whether the web
+	// console is served at /console.
+	corsOrigins string
+	console     bool
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -145,6 +149,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.linkMaxMessageBytes, "link-max-message-bytes", int64(envInt("RELAY_LINK_MAX_MESSAGE_BYTES", link.DefaultMaxMessageBytes)), "largest message a linked world may send, in `bytes` (a downloaded file arrives as one message, in base64); a larger one closes its socket with 1009 (RELAY_LINK_MAX_MESSAGE_BYTES)")
 	fs.IntVar(&c.linkMaxPending, "link-max-pending", envInt("RELAY_LINK_MAX_PENDING", link.DefaultMaxPending), "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
 	fs.IntVar(&c.pairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", defaultPairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
+	fs.StringVar(&c.corsOrigins, "cors-origins", envOr("RELAY_CORS_ORIGINS", ""), "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
+	fs.BoolVar(&c.console, "console", envBool("RELAY_CONSOLE", true), "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -191,6 +197,9 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-document-bytes must be at least %d", minDocumentBytes)
 	case c.maxJSONDepth < minJSONDepth:
 		return fmt.Errorf("--max-json-depth must be at least %d", minJSONDepth)
+	}
+	if _, err := gateway.ParseCORSOrigins(c.corsOrigins); err != nil {
+		return fmt.Errorf("--cors-origins: %w", err)
 	}
 	return nil
 }
@@ -254,8 +263,6 @@ type relay struct {
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
-	conn     *grpc.ClientConn
-	inner    *bufconn.Listener
 	keys     *keys.Store
 	worlds   *world.Host
 	hub      *events.Hub
@@ -335,6 +342,16 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if cfg.diceSeed != 0 {
 		rolls = dice.NewSeeded(cfg.diceSeed)
 	}
+	// The services reach the worlds through the registry of the embedded
+	// worlds: the engines of the data directory with the rules, the event
+	// hub, the file areas and the script pool applied to them.
+	worlds := embedded.NewRegistry(r.worlds, embedded.Options{
+		// Each world's file area is <data>/worlds/<clientId>/files.
+		DataDir: cfg.dataDir,
+		Hub:     r.hub,
+		Dice:    rolls,
+		Scripts: r.scripts,
+	})
 	// Failed authentications count against an address the same whether
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.authFailureLimit, 0, nil)
@@ -364,7 +381,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          keyStore,
-		Worlds:        r.worlds,
+		Worlds:        worlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -372,13 +389,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.maxBodyBytes),
-		Scripts:         r.scripts,
-		// Each world's file area is <data>/worlds/<clientId>/files.
-		DataDir:        cfg.dataDir,
-		MaxUploadBytes: cfg.maxUploadBytes,
-		RateLimit:      server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
-		AuthFailures:   authFailures,
-		Dice:           rolls,
+		MaxUploadBytes:  cfg.maxUploadBytes,
+		RateLimit:       server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		AuthFailures:    authFailures,
 		// The network gRPC transport's share of the slow and idle client
 		// limits; the connection caps and the write stall guard apply to
 		// its connections through the listener.
@@ -387,7 +400,6 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		RecvTimeout:      cfg.bodyReadTimeout,
 		RecvMinRate:      cfg.bodyMinRate,
 		Events: server.EventsConfig{
-			Hub:                r.hub,
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
 			QueueSize:          cfg.eventQueueSize,
@@ -395,26 +407,28 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}); err != nil {
 		return fail(err)
 	}
-	// The gateway makes unary calls through the server's in-process
-	// connection and opens streams through an in-memory listener: either
-	// way REST calls pass the same interceptors as gRPC calls, without a
-	// network hop.
-	r.inner = bufconn.Listen(1 << 20)
-	go func() { _ = r.grpc.ServeInProcess(r.inner) }()
-	r.conn, err = grpc.NewClient("passthrough:///relay-inner",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.inner.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-	)
+	corsOrigins, err := gateway.ParseCORSOrigins(cfg.corsOrigins)
 	if err != nil {
-		return fail(fmt.Errorf("dial in-process gRPC server: %w", err))
+		return fail(fmt.Errorf("--cors-origins: %w", err))
 	}
-	rest, err := gateway.New(ctx, r.conn, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
-		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, EventFeeds: eventFeeds{}, Unary: r.grpc.Local, SpoolDir: spoolDir,
+	// The gateway calls the services through the server's in-process
+	// connection, unary calls and streams alike: REST calls pass the same
+	// interceptors as gRPC calls, without a network hop.
+	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{CORSOrigins: corsOrigins, NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
 		}})
 	if err != nil {
 		return fail(err)
+	}
+
+	// The web console's static files sit beside the API, outside its
+	// admission: they hold nothing, and every call the console makes is an
+	// API call like any other.
+	web := rest
+	if cfg.console {
+		web = console.Handler(rest)
 	}
 
 	ln, err := net.Listen("tcp", cfg.listen)
@@ -454,7 +468,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.router = connroute.New(r.conns, routeCfg)
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, rest))),
+		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -467,7 +481,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir)
+	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
 }
 
@@ -548,9 +562,6 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)
-	}
-	if r.conn != nil {
-		errs = append(errs, r.conn.Close())
 	}
 	if r.scripts != nil {
 		errs = append(errs, r.scripts.Close())

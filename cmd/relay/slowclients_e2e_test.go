@@ -766,7 +766,7 @@ func TestStalledReaders(t *testing.T) {
 			go func() {
 				defer close(done)
 				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-				docs := relayv1.NewDocumentServiceClient(tr.conn)
+				docs := relayv1.NewDocumentServiceClient(tr.grpc.Local)
 				name := strings.Repeat("A long name that fills the stream's buffers. ", 200)
 				for i := 0; ; i++ {
 					select {

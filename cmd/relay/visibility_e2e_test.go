@@ -203,7 +203,7 @@ func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = w.(*world.Engine).View(context.Background(), func(v *world.View) error {
+		err = w.View(context.Background(), func(v *world.View) error {
 			v.Each("ChatMessage", func(doc world.Document) bool {
 				if sp, _ := doc["speaker"].(map[string]any); sp != nil && "Actor."+sp["actor"].(string) == actor {
 					found = "ChatMessage." + doc["_id"].(string)

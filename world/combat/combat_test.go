@@ -53,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.eng = w.(*world.Engine)
+	f.eng = w
 	f.takeChanges()
 	return f
 }

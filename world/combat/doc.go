@@ -1,5 +1,7 @@
 // Package combat manages encounters: `Combat` documents with their embedded
-// `combatants`, kept by the world engine like any other document.
+// `combatants`, kept by the world engine like any other document. It works
+// on the engine itself; package world/embedded applies it to the relay's
+// own worlds as their [world.Encounters], and its types are the world's.
 //
 // Every operation runs in one world transaction ([world.Engine.Mutate]), so
 // an encounter changes completely or not at all, and every change reaches

@@ -15,8 +15,8 @@ import (
 // p.Selected the selected tokens not yet in the encounter are added too.
 // With p.RollInitiative the added combatants roll initiative. The current
 // combatant keeps its turn.
-func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	return editMembers(ctx, w, user, p, func(tx *world.Tx, v *world.View, _ string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
+func (m *Manager) Add(ctx context.Context, eng *world.Engine, user *world.User, p MembersParams) (MembersResult, error) {
+	return editMembers(ctx, eng, user, p, func(tx *world.Tx, v *world.View, _ string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		var added []any
 		try := func(given, tokenUUID string, token world.Document, quiet bool) {
 			// A combatant hidden from the user is, for them, not
@@ -57,7 +57,7 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 			return list, false
 		}
 		if p.RollInitiative {
-			m.roll(w, v, added, func(world.Document) bool { return true })
+			m.roll(eng, v, added, func(world.Document) bool { return true })
 		}
 		return list, true
 	})
@@ -71,8 +71,8 @@ func (m *Manager) Add(ctx context.Context, w world.World, user *world.User, p Me
 // removed is reported in Failed. With p.Selected the combatants of the
 // selected tokens go too. The current combatant keeps its turn; when it is
 // removed, the next one takes it.
-func (m *Manager) Remove(ctx context.Context, w world.World, user *world.User, p MembersParams) (MembersResult, error) {
-	return editMembers(ctx, w, user, p, func(_ *world.Tx, v *world.View, uuid string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
+func (m *Manager) Remove(ctx context.Context, eng *world.Engine, user *world.User, p MembersParams) (MembersResult, error) {
+	return editMembers(ctx, eng, user, p, func(_ *world.Tx, v *world.View, uuid string, list []any, selected []world.SelectedToken, res *MembersResult) ([]any, bool) {
 		removed := 0
 		drop := func(given string, match func(c world.Document) bool, quiet bool) {
 			// Only the combatants the user sees can match: a hidden
@@ -122,11 +122,7 @@ type membersEdit func(tx *world.Tx, v *world.View, combatUUID string, list []any
 // must observe the encounter (its combatants are its data): one named by id
 // that they see less is a permission error (as a single read), and the
 // active encounter is not found when they cannot see it.
-func editMembers(ctx context.Context, w world.World, user *world.User, p MembersParams, edit membersEdit) (MembersResult, error) {
-	eng, err := engineOf(w)
-	if err != nil {
-		return MembersResult{}, err
-	}
+func editMembers(ctx context.Context, eng *world.Engine, user *world.User, p MembersParams, edit membersEdit) (MembersResult, error) {
 	selected, err := selection(ctx, eng, p.Selected)
 	if err != nil {
 		return MembersResult{}, err

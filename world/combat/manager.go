@@ -11,9 +11,8 @@ import (
 // Dice rolls one die: a whole number from 1 to faces.
 type Dice func(faces int) int
 
-// Manager runs the encounter operations of any world held by a
-// [world.Engine]. It keeps no state of its own beyond its dice, so one
-// Manager serves every world.
+// Manager runs the encounter operations on world engines. It keeps no
+// state of its own beyond its dice, so one Manager serves every world.
 type Manager struct {
 	dice Dice
 }
@@ -34,16 +33,6 @@ const (
 	combatantsField = "combatants"
 	defaultName     = "New Encounter"
 )
-
-// engineOf returns the engine behind a world: encounters need its
-// transactions.
-func engineOf(w world.World) (*world.Engine, error) {
-	eng, ok := w.(*world.Engine)
-	if !ok {
-		return nil, world.Errorf(world.ErrUnavailable, "Encounters are not available for world %s", w.Info().ClientID)
-	}
-	return eng, nil
-}
 
 // requireGM fails unless user is a GM, in the tabletop module's words.
 func requireGM(user *world.User, operation string) error {

@@ -27,7 +27,7 @@ var gmActions = map[Action]string{
 //
 // An encounter not started yet (round 0) starts at round 1 on a forward
 // move.
-func (m *Manager) Navigate(ctx context.Context, w world.World, user *world.User, id string, action Action) (Position, error) {
+func (m *Manager) Navigate(ctx context.Context, eng *world.Engine, user *world.User, id string, action Action) (Position, error) {
 	gmAction, ok := gmActions[action]
 	if !ok {
 		return Position{}, world.Errorf(world.ErrInvalid, "Unknown encounter action: %s", action)
@@ -35,12 +35,8 @@ func (m *Manager) Navigate(ctx context.Context, w world.World, user *world.User,
 	if err := requireGM(user, gmAction); err != nil {
 		return Position{}, err
 	}
-	eng, err := engineOf(w)
-	if err != nil {
-		return Position{}, err
-	}
 	var pos Position
-	err = eng.Mutate(ctx, func(tx *world.Tx) error {
+	err := eng.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, combat, err := findCombat(v, id)
 		if err != nil {

@@ -157,11 +157,8 @@ const dexTiebreaker = "dnd5e.initiativeDexTiebreaker"
 // choose selects: a d20 plus their initiative bonus, plus, with the world
 // setting dexTiebreaker, a hundredth of their dexterity score (the
 // system's tiebreaker, `@abilities.dex.value / 100`).
-func (m *Manager) roll(w world.World, v *world.View, list []any, choose func(c world.Document) bool) {
-	tiebreak := false
-	if eng, err := engineOf(w); err == nil {
-		tiebreak = eng.Setting(dexTiebreaker) == true
-	}
+func (m *Manager) roll(eng *world.Engine, v *world.View, list []any, choose func(c world.Document) bool) {
+	tiebreak := eng.Setting(dexTiebreaker) == true
 	for _, d := range list {
 		c := d.(map[string]any)
 		if c["initiative"] != nil || !choose(c) {

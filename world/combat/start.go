@@ -10,15 +10,14 @@ import (
 // stop being active), adds its combatants, rolls the initiative asked for
 // and starts it at round 1 with the first combatant able to act. GM only.
 // A token uuid that cannot be resolved fails the whole start.
-func (m *Manager) Start(ctx context.Context, w world.World, user *world.User, p StartParams) (Encounter, error) {
+func (m *Manager) Start(ctx context.Context, eng *world.Engine, user *world.User, p StartParams) (Encounter, error) {
 	if err := requireGM(user, "start encounters"); err != nil {
 		return Encounter{}, err
 	}
-	eng, err := engineOf(w)
-	if err != nil {
-		return Encounter{}, err
-	}
-	var selected []world.SelectedToken
+	var (
+		selected []world.SelectedToken
+		err      error
+	)
 	if p.WithSelected {
 		// The selection is the world's; the caller is a GM, so read it
 		// with GM-level access.
@@ -69,7 +68,7 @@ func (m *Manager) Start(ctx context.Context, w world.World, user *world.User, p 
 			}
 		}
 		if p.RollAll || p.RollNPC {
-			m.roll(w, v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
+			m.roll(eng, v, list, func(c world.Document) bool { return p.RollAll || !hasPlayerOwner(v, c) })
 		}
 		for _, uuid := range combatUUIDs(v, func(doc world.Document) bool { return doc["active"] == true }) {
 			if _, err := tx.Update(uuid, world.Document{"active": false}); err != nil {
@@ -107,16 +106,12 @@ func (m *Manager) Start(ctx context.Context, w world.World, user *world.User, p 
 
 // End deletes an encounter (the active one when id is empty) and returns
 // its id. GM only.
-func (m *Manager) End(ctx context.Context, w world.World, user *world.User, id string) (string, error) {
+func (m *Manager) End(ctx context.Context, eng *world.Engine, user *world.User, id string) (string, error) {
 	if err := requireGM(user, "end encounters"); err != nil {
 		return "", err
 	}
-	eng, err := engineOf(w)
-	if err != nil {
-		return "", err
-	}
 	var ended string
-	err = eng.Mutate(ctx, func(tx *world.Tx) error {
+	err := eng.Mutate(ctx, func(tx *world.Tx) error {
 		uuid, combat, err := findCombat(tx.View(), id)
 		if err != nil {
 			return err

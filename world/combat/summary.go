@@ -14,13 +14,9 @@ import (
 // out, one they see LIMITED shows only its id and name), and a non-GM
 // user sees a hidden combatant only when they own its actor; Turn still
 // indexes the full initiative order.
-func (m *Manager) List(ctx context.Context, w world.World, user *world.User) ([]Encounter, error) {
-	eng, err := engineOf(w)
-	if err != nil {
-		return nil, err
-	}
+func (m *Manager) List(ctx context.Context, eng *world.Engine, user *world.User) ([]Encounter, error) {
 	out := []Encounter{}
-	err = eng.View(ctx, func(v *world.View) error {
+	err := eng.View(ctx, func(v *world.View) error {
 		var docs []world.Document
 		v.Each(combatName, func(doc world.Document) bool {
 			docs = append(docs, doc)

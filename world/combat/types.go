@@ -1,90 +1,33 @@
 package combat
 
-// Combatant is one participant of an encounter, as callers see it.
-type Combatant struct {
-	ID        string
-	Name      string
-	TokenUUID string // empty when the combatant has no token
-	ActorUUID string // empty when the combatant has no actor
-	Img       string
-	// Initiative is nil until it was rolled or set.
-	Initiative *float64
-	Hidden     bool
-	Defeated   bool
-}
+import "relay/world"
 
-// Encounter summarises one encounter.
-type Encounter struct {
-	ID      string
-	Name    string
-	Round   int
-	Turn    int
-	Current bool // the world's active encounter
-	Started bool
-	// Combatants are in initiative order; Turn indexes this list.
-	Combatants []Combatant
-}
-
-// StartParams describes a new encounter. Combatants come from TokenUUIDs
-// (tokens, or actors standing for their token on the active scene), then
-// from the player-owned tokens of the active scene (WithPlayers), then from
-// the selected tokens (WithSelected); a token is added once.
-type StartParams struct {
-	Name         string // "New Encounter" when empty
-	TokenUUIDs   []string
-	WithSelected bool
-	WithPlayers  bool
-	RollNPC      bool // roll initiative for combatants without a player owner
-	RollAll      bool // roll initiative for every combatant
-}
-
-// Action names a turn or round move, with the names of the tabletop module's
-// responses.
-type Action string
+// The encounter types are the world's (the vocabulary every kind of world
+// shares, see [world.Encounters]); the names below let this package read in
+// its own words.
+type (
+	// Combatant is one participant of an encounter, as callers see it.
+	Combatant = world.Combatant
+	// Encounter summarises one encounter.
+	Encounter = world.Encounter
+	// StartParams describes a new encounter.
+	StartParams = world.StartEncounterParams
+	// Action names a turn or round move.
+	Action = world.EncounterAction
+	// Position reports an encounter after a turn or round move.
+	Position = world.EncounterPosition
+	// MembersParams names what to add to or remove from an encounter.
+	MembersParams = world.EncounterMembersParams
+	// Failed is a uuid that could not be handled, with the reason.
+	Failed = world.FailedUUID
+	// MembersResult reports an add or a remove.
+	MembersResult = world.EncounterMembersResult
+)
 
 // The navigation actions.
 const (
-	NextTurn      Action = "nextTurn"
-	NextRound     Action = "nextRound"
-	PreviousTurn  Action = "previousTurn"
-	PreviousRound Action = "previousRound"
+	NextTurn      = world.NextTurn
+	NextRound     = world.NextRound
+	PreviousTurn  = world.PreviousTurn
+	PreviousRound = world.PreviousRound
 )
-
-// Position reports an encounter after a turn or round move.
-type Position struct {
-	EncounterID string
-	Action      Action
-	Round       int
-	Turn        int
-	// ActorUUID and TokenUUID are the current combatant's; empty when the
-	// encounter has no combatant.
-	ActorUUID string
-	TokenUUID string
-	Encounter Encounter
-}
-
-// MembersParams names what to add to or remove from an encounter: token or
-// actor uuids (an actor stands for its token on the active scene when
-// adding, and for all its combatants when removing), and the selected tokens
-// when Selected is set.
-type MembersParams struct {
-	EncounterID string // the active encounter when empty
-	UUIDs       []string
-	Selected    bool
-	// RollInitiative rolls for what was added (adding only).
-	RollInitiative bool
-}
-
-// Failed is a uuid that could not be handled, with the reason.
-type Failed struct {
-	UUID   string
-	Reason string
-}
-
-// MembersResult reports an add or a remove.
-type MembersResult struct {
-	EncounterID string
-	// Done lists the uuids added (or removed), in the order given.
-	Done   []string
-	Failed []Failed
-}

@@ -11,37 +11,6 @@ import (
 	"relay/world/dice"
 )
 
-// CheckParams are the parameters of a skill check, an ability check or a
-// saving throw.
-type CheckParams struct {
-	ActorUUID string
-	// Skill is the skill's abbreviation (skill checks only).
-	Skill string
-	// Ability is the ability's abbreviation (ability checks and saves).
-	Ability      string
-	Advantage    bool
-	Disadvantage bool
-	// Bonus is an extra formula added to the roll (`1d4`, `+2`).
-	Bonus string
-	// ChatMessage posts the roll to chat.
-	ChatMessage bool
-}
-
-// RollResult is a d20 roll of an actor.
-type RollResult struct {
-	ActorUUID string
-	// Total is the roll's total, rounded down to a whole number.
-	Total int
-	// Formula is the formula as evaluated (`1d20 + 4 + 3`).
-	Formula string
-	// Result shows the terms' values (`14 + 4 + 3`).
-	Result string
-	// Roll is the full roll, with its dice.
-	Roll dice.Result
-	// Mode is the roll's mode and its sources.
-	Mode RollMode
-}
-
 // validSkills lists the skills in an error message.
 var validSkills = strings.Join(skillKeys, ", ")
 
@@ -84,14 +53,14 @@ func checkBonus(bonus string) error {
 // SkillCheck rolls a skill check: d20 (2d20kh with advantage, 2d20kl with
 // disadvantage) + the ability modifier + the skill's proficiency (0, half
 // rounded down, full or double) + the actor's check bonuses + Bonus.
-func (r *Rules) SkillCheck(ctx context.Context, w world.World, user *world.User, p CheckParams) (RollResult, error) {
+func (r *Rules) SkillCheck(ctx context.Context, e *world.Engine, user *world.User, p CheckParams) (RollResult, error) {
 	if p.ActorUUID == "" {
 		return RollResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if err := checkSkill(p.Skill); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, w, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
 		s := a.skill(p.Skill)
 		parts := []string{strconv.Itoa(s.mod)}
 		if s.profBonus != 0 {
@@ -104,14 +73,14 @@ func (r *Rules) SkillCheck(ctx context.Context, w world.World, user *world.User,
 
 // AbilitySave rolls a saving throw: d20 + modifier + proficiency when
 // proficient + save bonuses + Bonus.
-func (r *Rules) AbilitySave(ctx context.Context, w world.World, user *world.User, p CheckParams) (RollResult, error) {
+func (r *Rules) AbilitySave(ctx context.Context, e *world.Engine, user *world.User, p CheckParams) (RollResult, error) {
 	if p.ActorUUID == "" {
 		return RollResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if err := checkAbility(p.Ability); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, w, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
 		return saveParts(a, p.Ability), rollSpec{kind: rollSave, ability: p.Ability}, abilityLabel(p.Ability) + " Saving Throw",
 			map[string]any{"type": "save", "abilityId": p.Ability}
 	})
@@ -119,14 +88,14 @@ func (r *Rules) AbilitySave(ctx context.Context, w world.World, user *world.User
 
 // AbilityCheck rolls a raw ability check: d20 + modifier (+ half
 // proficiency with Jack of All Trades) + check bonuses + Bonus.
-func (r *Rules) AbilityCheck(ctx context.Context, w world.World, user *world.User, p CheckParams) (RollResult, error) {
+func (r *Rules) AbilityCheck(ctx context.Context, e *world.Engine, user *world.User, p CheckParams) (RollResult, error) {
 	if p.ActorUUID == "" {
 		return RollResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if err := checkAbility(p.Ability); err != nil {
 		return RollResult{}, err
 	}
-	return r.d20Read(ctx, w, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
+	return r.d20Read(ctx, e, user, p, func(a *actor) ([]string, rollSpec, string, map[string]any) {
 		parts := []string{strconv.Itoa(a.mods[p.Ability])}
 		if a.jackOfAllTrades() {
 			if half := a.profContribution(0.5); half != 0 {
@@ -154,13 +123,9 @@ func saveParts(a *actor, ability string) []string {
 // d20Read runs a check that needs OBSERVER on the actor (its result shows
 // the actor's modifiers, which LIMITED does not): it reads,
 // rolls, and writes nothing but the chat message (in one transaction).
-func (r *Rules) d20Read(ctx context.Context, w world.World, user *world.User, p CheckParams,
+func (r *Rules) d20Read(ctx context.Context, e *world.Engine, user *world.User, p CheckParams,
 	build func(*actor) (parts []string, spec rollSpec, flavor string, flags map[string]any)) (RollResult, error) {
 	if err := checkBonus(p.Bonus); err != nil {
-		return RollResult{}, err
-	}
-	e, err := engine(w)
-	if err != nil {
 		return RollResult{}, err
 	}
 	var by string
@@ -193,6 +158,7 @@ func (r *Rules) d20Read(ctx context.Context, w world.World, user *world.User, p 
 		modeFlags(flags, mode)
 		return post(tx, message{author: by, actor: a, flavor: flavor, class: "D20Roll", rolls: []dice.Result{roll}, flags: map[string]any{"roll": flags}})
 	}
+	var err error
 	if p.ChatMessage {
 		err = e.Mutate(ctx, func(tx *world.Tx) error { return roll(tx.View(), tx) })
 	} else {
@@ -208,7 +174,7 @@ func (r *Rules) d20Read(ctx context.Context, w world.World, user *world.User, p 
 
 // d20 rolls a d20 test in a mode with the given terms and an extra bonus.
 func (r *Rules) d20(a *actor, mode RollMode, parts []string, bonus string) (dice.Result, error) {
-	terms := append([]string{dice.Check(mode.sign() > 0, mode.sign() < 0)}, parts...)
+	terms := append([]string{dice.Check(sign(mode) > 0, sign(mode) < 0)}, parts...)
 	if strings.TrimSpace(bonus) != "" {
 		terms = append(terms, bonus)
 	}
@@ -232,8 +198,8 @@ func withMode(flags map[string]any, mode RollMode) map[string]any {
 
 // modeFlags records a roll's mode in its chat message's roll flags.
 func modeFlags(flags map[string]any, mode RollMode) {
-	flags["advantage"], flags["disadvantage"] = mode.sign() > 0, mode.sign() < 0
-	flags["advantageMode"] = float64(mode.sign())
+	flags["advantage"], flags["disadvantage"] = sign(mode) > 0, sign(mode) < 0
+	flags["advantageMode"] = float64(sign(mode))
 }
 
 // skillLabels and abilityLabels name skills and abilities in chat.

@@ -42,27 +42,12 @@ func isConcentration(eff world.Document) bool {
 	return false
 }
 
-// Concentration is an actor's concentration.
-type Concentration struct {
-	ActorUUID       string
-	IsConcentrating bool
-	// Effect is `{id, uuid, name, icon, statuses, origin}`, nil when not
-	// concentrating.
-	Effect map[string]any
-	// Spell is the name of the spell at the effect's origin, "" when none.
-	Spell string
-}
-
 // GetConcentration tells whether an actor is concentrating and on what.
 // The user needs OBSERVER on the actor; the spell is named only when the
 // user may see the document the effect comes from.
-func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world.User, ref ActorRef) (Concentration, error) {
-	e, err := engine(w)
-	if err != nil {
-		return Concentration{}, err
-	}
+func (r *Rules) GetConcentration(ctx context.Context, e *world.Engine, user *world.User, ref ActorRef) (Concentration, error) {
 	var out Concentration
-	err = e.View(ctx, func(v *world.View) error {
+	err := e.View(ctx, func(v *world.View) error {
 		uuid, doc, err := resolveActor(ctx, e, v, user, ref)
 		if err != nil {
 			return err
@@ -101,13 +86,9 @@ func (r *Rules) GetConcentration(ctx context.Context, w world.World, user *world
 // BreakConcentration ends an actor's concentration by deleting its
 // concentration effect; an actor that is not concentrating is an error.
 // It returns the actor's uuid and the removed effect's id.
-func (r *Rules) BreakConcentration(ctx context.Context, w world.World, user *world.User, ref ActorRef) (string, string, error) {
-	e, err := engine(w)
-	if err != nil {
-		return "", "", err
-	}
+func (r *Rules) BreakConcentration(ctx context.Context, e *world.Engine, user *world.User, ref ActorRef) (string, string, error) {
 	var actorUUID, removed string
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, _, eff, err := ownedConcentratingActor(ctx, e, v, user, ref, "break concentration on")
 		if err != nil {
@@ -117,25 +98,6 @@ func (r *Rules) BreakConcentration(ctx context.Context, w world.World, user *wor
 		return tx.Delete(uuid + ".ActiveEffect." + removed)
 	})
 	return actorUUID, removed, err
-}
-
-// ConcentrationSaveParams are the parameters of a concentration save.
-type ConcentrationSaveParams struct {
-	Actor        ActorRef
-	Damage       float64
-	Advantage    bool
-	Disadvantage bool
-	Bonus        string
-	ChatMessage  bool
-}
-
-// ConcentrationSaveResult is a concentration save.
-type ConcentrationSaveResult struct {
-	RollResult
-	DC         int
-	Maintained bool
-	// RemovedEffectID is the concentration effect removed by a failed save.
-	RemovedEffectID string
 }
 
 // ConcentrationDC is the DC of a concentration save after damage:
@@ -148,15 +110,11 @@ func ConcentrationDC(damage float64) int {
 // constitution saving throw (or the actor's concentration ability) with
 // the save bonuses and the actor's concentration bonus, against
 // [ConcentrationDC]. A failed save removes the concentration effect.
-func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *world.User, p ConcentrationSaveParams) (ConcentrationSaveResult, error) {
+func (r *Rules) ConcentrationSave(ctx context.Context, e *world.Engine, user *world.User, p ConcentrationSaveParams) (ConcentrationSaveResult, error) {
 	if math.IsNaN(p.Damage) || math.IsInf(p.Damage, 0) || p.Damage < 0 {
 		return ConcentrationSaveResult{}, world.Errorf(world.ErrInvalid, "damage must be a number of at least 0")
 	}
 	if err := checkBonus(p.Bonus); err != nil {
-		return ConcentrationSaveResult{}, err
-	}
-	e, err := engine(w)
-	if err != nil {
 		return ConcentrationSaveResult{}, err
 	}
 	var by string
@@ -164,7 +122,7 @@ func (r *Rules) ConcentrationSave(ctx context.Context, w world.World, user *worl
 		by = author(ctx, e, user)
 	}
 	var out ConcentrationSaveResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, eff, err := ownedConcentratingActor(ctx, e, v, user, p.Actor, "roll concentration saves for")
 		if err != nil {

@@ -11,9 +11,6 @@ import (
 // Denominations are the coin denominations, most valuable first.
 var Denominations = []string{"pp", "gp", "ep", "sp", "cp"}
 
-// Currency is an amount of coins by denomination.
-type Currency map[string]int
-
 // balance reads an actor's coins (missing denominations are 0).
 func balance(actor world.Document) Currency {
 	out := Currency{}
@@ -23,30 +20,17 @@ func balance(actor world.Document) Currency {
 	return out
 }
 
-// CurrencyChange reports a change of one denomination.
-type CurrencyChange struct {
-	ActorUUID string
-	Currency  string
-	OldAmount int
-	NewAmount int
-	Balance   Currency
-}
-
 // ModifyCurrency adds amount (negative removes) to one denomination of an
 // actor's coins. Going below zero is refused, not clamped.
-func (r *Rules) ModifyCurrency(ctx context.Context, w world.World, user *world.User, actorUUID, denomination string, amount int) (CurrencyChange, error) {
+func (r *Rules) ModifyCurrency(ctx context.Context, e *world.Engine, user *world.User, actorUUID, denomination string, amount int) (CurrencyChange, error) {
 	if actorUUID == "" {
 		return CurrencyChange{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if !slices.Contains(Denominations, denomination) {
 		return CurrencyChange{}, world.Errorf(world.ErrInvalid, "currency must be one of %s", strings.Join(Denominations, ", "))
 	}
-	e, err := engine(w)
-	if err != nil {
-		return CurrencyChange{}, err
-	}
 	var out CurrencyChange
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := actorByUUID(v, actorUUID)
 		if err != nil {
@@ -71,27 +55,11 @@ func (r *Rules) ModifyCurrency(ctx context.Context, w world.World, user *world.U
 	return out, nil
 }
 
-// TransferParams describe coins moving between actors.
-type TransferParams struct {
-	Source ActorRef
-	Target ActorRef
-	Amount Currency
-}
-
-// TransferResult reports a transfer.
-type TransferResult struct {
-	SourceUUID    string
-	TargetUUID    string
-	Transferred   Currency
-	SourceBalance Currency
-	TargetBalance Currency
-}
-
 // TransferCurrency moves coins from one actor to another in one
 // transaction. Every denomination is checked before anything changes
 // (`Insufficient gp: <name> has X, needs Y`); negative amounts and an empty
 // transfer are refused; the user needs OWNER on both actors.
-func (r *Rules) TransferCurrency(ctx context.Context, w world.World, user *world.User, p TransferParams) (TransferResult, error) {
+func (r *Rules) TransferCurrency(ctx context.Context, e *world.Engine, user *world.User, p TransferParams) (TransferResult, error) {
 	if p.Source.UUID == "" && p.Source.Name == "" {
 		return TransferResult{}, world.Errorf(world.ErrInvalid, "sourceActorUuid or sourceActorName is required")
 	}
@@ -111,12 +79,8 @@ func (r *Rules) TransferCurrency(ctx context.Context, w world.World, user *world
 	if !moving {
 		return TransferResult{}, world.Errorf(world.ErrInvalid, "currency must move at least one coin")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return TransferResult{}, err
-	}
 	var out TransferResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		src, srcDoc, err := resolveActor(ctx, e, v, user, p.Source)
 		if err != nil {
@@ -169,26 +133,15 @@ func (r *Rules) TransferCurrency(ctx context.Context, w world.World, user *world
 	return out, nil
 }
 
-// ExperienceChange reports a change of experience points.
-type ExperienceChange struct {
-	ActorUUID string
-	OldXP     int
-	NewXP     int
-}
-
 // ModifyExperience adds amount (which may be negative) to an actor's
 // experience points; the total never goes below 0, so a larger removal is
 // refused.
-func (r *Rules) ModifyExperience(ctx context.Context, w world.World, user *world.User, ref ActorRef, amount int) (ExperienceChange, error) {
+func (r *Rules) ModifyExperience(ctx context.Context, e *world.Engine, user *world.User, ref ActorRef, amount int) (ExperienceChange, error) {
 	if ref.UUID == "" && !ref.Selected {
 		return ExperienceChange{}, world.Errorf(world.ErrInvalid, "Either actorUuid or selected must be provided")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return ExperienceChange{}, err
-	}
 	var out ExperienceChange
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := resolveActor(ctx, e, v, user, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
 		if err != nil {

@@ -8,47 +8,22 @@ import (
 	"relay/world/dice"
 )
 
-// DeathSaveParams are the parameters of a death save.
-type DeathSaveParams struct {
-	ActorUUID   string
-	Advantage   bool
-	ChatMessage bool
-}
-
-// DeathSaveResult is a death save and the counters after it.
-type DeathSaveResult struct {
-	RollResult
-	Successes int
-	Failures  int
-	// Success tells whether this save succeeded (10 or more).
-	Success bool
-	// Stable is set when this save stabilised the actor: the third success,
-	// or a natural 20 (which also restores 1 hit point).
-	Stable bool
-	// Dead is set at three failures.
-	Dead bool
-}
-
 // DeathSave rolls a death saving throw for an actor at 0 hit points: DC 10,
 // with the actor's save and death save bonuses. A success counts one, a
 // failure one and a natural 1 two failures; counters stop at three. The
 // third success stabilises (both counters back to 0); a natural 20 restores
 // 1 hit point and clears the counters; three failures mean death, after
 // which no more saves are rolled.
-func (r *Rules) DeathSave(ctx context.Context, w world.World, user *world.User, p DeathSaveParams) (DeathSaveResult, error) {
+func (r *Rules) DeathSave(ctx context.Context, e *world.Engine, user *world.User, p DeathSaveParams) (DeathSaveResult, error) {
 	if p.ActorUUID == "" {
 		return DeathSaveResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
-	}
-	e, err := engine(w)
-	if err != nil {
-		return DeathSaveResult{}, err
 	}
 	var by string
 	if p.ChatMessage {
 		by = author(ctx, e, user)
 	}
 	var out DeathSaveResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := actorByUUID(v, p.ActorUUID)
 		if err != nil {

@@ -11,23 +11,6 @@ import (
 	"relay/world/dice"
 )
 
-// Details is what get-actor-details returns: one field per detail asked
-// for, nil for those not asked for.
-type Details struct {
-	UUID          string
-	Resources     any
-	Items         []any
-	Spells        []any
-	SpellSlots    map[string]any
-	Features      []any
-	Stats         map[string]any
-	Abilities     map[string]any
-	Skills        map[string]any
-	Info          map[string]any // the `details` detail
-	Conditions    []any
-	Concentration map[string]any
-}
-
 // itemSourceKeys are the fields of an item's source object in the details.
 var itemSourceKeys = []string{"_id", "name", "type", "img", "system", "effects", "folder", "sort", "ownership", "flags", "_stats"}
 
@@ -36,19 +19,15 @@ var itemSourceKeys = []string{"_id", "name", "type", "img", "system", "effects",
 // `skills`, `details`, `conditions` with `concentration`). Unknown names
 // are ignored; an empty list is an error. The user needs OBSERVER on the
 // actor: LIMITED shows a name and an image, not a sheet.
-func (r *Rules) ActorDetails(ctx context.Context, w world.World, user *world.User, actorUUID string, details []string) (Details, error) {
+func (r *Rules) ActorDetails(ctx context.Context, e *world.Engine, user *world.User, actorUUID string, details []string) (Details, error) {
 	if actorUUID == "" {
 		return Details{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if len(details) == 0 {
 		return Details{}, world.Errorf(world.ErrInvalid, "details array is required and cannot be empty")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return Details{}, err
-	}
 	out := Details{UUID: actorUUID}
-	err = e.View(ctx, func(v *world.View) error {
+	err := e.View(ctx, func(v *world.View) error {
 		uuid, doc, err := actorByUUID(v, actorUUID)
 		if err != nil {
 			return err

@@ -2,7 +2,9 @@
 // the actor's derived data (ability modifiers, proficiency, skills, saves,
 // passives, spell slots) and every `/dnd5e/*` operation, each a read
 // through [world.Engine.View] or one transaction through
-// [world.Engine.Mutate].
+// [world.Engine.Mutate]. It works on the engine itself; package
+// world/embedded applies it to the relay's own worlds as their
+// [world.Dnd5e], and its parameter and result types are the world's.
 //
 // Permissions follow the read rules of a single read (`/get`): an operation
 // that hands out an actor's data (its details, a check's modifiers, its
@@ -39,24 +41,6 @@ func New(src dice.Source) *Rules {
 		src = dice.NewRandom()
 	}
 	return &Rules{dice: src}
-}
-
-// engine returns the world's engine: the rules need transactions, which
-// only a world held in this process offers.
-func engine(w world.World) (*world.Engine, error) {
-	e, ok := w.(*world.Engine)
-	if !ok {
-		return nil, world.Errorf(world.ErrUnavailable, "Ruleset operations need a world held by this relay")
-	}
-	return e, nil
-}
-
-// ActorRef names an actor: by uuid, else by name, else (with Selected) the
-// actor of the first selected token.
-type ActorRef struct {
-	UUID     string
-	Name     string
-	Selected bool
 }
 
 // resolveActor finds an actor in a view for user. A linked token's uuid
@@ -155,12 +139,6 @@ func items(actor world.Document) []world.Document {
 // itemUUID is the uuid of an actor's item.
 func itemUUID(actorUUID string, item world.Document) string {
 	return actorUUID + ".Item." + str(item["_id"])
-}
-
-// ItemRef names an item of an actor by uuid or name.
-type ItemRef struct {
-	UUID string
-	Name string
 }
 
 // findItem finds an item of an actor by uuid (which must be the actor's) or

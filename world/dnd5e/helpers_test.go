@@ -55,7 +55,7 @@ func newFixture(t *testing.T, rolls ...int) *fixture {
 		t.Fatal(err)
 	}
 	seq := dice.NewSequence(rolls...)
-	return &fixture{t: t, e: w.(*world.Engine), rules: New(seq), dice: seq, ctx: context.Background()}
+	return &fixture{t: t, e: w, rules: New(seq), dice: seq, ctx: context.Background()}
 }
 
 // roll replaces the dice with a new sequence.

@@ -6,28 +6,17 @@ import (
 	"relay/world"
 )
 
-// ChargesResult reports a change of an item's charges.
-type ChargesResult struct {
-	ItemUUID   string
-	OldCharges int
-	NewCharges int
-}
-
 // ModifyItemCharges adds amount (negative spends) to an item's charges,
 // clamped to 0..max. An item without limited uses is an error.
-func (r *Rules) ModifyItemCharges(ctx context.Context, w world.World, user *world.User, actorUUID string, item ItemRef, amount int) (ChargesResult, error) {
+func (r *Rules) ModifyItemCharges(ctx context.Context, e *world.Engine, user *world.User, actorUUID string, item ItemRef, amount int) (ChargesResult, error) {
 	if actorUUID == "" {
 		return ChargesResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if item.UUID == "" && item.Name == "" {
 		return ChargesResult{}, world.Errorf(world.ErrInvalid, "itemUuid or itemName is required")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return ChargesResult{}, err
-	}
 	var out ChargesResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := actorByUUID(v, actorUUID)
 		if err != nil {
@@ -66,21 +55,12 @@ func (r *Rules) ModifyItemCharges(ctx context.Context, w world.World, user *worl
 	return out, nil
 }
 
-// ItemToggleResult reports an item equipped or attuned.
-type ItemToggleResult struct {
-	ActorUUID string
-	ItemUUID  string
-	ItemName  string
-	// On is the item's new state: equipped, or attuned.
-	On bool
-}
-
 // equippable are the item types that can be equipped.
 var equippable = []string{"weapon", "equipment", "consumable", "tool", "container", "backpack", "loot"}
 
 // EquipItem equips or unequips an item of an actor.
-func (r *Rules) EquipItem(ctx context.Context, w world.World, user *world.User, actorRef ActorRef, item ItemRef, equipped bool) (ItemToggleResult, error) {
-	return r.toggleItem(ctx, w, user, actorRef, item, func(tx *world.Tx, a *actor, it world.Document) error {
+func (r *Rules) EquipItem(ctx context.Context, e *world.Engine, user *world.User, actorRef ActorRef, item ItemRef, equipped bool) (ItemToggleResult, error) {
+	return r.toggleItem(ctx, e, user, actorRef, item, func(tx *world.Tx, a *actor, it world.Document) error {
 		if !ofType(equippable...)(it) {
 			return world.Errorf(world.ErrFailedPrecondition, "Item '%s' (%s) cannot be equipped", str(it["name"]), str(it["type"]))
 		}
@@ -92,8 +72,8 @@ func (r *Rules) EquipItem(ctx context.Context, w world.World, user *world.User, 
 // AttuneItem attunes to an item or ends the attunement. Only items that
 // need (or allow) attunement can be attuned, and an actor is attuned to at
 // most its attunement maximum (3 unless the actor says otherwise).
-func (r *Rules) AttuneItem(ctx context.Context, w world.World, user *world.User, actorRef ActorRef, item ItemRef, attuned bool) (ItemToggleResult, error) {
-	return r.toggleItem(ctx, w, user, actorRef, item, func(tx *world.Tx, a *actor, it world.Document) error {
+func (r *Rules) AttuneItem(ctx context.Context, e *world.Engine, user *world.User, actorRef ActorRef, item ItemRef, attuned bool) (ItemToggleResult, error) {
+	return r.toggleItem(ctx, e, user, actorRef, item, func(tx *world.Tx, a *actor, it world.Document) error {
 		mode := at(it, "system.attunement")
 		allowed := mode == "required" || mode == "optional" || mode == 1.0 || mode == 2.0
 		if attuned && !allowed {
@@ -117,14 +97,10 @@ func (r *Rules) AttuneItem(ctx context.Context, w world.World, user *world.User,
 }
 
 // toggleItem resolves the actor and item, checks OWNER and applies change.
-func (r *Rules) toggleItem(ctx context.Context, w world.World, user *world.User, actorRef ActorRef, item ItemRef,
+func (r *Rules) toggleItem(ctx context.Context, e *world.Engine, user *world.User, actorRef ActorRef, item ItemRef,
 	change func(*world.Tx, *actor, world.Document) error, on bool) (ItemToggleResult, error) {
-	e, err := engine(w)
-	if err != nil {
-		return ItemToggleResult{}, err
-	}
 	var out ItemToggleResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := resolveActor(ctx, e, v, user, actorRef)
 		if err != nil {

@@ -30,23 +30,8 @@ type rollSpec struct {
 	extra   string
 }
 
-// RollMode is the mode a d20 roll was made with and why: every source of
-// advantage and of disadvantage found, even when they cancel out.
-type RollMode struct {
-	// Mode is `advantage`, `disadvantage` or `normal`.
-	Mode string `json:"mode"`
-	// Advantage and Disadvantage name the sources of each, such as
-	// `requested`, `Exhaustion 3`, `Poisoned`, `Chain Mail`, or the name
-	// of an active effect.
-	Advantage    []string `json:"advantage"`
-	Disadvantage []string `json:"disadvantage"`
-	// Override names what forced the mode regardless of the other
-	// sources (an effect overriding a roll mode), "" when nothing did.
-	Override string `json:"override"`
-}
-
 // sign is the mode as the system's number: 1 advantage, -1 disadvantage.
-func (m RollMode) sign() int {
+func sign(m RollMode) int {
 	switch m.Mode {
 	case "advantage":
 		return 1

@@ -13,45 +13,6 @@ import (
 	"relay/world/dice"
 )
 
-// RestParams are the parameters of a rest.
-type RestParams struct {
-	Actor ActorRef
-	// AutoHD spends hit dice on a short rest, one at a time, while the
-	// hit points stay short of AutoHDThreshold, read two ways: from 0 to 1
-	// a fraction of the maximum (the relay's contract: spend while hit
-	// points are below that share), above 1 a number of missing hit points
-	// (the tabletop's: spend while hit points plus it are at most the
-	// maximum). Nil means the tabletop's default, 3 missing hit points. At
-	// exactly 1 both readings agree: spend while below the maximum.
-	AutoHD          bool
-	AutoHDThreshold *float64
-	// NewDay (long rests) also recovers what recovers daily, at dawn or at
-	// dusk; nil means true.
-	NewDay *bool
-}
-
-// RestResult reports a rest in the system's shape.
-type RestResult struct {
-	ActorUUID string
-	// Type is `short` or `long`.
-	Type string
-	// Deltas are `{hitPoints, hitDice}`.
-	Deltas map[string]any
-	// UpdateData are the actor's changes by dotted path.
-	UpdateData map[string]any
-	// UpdateItems are the items' changes, each with its `_id`.
-	UpdateItems []any
-	NewDay      bool
-	// Rolls are the hit dice and recovery formulas rolled.
-	Rolls []dice.Result
-	// Clone is the actor after the rest, with its uuid. Its values are
-	// shared with the world's stored version and must not be changed.
-	Clone world.Document
-	// DHD and DHP are the change in remaining hit dice and in hit points.
-	DHD, DHP int
-	LongRest bool
-}
-
 // hitDieClass is a class item's hit dice.
 type hitDieClass struct {
 	id     string
@@ -121,7 +82,7 @@ func (s *rest) itemChange(id, path string, value any) {
 // ShortRest takes a short rest: hit dice spent as asked (each rolls its
 // size plus the constitution modifier, at least 0), resources and item
 // uses that recover on a short rest back to full, pact slots restored.
-func (r *Rules) ShortRest(ctx context.Context, w world.World, user *world.User, p RestParams) (RestResult, error) {
+func (r *Rules) ShortRest(ctx context.Context, e *world.Engine, user *world.User, p RestParams) (RestResult, error) {
 	threshold := float64(defaultAutoHDThreshold)
 	if p.AutoHDThreshold != nil {
 		threshold = *p.AutoHDThreshold
@@ -129,7 +90,7 @@ func (r *Rules) ShortRest(ctx context.Context, w world.World, user *world.User, 
 			return RestResult{}, world.Errorf(world.ErrInvalid, "autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 		}
 	}
-	return r.rest(ctx, w, user, p.Actor, "perform a short rest on", func(s *rest) error {
+	return r.rest(ctx, e, user, p.Actor, "perform a short rest on", func(s *rest) error {
 		s.res.Type = "short"
 		if p.AutoHD {
 			if err := s.spendHitDice(threshold); err != nil {
@@ -148,9 +109,9 @@ func (r *Rules) ShortRest(ctx context.Context, w world.World, user *world.User, 
 // every spell slot, hit dice back up to half the total (at least one),
 // resources and item uses that recover on a short or long rest, daily
 // uses when NewDay, and one level of exhaustion less.
-func (r *Rules) LongRest(ctx context.Context, w world.World, user *world.User, p RestParams) (RestResult, error) {
+func (r *Rules) LongRest(ctx context.Context, e *world.Engine, user *world.User, p RestParams) (RestResult, error) {
 	newDay := p.NewDay == nil || *p.NewDay
-	return r.rest(ctx, w, user, p.Actor, "perform a long rest on", func(s *rest) error {
+	return r.rest(ctx, e, user, p.Actor, "perform a long rest on", func(s *rest) error {
 		s.res.Type, s.res.LongRest, s.res.NewDay = "long", true, newDay
 		s.res.UpdateData["system.attributes.hp.value"] = float64(s.a.maxHP())
 		s.res.UpdateData["system.attributes.hp.temp"] = 0.0
@@ -190,17 +151,13 @@ func (r *Rules) LongRest(ctx context.Context, w world.World, user *world.User, p
 }
 
 // rest runs a rest in one transaction.
-func (r *Rules) rest(ctx context.Context, w world.World, user *world.User, ref ActorRef, operation string, take func(*rest) error) (RestResult, error) {
+func (r *Rules) rest(ctx context.Context, e *world.Engine, user *world.User, ref ActorRef, operation string, take func(*rest) error) (RestResult, error) {
 	if ref.UUID == "" && !ref.Selected {
 		return RestResult{}, world.Errorf(world.ErrInvalid, "Either actorUuid or selected must be provided")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return RestResult{}, err
-	}
 	by := author(ctx, e, user)
 	var out RestResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := resolveActor(ctx, e, v, user, ActorRef{UUID: ref.UUID, Selected: ref.Selected})
 		if err != nil {

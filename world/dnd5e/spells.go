@@ -9,14 +9,6 @@ import (
 	"relay/world/dice"
 )
 
-// PrepareResult reports a spell prepared or unprepared.
-type PrepareResult struct {
-	ActorUUID string
-	SpellUUID string
-	SpellName string
-	Prepared  bool
-}
-
 // spellMethod is how a spell is cast: `spell` (prepared from a class),
 // `always`, `pact`, `innate`, `atwill`, `ritual`... from the current
 // `system.method`/`system.prepared` fields or the older
@@ -113,19 +105,15 @@ func checkPreparedLimit(a *actor, caster world.Document) error {
 // PrepareSpell prepares or unprepares a spell. Only spells of classes that
 // prepare spells can be, never cantrips or always-prepared spells, and no
 // more than the class's limit (see checkPreparedLimit).
-func (r *Rules) PrepareSpell(ctx context.Context, w world.World, user *world.User, actorUUID, spellName string, prepared bool) (PrepareResult, error) {
+func (r *Rules) PrepareSpell(ctx context.Context, e *world.Engine, user *world.User, actorUUID, spellName string, prepared bool) (PrepareResult, error) {
 	if actorUUID == "" {
 		return PrepareResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
 	if spellName == "" {
 		return PrepareResult{}, world.Errorf(world.ErrInvalid, "spellName is required")
 	}
-	e, err := engine(w)
-	if err != nil {
-		return PrepareResult{}, err
-	}
 	var out PrepareResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := actorByUUID(v, actorUUID)
 		if err != nil {

@@ -13,23 +13,8 @@ import (
 	"relay/world/dice"
 )
 
-// UseKind is what a use operation looks for.
-type UseKind int
-
-// The use operations.
-const (
-	// UseAbility uses any item of the actor.
-	UseAbility UseKind = iota
-	// UseFeature uses a feature: feat, class, subclass or background.
-	UseFeature
-	// UseSpell casts a spell.
-	UseSpell
-	// UseItem uses anything that is neither a feature nor a spell.
-	UseItem
-)
-
 // accepts reports whether an item is of the kind.
-func (k UseKind) accepts(it world.Document) bool {
+func accepts(k UseKind, it world.Document) bool {
 	t := str(it["type"])
 	switch k {
 	case UseFeature:
@@ -43,62 +28,8 @@ func (k UseKind) accepts(it world.Document) bool {
 }
 
 // noun names the kind in errors.
-func (k UseKind) noun() string {
+func noun(k UseKind) string {
 	return [...]string{"an ability", "a feature", "a spell", "an item"}[k]
-}
-
-// UseParams are the parameters of a use operation.
-type UseParams struct {
-	Kind       UseKind
-	ActorUUID  string
-	Ability    ItemRef
-	TargetUUID string
-	TargetName string
-	// SlotLevel is the level of the spell slot to cast a spell with (0:
-	// the spell's own level). A use of anything but a levelled spell cast
-	// with slots refuses one.
-	SlotLevel int
-}
-
-// AttackRoll is a use's attack roll.
-type AttackRoll struct {
-	dice.Result
-	IsCritical bool
-	IsFumble   bool
-	// Hit tells whether the attack hit its target: a natural 1 always
-	// misses, a critical hit (a natural 20, or the actor's lower
-	// threshold) always hits, any other roll hits when its total reaches
-	// the target's armour class. Nil without a target.
-	Hit *bool
-	// Mode is the roll's mode and its sources.
-	Mode RollMode
-}
-
-// DamageRoll is a use's damage (or healing) roll.
-type DamageRoll struct {
-	dice.Result
-	Type       string // the damage type (`fire`, `healing`), "" when none
-	IsCritical bool
-}
-
-// UseResult reports a use.
-type UseResult struct {
-	ActorUUID string
-	// Ability is the name of what was used.
-	Ability  string
-	ItemUUID string
-	// Attack is nil when the use makes no attack.
-	Attack *AttackRoll
-	Damage []DamageRoll
-	// Consumed tells what the use spent: `spellSlot` (`spell2`, `pact` or
-	// nil), `slotLevel` (or nil), `uses`, `quantity`.
-	Consumed map[string]any
-	// Target is `{uuid, name, actorUuid}`, nil without one.
-	Target map[string]any
-	// Save is `{ability, dc}` for uses that call for a saving throw.
-	Save map[string]any
-	// Concentration tells whether the use started concentration.
-	Concentration bool
 }
 
 // Use uses an ability, feature, spell or item of an actor: it spends what
@@ -109,7 +40,7 @@ type UseResult struct {
 // armour class when there is a target) and the damage (only on a hit) or
 // healing the use has; starts concentration for a concentration spell;
 // and posts the use to chat, all in one transaction.
-func (r *Rules) Use(ctx context.Context, w world.World, user *world.User, p UseParams) (UseResult, error) {
+func (r *Rules) Use(ctx context.Context, e *world.Engine, user *world.User, p UseParams) (UseResult, error) {
 	if p.ActorUUID == "" {
 		return UseResult{}, world.Errorf(world.ErrInvalid, "actorUuid is required")
 	}
@@ -119,13 +50,9 @@ func (r *Rules) Use(ctx context.Context, w world.World, user *world.User, p UseP
 	if p.SlotLevel < 0 || p.SlotLevel > 9 {
 		return UseResult{}, world.Errorf(world.ErrInvalid, "slotLevel must be a spell slot level from 1 to 9, got %d", p.SlotLevel)
 	}
-	e, err := engine(w)
-	if err != nil {
-		return UseResult{}, err
-	}
 	by := author(ctx, e, user)
 	var out UseResult
-	err = e.Mutate(ctx, func(tx *world.Tx) error {
+	err := e.Mutate(ctx, func(tx *world.Tx) error {
 		v := tx.View()
 		uuid, doc, err := actorByUUID(v, p.ActorUUID)
 		if err != nil {
@@ -134,15 +61,15 @@ func (r *Rules) Use(ctx context.Context, w world.World, user *world.User, p UseP
 		if err := v.RequireOwner(user, uuid, "use abilities on"); err != nil {
 			return err
 		}
-		it, err := findItem(uuid, doc, p.Ability, p.Kind.accepts, "abilityUuid or abilityName is required")
+		it, err := findItem(uuid, doc, p.Ability, func(it world.Document) bool { return accepts(p.Kind, it) }, "abilityUuid or abilityName is required")
 		if err != nil {
 			if p.Ability.UUID == "" && strings.HasPrefix(err.Error(), "Item not found") {
 				return world.Errorf(world.ErrNotFound, "Ability not found on actor %s: %s", str(doc["name"]), p.Ability.Name)
 			}
 			return err
 		}
-		if !p.Kind.accepts(it) {
-			return world.Errorf(world.ErrInvalid, "'%s' (%s) is not %s", str(it["name"]), str(it["type"]), p.Kind.noun())
+		if !accepts(p.Kind, it) {
+			return world.Errorf(world.ErrInvalid, "'%s' (%s) is not %s", str(it["name"]), str(it["type"]), noun(p.Kind))
 		}
 		a := deriveFor(v, user, uuid, doc)
 		u := &use{r: r, tx: tx, a: a, item: it, activity: firstActivity(it), slotLevel: p.SlotLevel,

@@ -11,14 +11,14 @@ import (
 
 // The channels events are published on: one per subscribe endpoint.
 const (
-	ChannelHooks  Channel = "hooks"
-	ChannelCombat Channel = "combat"
-	ChannelActor  Channel = "actor"
-	ChannelScene  Channel = "scene"
+	ChannelHooks  = world.ChannelHooks
+	ChannelCombat = world.ChannelCombat
+	ChannelActor  = world.ChannelActor
+	ChannelScene  = world.ChannelScene
 )
 
-// Channel names a stream of events.
-type Channel string
+// Channel names a stream of events: the world's [world.EventChannel].
+type Channel = world.EventChannel
 
 // event is one published event as the hub keeps it (in memory and, encoded,
 // in the world's journal): its payloads for each kind of reader and what
@@ -50,12 +50,9 @@ type event struct {
 	// without saying so (see event.loaded).
 	Format int `json:"v,omitempty"`
 
-	// frames are the encoded forms of the event, one per payload view,
-	// built once and shared by every subscriber of that view (see
-	// Event.Frame); variants are the payloads with parts removed for
-	// readers who may not see some of the embedded documents, each with
-	// its own frame (see event.variant).
-	frames   [numViews]frameCache
+	// variants are the payloads with parts removed for readers who may
+	// not see some of the embedded documents, each made once and shared
+	// by every reader who receives it (see event.variant).
 	vmu      sync.Mutex
 	variants map[variantKey]*variant
 }

@@ -69,25 +69,35 @@ type strip struct {
 	Required bool `json:"req,omitempty"`
 }
 
-// viewFor returns what user may receive of ev (nil for nothing) and the
-// frame cache shared by every reader receiving exactly that payload. It
+// payloadView names one of an event's payloads: every subscriber given the
+// same view receives the same bytes.
+type payloadView int
+
+const (
+	viewFull    payloadView = iota // GMs, and readers of an event without a player payload
+	viewPlayer                     // OBSERVER and OWNER readers when GM-only details were removed
+	viewLimited                    // LIMITED readers
+)
+
+// viewFor returns what user may receive of ev (nil for nothing), the same
+// bytes for every reader receiving exactly that payload. It
 // applies the read rules to the event's subject and to every document its
 // payload embeds: NONE sees nothing, LIMITED the limited payload, OBSERVER
 // and OWNER the whole payload without GM-only details, without the parts
 // that belong to embedded documents the reader may not see.
-func (ev *event) viewFor(user *world.User) (json.RawMessage, *frameCache) {
+func (ev *event) viewFor(user *world.User) json.RawMessage {
 	if user.IsGM() {
-		return ev.Full, &ev.frames[viewFull]
+		return ev.Full
 	}
 	if ev.GMOnly {
-		return nil, nil
+		return nil
 	}
 	level := world.LevelOf(user, ev.Access.Type, ev.Access.Doc)
 	var buf [8]int
 	hidden := buf[:0] // the needPart embeds the reader may not see
 	for i := range ev.Embeds {
 		if level == world.LevelNone {
-			return nil, nil
+			return nil
 		}
 		em := &ev.Embeds[i]
 		l := world.LevelOf(user, em.Access.Type, em.Access.Doc)
@@ -112,7 +122,7 @@ func (ev *event) viewFor(user *world.User) (json.RawMessage, *frameCache) {
 	view := viewFull
 	switch level {
 	case world.LevelNone:
-		return nil, nil
+		return nil
 	case world.LevelLimited:
 		data, view = ev.Limited, viewLimited
 	default:
@@ -122,10 +132,10 @@ func (ev *event) viewFor(user *world.User) (json.RawMessage, *frameCache) {
 		}
 	}
 	if data == nil {
-		return nil, nil
+		return nil
 	}
 	if len(hidden) == 0 {
-		return data, &ev.frames[view]
+		return data
 	}
 	return ev.variant(view, data, hidden)
 }
@@ -137,17 +147,16 @@ type variantKey struct {
 	hidden string
 }
 
-// variant is a payload with parts removed, and its frame.
+// variant is a payload with parts removed.
 type variant struct {
-	data  json.RawMessage // nil: nothing is left to send
-	frame frameCache
+	data json.RawMessage // nil: nothing is left to send
 }
 
 // variant returns the payload view data of ev without the parts of the
-// embeds hidden, made once and shared, with its frame, by every reader who
-// receives the same: readers are told apart by what they receive, not by
-// who they are, so fan-out still encodes each distinct payload once.
-func (ev *event) variant(view payloadView, data json.RawMessage, hidden []int) (json.RawMessage, *frameCache) {
+// embeds hidden, made once and shared by every reader who receives the
+// same: readers are told apart by what they receive, not by who they are,
+// so fan-out still builds each distinct payload once.
+func (ev *event) variant(view payloadView, data json.RawMessage, hidden []int) json.RawMessage {
 	bits := make([]byte, hidden[len(hidden)-1]/8+1)
 	for _, i := range hidden {
 		bits[i/8] |= 1 << (i % 8)
@@ -163,10 +172,7 @@ func (ev *event) variant(view payloadView, data json.RawMessage, hidden []int) (
 		}
 		ev.variants[key] = v
 	}
-	if v.data == nil {
-		return nil, nil
-	}
-	return v.data, &v.frame
+	return v.data
 }
 
 // stripParts returns data without the parts of the hidden embeds; nil when

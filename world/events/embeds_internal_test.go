@@ -27,10 +27,10 @@ func TestUnknownEmbeddedDocumentsAreNone(t *testing.T) {
 	if len(evs) != 1 || len(evs[0].Embeds) != 1 {
 		t.Fatalf("events %+v, want one with its speaker", evs)
 	}
-	if data, _ := evs[0].viewFor(player); data != nil {
+	if data := evs[0].viewFor(player); data != nil {
 		t.Fatalf("a player got %s of a message whose speaker is unknown", data)
 	}
-	if data, _ := evs[0].viewFor(nil); data == nil {
+	if data := evs[0].viewFor(nil); data == nil {
 		t.Fatal("GM-level readers get everything")
 	}
 
@@ -40,7 +40,7 @@ func TestUnknownEmbeddedDocumentsAreNone(t *testing.T) {
 	}}
 	evs = buildEvents([]world.Change{hero, chatCreate()}, nil)
 	last := evs[len(evs)-1]
-	if data, _ := last.viewFor(player); data == nil {
+	if data := last.viewFor(player); data == nil {
 		t.Fatal("the owner of the speaker got nothing")
 	}
 }
@@ -68,10 +68,10 @@ func TestOldJournalEventsThatMayEmbedReachGMsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev.loaded()
-		if data, _ := ev.viewFor(player); (data != nil) != c.shown {
+		if data := ev.viewFor(player); (data != nil) != c.shown {
 			t.Errorf("%s: shown to a player %v, want %v", ev.Name, data != nil, c.shown)
 		}
-		if data, _ := ev.viewFor(nil); data == nil {
+		if data := ev.viewFor(nil); data == nil {
 			t.Errorf("%s: not shown to GMs", ev.Name)
 		}
 	}
@@ -83,7 +83,7 @@ func TestUnknownNeedsShowNothing(t *testing.T) {
 	t.Parallel()
 	ev := &event{Access: access{Type: "Actor", Doc: world.Document{"ownership": map[string]any{"default": 3.0}}}, Full: json.RawMessage(`{}`),
 		Embeds: []embed{{Access: access{Type: "Actor", Doc: world.Document{"ownership": map[string]any{"default": 3.0}}}, Need: "future"}}}
-	if data, _ := ev.viewFor(player); data != nil {
+	if data := ev.viewFor(player); data != nil {
 		t.Fatalf("an unknown need let %s through", data)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,10 +297,10 @@ func eventNames(got []map[string]any) []string {
 	return out
 }
 
-// TestVariantFramesAreSharedByWhatReadersReceive: readers are grouped by
-// what they receive, not by who they are: two players who both may not see
-// the goblin share one frame of the token change without its delta.
-func TestVariantFramesAreSharedByWhatReadersReceive(t *testing.T) {
+// TestVariantsAreSharedByWhatReadersReceive: readers are grouped by what
+// they receive, not by who they are: two players who both may not see the
+// goblin share one payload of the token change without its delta.
+func TestVariantsAreSharedByWhatReadersReceive(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
 	showTavern(t, e)
@@ -316,24 +315,21 @@ func TestVariantFramesAreSharedByWhatReadersReceive(t *testing.T) {
 	gmSub := subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: gm})
 	update(t, e, goblinToken, world.Document{"x": 1000, "delta.system.attributes.hp.value": 1})
 
-	var builds atomic.Int64
-	build := frameOf(&builds)
-	var frames [][]byte
+	var payloads [][]byte
 	for _, sub := range subs {
 		ev, _ := next(t, sub)
-		frames = append(frames, ev.Frame(build))
+		payloads = append(payloads, ev.Data)
 	}
 	ev, _ := next(t, gmSub)
-	gmFrame := ev.Frame(build)
-	if n := builds.Load(); n != 2 {
-		t.Fatalf("%d frames built, want 2 (the players' and the GM's)", n)
-	}
-	for i := range frames {
-		if &frames[i][0] != &frames[0][0] {
-			t.Fatalf("player %d got a frame of their own", i)
+	for i := range payloads {
+		if &payloads[i][0] != &payloads[0][0] {
+			t.Fatalf("player %d got a payload of their own", i)
 		}
 	}
-	if strings.Contains(string(frames[0]), "delta") || !strings.Contains(string(gmFrame), "delta") {
-		t.Fatalf("players' frame %s, GM's %s", frames[0], gmFrame)
+	if &ev.Data[0] == &payloads[0][0] {
+		t.Fatal("the GM got the players' payload")
+	}
+	if strings.Contains(string(payloads[0]), "delta") || !strings.Contains(string(ev.Data), "delta") {
+		t.Fatalf("players' payload %s, GM's %s", payloads[0], ev.Data)
 	}
 }

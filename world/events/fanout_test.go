@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,15 +11,7 @@ import (
 	"relay/world/events"
 )
 
-// frameOf builds a recognisable encoding of an event and counts the builds.
-func frameOf(builds *atomic.Int64) func(events.Event) []byte {
-	return func(ev events.Event) []byte {
-		builds.Add(1)
-		return append([]byte(ev.Name+" "), ev.Data...)
-	}
-}
-
-func TestFramesAreSharedPerPayloadView(t *testing.T) {
+func TestPayloadsAreSharedPerView(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
 	gms := []*events.Subscription{
@@ -33,39 +24,23 @@ func TestFramesAreSharedPerPayloadView(t *testing.T) {
 	}
 	update(t, e, guard, world.Document{"name": "Captain", "system.attributes.hp.value": 4}) // LIMITED for Alice
 
-	var builds atomic.Int64
-	build := frameOf(&builds)
-	var gmFrames, limitedFrames [][]byte
+	var gmData, limitedData [][]byte
 	for _, sub := range gms {
 		ev, _ := next(t, sub)
-		gmFrames = append(gmFrames, ev.Frame(build))
+		gmData = append(gmData, ev.Data)
 	}
 	for _, sub := range limited {
 		ev, _ := next(t, sub)
-		limitedFrames = append(limitedFrames, ev.Frame(build))
+		limitedData = append(limitedData, ev.Data)
 	}
-	if n := builds.Load(); n != 2 {
-		t.Fatalf("%d frames built for two payload views, want 2", n)
+	if &gmData[0][0] != &gmData[1][0] || &limitedData[0][0] != &limitedData[1][0] {
+		t.Fatal("subscribers of the same payload view got payloads of their own")
 	}
-	if &gmFrames[0][0] != &gmFrames[1][0] || &limitedFrames[0][0] != &limitedFrames[1][0] {
-		t.Fatal("subscribers of the same payload view got frames of their own")
+	if !bytes.Contains(gmData[0], []byte(`"hp"`)) {
+		t.Fatalf("GM payload %s lacks the full changes", gmData[0])
 	}
-	if !bytes.Contains(gmFrames[0], []byte(`"hp"`)) {
-		t.Fatalf("GM frame %s lacks the full changes", gmFrames[0])
-	}
-	if bytes.Contains(limitedFrames[0], []byte(`"hp"`)) || !bytes.Contains(limitedFrames[0], []byte(`"Captain"`)) {
-		t.Fatalf("LIMITED frame %s, want the name only", limitedFrames[0])
-	}
-}
-
-func TestUnpublishedEventsBuildTheirOwnFrame(t *testing.T) {
-	t.Parallel()
-	var builds atomic.Int64
-	ev := events.Event{Name: "overflow", Data: []byte(`{}`)}
-	ev.Frame(frameOf(&builds))
-	ev.Frame(frameOf(&builds))
-	if builds.Load() != 2 {
-		t.Fatalf("%d builds, want one per call", builds.Load())
+	if bytes.Contains(limitedData[0], []byte(`"hp"`)) || !bytes.Contains(limitedData[0], []byte(`"Captain"`)) {
+		t.Fatalf("LIMITED payload %s, want the name only", limitedData[0])
 	}
 }
 
@@ -91,16 +66,12 @@ func TestEveryReaderOfManyIsWoken(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var batch []events.Event
 			for len(got[i]) < changes {
-				var err error
-				batch, err = sub.NextBatch(ctx, nil, batch)
+				ev, err := sub.Next(ctx)
 				if err != nil {
 					return
 				}
-				for _, ev := range batch {
-					got[i] = append(got[i], ev.Seq)
-				}
+				got[i] = append(got[i], ev.Seq)
 			}
 		}()
 	}

@@ -16,6 +16,8 @@
 // The hub is wired to a [world.Host] twice: as the worlds' [world.Journal]
 // (it numbers and stores a transaction's events in the transaction itself)
 // and as a [world.Host.Watch] listener (it publishes them once committed).
+// A [Subscription] is a [world.EventSubscription]: the embedded worlds
+// (world/embedded) offer the hub's subscriptions as their [world.Events].
 package events
 
 import (

@@ -45,7 +45,7 @@ func openDemo(t *testing.T, dir string, opts events.Options) (*world.Engine, *ev
 		}
 	}
 	t.Cleanup(func() { hub.Close(); host.Close() })
-	return w.(*world.Engine), hub
+	return w, hub
 }
 
 func subscribe(t *testing.T, hub *events.Hub, e *world.Engine, req events.Request) *events.Subscription {
@@ -245,32 +245,24 @@ func equal(a, b []string) bool {
 	return true
 }
 
-func TestCoalescedBatchesKeepOrderAndTick(t *testing.T) {
+func TestCoalescedEventsKeepTheirOrder(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{Coalesce: 100 * time.Millisecond})
 	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
-	// An empty queue and a tick: an empty batch, no error.
-	tick := make(chan time.Time, 1)
-	tick <- time.Now()
-	batch, err := sub.NextBatch(context.Background(), tick, nil)
-	if err != nil || len(batch) != 0 {
-		t.Fatalf("a tick gave %d events, %v; want none and no error", len(batch), err)
-	}
 	for i := range 5 {
 		update(t, e, aria, world.Document{"system.attributes.hp.value": i + 1})
 	}
-	// The five changes fall in one coalescing window: one batch, in order.
+	// The five changes fall in one coalescing window: they arrive
+	// together, in order.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var got []events.Event
-	var spare []events.Event
 	for len(got) < 5 {
-		batch, err := sub.NextBatch(ctx, nil, spare)
+		ev, err := sub.Next(ctx)
 		if err != nil {
 			t.Fatalf("after %d events: %v", len(got), err)
 		}
-		got = append(got, batch...)
-		spare = batch
+		got = append(got, ev)
 	}
 	if len(got) != 5 {
 		t.Fatalf("%d events, want 5", len(got))
@@ -289,7 +281,7 @@ func TestCoalescedBatchesKeepOrderAndTick(t *testing.T) {
 	}
 }
 
-func TestBatchesRespectTheQueueLimit(t *testing.T) {
+func TestCoalescedEventsRespectTheQueueLimit(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{QueueSize: 3, Coalesce: 200 * time.Millisecond})
 	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
@@ -300,7 +292,7 @@ func TestBatchesRespectTheQueueLimit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if batch, err := sub.NextBatch(ctx, nil, nil); !errors.Is(err, events.ErrOverflow) {
-		t.Fatalf("got %d events, %v; want ErrOverflow", len(batch), err)
+	if ev, err := sub.Next(ctx); !errors.Is(err, events.ErrOverflow) {
+		t.Fatalf("got event %d, %v; want ErrOverflow", ev.Seq, err)
 	}
 }

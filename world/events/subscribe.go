@@ -2,23 +2,20 @@ package events
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"relay/world"
 )
 
-// Errors that end a subscription.
+// Errors that end a subscription, the world's own.
 var (
 	// ErrOverflow reports a subscriber that fell more than its queue behind;
 	// it may resume from the last event it received.
-	ErrOverflow = errors.New("events: subscriber fell behind")
+	ErrOverflow = world.ErrSubscriberBehind
 	// ErrClosed reports that the hub was closed.
-	ErrClosed = errors.New("events: hub closed")
+	ErrClosed = world.ErrSubscriptionEnded
 )
 
 // Request describes a subscription.
@@ -43,27 +40,16 @@ type Request struct {
 	After  uint64
 }
 
-// Event is one event as a subscriber receives it: its payload is already
-// what the subscriber's user may read.
-type Event struct {
-	Seq  uint64
-	Name string
-	Data json.RawMessage
-
-	// frame caches the encoded event for every subscriber receiving this
-	// payload; nil for events the hub did not publish (see Frame).
-	frame *frameCache
-}
+// Event is one event as a subscriber receives it (the world's
+// [world.Event]): its payload is already what the subscriber's user may
+// read, and the same bytes for every subscriber receiving that payload.
+type Event = world.Event
 
 // Reset says that a resume asked for events the hub no longer has (or
 // never had): the subscriber missed events and should reload what it
 // follows. Head is the sequence of the last event published; the stream
 // goes live after it.
-type Reset struct {
-	LastEventID uint64
-	Oldest      uint64 // the oldest sequence retained; 0 when none is
-	Head        uint64
-}
+type Reset = world.EventReset
 
 // Subscription is one subscriber's view of a world's events.
 type Subscription struct {
@@ -226,57 +212,22 @@ func (sub *Subscription) Next(ctx context.Context) (Event, error) {
 			return ev, nil
 		}
 		sub.qmu.Unlock()
-		if _, err := sub.wait(ctx, nil); err != nil {
+		if err := sub.wait(ctx); err != nil {
 			return Event{}, err
 		}
 	}
 }
 
-// NextBatch waits for live events and returns every one waiting, oldest
-// first, so that a caller can write them together. It returns an empty
-// batch and no error when tick fires first (a nil tick never does). The
-// returned slice is the subscription's queue: pass it back as spare on the
-// next call, once done with it, and the two buffers are reused without
-// allocating. Errors are those of Next; after ErrOverflow the events still
-// waiting are dropped, as the subscriber must resume anyway.
-func (sub *Subscription) NextBatch(ctx context.Context, tick <-chan time.Time, spare []Event) ([]Event, error) {
-	clear(spare)
-	for {
-		sub.qmu.Lock()
-		if sub.isOverflowed {
-			sub.qmu.Unlock()
-			return nil, ErrOverflow
-		}
-		if len(sub.queue) > 0 {
-			batch := sub.queue
-			sub.queue = spare[:0]
-			sub.tookLocked()
-			sub.qmu.Unlock()
-			return batch, nil
-		}
-		sub.qmu.Unlock()
-		ticked, err := sub.wait(ctx, tick)
-		if err != nil {
-			return nil, err
-		}
-		if ticked {
-			return spare[:0], nil
-		}
-	}
-}
-
 // wait blocks until events may be waiting, the subscriber overflowed, the
-// hub closes, ctx ends or tick fires (ticked).
-func (sub *Subscription) wait(ctx context.Context, tick <-chan time.Time) (ticked bool, err error) {
+// hub closes or ctx ends.
+func (sub *Subscription) wait(ctx context.Context) error {
 	select {
 	case <-sub.ready: // events, or an overflow
-		return false, nil
+		return nil
 	case <-sub.stream.hub.closed:
-		return false, ErrClosed
+		return ErrClosed
 	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-tick:
-		return true, nil
+		return ctx.Err()
 	}
 }
 
@@ -403,9 +354,9 @@ func (sub *Subscription) deliverable(ev *event) (Event, bool) {
 			return Event{}, false
 		}
 	}
-	data, frame := ev.viewFor(sub.req.User)
+	data := ev.viewFor(sub.req.User)
 	if data == nil {
 		return Event{}, false
 	}
-	return Event{Seq: ev.Seq, Name: ev.Name, Data: data, frame: frame}, true
+	return Event{Seq: ev.Seq, Name: ev.Name, Data: data}, true
 }

@@ -91,8 +91,8 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// World is the part of a [world.World] that scripts use: the game.* calls
-// and the world's description.
+// World is the part of a world that scripts use: the game.* calls and the
+// world's description.
 type World interface {
 	Info() world.Info
 	Users(ctx context.Context) ([]world.User, error)
@@ -104,7 +104,13 @@ type World interface {
 	Structure(ctx context.Context, user *world.User, p world.StructureParams) (world.Document, error)
 }
 
-var _ World = world.World(nil)
+// Every kind of world offering documents, search and folders serves scripts.
+var _ World = interface {
+	world.World
+	world.Documents
+	world.DocumentSearch
+	world.Folders
+}(nil)
 
 // Result is what a script produced.
 type Result struct {

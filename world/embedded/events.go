@@ -1,0 +1,33 @@
+package embedded
+
+import (
+	"context"
+
+	"relay/world"
+	"relay/world/events"
+)
+
+// Subscribe implements [world.Events] over the event hub.
+func (w *World) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	hub := w.kit.opts.Hub
+	if hub == nil {
+		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams", w.Info().ClientID)
+	}
+	sub, err := hub.Subscribe(ctx, w.Engine, events.Request{
+		Channel:     req.Channel,
+		User:        user,
+		Hooks:       req.Hooks,
+		EncounterID: req.EncounterID,
+		ActorUUID:   req.ActorUUID,
+		SceneID:     req.SceneID,
+		Resume:      req.Resume,
+		After:       req.After,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// A hub subscription is a world's subscription as it is.
+var _ world.EventSubscription = (*events.Subscription)(nil)

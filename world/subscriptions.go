@@ -1,0 +1,99 @@
+package world
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// The vocabulary of event subscriptions (the [Events] capability).
+
+// EventChannel is what a subscription follows.
+type EventChannel string
+
+// The channels.
+const (
+	// ChannelHooks carries every change under the tabletop's hook names
+	// (`createActor`, `updateItem`, `combatTurn`, ...).
+	ChannelHooks EventChannel = "hooks"
+	// ChannelCombat carries encounter events (`combat-start`,
+	// `combat-turn`, ...).
+	ChannelCombat EventChannel = "combat"
+	// ChannelActor carries actor events (`actor-update`,
+	// `actor-item-add`, ...).
+	ChannelActor EventChannel = "actor"
+	// ChannelScene carries scene events (`scene-update`,
+	// `scene-token-create`, ...).
+	ChannelScene EventChannel = "scene"
+)
+
+// EventRequest describes a subscription.
+type EventRequest struct {
+	Channel EventChannel
+	// Hooks keeps only these hook names (hooks channel); all when empty.
+	Hooks []string
+	// EncounterID keeps one combat's events (combat channel); `Combat.<id>`
+	// works too.
+	EncounterID string
+	// ActorUUID keeps one actor's events (actor channel); a bare id works
+	// too.
+	ActorUUID string
+	// SceneID keeps one scene's events (scene channel); `Scene.<id>` works
+	// too.
+	SceneID string
+	// Resume asks for every retained event after the sequence After
+	// before the live ones.
+	Resume bool
+	After  uint64
+}
+
+// Event is one event as a subscriber receives it: its payload is already
+// what the subscriber's user may read.
+type Event struct {
+	// Seq is the event's sequence number in its world, from 1.
+	Seq  uint64
+	Name string
+	// Data is the payload, one JSON value; shared, so never changed.
+	Data json.RawMessage
+}
+
+// EventReset says that a resume asked for events the world no longer has
+// (or never had): the subscriber missed events and should reload what it
+// follows. Head is the sequence of the last event published; the stream
+// goes live after it.
+type EventReset struct {
+	LastEventID uint64
+	Oldest      uint64 // the oldest sequence retained; 0 when none is
+	Head        uint64
+}
+
+// EventSubscription is one subscriber's view of a world's events: first a
+// reset notice or the replayed events of a resume, then live events, with
+// neither gap nor overlap.
+type EventSubscription interface {
+	// Reset reports whether the resume asked for was impossible, and why.
+	Reset() (EventReset, bool)
+	// Replay returns the retained events after the resume point that the
+	// subscriber may see, oldest first.
+	Replay() []Event
+	// Start is the sequence after which live events begin.
+	Start() uint64
+	// Next waits for the next live event. It fails with
+	// ErrSubscriberBehind once the subscriber fell too far behind, with
+	// ErrSubscriptionEnded when the world stops publishing, and with the
+	// context's error.
+	Next(ctx context.Context) (Event, error)
+	// Close ends the subscription and releases it.
+	Close()
+}
+
+// Errors that end a subscription; they are not kinds of [Error], which
+// answer calls: they tell a stream why it ends.
+var (
+	// ErrSubscriberBehind reports a subscriber that fell more than its
+	// queue behind; it may resume from the last event it received.
+	ErrSubscriberBehind = errors.New("events: subscriber fell behind")
+	// ErrSubscriptionEnded reports that the world stopped publishing
+	// events (the relay is shutting down).
+	ErrSubscriptionEnded = errors.New("events: hub closed")
+)
