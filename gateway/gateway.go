@@ -237,7 +237,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				prt = g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path)
 			}
 			if prt != nil {
-				rec.Route = prt.pattern
+				rec.SetRoute(prt.pattern)
 			}
 		}
 	}

@@ -51,13 +51,13 @@ func Access(next http.Handler, opts AccessOptions) http.Handler {
 		if st == 0 {
 			st = http.StatusOK // the handler wrote nothing
 		}
-		rec := &aw.rec
+		rec := aw.rec.Fields()
 		if rec.Route == "" {
 			rec.Route = opts.label(r.URL.Path)
 		}
 		opts.Metrics.ObserveHTTP(rec.Route, r.Method, st, d)
 		if opts.Log != nil {
-			writeAccessLine(r.Context(), opts.Log, r, aw, st, d)
+			writeAccessLine(r.Context(), opts.Log, r, aw, &rec, st, d)
 		}
 	})
 }
@@ -78,7 +78,7 @@ func (o AccessOptions) label(path string) string {
 }
 
 // writeAccessLine writes one request's line.
-func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw *accessWriter, status int, d time.Duration) {
+func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
 	level := slog.LevelInfo
 	switch {
 	case status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
@@ -89,7 +89,6 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw 
 	if !log.Enabled(ctx, level) {
 		return
 	}
-	rec := &aw.rec
 	requestID := rec.RequestID
 	if requestID == "" {
 		// A refusal before the chain (401 at admission, 404, 413, 414)
@@ -116,8 +115,14 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw 
 	if rec.World != "" {
 		line.AddAttrs(slog.String("clientId", rec.World))
 	}
+	if rec.User != "" {
+		line.AddAttrs(slog.String("user", rec.User))
+	}
 	if rec.RPC != "" {
 		line.AddAttrs(slog.String("rpc", rec.RPC), slog.String("code", rec.Code))
+	}
+	if rec.Error != "" {
+		line.AddAttrs(slog.String("error", rec.Error))
 	}
 	line.AddAttrs(slog.String("remote", r.RemoteAddr))
 	_ = log.Handler().Handle(ctx, line)

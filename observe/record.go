@@ -10,14 +10,25 @@
 // line ever holds an API key, a ticket, a query string or a body.
 package observe
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Record is what the layers below the HTTP middleware learn about a
 // request, for its access line and metrics. The middleware makes one per
-// request and puts it in the request's context; the gateway sets Route, the
-// interceptor chain the rest. Fields are written by the goroutine that
-// handles the request before the handler returns, and read after.
+// request and puts it in the request's context; the gateway sets Route
+// (with SetRoute), the interceptor chain the rest (with Set). An event
+// stream's handler runs in a goroutine of its own that may still be ending
+// when the HTTP handler has returned (the client went away), so the record
+// is guarded: the access line then shows what was known.
 type Record struct {
+	mu sync.Mutex
+	RecordFields
+}
+
+// RecordFields are a Record's values.
+type RecordFields struct {
 	// Route is the route's label: its path pattern as the contract writes
 	// it (`/get`, `/keys/{id}`), never the request's own path, so that
 	// metrics have one series per route.
@@ -34,6 +45,10 @@ type Record struct {
 	KeyID string
 	// World is the client id of the world the request acted on.
 	World string
+	// User is the name of the tabletop user the request acted as.
+	User string
+	// Error is the RPC's error message, when it failed.
+	Error string
 }
 
 // recordKey is the context key of the Record.
@@ -49,4 +64,36 @@ func WithRecord(ctx context.Context, rec *Record) context.Context {
 func RecordFrom(ctx context.Context) *Record {
 	rec, _ := ctx.Value(recordKey{}).(*Record)
 	return rec
+}
+
+// SetRoute sets the route label.
+func (r *Record) SetRoute(route string) {
+	r.mu.Lock()
+	r.Route = route
+	r.mu.Unlock()
+}
+
+// SetStart records the RPC a request calls and its request id, as soon as
+// they are known: an event stream's line has them even when the stream's
+// end is not recorded in time.
+func (r *Record) SetStart(rpc, requestID string) {
+	r.mu.Lock()
+	r.RPC, r.RequestID = rpc, requestID
+	r.mu.Unlock()
+}
+
+// SetCall records the outcome of the request's RPC: everything but the
+// route.
+func (r *Record) SetCall(rpc, code, requestID, keyID, world, user, errMessage string) {
+	r.mu.Lock()
+	r.RPC, r.Code, r.RequestID, r.KeyID = rpc, code, requestID, keyID
+	r.World, r.User, r.Error = world, user, errMessage
+	r.mu.Unlock()
+}
+
+// Fields returns a copy of the record's fields.
+func (r *Record) Fields() RecordFields {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.RecordFields
 }

@@ -186,6 +186,9 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 
 func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	call := c.newCall(info.FullMethod)
+	if rec := observe.RecordFrom(ss.Context()); rec != nil {
+		rec.SetStart(call.Method, call.RequestID)
+	}
 	md := metadata.Pairs(RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
@@ -218,14 +221,17 @@ func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
 	call := CallFrom(ctx)
 	code := status.Code(err)
 	if rec := observe.RecordFrom(ctx); rec != nil {
-		rec.RPC, rec.Code, rec.RequestID, rec.KeyID = call.Method, code.String(), call.RequestID, call.Key.ID
+		var world, user, msg string
 		if call.World != nil {
-			rec.World = call.World.Info().ClientID
+			world = call.World.Info().ClientID
 		}
-		if code == codes.Internal || code == codes.Unknown {
-			// The access line says 500; the cause is only here.
-			c.Log.ErrorContext(ctx, "rpc failed", "method", call.Method, "requestId", call.RequestID, "code", code.String(), "error", status.Convert(err).Message())
+		if call.User != nil {
+			user = call.User.Name
 		}
+		if err != nil {
+			msg = status.Convert(err).Message()
+		}
+		rec.SetCall(call.Method, code.String(), call.RequestID, call.Key.ID, world, user, msg)
 		return
 	}
 	c.Metrics.ObserveRPC(call.Method, code, time.Since(start))

@@ -162,8 +162,13 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		t.Fatalf("gRPC GetDocument: %v", err)
 	}
 
+	if resp := tr.do("GET", "/healthz", "", nil, nil); resp.status != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.status)
+	}
+
 	// An event stream, with an event delivered to it.
 	stream := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	streamID := stream.resp.Header.Get("X-Request-Id")
 	stream.expect("connected")
 	tr.setHP(ariaUUID, 3)
 	stream.expect("actor-update")
@@ -180,6 +185,11 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		t.Fatal("the rate limit refused nothing")
 	}
 
+	// The tabletop module's pairing endpoint, with a bad body.
+	if resp := tr.do("POST", "/auth/pair", "", nil, "{"); resp.status != http.StatusBadRequest {
+		t.Fatalf("POST /auth/pair: %d %s", resp.status, resp.body)
+	}
+
 	m := scrape(t, tr.metricsAddr)
 	for series, min := range map[string]float64{
 		`relay_http_requests_total{method="GET",route="/get",status="200"}`:                   1,
@@ -191,6 +201,8 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		`relay_http_requests_total{method="GET",route="/get",status="429"}`:                   float64(refused),
 		`relay_http_request_duration_seconds_count{method="GET",route="/get"}`:                3,
 		`relay_grpc_requests_total{code="OK",method="/relay.v1.DocumentService/GetDocument"}`: 1,
+		`relay_http_requests_total{method="POST",route="/auth/pair",status="400"}`:            1,
+		`relay_http_requests_total{method="GET",route="/healthz",status="200"}`:               1,
 		`relay_worlds`:                                           1,
 		`relay_event_streams_open`:                               1,
 		`relay_events_delivered_total`:                           1,
@@ -271,6 +283,21 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}
 	if len(options) != 1 || options[0]["path"] != "/get" || options[0]["status"] != float64(preflight.status) || options[0]["route"] != "/get" {
 		t.Errorf("preflight (%d): access lines %v", preflight.status, options)
+	}
+	// The event stream's line, once it ended.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		h, r := accessLines(logs.lines(t), streamID)
+		if len(h) == 1 {
+			if len(r) != 0 || h[0]["path"] != "/actor/subscribe" || h[0]["route"] != "/actor/subscribe" || h[0]["status"] != 200.0 || h[0]["rpc"] != "/relay.v1.EventService/SubscribeActors" {
+				t.Errorf("event stream %s: lines %v and %v", streamID, h, r)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no access line for the event stream %s", streamID)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	// The gRPC call has its rpc line and no access line.
 	if id := firstOf(hdr.Get("x-request-id")); id == "" {
