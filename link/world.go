@@ -1,10 +1,13 @@
 package link
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -32,8 +35,8 @@ type Linked struct {
 }
 
 // The capabilities a linked world offers, checked by the compiler. The
-// others (encounters, files, scripts, events, the fifth-edition
-// operations) are not offered yet: the services answer them with
+// others (scripts, events, the fifth-edition operations) are not offered
+// yet: the services answer them with
 // ErrUnimplemented (501) naming the operation.
 var (
 	_ world.World          = (*Linked)(nil)
@@ -41,6 +44,8 @@ var (
 	_ world.DocumentSearch = (*Linked)(nil)
 	_ world.Folders        = (*Linked)(nil)
 	_ world.Selection      = (*Linked)(nil)
+	_ world.Encounters     = (*Linked)(nil)
+	_ world.Files          = (*Linked)(nil)
 )
 
 // NewLinked returns the linked world clientID of hub. info describes the
@@ -561,4 +566,292 @@ func remarshal(r moduleReply, v any) error {
 		return fmt.Errorf("unexpected fields: %w", err)
 	}
 	return nil
+}
+
+// Encounters.
+
+// encounterReply is an encounter as the module summarises it (reference
+// §5).
+type encounterReply struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Round      int    `json:"round"`
+	Turn       int    `json:"turn"`
+	Current    bool   `json:"current"`
+	Combatants []struct {
+		ID         string   `json:"id"`
+		Name       string   `json:"name"`
+		TokenUUID  *string  `json:"tokenUuid"`
+		ActorUUID  *string  `json:"actorUuid"`
+		Img        *string  `json:"img"`
+		Initiative *float64 `json:"initiative"`
+		Hidden     bool     `json:"hidden"`
+		Defeated   bool     `json:"defeated"`
+	} `json:"combatants"`
+}
+
+// encounter converts the module's summary. The module lists encounters
+// that were started only (it starts each one it creates), so Started is
+// a round above zero.
+func (e encounterReply) encounter() world.Encounter {
+	out := world.Encounter{ID: e.ID, Name: e.Name, Round: e.Round, Turn: e.Turn, Current: e.Current, Started: e.Round > 0,
+		Combatants: make([]world.Combatant, len(e.Combatants))}
+	for i, c := range e.Combatants {
+		out.Combatants[i] = world.Combatant{ID: c.ID, Name: c.Name, TokenUUID: deref(c.TokenUUID), ActorUUID: deref(c.ActorUUID),
+			Img: deref(c.Img), Initiative: c.Initiative, Hidden: c.Hidden, Defeated: c.Defeated}
+	}
+	return out
+}
+
+// deref returns *s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// ListEncounters implements [world.Encounters] with the module's
+// `encounters`.
+func (w *Linked) ListEncounters(ctx context.Context, user *world.User) ([]world.Encounter, error) {
+	r, err := w.request(ctx, user, "encounters", nil)
+	if err != nil {
+		return nil, err
+	}
+	var list []encounterReply
+	if err := r.decode("encounters", &list); err != nil {
+		return nil, badReply(w.clientID, "encounters", err.Error())
+	}
+	out := make([]world.Encounter, len(list))
+	for i, e := range list {
+		out[i] = e.encounter()
+	}
+	return out, nil
+}
+
+// StartEncounter implements [world.Encounters] with the module's
+// `start-encounter`.
+func (w *Linked) StartEncounter(ctx context.Context, user *world.User, p world.StartEncounterParams) (world.Encounter, error) {
+	params := map[string]any{}
+	param(params, "name", p.Name)
+	if len(p.TokenUUIDs) > 0 {
+		params["tokenUuids"] = p.TokenUUIDs
+	}
+	param(params, "startWithSelected", p.WithSelected)
+	param(params, "startWithPlayers", p.WithPlayers)
+	param(params, "rollNPC", p.RollNPC)
+	param(params, "rollAll", p.RollAll)
+	r, err := w.request(ctx, user, "start-encounter", params)
+	if err != nil {
+		return world.Encounter{}, err
+	}
+	var e encounterReply
+	if err := r.decode("encounter", &e); err != nil || e.ID == "" {
+		return world.Encounter{}, badReply(w.clientID, "start-encounter", "no encounter")
+	}
+	// The module makes the encounter it started the active one.
+	e.Current = true
+	return e.encounter(), nil
+}
+
+// EndEncounter implements [world.Encounters] with the module's
+// `end-encounter`.
+func (w *Linked) EndEncounter(ctx context.Context, user *world.User, encounterID string) (string, error) {
+	params := map[string]any{}
+	param(params, "encounterId", encounterID)
+	r, err := w.request(ctx, user, "end-encounter", params)
+	if err != nil {
+		return "", err
+	}
+	var id string
+	if err := r.decode("encounterId", &id); err != nil {
+		return "", badReply(w.clientID, "end-encounter", err.Error())
+	}
+	return id, nil
+}
+
+// navigationTypes are the module's request types for the turn and round
+// moves (reference §5: the previous moves are `last-turn`/`last-round`).
+var navigationTypes = map[world.EncounterAction]string{
+	world.NextTurn: "next-turn", world.NextRound: "next-round",
+	world.PreviousTurn: "last-turn", world.PreviousRound: "last-round",
+}
+
+// NavigateEncounter implements [world.Encounters] with the module's
+// `next-turn`, `next-round`, `last-turn` and `last-round`. The module
+// sends a failed `last-round` under another type (reference §5), which
+// the relay cannot match: that failure surfaces as the reply time-out.
+func (w *Linked) NavigateEncounter(ctx context.Context, user *world.User, encounterID string, action world.EncounterAction) (world.EncounterPosition, error) {
+	requestType, ok := navigationTypes[action]
+	if !ok {
+		return world.EncounterPosition{}, world.Errorf(world.ErrInvalid, "Unknown encounter action: %s", action)
+	}
+	params := map[string]any{}
+	param(params, "encounterId", encounterID)
+	r, err := w.request(ctx, user, requestType, params)
+	if err != nil {
+		return world.EncounterPosition{}, err
+	}
+	var out struct {
+		EncounterID  string         `json:"encounterId"`
+		Action       string         `json:"action"`
+		CurrentTurn  int            `json:"currentTurn"`
+		CurrentRound int            `json:"currentRound"`
+		ActorTurn    *string        `json:"actorTurn"`
+		TokenTurn    *string        `json:"tokenTurn"`
+		Encounter    encounterReply `json:"encounter"`
+	}
+	if err := remarshal(r, &out); err != nil {
+		return world.EncounterPosition{}, badReply(w.clientID, requestType, err.Error())
+	}
+	enc := out.Encounter.encounter()
+	enc.Current = true
+	return world.EncounterPosition{EncounterID: out.EncounterID, Action: world.EncounterAction(out.Action),
+		Round: out.CurrentRound, Turn: out.CurrentTurn, ActorUUID: deref(out.ActorTurn), TokenUUID: deref(out.TokenTurn),
+		Encounter: enc}, nil
+}
+
+// members sends an add or a remove.
+func (w *Linked) members(ctx context.Context, user *world.User, requestType, doneField string, p world.EncounterMembersParams) (world.EncounterMembersResult, error) {
+	params := map[string]any{"uuids": p.UUIDs}
+	if p.UUIDs == nil {
+		params["uuids"] = []string{}
+	}
+	param(params, "encounterId", p.EncounterID)
+	param(params, "selected", p.Selected)
+	param(params, "rollInitiative", p.RollInitiative)
+	r, err := w.request(ctx, user, requestType, params)
+	if err != nil {
+		return world.EncounterMembersResult{}, err
+	}
+	var out struct {
+		EncounterID string `json:"encounterId"`
+		Failed      []struct {
+			UUID   string `json:"uuid"`
+			Reason string `json:"reason"`
+		} `json:"failed"`
+	}
+	done := []string{}
+	if err := remarshal(r, &out); err != nil || r.decode(doneField, &done) != nil {
+		return world.EncounterMembersResult{}, badReply(w.clientID, requestType, "unexpected fields")
+	}
+	res := world.EncounterMembersResult{EncounterID: out.EncounterID, Done: done, Failed: make([]world.FailedUUID, len(out.Failed))}
+	for i, f := range out.Failed {
+		res.Failed[i] = world.FailedUUID{UUID: f.UUID, Reason: f.Reason}
+	}
+	return res, nil
+}
+
+// AddToEncounter implements [world.Encounters] with the module's
+// `add-to-encounter`.
+func (w *Linked) AddToEncounter(ctx context.Context, user *world.User, p world.EncounterMembersParams) (world.EncounterMembersResult, error) {
+	return w.members(ctx, user, "add-to-encounter", "added", p)
+}
+
+// RemoveFromEncounter implements [world.Encounters] with the module's
+// `remove-from-encounter`.
+func (w *Linked) RemoveFromEncounter(ctx context.Context, user *world.User, p world.EncounterMembersParams) (world.EncounterMembersResult, error) {
+	return w.members(ctx, user, "remove-from-encounter", "removed", p)
+}
+
+// Files.
+
+// ListFiles implements [world.Files] with the module's `file-system`. The
+// module browses at most three levels below the path whatever the depth
+// asked, and reports neither sizes nor times (they are zero).
+func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFilesParams) (string, []world.FileEntry, error) {
+	params := map[string]any{"path": p.Path, "source": "data"}
+	param(params, "recursive", p.Recursive)
+	r, err := w.request(ctx, user, "file-system", params)
+	if err != nil {
+		return "", nil, err
+	}
+	var out struct {
+		Path    string `json:"path"`
+		Results []struct {
+			Name string `json:"name"`
+			Path string `json:"path"`
+			Type string `json:"type"`
+			Size int64  `json:"size"`
+		} `json:"results"`
+	}
+	if err := remarshal(r, &out); err != nil {
+		return "", nil, badReply(w.clientID, "file-system", err.Error())
+	}
+	entries := make([]world.FileEntry, len(out.Results))
+	for i, e := range out.Results {
+		entries[i] = world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size}
+	}
+	return out.Path, entries, nil
+}
+
+// OpenFile implements [world.Files] with the module's `download-file`,
+// which sends the whole file as a base64 data URL in one message (bounded
+// by the hub's MaxMessageBytes). The file is decoded once into memory.
+func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*world.FileContent, error) {
+	r, err := w.request(ctx, user, "download-file", map[string]any{"path": path})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Path     string `json:"path"`
+		FileData string `json:"fileData"`
+		Filename string `json:"filename"`
+		MIMEType string `json:"mimeType"`
+	}
+	if err := remarshal(r, &out); err != nil {
+		return nil, badReply(w.clientID, "download-file", err.Error())
+	}
+	comma := strings.IndexByte(out.FileData, ',')
+	if !strings.HasPrefix(out.FileData, "data:") || comma < 0 {
+		return nil, badReply(w.clientID, "download-file", "fileData is not a data URL")
+	}
+	data, err := base64.StdEncoding.DecodeString(out.FileData[comma+1:])
+	if err != nil {
+		return nil, badReply(w.clientID, "download-file", "fileData is not base64")
+	}
+	if out.Path == "" {
+		out.Path = path
+	}
+	mime := out.MIMEType
+	if mime == "" {
+		mime = "application/octet-stream"
+	}
+	return &world.FileContent{Path: out.Path, Name: out.Filename, MIMEType: mime, Size: int64(len(data)),
+		Body: io.NopCloser(bytes.NewReader(data))}, nil
+}
+
+// WriteFile implements [world.Files] with the module's `upload-file`: the
+// body is read (up to p.MaxBytes, over which the write is ErrTooLarge and
+// nothing is sent) and sent as a base64 data URL, the form the module
+// takes. The module writes the file itself, with its own checks.
+func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteFileParams, body io.Reader) (world.FileWritten, error) {
+	if p.MaxBytes > 0 {
+		body = io.LimitReader(body, p.MaxBytes+1)
+	}
+	// The file is encoded as it is read, so that only its base64 form
+	// is held whole.
+	var enc strings.Builder
+	enc.WriteString("data:application/octet-stream;base64,")
+	b64 := base64.NewEncoder(base64.StdEncoding, &enc)
+	n, err := io.Copy(b64, body)
+	if err != nil {
+		return world.FileWritten{}, err
+	}
+	_ = b64.Close()
+	if p.MaxBytes > 0 && n > p.MaxBytes {
+		return world.FileWritten{}, world.Errorf(world.ErrTooLarge, "File is larger than %d bytes", p.MaxBytes)
+	}
+	params := map[string]any{"path": p.Dir, "filename": p.Name, "source": "data", "fileData": enc.String(),
+		"mimeType": "application/octet-stream"}
+	param(params, "overwrite", p.Overwrite)
+	r, err := w.request(ctx, user, "upload-file", params)
+	if err != nil {
+		return world.FileWritten{}, err
+	}
+	var path string
+	if err := r.decode("path", &path); err != nil {
+		return world.FileWritten{}, badReply(w.clientID, "upload-file", err.Error())
+	}
+	return world.FileWritten{Path: strings.TrimPrefix(path, "/"), Size: n}, nil
 }

@@ -3,7 +3,9 @@ package link_test
 import (
 	"context"
 	"errors"
+	"io"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -68,6 +70,16 @@ func TestLinkedRequests(t *testing.T) {
 		"delete-folder": {"data": map[string]any{"deleted": true, "folderId": "f1", "entitiesDeleted": 2, "foldersDeleted": 1}},
 		"select":        {"success": true, "count": 1, "selected": []any{"Scene.s.Token.t"}},
 		"selected":      {"success": true, "selected": []any{map[string]any{"tokenUuid": "Scene.s.Token.t", "actorUuid": nil}}},
+		"encounters": {"encounters": []any{map[string]any{"id": "c1", "name": "Fight", "round": 1, "turn": 0, "current": true,
+			"combatants": []any{map[string]any{"id": "k1", "name": "Hero", "tokenUuid": "Scene.s.Token.t", "actorUuid": "Actor.a1", "img": nil, "initiative": 12, "hidden": false, "defeated": false}}}}},
+		"start-encounter":       {"encounterId": "c1", "encounter": map[string]any{"id": "c1", "name": "Fight", "round": 1, "turn": 0, "combatants": []any{}}},
+		"last-turn":             {"encounterId": "c1", "action": "previousTurn", "currentTurn": 0, "currentRound": 1, "actorTurn": "Actor.a1", "tokenTurn": nil, "encounter": map[string]any{"id": "c1", "name": "Fight", "round": 1, "turn": 0}},
+		"end-encounter":         {"encounterId": "c1", "message": "Encounter successfully ended"},
+		"add-to-encounter":      {"encounterId": "c1", "added": []any{"Actor.a1"}, "failed": []any{map[string]any{"uuid": "Actor.zz", "reason": "Entity not found"}}},
+		"remove-from-encounter": {"encounterId": "c1", "removed": []any{"Actor.a1"}, "failed": []any{}},
+		"file-system":           {"success": true, "path": "maps", "source": "data", "recursive": false, "results": []any{map[string]any{"name": "a.png", "path": "maps/a.png", "type": "file"}}},
+		"download-file":         {"success": true, "path": "maps/a.png", "fileData": "data:image/png;base64,aGVsbG8=", "filename": "a.png", "mimeType": "image/png"},
+		"upload-file":           {"success": true, "path": "maps/b.png"},
 	}}
 	_, w, clientID := linkedWorld(t, rec)
 	alice := &world.User{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer}
@@ -139,6 +151,44 @@ func TestLinkedRequests(t *testing.T) {
 	}
 	if s, err := w.Selected(ctx, nil); err != nil || len(s) != 1 || s[0].ActorUUID != "" {
 		t.Fatalf("selected: %v, %v", s, err)
+	}
+
+	if list, err := w.ListEncounters(ctx, alice); err != nil || len(list) != 1 || *list[0].Combatants[0].Initiative != 12 || !list[0].Current {
+		t.Fatalf("encounters: %+v, %v", list, err)
+	}
+	if enc, err := w.StartEncounter(ctx, nil, world.StartEncounterParams{Name: "Fight", WithPlayers: true}); err != nil || enc.ID != "c1" ||
+		!enc.Started || rec.last()["startWithPlayers"] != true {
+		t.Fatalf("start: %+v, %v", enc, err)
+	}
+	if pos, err := w.NavigateEncounter(ctx, nil, "", world.PreviousTurn); err != nil || pos.Action != world.PreviousTurn ||
+		pos.ActorUUID != "Actor.a1" || rec.last()["type"] != "last-turn" {
+		t.Fatalf("navigate: %+v, %v", pos, err)
+	}
+	if id, err := w.EndEncounter(ctx, nil, "c1"); err != nil || id != "c1" {
+		t.Fatalf("end: %v, %v", id, err)
+	}
+	if res, err := w.AddToEncounter(ctx, nil, world.EncounterMembersParams{UUIDs: []string{"Actor.a1", "Actor.zz"}}); err != nil ||
+		len(res.Done) != 1 || res.Failed[0].Reason != "Entity not found" {
+		t.Fatalf("add: %+v, %v", res, err)
+	}
+	if res, err := w.RemoveFromEncounter(ctx, nil, world.EncounterMembersParams{UUIDs: []string{"Actor.a1"}}); err != nil || len(res.Done) != 1 {
+		t.Fatalf("remove: %+v, %v", res, err)
+	}
+	if dir, entries, err := w.ListFiles(ctx, nil, world.ListFilesParams{Path: "maps"}); err != nil || dir != "maps" || len(entries) != 1 {
+		t.Fatalf("files: %v %v %v", dir, entries, err)
+	}
+	if f, err := w.OpenFile(ctx, nil, "maps/a.png"); err != nil || f.MIMEType != "image/png" || f.Size != 5 {
+		t.Fatalf("download: %+v, %v", f, err)
+	} else if b, _ := io.ReadAll(f.Body); string(b) != "hello" {
+		t.Fatalf("downloaded %q", b)
+	}
+	if fw, err := w.WriteFile(ctx, nil, world.WriteFileParams{Dir: "maps", Name: "b.png", MaxBytes: 10}, strings.NewReader("hello")); err != nil ||
+		fw.Size != 5 || rec.last()["fileData"] != "data:application/octet-stream;base64,aGVsbG8=" {
+		t.Fatalf("upload: %+v, %v", fw, err)
+	}
+	n := len(rec.requests)
+	if _, err := w.WriteFile(ctx, nil, world.WriteFileParams{Dir: "maps", Name: "b.png", MaxBytes: 4}, strings.NewReader("hello")); !errors.Is(err, world.ErrTooLarge) || len(rec.requests) != n {
+		t.Fatalf("too large upload: %v (sent: %v)", err, len(rec.requests) != n)
 	}
 
 	// The world describes itself from its connection, and its users are
