@@ -360,8 +360,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(usageError{err.Error()})
 	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:          keyStore,
-		Worlds:        worlds,
+		Keys: keyStore,
+		// Embedded worlds first, then the linked ones.
+		Worlds:        link.NewRegistry(worlds, r.links),
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
