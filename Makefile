@@ -12,6 +12,16 @@ help: ## list the targets
 run: ## start the relay with the demo world in ./data
 	go run ./cmd/relay serve
 
+# What `make build` stamps into the binary (`relay --version`, /healthz);
+# each may be set on the command line (make build VERSION=v1.2.0).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+
+.PHONY: build
+build: ## build bin/relay with its version, commit and build date
+	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)" -o bin/relay ./cmd/relay
+
 .PHONY: generate
 generate: ## regenerate gen/ from proto/ (buf lint included)
 	./scripts/generate.sh
@@ -22,6 +32,26 @@ check-generate: generate ## fail when gen/ is not what proto/ generates
 		echo "gen/ or proto/ changed when regenerated: run 'make generate' and commit" >&2; \
 		git status --porcelain -- gen proto >&2; exit 1; fi
 
+.PHONY: contract
+contract: ## buf format, lint, build and breaking against baseline/contract.binpb
+	./scripts/contract.sh
+
+.PHONY: contract-baseline
+contract-baseline: ## record proto/ as the baseline of buf breaking (only for a deliberate incompatible change)
+	./scripts/contract.sh baseline
+
+# Node tools (Redocly CLI) are pinned by tools/npm/package-lock.json and
+# installed with `npm ci` when the lock file changes.
+NPM_TOOLS := tools/npm/node_modules/.installed
+$(NPM_TOOLS): tools/npm/package.json tools/npm/package-lock.json
+	cd tools/npm && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
+.PHONY: lint-openapi
+lint-openapi: $(NPM_TOOLS) ## lint gen/openapi/relay.json with Redocly CLI's recommended rules
+	cd tools/npm && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		./node_modules/.bin/redocly lint --config redocly.yaml --format=stylish ../../gen/openapi/relay.json
+
 .PHONY: lint
 lint: ## gofmt, go vet
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -29,7 +59,7 @@ lint: ## gofmt, go vet
 	go vet ./...
 
 .PHONY: test
-test: lint check-generate ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short

@@ -1,8 +1,9 @@
 // Package gateway is the relay's HTTP side: REST on the documented paths
 // through grpc-gateway, the parameter merging that lets any parameter come in
 // the query string or the JSON body, the `{type, requestId, data}` envelope
-// and `{type, requestId, error}` error bodies, `/healthz` and
-// `/openapi.json`.
+// and `{type, requestId, error}` error bodies, cross-origin requests from
+// allowed web pages (CORS), `/healthz`, `/openapi.json` and the API
+// reference page at `/docs`.
 //
 // Every REST call, unary or streaming (the event streams, downloads and
 // uploads), goes through one client connection to the gRPC server and so
@@ -16,12 +17,12 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/gen/openapi"
 )
 
 // Options configure the gateway.
@@ -67,6 +67,25 @@ type Options struct {
 	// query parameter, remoteAddr the caller's address. A non-nil error is
 	// a gRPC status, answered as such (401, 429 with Retry-After).
 	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	// CORSOrigins are the origins whose web pages may call the API from a
+	// browser (see cors.go): exact origins as ParseCORSOrigins reads them,
+	// or `*` for every origin. None when empty.
+	CORSOrigins []string
+	// Build names the running relay's version in `/healthz`.
+	Build BuildInfo
+}
+
+// BuildInfo identifies a build of the relay.
+type BuildInfo struct {
+	// Version is the release (`v1.2.0`), or `devel` for a build from a
+	// checkout.
+	Version string `json:"version"`
+	// Commit is the git commit built, with `-dirty` when the checkout had
+	// changes; empty when unknown.
+	Commit string `json:"commit"`
+	// Date is the commit's time (or the one set at link time), RFC 3339;
+	// empty when unknown.
+	Date string `json:"date"`
 }
 
 // DefaultMaxQueryBytes is the query string limit when Options leave it 0:
@@ -91,6 +110,8 @@ type gateway struct {
 	keepaliveEvery time.Duration
 	spoolDir       string
 	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	cors           *cors
+	build          BuildInfo
 }
 
 // New returns the HTTP handler of the REST API, calling the gRPC server
@@ -118,6 +139,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 		keepaliveEvery: opts.KeepaliveInterval,
 		admit:          opts.Admit,
 		spoolDir:       opts.SpoolDir,
+		build:          opts.Build,
+	}
+	var err error
+	if g.cors, err = newCORS(opts.CORSOrigins, g.routes); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
 	g.mux = runtime.NewServeMux(
@@ -157,7 +183,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 	if err := g.mux.HandlePath(http.MethodGet, "/healthz", g.healthz); err != nil {
 		return nil, err
 	}
-	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
+	if err := g.handleDocs(); err != nil {
 		return nil, err
 	}
 	if err := g.handleEventStreams(); err != nil {
@@ -198,6 +224,12 @@ func outgoingHeader(key string) (string, bool) {
 // serveHTTP merges query and body parameters into the form the generated
 // handlers read, then hands the request to the mux.
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	// A browser's preflight carries no API key: it is answered before the
+	// admission step, and every other answer, refusals included, is
+	// marked for the page that asked.
+	if g.handleCORS(w, r) {
+		return
+	}
 	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
 		op := "error"
@@ -297,7 +329,8 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	return false
 }
 
-// healthz answers 200 when the gRPC server reports SERVING, else 503.
+// healthz answers 200 when the gRPC server reports SERVING, else 503,
+// with the relay's build: `{"status", "version", "commit", "date"}`.
 func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
@@ -306,14 +339,11 @@ func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]s
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		code, state = http.StatusServiceUnavailable, "NOT_SERVING"
 	}
+	body, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		BuildInfo
+	}{state, g.build})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, `{"status":`+strconv.Quote(state)+`}`)
-}
-
-// serveOpenAPI serves the generated OpenAPI document.
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
-	_, _ = w.Write(openapi.JSON)
+	_, _ = w.Write(body)
 }

@@ -191,11 +191,10 @@ func (g *gateway) handleEventStreams() error {
 // reads the resume point from the `Last-Event-ID` header (what an
 // EventSource sends when it reconnects; it wins over a `lastEventId`
 // parameter) and a browser's stream ticket from the `ticket` query
-// parameter. Streams are never compressed and have no write time-out; any
-// origin may read them, since they carry no cookie and need a key or a
-// ticket.
+// parameter. Streams are never compressed and have no write time-out. Web
+// pages of other origins read them as they read every other route: when
+// their origin is allowed (see cors.go).
 func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *route) {
-	w.Header().Set("Access-Control-Allow-Origin", "*")
 	var body []byte
 	if r.Body != nil {
 		var err error

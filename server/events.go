@@ -123,6 +123,20 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		req.Resume, req.After = true, n
 	}
 	clientID := call.World.Info().ClientID
+	// A stream opened with a stream ticket binds the ticket to itself and
+	// keeps it valid while it is open, so that a browser reconnects to
+	// this same stream with it after a drop (see Tickets).
+	ticketClosed := func() {}
+	if call.ticket != nil {
+		var userID string
+		if call.User != nil {
+			userID = call.User.ID
+		}
+		if ticketClosed, err = call.ticket.Open(fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter)); err != nil {
+			return err
+		}
+	}
+	defer ticketClosed()
 	release, err := s.limits.acquire(call.Key.ID, clientID)
 	if err != nil {
 		return err

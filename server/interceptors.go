@@ -265,14 +265,15 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	}
 	if plaintext == "" {
 		// Browsers cannot send headers on an event stream: the four
-		// subscribe methods also accept a single-use stream ticket, which
-		// stands for the key that asked for it.
+		// subscribe methods also accept a stream ticket, which stands for
+		// the key that asked for it. The stream binds the ticket to itself
+		// when it opens (eventService.serve).
 		if ticket := metadata.ValueFromIncomingContext(ctx, StreamTicketHeader); c.Tickets != nil && acceptsTicket(call.Method) && len(ticket) > 0 {
-			key, err := c.Tickets.Redeem(ctx, ticket[0])
+			key, use, err := c.Tickets.Redeem(ctx, ticket[0])
 			if err != nil {
 				return err
 			}
-			call.Key = key
+			call.Key, call.ticket = key, use
 			call.caller.Scopes = key.Scopes
 			return nil
 		}

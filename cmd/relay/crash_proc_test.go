@@ -69,7 +69,8 @@ func startCrashProc(t *testing.T, bin, dataDir, logPath string) *crashProc {
 			if resp, err := client.Get(p.base + "/healthz"); err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK && string(body) == `{"status":"SERVING"}` {
+				var health struct{ Status string }
+				if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &health) == nil && health.Status == "SERVING" {
 					p.startup = time.Since(p.began)
 					return p
 				}

@@ -6,6 +6,7 @@
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
+//	relay version                   print the version, commit and date
 //
 // Every flag has a RELAY_* environment variable; `relay <command> -h` lists
 // them.
@@ -36,6 +37,7 @@ Usage:
                                 create a one-time code that links a real tabletop
   relay worlds unpair [flags] CLIENT_ID
                                 unlink a linked world (revoke its token)
+  relay version                 print the version, commit and date (also --version)
 
 Run 'relay <command> -h' for the flags of a command.
 `
@@ -84,6 +86,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keysCommand(ctx, args[1:], stdout, stderr)
 	case "worlds":
 		return worldsCommand(ctx, args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		printVersion(stdout, buildInfo())
+		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

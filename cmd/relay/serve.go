@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"relay/console"
 	"relay/gateway"
 	"relay/link"
 	"relay/netlimit"
@@ -94,6 +95,11 @@ type serveConfig struct {
 	linkMaxMessageBytes int64
 	linkMaxPending      int
 	pairRateLimit       int
+	// In a browser: the origins whose pages may call the API (a comma-
+	// separated list, see gateway.ParseCORSOrigins) and whether the web
+	// console is served at /console.
+	corsOrigins string
+	console     bool
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -136,6 +142,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.linkMaxMessageBytes, "link-max-message-bytes", int64(envInt("RELAY_LINK_MAX_MESSAGE_BYTES", link.DefaultMaxMessageBytes)), "largest message a linked world may send, in `bytes` (a downloaded file arrives as one message, in base64); a larger one closes its socket with 1009 (RELAY_LINK_MAX_MESSAGE_BYTES)")
 	fs.IntVar(&c.linkMaxPending, "link-max-pending", envInt("RELAY_LINK_MAX_PENDING", link.DefaultMaxPending), "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
 	fs.IntVar(&c.pairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", defaultPairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
+	fs.StringVar(&c.corsOrigins, "cors-origins", envOr("RELAY_CORS_ORIGINS", ""), "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
+	fs.BoolVar(&c.console, "console", envBool("RELAY_CONSOLE", true), "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -180,6 +188,9 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--max-document-bytes must be at least %d", minDocumentBytes)
 	case c.maxJSONDepth < minJSONDepth:
 		return fmt.Errorf("--max-json-depth must be at least %d", minJSONDepth)
+	}
+	if _, err := gateway.ParseCORSOrigins(c.corsOrigins); err != nil {
+		return fmt.Errorf("--cors-origins: %w", err)
 	}
 	return nil
 }
@@ -381,16 +392,28 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}); err != nil {
 		return fail(err)
 	}
+	corsOrigins, err := gateway.ParseCORSOrigins(cfg.corsOrigins)
+	if err != nil {
+		return fail(fmt.Errorf("--cors-origins: %w", err))
+	}
 	// The gateway calls the services through the server's in-process
 	// connection, unary calls and streams alike: REST calls pass the same
 	// interceptors as gRPC calls, without a network hop.
-	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{NewRequestID: ids.New, MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
+	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{CORSOrigins: corsOrigins, NewRequestID: ids.New, Build: buildInfo(), MaxBodyBytes: cfg.maxBodyBytes, KeepaliveInterval: cfg.eventKeepalive, MaxUploadBytes: cfg.maxUploadBytes,
 		MaxQueryBytes: cfg.maxQueryBytes, UnaryTimeout: cfg.requestTimeout, SpoolDir: spoolDir,
 		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
 			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
 		}})
 	if err != nil {
 		return fail(err)
+	}
+
+	// The web console's static files sit beside the API, outside its
+	// admission: they hold nothing, and every call the console makes is an
+	// API call like any other.
+	web := rest
+	if cfg.console {
+		web = console.Handler(rest)
 	}
 
 	ln, err := net.Listen("tcp", cfg.listen)
@@ -412,7 +435,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	})
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, rest))),
+		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -425,7 +448,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols.SetUnencryptedHTTP2(true)
 	go func() { r.served <- r.http.Serve(r.conns) }()
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir)
+	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
 }
 

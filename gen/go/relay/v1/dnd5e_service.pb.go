@@ -4229,13 +4229,13 @@ var File_relay_v1_dnd5e_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\x87\x01\n" +
+	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\x91\x01\n" +
 	"\x16GetActorDetailsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x18\n" +
-	"\adetails\x18\x04 \x03(\tR\adetails\"\xaa\x03\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1d\n" +
+	"\adetails\x18\x04 \x03(\tB\x03\xe0A\x02R\adetails\"\xaa\x03\n" +
 	"\x17GetActorDetailsResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\"\n" +
 	"\tresources\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\tresources\x12\x1a\n" +
@@ -4252,13 +4252,13 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\f \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
 	"conditions\x12*\n" +
-	"\rconcentration\x18\r \x01(\fB\x04\xb0\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xd1\x01\n" +
+	"\rconcentration\x18\r \x01(\fB\x04\xb0\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xdb\x01\n" +
 	"\x18ModifyItemChargesRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1b\n" +
-	"\x06amount\x18\x04 \x01(\x05H\x00R\x06amount\x88\x01\x01\x12\x1b\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12 \n" +
+	"\x06amount\x18\x04 \x01(\x05B\x03\xe0A\x02H\x00R\x06amount\x88\x01\x01\x12\x1b\n" +
 	"\titem_uuid\x18\x05 \x01(\tR\bitemUuid\x12\x1b\n" +
 	"\titem_name\x18\x06 \x01(\tR\bitemNameB\t\n" +
 	"\a_amount\"z\n" +
@@ -4293,13 +4293,13 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x10LongRestResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12,\n" +
-	"\x06result\x18\x02 \x01(\v2\x14.relay.v1.RestResultR\x06result\"\xa3\x02\n" +
+	"\x06result\x18\x02 \x01(\v2\x14.relay.v1.RestResultR\x06result\"\xad\x02\n" +
 	"\x11SkillCheckRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x14\n" +
-	"\x05skill\x18\x04 \x01(\tR\x05skill\x12\x1c\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x19\n" +
+	"\x05skill\x18\x04 \x01(\tB\x03\xe0A\x02R\x05skill\x12\x1c\n" +
 	"\tadvantage\x18\x05 \x01(\bR\tadvantage\x12\"\n" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
@@ -4312,13 +4312,13 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
-	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xa8\x02\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xb2\x02\n" +
 	"\x12AbilitySaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x18\n" +
-	"\aability\x18\x04 \x01(\tR\aability\x12\x1c\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1d\n" +
+	"\aability\x18\x04 \x01(\tB\x03\xe0A\x02R\aability\x12\x1c\n" +
 	"\tadvantage\x18\x05 \x01(\bR\tadvantage\x12\"\n" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
@@ -4331,13 +4331,13 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
-	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xa9\x02\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xb3\x02\n" +
 	"\x13AbilityCheckRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x18\n" +
-	"\aability\x18\x04 \x01(\tR\aability\x12\x1c\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1d\n" +
+	"\aability\x18\x04 \x01(\tB\x03\xe0A\x02R\aability\x12\x1c\n" +
 	"\tadvantage\x18\x05 \x01(\bR\tadvantage\x12\"\n" +
 	"\fdisadvantage\x18\x06 \x01(\bR\fdisadvantage\x12\x14\n" +
 	"\x05bonus\x18\a \x01(\tR\x05bonus\x123\n" +
@@ -4350,12 +4350,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x18\n" +
 	"\aformula\x18\x04 \x01(\tR\aformula\x12\x16\n" +
 	"\x06result\x18\x05 \x01(\tR\x06result\x12/\n" +
-	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xd2\x01\n" +
+	"\troll_mode\x18\x06 \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xd7\x01\n" +
 	"\x10DeathSaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1c\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1c\n" +
 	"\tadvantage\x18\x04 \x01(\bR\tadvantage\x123\n" +
 	"\x13create_chat_message\x18\x05 \x01(\bH\x00R\x11createChatMessage\x88\x01\x01B\x16\n" +
 	"\x14_create_chat_message\"\xa8\x02\n" +
@@ -4370,11 +4370,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\asuccess\x18\x06 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06stable\x18\a \x01(\bR\x06stable\x12\x12\n" +
 	"\x04dead\x18\b \x01(\bR\x04dead\x12/\n" +
-	"\troll_mode\x18\t \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xb2\x01\n" +
+	"\troll_mode\x18\t \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\xb7\x01\n" +
 	"\x17ModifyExperienceRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
-	"\x06amount\x18\x03 \x01(\x05H\x00R\x06amount\x88\x01\x01\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12 \n" +
+	"\x06amount\x18\x03 \x01(\x05B\x03\xe0A\x02H\x00R\x06amount\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x04 \x01(\tR\tactorUuid\x12\x1a\n" +
 	"\bselected\x18\x05 \x01(\bR\bselectedB\t\n" +
@@ -4410,11 +4410,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x16\n" +
 	"\x06broken\x18\x02 \x01(\bR\x06broken\x12*\n" +
-	"\x11removed_effect_id\x18\x03 \x01(\tR\x0fremovedEffectId\"\xf7\x02\n" +
+	"\x11removed_effect_id\x18\x03 \x01(\tR\x0fremovedEffectId\"\xfc\x02\n" +
 	"\x18ConcentrationSaveRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
-	"\x06damage\x18\x03 \x01(\x05H\x00R\x06damage\x88\x01\x01\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12 \n" +
+	"\x06damage\x18\x03 \x01(\x05B\x03\xe0A\x02H\x00R\x06damage\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x04 \x01(\tR\tactorUuid\x12\x1d\n" +
 	"\n" +
@@ -4437,11 +4437,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
 	"maintained\x18\x06 \x01(\bR\n" +
 	"maintained\x12/\n" +
-	"\troll_mode\x18\a \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\x8a\x02\n" +
+	"\troll_mode\x18\a \x01(\v2\x12.relay.v1.RollModeR\brollMode\"\x8f\x02\n" +
 	"\x10EquipItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1f\n" +
-	"\bequipped\x18\x03 \x01(\bH\x00R\bequipped\x88\x01\x01\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12$\n" +
+	"\bequipped\x18\x03 \x01(\bB\x03\xe0A\x02H\x00R\bequipped\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x04 \x01(\tR\tactorUuid\x12\x1d\n" +
 	"\n" +
@@ -4455,11 +4455,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x02 \x01(\tR\bitemUuid\x12\x1b\n" +
 	"\titem_name\x18\x03 \x01(\tR\bitemName\x12\x1a\n" +
-	"\bequipped\x18\x04 \x01(\bR\bequipped\"\x88\x02\n" +
+	"\bequipped\x18\x04 \x01(\bR\bequipped\"\x8d\x02\n" +
 	"\x11AttuneItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
-	"\aattuned\x18\x03 \x01(\bH\x00R\aattuned\x88\x01\x01\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
+	"\aattuned\x18\x03 \x01(\bB\x03\xe0A\x02H\x00R\aattuned\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x04 \x01(\tR\tactorUuid\x12\x1d\n" +
 	"\n" +
@@ -4474,11 +4474,11 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x02 \x01(\tR\bitemUuid\x12\x1b\n" +
 	"\titem_name\x18\x03 \x01(\tR\bitemName\x12\x18\n" +
-	"\aattuned\x18\x04 \x01(\bR\aattuned\"\xaf\x02\n" +
+	"\aattuned\x18\x04 \x01(\bR\aattuned\"\xb4\x02\n" +
 	"\x17TransferCurrencyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12.\n" +
-	"\bcurrency\x18\x03 \x01(\v2\x12.relay.v1.CurrencyR\bcurrency\x12*\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x123\n" +
+	"\bcurrency\x18\x03 \x01(\v2\x12.relay.v1.CurrencyB\x03\xe0A\x02R\bcurrency\x12*\n" +
 	"\x11source_actor_uuid\x18\x04 \x01(\tR\x0fsourceActorUuid\x12*\n" +
 	"\x11source_actor_name\x18\x05 \x01(\tR\x0fsourceActorName\x12*\n" +
 	"\x11target_actor_uuid\x18\x06 \x01(\tR\x0ftargetActorUuid\x12*\n" +
@@ -4488,14 +4488,14 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\x11target_actor_uuid\x18\x02 \x01(\tR\x0ftargetActorUuid\x124\n" +
 	"\vtransferred\x18\x03 \x01(\v2\x12.relay.v1.CurrencyR\vtransferred\x129\n" +
 	"\x0esource_balance\x18\x04 \x01(\v2\x12.relay.v1.CurrencyR\rsourceBalance\x129\n" +
-	"\x0etarget_balance\x18\x05 \x01(\v2\x12.relay.v1.CurrencyR\rtargetBalance\"\xb0\x01\n" +
+	"\x0etarget_balance\x18\x05 \x01(\v2\x12.relay.v1.CurrencyR\rtargetBalance\"\xbf\x01\n" +
 	"\x15ModifyCurrencyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1a\n" +
-	"\bcurrency\x18\x04 \x01(\tR\bcurrency\x12\x1b\n" +
-	"\x06amount\x18\x05 \x01(\x05H\x00R\x06amount\x88\x01\x01B\t\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1f\n" +
+	"\bcurrency\x18\x04 \x01(\tB\x03\xe0A\x02R\bcurrency\x12 \n" +
+	"\x06amount\x18\x05 \x01(\x05B\x03\xe0A\x02H\x00R\x06amount\x88\x01\x01B\t\n" +
 	"\a_amount\"\xbf\x01\n" +
 	"\x16ModifyCurrencyResponse\x12\x1d\n" +
 	"\n" +
@@ -4505,15 +4505,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"old_amount\x18\x03 \x01(\x05R\toldAmount\x12\x1d\n" +
 	"\n" +
 	"new_amount\x18\x04 \x01(\x05R\tnewAmount\x12,\n" +
-	"\abalance\x18\x05 \x01(\v2\x12.relay.v1.CurrencyR\abalance\"\xb7\x01\n" +
+	"\abalance\x18\x05 \x01(\v2\x12.relay.v1.CurrencyR\abalance\"\xc6\x01\n" +
 	"\x13PrepareSpellRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1d\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\"\n" +
 	"\n" +
-	"spell_name\x18\x04 \x01(\tR\tspellName\x12\x1f\n" +
-	"\bprepared\x18\x05 \x01(\bH\x00R\bprepared\x88\x01\x01B\v\n" +
+	"spell_name\x18\x04 \x01(\tB\x03\xe0A\x02R\tspellName\x12$\n" +
+	"\bprepared\x18\x05 \x01(\bB\x03\xe0A\x02H\x00R\bprepared\x88\x01\x01B\v\n" +
 	"\t_prepared\"\x8f\x01\n" +
 	"\x14PrepareSpellResponse\x12\x1d\n" +
 	"\n" +
@@ -4522,12 +4522,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"spell_uuid\x18\x02 \x01(\tR\tspellUuid\x12\x1d\n" +
 	"\n" +
 	"spell_name\x18\x03 \x01(\tR\tspellName\x12\x1a\n" +
-	"\bprepared\x18\x04 \x01(\bR\bprepared\"\xf0\x01\n" +
+	"\bprepared\x18\x04 \x01(\bR\bprepared\"\xf5\x01\n" +
 	"\x11UseAbilityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12!\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12!\n" +
 	"\fability_uuid\x18\x04 \x01(\tR\vabilityUuid\x12!\n" +
 	"\fability_name\x18\x05 \x01(\tR\vabilityName\x12\x1f\n" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
@@ -4542,12 +4542,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
 	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
 	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
-	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf0\x01\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf5\x01\n" +
 	"\x11UseFeatureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12!\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12!\n" +
 	"\fability_uuid\x18\x04 \x01(\tR\vabilityUuid\x12!\n" +
 	"\fability_name\x18\x05 \x01(\tR\vabilityName\x12\x1f\n" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
@@ -4562,12 +4562,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
 	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
 	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
-	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xa1\x02\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xa6\x02\n" +
 	"\x0fUseSpellRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12!\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12!\n" +
 	"\fability_uuid\x18\x04 \x01(\tR\vabilityUuid\x12!\n" +
 	"\fability_name\x18\x05 \x01(\tR\vabilityName\x12\x1f\n" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
@@ -4585,12 +4585,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
 	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
 	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
-	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xed\x01\n" +
+	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf2\x01\n" +
 	"\x0eUseItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12!\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12!\n" +
 	"\fability_uuid\x18\x04 \x01(\tR\vabilityUuid\x12!\n" +
 	"\fability_name\x18\x05 \x01(\tR\vabilityName\x12\x1f\n" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +

@@ -1616,38 +1616,38 @@ var File_relay_v1_document_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1frelay/v1/document_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16relay/v1/options.proto\"^\n" +
+	"\x1frelay/v1/document_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16relay/v1/options.proto\"c\n" +
 	"\x12GetDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"7\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\"7\n" +
 	"\x13GetDocumentResponse\x12 \n" +
-	"\bdocument\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\x8e\x01\n" +
+	"\bdocument\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\x98\x01\n" +
 	"\x15UpdateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12+\n" +
-	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\"N\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\x120\n" +
+	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x02R\x04data\"N\n" +
 	"\x16UpdateDocumentResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
-	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\xed\x01\n" +
+	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\xf7\x01\n" +
 	"\x15CreateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1f\n" +
-	"\ventity_type\x18\x03 \x01(\tR\n" +
-	"entityType\x12+\n" +
-	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x04data\x12\x16\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12$\n" +
+	"\ventity_type\x18\x03 \x01(\tB\x03\xe0A\x02R\n" +
+	"entityType\x120\n" +
+	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x02R\x04data\x12\x16\n" +
 	"\x06folder\x18\x05 \x01(\tR\x06folder\x12\x1f\n" +
 	"\vparent_uuid\x18\x06 \x01(\tR\n" +
 	"parentUuid\x12\x17\n" +
 	"\akeep_id\x18\a \x01(\bR\x06keepId\"N\n" +
 	"\x16CreateDocumentResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
-	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"a\n" +
+	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"f\n" +
 	"\x15DeleteDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"F\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\"F\n" +
 	"\x16DeleteDocumentResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
 	"\adeleted\x18\x02 \x01(\bR\adeleted\"\x92\x01\n" +
@@ -1670,12 +1670,12 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x0frecursive_depth\x18\x06 \x01(\x05R\x0erecursiveDepth\x12.\n" +
 	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\":\n" +
 	"\x14GetStructureResponse\x12\"\n" +
-	"\tstructure\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\tstructure\"\xd3\x01\n" +
+	"\tstructure\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\tstructure\"\xd8\x01\n" +
 	"\x0fGiveItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
-	"\tfrom_uuid\x18\x03 \x01(\tR\bfromUuid\x12\x17\n" +
-	"\ato_uuid\x18\x04 \x01(\tR\x06toUuid\x12\x1b\n" +
+	"\tfrom_uuid\x18\x03 \x01(\tR\bfromUuid\x12\x1c\n" +
+	"\ato_uuid\x18\x04 \x01(\tB\x03\xe0A\x02R\x06toUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x05 \x01(\tR\bitemUuid\x12\x1b\n" +
 	"\titem_name\x18\x06 \x01(\tR\bitemName\x12\x1a\n" +
 	"\bquantity\x18\a \x01(\x01R\bquantity\"\xa5\x01\n" +
@@ -1684,12 +1684,12 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\ato_uuid\x18\x02 \x01(\tR\x06toUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x03 \x01(\tR\bitemUuid\x12\"\n" +
 	"\rnew_item_uuid\x18\x04 \x01(\tR\vnewItemUuid\x12\x1a\n" +
-	"\bquantity\x18\x05 \x01(\x01R\bquantity\"\xbe\x01\n" +
+	"\bquantity\x18\x05 \x01(\x01R\bquantity\"\xc3\x01\n" +
 	"\x11RemoveItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
-	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1b\n" +
+	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x04 \x01(\tR\bitemUuid\x12\x1b\n" +
 	"\titem_name\x18\x05 \x01(\tR\bitemName\x12\x1a\n" +
 	"\bquantity\x18\x06 \x01(\x01R\bquantity\"\x86\x01\n" +
@@ -1698,35 +1698,35 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12\x1b\n" +
 	"\titem_uuid\x18\x02 \x01(\tR\bitemUuid\x12\x1a\n" +
 	"\bquantity\x18\x03 \x01(\x01R\bquantity\x12\x18\n" +
-	"\adeleted\x18\x04 \x01(\bR\adeleted\"\xaa\x01\n" +
+	"\adeleted\x18\x04 \x01(\bR\adeleted\"\xb9\x01\n" +
 	"\x18DecreaseAttributeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x1c\n" +
-	"\tattribute\x18\x04 \x01(\tR\tattribute\x12\x1b\n" +
-	"\x06amount\x18\x05 \x01(\x01H\x00R\x06amount\x88\x01\x01B\t\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\x12!\n" +
+	"\tattribute\x18\x04 \x01(\tB\x03\xe0A\x02R\tattribute\x12 \n" +
+	"\x06amount\x18\x05 \x01(\x01B\x03\xe0A\x02H\x00R\x06amount\x88\x01\x01B\t\n" +
 	"\a_amount\"\x87\x01\n" +
 	"\x19DecreaseAttributeResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x1c\n" +
 	"\tattribute\x18\x02 \x01(\tR\tattribute\x12\x1b\n" +
 	"\told_value\x18\x03 \x01(\x01R\boldValue\x12\x1b\n" +
-	"\tnew_value\x18\x04 \x01(\x01R\bnewValue\"\xaa\x01\n" +
+	"\tnew_value\x18\x04 \x01(\x01R\bnewValue\"\xb9\x01\n" +
 	"\x18IncreaseAttributeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x1c\n" +
-	"\tattribute\x18\x04 \x01(\tR\tattribute\x12\x1b\n" +
-	"\x06amount\x18\x05 \x01(\x01H\x00R\x06amount\x88\x01\x01B\t\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\x12!\n" +
+	"\tattribute\x18\x04 \x01(\tB\x03\xe0A\x02R\tattribute\x12 \n" +
+	"\x06amount\x18\x05 \x01(\x01B\x03\xe0A\x02H\x00R\x06amount\x88\x01\x01B\t\n" +
 	"\a_amount\"\x87\x01\n" +
 	"\x19IncreaseAttributeResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x1c\n" +
 	"\tattribute\x18\x02 \x01(\tR\tattribute\x12\x1b\n" +
 	"\told_value\x18\x03 \x01(\x01R\boldValue\x12\x1b\n" +
-	"\tnew_value\x18\x04 \x01(\x01R\bnewValue\"W\n" +
+	"\tnew_value\x18\x04 \x01(\x01R\bnewValue\"\\\n" +
 	"\vKillRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"<\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\"<\n" +
 	"\fKillResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage2\x88\v\n" +

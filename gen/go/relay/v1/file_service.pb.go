@@ -564,7 +564,7 @@ var File_relay_v1_file_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_file_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1brelay/v1/file_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\x90\x01\n" +
+	"\x1brelay/v1/file_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"\x90\x01\n" +
 	"\x10ListFilesRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
@@ -580,23 +580,23 @@ const file_relay_v1_file_service_proto_rawDesc = "" +
 	"\x11ListFilesResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\x12-\n" +
-	"\aresults\x18\x03 \x03(\v2\x13.relay.v1.FileEntryR\aresults\"w\n" +
+	"\aresults\x18\x03 \x03(\v2\x13.relay.v1.FileEntryR\aresults\"|\n" +
 	"\x13DownloadFileRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\x12\x16\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04path\x18\x03 \x01(\tB\x03\xe0A\x02R\x04path\x12\x16\n" +
 	"\x06format\x18\x04 \x01(\tR\x06format\"\x8d\x01\n" +
 	"\x14DownloadFileResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1a\n" +
 	"\bfilename\x18\x02 \x01(\tR\bfilename\x12\x1b\n" +
 	"\tmime_type\x18\x03 \x01(\tR\bmimeType\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x01R\x04size\x12\x14\n" +
-	"\x05chunk\x18\x05 \x01(\fR\x05chunk\"\xca\x01\n" +
+	"\x05chunk\x18\x05 \x01(\fR\x05chunk\"\xcf\x01\n" +
 	"\x11UploadFileRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1a\n" +
-	"\bfilename\x18\x04 \x01(\tR\bfilename\x12\x1c\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1f\n" +
+	"\bfilename\x18\x04 \x01(\tB\x03\xe0A\x02R\bfilename\x12\x1c\n" +
 	"\toverwrite\x18\x05 \x01(\bR\toverwrite\x12\x1b\n" +
 	"\tmime_type\x18\x06 \x01(\tR\bmimeType\x12\x14\n" +
 	"\x05chunk\x18\a \x01(\fR\x05chunk\"<\n" +

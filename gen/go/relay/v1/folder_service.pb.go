@@ -346,12 +346,12 @@ var File_relay_v1_folder_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_folder_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1drelay/v1/folder_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\xc7\x01\n" +
+	"\x1drelay/v1/folder_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"\xd1\x01\n" +
 	"\x13CreateFolderRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1f\n" +
-	"\vfolder_type\x18\x04 \x01(\tR\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
+	"\x04name\x18\x03 \x01(\tB\x03\xe0A\x02R\x04name\x12$\n" +
+	"\vfolder_type\x18\x04 \x01(\tB\x03\xe0A\x02R\n" +
 	"folderType\x12(\n" +
 	"\x10parent_folder_id\x18\x05 \x01(\tR\x0eparentFolderId\x12\x1b\n" +
 	"\tfolder_id\x18\x06 \x01(\tR\bfolderId\"\x87\x01\n" +
@@ -360,11 +360,11 @@ const file_relay_v1_folder_service_proto_rawDesc = "" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12#\n" +
-	"\rparent_folder\x18\x05 \x01(\tR\fparentFolder\"\x87\x01\n" +
+	"\rparent_folder\x18\x05 \x01(\tR\fparentFolder\"\x8c\x01\n" +
 	"\x13DeleteFolderRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
-	"\tfolder_id\x18\x03 \x01(\tR\bfolderId\x12\x1d\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12 \n" +
+	"\tfolder_id\x18\x03 \x01(\tB\x03\xe0A\x02R\bfolderId\x12\x1d\n" +
 	"\n" +
 	"delete_all\x18\x04 \x01(\bR\tdeleteAll\"\xa1\x01\n" +
 	"\x14DeleteFolderResponse\x12\x18\n" +

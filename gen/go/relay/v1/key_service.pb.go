@@ -495,7 +495,7 @@ var File_relay_v1_key_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_key_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1arelay/v1/key_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\xbd\x03\n" +
+	"\x1arelay/v1/key_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"\xbd\x03\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -517,10 +517,10 @@ const file_relay_v1_key_service_proto_rawDesc = "" +
 	"created_by\x18\f \x01(\tR\tcreatedBy\x1a>\n" +
 	"\x10ClientUsersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb2\x02\n" +
-	"\x10CreateKeyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x1d\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbc\x02\n" +
+	"\x10CreateKeyRequest\x12\x17\n" +
+	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12\x1b\n" +
+	"\x06scopes\x18\x02 \x03(\tB\x03\xe0A\x02R\x06scopes\x12\x1d\n" +
 	"\n" +
 	"client_ids\x18\x03 \x03(\tR\tclientIds\x12$\n" +
 	"\x0escoped_user_id\x18\x04 \x01(\tR\fscopedUserId\x12N\n" +
@@ -535,9 +535,9 @@ const file_relay_v1_key_service_proto_rawDesc = "" +
 	"\aapi_key\x18\x02 \x01(\v2\x10.relay.v1.ApiKeyR\x06apiKey\"\x11\n" +
 	"\x0fListKeysRequest\"8\n" +
 	"\x10ListKeysResponse\x12$\n" +
-	"\x04keys\x18\x01 \x03(\v2\x10.relay.v1.ApiKeyR\x04keys\"\"\n" +
-	"\x10RevokeKeyRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\">\n" +
+	"\x04keys\x18\x01 \x03(\v2\x10.relay.v1.ApiKeyR\x04keys\"'\n" +
+	"\x10RevokeKeyRequest\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\">\n" +
 	"\x11RevokeKeyResponse\x12)\n" +
 	"\aapi_key\x18\x01 \x01(\v2\x10.relay.v1.ApiKeyR\x06apiKey2\xda\x02\n" +
 	"\n" +

@@ -258,7 +258,7 @@ var File_relay_v1_link_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_link_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1brelay/v1/link_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"7\n" +
+	"\x1brelay/v1/link_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"7\n" +
 	"\x18CreatePairingCodeRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x8a\x01\n" +
 	"\x19CreatePairingCodeResponse\x12\x12\n" +
@@ -267,9 +267,9 @@ const file_relay_v1_link_service_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\tR\texpiresAt\x12\x1d\n" +
 	"\n" +
-	"expires_in\x18\x04 \x01(\x05R\texpiresIn\"1\n" +
-	"\x12UnpairWorldRequest\x12\x1b\n" +
-	"\tclient_id\x18\x01 \x01(\tR\bclientId\"}\n" +
+	"expires_in\x18\x04 \x01(\x05R\texpiresIn\"6\n" +
+	"\x12UnpairWorldRequest\x12 \n" +
+	"\tclient_id\x18\x01 \x01(\tB\x03\xe0A\x02R\bclientId\"}\n" +
 	"\x13UnpairWorldResponse\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12%\n" +
 	"\x0erevoked_tokens\x18\x02 \x01(\x05R\rrevokedTokens\x12\"\n" +

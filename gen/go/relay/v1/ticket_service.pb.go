@@ -63,12 +63,13 @@ func (*CreateStreamTicketRequest) Descriptor() ([]byte, []int) {
 // CreateStreamTicketResponse holds a new stream ticket.
 type CreateStreamTicketResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The ticket, to pass as the `ticket` query parameter of one subscribe
-	// request. It is shown only here.
+	// The ticket, to pass as the `ticket` query parameter of a subscribe
+	// request (and of that stream's reconnects). It is shown only here.
 	Ticket string `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
-	// Seconds the ticket stays valid (60).
+	// Seconds the ticket has to open its first stream (60).
 	ExpiresIn int32 `protobuf:"varint,2,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
-	// When the ticket expires, RFC 3339 in UTC.
+	// When the ticket expires unless it has opened its stream, RFC 3339 in
+	// UTC.
 	ExpiresAt     string `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -29,12 +29,18 @@ const (
 // TicketService issues stream tickets: the way a browser authenticates an
 // event stream. A browser's EventSource cannot send the `x-api-key` header,
 // so a page's server (or the page itself) trades the API key for a ticket and
-// opens `/hooks/subscribe?ticket=<ticket>` (or any other subscribe path). A
-// ticket is valid for 60 seconds and for one stream; the stream then runs as
-// the key that asked for it, with that key's scopes, world bindings and
-// injected users. Tickets are accepted by the four subscribe endpoints only.
+// opens `/hooks/subscribe?ticket=<ticket>` (or any other subscribe path).
+// The stream then runs as the key that asked for the ticket, with that key's
+// scopes, world bindings and injected users. A new ticket must open its
+// first stream within 60 seconds; that stream binds it: from then on it opens
+// only that stream (the same endpoint, world, user and filters, any resume
+// point), so that an EventSource reconnects by itself with `Last-Event-ID`
+// after a network drop. It stays valid while a stream opened with it is open
+// and for 60 seconds after the last one closed, and never beyond its key: a
+// key revoked, disabled or expired since refuses its tickets. Tickets are
+// accepted by the four subscribe endpoints only.
 type TicketServiceClient interface {
-	// Issues a single-use stream ticket for the calling key.
+	// Issues a stream ticket for the calling key.
 	CreateStreamTicket(ctx context.Context, in *CreateStreamTicketRequest, opts ...grpc.CallOption) (*CreateStreamTicketResponse, error)
 }
 
@@ -63,12 +69,18 @@ func (c *ticketServiceClient) CreateStreamTicket(ctx context.Context, in *Create
 // TicketService issues stream tickets: the way a browser authenticates an
 // event stream. A browser's EventSource cannot send the `x-api-key` header,
 // so a page's server (or the page itself) trades the API key for a ticket and
-// opens `/hooks/subscribe?ticket=<ticket>` (or any other subscribe path). A
-// ticket is valid for 60 seconds and for one stream; the stream then runs as
-// the key that asked for it, with that key's scopes, world bindings and
-// injected users. Tickets are accepted by the four subscribe endpoints only.
+// opens `/hooks/subscribe?ticket=<ticket>` (or any other subscribe path).
+// The stream then runs as the key that asked for the ticket, with that key's
+// scopes, world bindings and injected users. A new ticket must open its
+// first stream within 60 seconds; that stream binds it: from then on it opens
+// only that stream (the same endpoint, world, user and filters, any resume
+// point), so that an EventSource reconnects by itself with `Last-Event-ID`
+// after a network drop. It stays valid while a stream opened with it is open
+// and for 60 seconds after the last one closed, and never beyond its key: a
+// key revoked, disabled or expired since refuses its tickets. Tickets are
+// accepted by the four subscribe endpoints only.
 type TicketServiceServer interface {
-	// Issues a single-use stream ticket for the calling key.
+	// Issues a stream ticket for the calling key.
 	CreateStreamTicket(context.Context, *CreateStreamTicketRequest) (*CreateStreamTicketResponse, error)
 	mustEmbedUnimplementedTicketServiceServer()
 }

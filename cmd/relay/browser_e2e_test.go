@@ -1,0 +1,234 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	relayv1 "relay/gen/go/relay/v1"
+)
+
+// TestBrowserEventSource runs a web page of another origin in headless
+// Chromium: it trades its key for a stream ticket (a cross-origin POST with
+// x-api-key, so a preflight first), reads a refusal's error text, and
+// follows an actor with an EventSource. The network then drops and stays
+// down while the actor changes; once it is back, the page's EventSource
+// reconnects by itself with the same ticket and Last-Event-ID, and the page
+// has every change exactly once, in order.
+func TestBrowserEventSource(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	// The page's own server, on its own origin.
+	var pageHTML string
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(pageHTML))
+	}))
+	t.Cleanup(site.Close)
+	tr := startTestRelay(t, func(c *serveConfig) { c.corsOrigins = site.URL })
+	// The page reaches the relay through a proxy the test can cut.
+	proxy := startCutProxy(t, tr.addr)
+	key, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+
+	pageHTML = `<!doctype html><html><body><pre id="out">starting</pre><script>
+const relay = ` + strconv.Quote("http://"+proxy.addr()) + `;
+const key = ` + strconv.Quote(key) + `;
+const state = window.state = {opens: 0, errors: 0, closed: false, events: []};
+const show = () => { document.getElementById("out").textContent = JSON.stringify(state, null, 1); };
+(async () => {
+  // A refusal is readable too: its status, its error text, its request id.
+  const bad = await fetch(relay + "/stream-tickets", {method: "POST", headers: {"x-api-key": "rk_wrong"}});
+  state.refusal = {status: bad.status, error: (await bad.json()).error, requestId: bad.headers.get("x-request-id")};
+  const r = await fetch(relay + "/stream-tickets", {method: "POST", headers: {"x-api-key": key, "content-type": "application/json"}, body: "{}"});
+  state.ticketStatus = r.status;
+  const ticket = (await r.json()).data.ticket;
+  const es = new EventSource(relay + "/actor/subscribe?actorUuid=` + ariaUUID + `&ticket=" + encodeURIComponent(ticket));
+  es.onopen = () => { state.opens++; show(); };
+  es.addEventListener("actor-update", (e) => {
+    state.events.push({id: Number(e.lastEventId), hp: JSON.parse(e.data).changes.system.attributes.hp.value});
+    show();
+  });
+  es.onerror = () => { state.errors++; state.closed = es.readyState === EventSource.CLOSED; show(); };
+})().catch((e) => { state.failure = String(e); show(); });
+</script></body></html>`
+
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(site.URL + "/page.html")
+	p.waitFor("the stream to open", `window.state && state.opens === 1`)
+	var refusal struct {
+		Status    int    `json:"status"`
+		Error     string `json:"error"`
+		RequestID string `json:"requestId"`
+	}
+	p.must(`state.refusal`, &refusal)
+	if refusal.Status != http.StatusUnauthorized || refusal.Error != "Invalid API key" || !strings.HasPrefix(refusal.RequestID, "stream-ticket_") {
+		t.Fatalf("the page read the refusal as %+v", refusal)
+	}
+
+	for hp := 1; hp <= 3; hp++ {
+		tr.setHP(ariaUUID, hp)
+	}
+	p.waitFor("three events", `state.events.length === 3`)
+
+	// The network drops and stays down while Aria changes three times.
+	proxy.hold(true)
+	proxy.cut()
+	p.waitFor("the page to see the drop", `state.errors >= 1`)
+	for hp := 4; hp <= 6; hp++ {
+		tr.setHP(ariaUUID, hp)
+	}
+	proxy.hold(false)
+	p.waitFor("the EventSource to reconnect and resume", `state.opens === 2 && state.events.length === 6`)
+	tr.setHP(ariaUUID, 7)
+	p.waitFor("a live event after the reconnect", `state.events.length === 7`)
+	p.screenshot("eventsource-resumed")
+
+	var got struct {
+		Closed bool `json:"closed"`
+		Events []struct {
+			ID int `json:"id"`
+			HP int `json:"hp"`
+		} `json:"events"`
+	}
+	p.must(`state`, &got)
+	if got.Closed {
+		t.Fatal("the EventSource gave up")
+	}
+	for i, ev := range got.Events {
+		if ev.HP != i+1 || (i > 0 && ev.ID <= got.Events[i-1].ID) {
+			t.Fatalf("events with a gap, a duplicate or out of order: %+v", got.Events)
+		}
+	}
+}
+
+// TestConsole signs in to the web console in headless Chromium with the
+// admin key and uses every view: the worlds, a pairing code, a key created
+// and then revoked (checked through the API), and a world's live events,
+// where a change made through the API appears. Screenshots of each view are
+// saved (see screenshotsEnv).
+func TestConsole(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.console = true })
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(tr.base + "/console")
+	p.screenshot("01-sign-in")
+
+	// A wrong key is refused with the relay's own words.
+	p.typeInto("#signin-key", "rk_wrong")
+	p.click("#signin-button")
+	p.waitFor("the refusal", `document.getElementById("signin-error").textContent === "Invalid API key"`)
+
+	p.typeInto("#signin-key", tr.adminKey)
+	p.click("#signin-button")
+	p.waitFor("the worlds", `document.querySelector('#worlds-table tr[data-client="demo"]')`)
+	if row := p.text(`#worlds-table tr[data-client="demo"]`); !strings.Contains(row, "Demo Tavern") || !strings.Contains(row, "online") {
+		t.Fatalf("the demo world's row reads %q", row)
+	}
+	// The worlds render before the key's own record is read: wait for it.
+	p.waitFor("the signed-in name", `document.getElementById("who-name").textContent !== ""`)
+	if who := p.text("#who-name"); who != "Signed in as admin ("+tr.adminKey[3:11]+"…)" {
+		t.Fatalf("signed in as %q", who)
+	}
+	// The key is kept in this tab only.
+	var kept struct {
+		Session string `json:"session"`
+		Local   int    `json:"local"`
+		Cookie  string `json:"cookie"`
+	}
+	p.must(`({session: sessionStorage.getItem("relay-console-key"), local: localStorage.length, cookie: document.cookie})`, &kept)
+	if kept.Session != tr.adminKey || kept.Local != 0 || kept.Cookie != "" {
+		t.Fatalf("the key is kept as %+v", kept)
+	}
+	p.screenshot("02-worlds")
+
+	// A pairing code for a new world.
+	p.click(`.tab[data-view="pairing"]`)
+	p.click("#pair-create")
+	p.waitFor("the pairing code", `document.getElementById("pair-code").textContent.length === 6`)
+	if code := p.text("#pair-code"); !regexp.MustCompile(`^[A-HJKMNP-Z2-9]{6}$`).MatchString(code) {
+		t.Fatalf("pairing code %q", code)
+	}
+	p.screenshot("03-pairing")
+
+	// A key for a bot: two scopes, the demo world, acting as Alice.
+	p.click(`.tab[data-view="keys"]`)
+	p.waitFor("the key form", `document.querySelectorAll("#key-scopes input").length === 14`)
+	p.typeInto("#key-name", "console-bot")
+	p.click(`#key-scopes input[value="entity:read"]`)
+	p.click(`#key-scopes input[value="events:subscribe"]`)
+	p.click(`#key-worlds input[value="demo"]`)
+	p.typeInto("#key-user", "Alice")
+	p.click("#key-create")
+	p.waitFor("the new key", `document.getElementById("new-key").textContent.startsWith("rk_")`)
+	p.waitFor("the new key in the list", `document.querySelector('#keys-table tr[data-name="console-bot"]')`)
+	newKey := p.text("#new-key")
+	p.screenshot("04-keys")
+	// The key works, with what the form gave it and nothing more.
+	if r := tr.do("GET", "/get", newKey, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
+		t.Fatalf("the console's key reads: %d %s", r.status, r.body)
+	}
+	if r := tr.do("GET", "/get", newKey, q("uuid", goblinUUID), nil); r.status != http.StatusForbidden {
+		t.Fatalf("the console's key, acting as Alice, reads the goblin: %d %s", r.status, r.body)
+	}
+	if r := tr.do("PUT", "/update", newKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"name": "x"}}); r.status != http.StatusForbidden {
+		t.Fatalf("the console's key writes: %d %s", r.status, r.body)
+	}
+	var listed []any
+	for _, k := range tr.do("GET", "/keys", tr.adminKey, nil, nil).data(t)["keys"].([]any) {
+		if k.(map[string]any)["name"] == "console-bot" {
+			listed = append(listed, k)
+		}
+	}
+	if len(listed) != 1 || fmt.Sprint(listed[0].(map[string]any)["scopes"]) != "[entity:read events:subscribe]" ||
+		fmt.Sprint(listed[0].(map[string]any)["clientIds"]) != "[demo]" || listed[0].(map[string]any)["scopedUserId"] != "Alice" {
+		t.Fatalf("the relay lists the console's key as %v", listed)
+	}
+
+	// Revoking takes two clicks; then the key is refused.
+	revoke := `#keys-table tr[data-name="console-bot"] button[data-revoke]`
+	p.click(revoke)
+	p.waitFor("the armed revoke button", `document.querySelector('`+revoke+`').textContent === "Confirm revoke"`)
+	p.click(revoke)
+	p.waitFor("the key revoked", `document.querySelector('#keys-table tr[data-name="console-bot"]').textContent.includes("revoked")`)
+	if r := tr.do("GET", "/get", newKey, q("uuid", ariaUUID), nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("the revoked key reads: %d %s", r.status, r.body)
+	}
+
+	// The demo world's hooks, live: a change through the API appears.
+	p.click(`.tab[data-view="events"]`)
+	p.click("#ev-start")
+	p.waitFor("the stream to be live", `document.getElementById("ev-dot").classList.contains("live")`)
+	tr.setHP(ariaUUID, 9)
+	p.waitFor("the update event", `[...document.querySelectorAll('#ev-log li[data-name="updateActor"]')].some((li) => li.textContent.includes("`+ariaUUID+`"))`)
+	p.screenshot("05-events")
+
+	// Signing out forgets the key.
+	p.click("#signout")
+	p.waitFor("the sign-in form", `!document.getElementById("view-signin").hidden`)
+	kept.Session = "unread"
+	p.must(`({session: sessionStorage.getItem("relay-console-key") || "", local: localStorage.length, cookie: document.cookie})`, &kept)
+	if kept.Session != "" || kept.Local != 0 || kept.Cookie != "" {
+		t.Fatalf("after signing out the key is kept as %+v", kept)
+	}
+}
+
+// TestConsoleCanBeTurnedOff: with --console=false, /console is an unknown
+// path like any other.
+func TestConsoleCanBeTurnedOff(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.console = false })
+	if r := tr.do("GET", "/console", "", nil, nil); r.status != http.StatusNotFound || r.errorText(t) != "Not found: GET /console" {
+		t.Fatalf("GET /console with the console off: %d %s", r.status, r.body)
+	}
+	on := startTestRelay(t, func(c *serveConfig) { c.console = true })
+	if r := on.do("GET", "/console", "", nil, nil); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /console: %d %v", r.status, r.header)
+	}
+}

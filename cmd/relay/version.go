@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"relay/gateway"
+)
+
+// Build information that a release build sets with the linker, overriding
+// what the Go toolchain recorded (see buildInfo):
+//
+//	go build -ldflags "-X main.version=v1.2.0 -X main.commit=$(git rev-parse HEAD) -X main.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" ./cmd/relay
+//
+// Left empty, the values come from runtime/debug.ReadBuildInfo: the module
+// version of `go install relay/cmd/relay@v1.2.0`, and the commit and its
+// time that `go build` records in a git checkout.
+var (
+	version string
+	commit  string
+	date    string
+)
+
+// buildInfo is what `relay --version` prints and `/healthz` reports.
+func buildInfo() gateway.BuildInfo {
+	info := gateway.BuildInfo{Version: "devel"}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			info.Version = v
+		}
+		modified := false
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.Commit = s.Value
+			case "vcs.time":
+				// The commit's time: the build of an unchanged checkout
+				// is the build of that commit.
+				info.Date = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if modified && info.Commit != "" {
+			info.Commit += "-dirty"
+		}
+	}
+	if version != "" {
+		info.Version = version
+	}
+	if commit != "" {
+		info.Commit = commit
+	}
+	if date != "" {
+		info.Date = date
+	}
+	return info
+}
+
+// printVersion writes one line: `relay <version> (commit <commit>, date
+// <date>, <go version>)`, leaving out what is unknown.
+func printVersion(w io.Writer, info gateway.BuildInfo) {
+	var details []string
+	if info.Commit != "" {
+		details = append(details, "commit "+info.Commit)
+	}
+	if info.Date != "" {
+		details = append(details, "date "+info.Date)
+	}
+	details = append(details, runtime.Version())
+	fmt.Fprintf(w, "relay %s (%s)\n", info.Version, strings.Join(details, ", "))
+}

@@ -1,0 +1,485 @@
+// The relay console: a page served by the relay itself that calls the
+// relay's own REST API with the API key its user signs in with. It is
+// plain JavaScript with no build step and no dependency.
+//
+// The key is kept in this tab only (sessionStorage), never in lasting
+// storage or a cookie, and is sent only to this relay as the
+// x-api-key header. Everything the relay returns is written into the page
+// as text (textContent), never as HTML.
+"use strict";
+
+(() => {
+  const KEY_STORAGE = "relay-console-key";
+  const MAX_EVENTS = 200;
+  // Scopes in the relay's canonical order, offered when the signed-in key
+  // cannot list itself (it lacks `admin`); the relay refuses what the key
+  // may not grant anyway.
+  const ALL_SCOPES = ["entity:read", "entity:write", "search", "structure:read", "structure:write",
+    "encounter:read", "encounter:manage", "execute-js", "file:read", "file:write", "clients:read",
+    "dnd5e", "events:subscribe", "admin"];
+  // EventSource delivers a named event only to listeners of that name, so
+  // the console listens to every name the relay sends: the streams' own,
+  // the combat hooks and the document hooks of every document type.
+  const DOCUMENT_TYPES = ["Actor", "Item", "ActiveEffect", "Scene", "Token", "JournalEntry", "JournalEntryPage",
+    "Macro", "Folder", "Combat", "Combatant", "User", "ChatMessage", "Playlist", "PlaylistSound", "RollTable",
+    "Cards", "Drawing", "Tile", "Wall", "AmbientLight", "AmbientSound", "Note", "MeasuredTemplate", "Region"];
+  const EVENT_NAMES = [
+    "connected", "reset", "overflow", "message",
+    "combatStart", "combatRound", "combatTurn",
+    "combat-start", "combat-turn", "combat-round", "combat-end", "combat-combatant-add", "combat-combatant-remove",
+    "actor-update", "actor-item-add", "actor-item-update", "actor-item-remove", "actor-effect-add", "actor-effect-remove",
+    "scene-update", "scene-activate", "scene-token-create", "scene-token-update", "scene-token-delete",
+    ...["create", "update", "delete"].flatMap((op) => DOCUMENT_TYPES.map((t) => op + t)),
+  ];
+  const STREAMS = {
+    hooks: { path: "/hooks/subscribe", param: "hooks", hint: "hook names, such as updateActor,createItem (all when empty)" },
+    actor: { path: "/actor/subscribe", param: "actorUuid", hint: "an actor's uuid (all when empty)" },
+    encounters: { path: "/encounters/subscribe", param: "encounterId", hint: "an encounter's id (all when empty)" },
+    scene: { path: "/scene/subscribe", param: "sceneId", hint: "a scene's id (all when empty)" },
+  };
+
+  const state = {
+    key: null, // the API key, while signed in
+    self: null, // the signed-in key's own record, when it may list keys
+    clients: [], // the worlds the key may use
+    stream: null, // the event stream being watched
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  // el builds an element with attributes and children; strings become
+  // text nodes, so nothing is ever parsed as HTML.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") e.className = v;
+      else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v);
+    }
+    for (const c of children.flat()) {
+      if (c !== null && c !== undefined) e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  // api calls the relay with the signed-in key and returns the envelope's
+  // data, or throws an ApiError with the relay's own error text.
+  async function api(method, path, body) {
+    const init = { method, headers: { "x-api-key": state.key } };
+    if (body !== undefined) {
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(path, init);
+    } catch (e) {
+      throw new ApiError(0, "The relay cannot be reached (" + e.message + ")");
+    }
+    let json = null;
+    try {
+      json = await resp.json();
+    } catch (e) {
+      // Not JSON: the status alone says what went wrong.
+    }
+    if (!resp.ok) {
+      throw new ApiError(resp.status, (json && json.error) || resp.status + " " + resp.statusText);
+    }
+    return json ? json.data : null;
+  }
+
+  function showError(id, err) {
+    $(id).textContent = err ? (err.message || String(err)) : "";
+  }
+
+  function formatTime(rfc3339) {
+    if (!rfc3339) return "";
+    const d = new Date(rfc3339);
+    return isNaN(d) ? rfc3339 : d.toLocaleString();
+  }
+
+  // ---- signing in and out ------------------------------------------------
+
+  async function signIn(key) {
+    state.key = key;
+    // Any call proves the key: 401 refuses it, while 403 only says it
+    // lacks a scope (clients:read) and the key is good.
+    try {
+      await loadWorlds();
+    } catch (e) {
+      if (e.status !== 403) {
+        state.key = null;
+        throw e;
+      }
+    }
+    sessionStorage.setItem(KEY_STORAGE, key);
+    await loadSelf();
+    $("view-signin").hidden = true;
+    $("tabs").hidden = false;
+    $("who").hidden = false;
+    $("who-name").textContent = state.self
+      ? "Signed in as " + state.self.name + " (" + state.self.prefix + "…)"
+      : "Signed in with " + key.slice(0, 11) + "…";
+    renderKeyForm();
+    show(location.hash.slice(1) || "worlds");
+  }
+
+  function signOut() {
+    stopStream("Not watching.");
+    sessionStorage.removeItem(KEY_STORAGE);
+    state.key = null;
+    state.self = null;
+    state.clients = [];
+    for (const v of document.querySelectorAll(".view")) v.hidden = true;
+    $("tabs").hidden = true;
+    $("who").hidden = true;
+    $("new-key-box").hidden = true;
+    $("new-key").textContent = "";
+    $("pair-result").hidden = true;
+    $("signin-key").value = "";
+    $("view-signin").hidden = false;
+    history.replaceState(null, "", location.pathname);
+  }
+
+  // loadSelf finds the signed-in key among the keys it may list (a key
+  // always sees itself), to offer only what it may grant.
+  async function loadSelf() {
+    state.self = null;
+    try {
+      const data = await api("GET", "/keys");
+      renderKeys(data.keys || []);
+      state.self = (data.keys || []).find((k) => !k.revokedAt && state.key.startsWith("rk_" + k.prefix)) || null;
+    } catch (e) {
+      showError("keys-error", e);
+    }
+  }
+
+  // ---- views -------------------------------------------------------------
+
+  function show(view) {
+    if (!["worlds", "pairing", "keys", "events"].includes(view)) view = "worlds";
+    for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-" + view;
+    for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.dataset.view === view);
+    history.replaceState(null, "", "#" + view);
+    if (view === "worlds") loadWorlds().catch(() => {});
+    if (view === "keys") refreshKeys();
+  }
+
+  // ---- worlds --------------------------------------------------------------
+
+  async function loadWorlds() {
+    showError("worlds-error", null);
+    let data;
+    try {
+      data = await api("GET", "/clients");
+    } catch (e) {
+      showError("worlds-error", e);
+      throw e;
+    }
+    state.clients = data.clients || [];
+    const body = $("worlds-table").querySelector("tbody");
+    body.replaceChildren(...state.clients.map((c) => {
+      const online = c.online ?? c.isOnline;
+      return el("tr", { "data-client": c.clientId },
+        el("td", {}, el("code", {}, c.clientId)),
+        el("td", {}, c.title || ""),
+        el("td", {}, c.system || ""),
+        el("td", {}, el("span", { class: "badge " + (online ? "ok" : "off") }, online ? "online" : "offline")));
+    }));
+    $("worlds-empty").hidden = state.clients.length > 0;
+    fillWorldSelects();
+    return data;
+  }
+
+  function fillWorldSelects() {
+    const pair = $("pair-world");
+    const keep = pair.value;
+    pair.replaceChildren(el("option", { value: "" }, "a new world"),
+      ...state.clients.map((c) => el("option", { value: c.clientId }, "again: " + (c.title || c.clientId) + " (" + c.clientId + ")")));
+    pair.value = keep;
+    const ev = $("ev-world");
+    const keepEv = ev.value;
+    ev.replaceChildren(...state.clients.map((c) => el("option", { value: c.clientId }, (c.title || c.clientId) + " (" + c.clientId + ")")));
+    if (keepEv) ev.value = keepEv;
+    renderKeyWorlds();
+  }
+
+  // ---- pairing -------------------------------------------------------------
+
+  async function createPairingCode(ev) {
+    ev.preventDefault();
+    showError("pair-error", null);
+    const clientId = $("pair-world").value;
+    try {
+      const data = await api("POST", "/pairing-codes", clientId ? { clientId } : {});
+      $("pair-code").textContent = data.code;
+      $("pair-expiry").textContent = "Valid until " + formatTime(data.expiresAt) + " (" + Math.round(data.expiresIn / 60) +
+        " minutes), for one pairing" + (data.clientId ? " of " + data.clientId : " of a new world") + ".";
+      $("pair-address").textContent = location.origin;
+      $("pair-result").hidden = false;
+    } catch (e) {
+      $("pair-result").hidden = true;
+      showError("pair-error", e);
+    }
+  }
+
+  // ---- keys ------------------------------------------------------------------
+
+  async function refreshKeys() {
+    showError("keys-error", null);
+    try {
+      const data = await api("GET", "/keys");
+      renderKeys(data.keys || []);
+    } catch (e) {
+      showError("keys-error", e);
+    }
+  }
+
+  function renderKeys(list) {
+    const body = $("keys-table").querySelector("tbody");
+    body.replaceChildren(...list.map((k) => {
+      const revoked = !!k.revokedAt;
+      const own = state.key && state.key.startsWith("rk_" + k.prefix) && !revoked;
+      const users = [k.scopedUserId, ...Object.entries(k.clientUsers || {}).map(([w, u]) => w + ": " + u)].filter(Boolean);
+      let action = "";
+      if (!revoked) {
+        const button = el("button", { type: "button", class: "ghost small", "data-revoke": k.id }, "Revoke");
+        // Two clicks: the first arms the button, the second revokes.
+        button.addEventListener("click", async () => {
+          if (button.dataset.armed !== "yes") {
+            button.dataset.armed = "yes";
+            button.className = "danger small";
+            button.textContent = own ? "Revoke this key?" : "Confirm revoke";
+            return;
+          }
+          button.disabled = true;
+          try {
+            await api("DELETE", "/keys/" + encodeURIComponent(k.id));
+            if (own) {
+              signOut();
+              return;
+            }
+            await refreshKeys();
+          } catch (e) {
+            showError("keys-error", e);
+            button.disabled = false;
+          }
+        });
+        action = button;
+      }
+      const stateBadge = revoked
+        ? el("span", { class: "badge bad" }, "revoked")
+        : k.enabled ? el("span", { class: "badge ok" }, "active") : el("span", { class: "badge off" }, "disabled");
+      return el("tr", { class: revoked ? "revoked" : "", "data-key": k.id, "data-name": k.name },
+        el("td", {}, k.name, own ? el("div", { class: "muted small" }, "this key") : null),
+        el("td", {}, el("code", {}, k.prefix + "…"), el("div", { class: "muted small" }, k.id)),
+        el("td", {}, el("div", { class: "tags" }, (k.scopes || []).map((s) => el("span", { class: "tag" }, s)))),
+        el("td", {}, (k.clientIds || []).length ? el("div", { class: "tags" }, k.clientIds.map((c) => el("span", { class: "tag" }, c))) : el("span", { class: "muted" }, "every world")),
+        el("td", {}, users.join(", ")),
+        el("td", {}, k.expiresAt ? formatTime(k.expiresAt) : el("span", { class: "muted" }, "never")),
+        el("td", {}, stateBadge),
+        el("td", {}, action));
+    }));
+  }
+
+  // renderKeyForm offers the scopes and worlds the signed-in key may grant.
+  function renderKeyForm() {
+    // A key that acts as a user creates only keys acting as that user.
+    $("key-user").value = (state.self && state.self.scopedUserId) || "";
+    const scopes = state.self ? state.self.scopes : ALL_SCOPES;
+    $("key-scopes").replaceChildren(...scopes.map((s) =>
+      el("label", {}, el("input", { type: "checkbox", name: "scope", value: s }), s)));
+    renderKeyWorlds();
+  }
+
+  function renderKeyWorlds() {
+    const bound = state.self && (state.self.clientIds || []).length > 0;
+    const worlds = bound ? state.self.clientIds : state.clients.map((c) => c.clientId);
+    const checked = new Set([...document.querySelectorAll("#key-worlds input:checked")].map((i) => i.value));
+    $("key-worlds").replaceChildren(...worlds.map((w) => {
+      const box = el("input", { type: "checkbox", name: "world", value: w });
+      box.checked = checked.has(w);
+      return el("label", {}, box, w);
+    }));
+    $("key-worlds-hint").textContent = bound
+      ? "This key is bound to these worlds: the new key needs at least one of them."
+      : "None checked: every world, the ones linked later included.";
+  }
+
+  async function createKey(ev) {
+    ev.preventDefault();
+    showError("key-error", null);
+    const req = {
+      name: $("key-name").value.trim(),
+      scopes: [...document.querySelectorAll("#key-scopes input:checked")].map((i) => i.value),
+      clientIds: [...document.querySelectorAll("#key-worlds input:checked")].map((i) => i.value),
+    };
+    const user = $("key-user").value.trim();
+    if (user) req.scopedUserId = user;
+    const expires = $("key-expires").value;
+    if (expires) req.expiresAt = new Date(expires).toISOString().replace(/\.\d+Z$/, "Z");
+    try {
+      const data = await api("POST", "/keys", req);
+      $("new-key").textContent = data.key;
+      $("new-key-box").hidden = false;
+      $("key-form").reset();
+      renderKeyForm();
+      await refreshKeys();
+    } catch (e) {
+      showError("key-error", e);
+    }
+  }
+
+  // ---- events --------------------------------------------------------------
+
+  function setStatus(kind, text) {
+    $("ev-dot").className = "dot " + kind;
+    $("ev-status").textContent = text;
+  }
+
+  function streamHint() {
+    $("ev-filter").placeholder = STREAMS[$("ev-stream").value].hint;
+  }
+
+  function logEvent(id, name, data, system) {
+    const log = $("ev-log");
+    let subject = "";
+    try {
+      const v = JSON.parse(data);
+      subject = (v && (v.uuid || v.actorUuid || v.clientId)) || "";
+    } catch (e) {
+      // Not JSON: shown as it came.
+    }
+    log.prepend(el("li", { class: "event", "data-name": name },
+      el("div", { class: "meta" },
+        el("span", { class: "id" }, id ? "#" + id : ""),
+        el("span", { class: "name" + (system ? " system" : "") }, name),
+        subject ? el("code", { class: "subject" }, subject) : null,
+        el("time", {}, new Date().toLocaleTimeString())),
+      data ? el("pre", {}, data) : null));
+    while (log.children.length > MAX_EVENTS) log.lastChild.remove();
+  }
+
+  async function startStream(ev) {
+    ev.preventDefault();
+    stopStream(null);
+    const kind = STREAMS[$("ev-stream").value];
+    const params = new URLSearchParams();
+    const clientId = $("ev-world").value;
+    if (clientId) params.set("clientId", clientId);
+    const filter = $("ev-filter").value.trim();
+    if (filter) params.set(kind.param, filter);
+    const user = $("ev-user").value.trim();
+    if (user) params.set("userId", user);
+    // Hook names asked for by name are listened to as well.
+    const extra = kind.param === "hooks" ? filter.split(",").map((h) => h.trim()).filter(Boolean) : [];
+    const s = { path: kind.path, params, names: [...new Set([...EVENT_NAMES, ...extra])], lastId: "", es: null, stopped: false, retry: null };
+    state.stream = s;
+    $("ev-stop").disabled = false;
+    await openStream(s);
+  }
+
+  // openStream trades the key for a stream ticket and opens the
+  // EventSource. The browser reconnects by itself after a drop, with the
+  // same ticket and Last-Event-ID; only when it gives up (the ticket
+  // lapsed, the relay restarted) does the console ask for a new ticket and
+  // resume from the last event it received.
+  async function openStream(s) {
+    setStatus("connecting", "Connecting…");
+    let ticket;
+    try {
+      ticket = (await api("POST", "/stream-tickets", {})).ticket;
+    } catch (e) {
+      if (s.stopped) return;
+      setStatus("error", e.message);
+      if (e.status === 0 || e.status >= 500) s.retry = setTimeout(() => openStream(s), 5000);
+      return;
+    }
+    if (s.stopped) return;
+    const q = new URLSearchParams(s.params);
+    q.set("ticket", ticket);
+    if (s.lastId) q.set("lastEventId", s.lastId);
+    const es = new EventSource(s.path + "?" + q.toString());
+    s.es = es;
+    for (const name of s.names) {
+      es.addEventListener(name, (e) => {
+        if (s.stopped) return;
+        if (e.lastEventId) s.lastId = e.lastEventId;
+        if (name === "connected") {
+          setStatus("live", "Live: " + s.path + " (" + (s.params.get("clientId") || "the key's world") + ")");
+        }
+        logEvent(e.lastEventId, name, e.data, ["connected", "reset", "overflow"].includes(name));
+        if (name === "overflow") {
+          // The relay closed a stream that fell behind: resume at once.
+          es.close();
+          openStream(s);
+        }
+      });
+    }
+    es.onerror = () => {
+      if (s.stopped) return;
+      if (es.readyState === EventSource.CLOSED) {
+        setStatus("connecting", "The stream was refused; getting a new ticket…");
+        s.retry = setTimeout(() => openStream(s), 3000);
+      } else {
+        setStatus("connecting", "Connection lost; reconnecting…");
+      }
+    };
+  }
+
+  function stopStream(text) {
+    const s = state.stream;
+    if (s) {
+      s.stopped = true;
+      clearTimeout(s.retry);
+      if (s.es) s.es.close();
+    }
+    state.stream = null;
+    $("ev-stop").disabled = true;
+    if (text !== null) setStatus("idle", text);
+  }
+
+  // ---- start -----------------------------------------------------------------
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("signin-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      showError("signin-error", null);
+      const key = $("signin-key").value.trim();
+      $("signin-button").disabled = true;
+      try {
+        await signIn(key);
+      } catch (e) {
+        showError("signin-error", e);
+      } finally {
+        $("signin-button").disabled = false;
+      }
+    });
+    $("signout").addEventListener("click", signOut);
+    for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => show(t.dataset.view));
+    $("worlds-refresh").addEventListener("click", () => loadWorlds().catch(() => {}));
+    $("pair-form").addEventListener("submit", createPairingCode);
+    $("key-form").addEventListener("submit", createKey);
+    $("keys-refresh").addEventListener("click", refreshKeys);
+    $("new-key-copy").addEventListener("click", () => navigator.clipboard.writeText($("new-key").textContent).catch(() => {}));
+    $("ev-form").addEventListener("submit", startStream);
+    $("ev-stop").addEventListener("click", () => stopStream("Stopped."));
+    $("ev-clear").addEventListener("click", () => $("ev-log").replaceChildren());
+    $("ev-stream").addEventListener("change", streamHint);
+    streamHint();
+    const saved = sessionStorage.getItem(KEY_STORAGE);
+    if (saved) {
+      signIn(saved).catch((e) => {
+        sessionStorage.removeItem(KEY_STORAGE);
+        showError("signin-error", e);
+      });
+    }
+  });
+})();
