@@ -35,8 +35,7 @@ type Linked struct {
 }
 
 // The capabilities a linked world offers, checked by the compiler. The
-// others (scripts, events, the fifth-edition operations) are not offered
-// yet: the services answer them with
+// others (events, the fifth-edition operations) are not offered yet: the services answer them with
 // ErrUnimplemented (501) naming the operation.
 var (
 	_ world.World          = (*Linked)(nil)
@@ -46,6 +45,7 @@ var (
 	_ world.Selection      = (*Linked)(nil)
 	_ world.Encounters     = (*Linked)(nil)
 	_ world.Files          = (*Linked)(nil)
+	_ world.Scripts        = (*Linked)(nil)
 )
 
 // NewLinked returns the linked world clientID of hub. info describes the
@@ -854,4 +854,23 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 		return world.FileWritten{}, badReply(w.clientID, "upload-file", err.Error())
 	}
 	return world.FileWritten{Path: strings.TrimPrefix(path, "/"), Size: n}, nil
+}
+
+// Scripts.
+
+// ExecuteJS implements [world.Scripts] with the module's `execute-js`:
+// the script runs in the game master's browser, under the module's own
+// rules (its setting that allows scripts, the role it asks of the user).
+// The module returns no console output, and its time limit is the hub's
+// reply time-out, whatever opts ask.
+func (w *Linked) ExecuteJS(ctx context.Context, user *world.User, script string, _ world.ScriptOptions) (world.ScriptResult, error) {
+	r, err := w.request(ctx, user, "execute-js", map[string]any{"script": script})
+	if err != nil {
+		return world.ScriptResult{}, err
+	}
+	var value any
+	if err := r.decode("result", &value); err != nil {
+		return world.ScriptResult{}, badReply(w.clientID, "execute-js", err.Error())
+	}
+	return world.ScriptResult{Value: value, Logs: []string{}}, nil
 }

@@ -80,6 +80,7 @@ func TestLinkedRequests(t *testing.T) {
 		"file-system":           {"success": true, "path": "maps", "source": "data", "recursive": false, "results": []any{map[string]any{"name": "a.png", "path": "maps/a.png", "type": "file"}}},
 		"download-file":         {"success": true, "path": "maps/a.png", "fileData": "data:image/png;base64,aGVsbG8=", "filename": "a.png", "mimeType": "image/png"},
 		"upload-file":           {"success": true, "path": "maps/b.png"},
+		"execute-js":            {"success": true, "result": map[string]any{"n": 3}},
 	}}
 	_, w, clientID := linkedWorld(t, rec)
 	alice := &world.User{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer}
@@ -189,6 +190,11 @@ func TestLinkedRequests(t *testing.T) {
 	n := len(rec.requests)
 	if _, err := w.WriteFile(ctx, nil, world.WriteFileParams{Dir: "maps", Name: "b.png", MaxBytes: 4}, strings.NewReader("hello")); !errors.Is(err, world.ErrTooLarge) || len(rec.requests) != n {
 		t.Fatalf("too large upload: %v (sent: %v)", err, len(rec.requests) != n)
+	}
+
+	if res, err := w.ExecuteJS(ctx, nil, "return {n: 3}", world.ScriptOptions{}); err != nil || res.Value.(map[string]any)["n"] != 3.0 ||
+		rec.last()["script"] != "return {n: 3}" {
+		t.Fatalf("execute-js: %+v, %v", res, err)
 	}
 
 	// The world describes itself from its connection, and its users are
