@@ -141,3 +141,47 @@ func TestLinkedWorldCalls(t *testing.T) {
 		t.Errorf("unknown world: %d %s", r.status, r.body)
 	}
 }
+
+// TestLinkedWorldFailures: a module that does not answer in time is 504
+// naming the world and the operation; a module that goes away with
+// requests in flight fails them at once with 503.
+func TestLinkedWorldFailures(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.linkReplyTimeout = time.Second })
+	got := make(chan string, 10)
+	tt := tr.linkedTabletop(func(c *linktest.Config) {
+		c.Handler = func(ctx context.Context, req linktest.Request) (any, bool) {
+			var m map[string]any
+			_ = req.Params(&m)
+			uuid, _ := m["uuid"].(string)
+			got <- uuid
+			if uuid == "Actor.hang" {
+				<-ctx.Done() // until the connection ends
+			}
+			return nil, false // never answers
+		}
+	})
+	clientID, _ := tt.Credentials()
+	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) > 0 })
+
+	r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.slow"), nil)
+	if r.status != http.StatusGatewayTimeout || r.errorText(t) != "world "+clientID+" did not answer entity within 1s" {
+		t.Errorf("time-out: %d %s", r.status, r.body)
+	}
+	<-got
+
+	done := make(chan response, 3)
+	for range 3 {
+		go func() { done <- tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hang"), nil) }()
+	}
+	for range 3 {
+		<-got
+	}
+	tt.Drop()
+	for range 3 {
+		r := <-done
+		if r.status != http.StatusServiceUnavailable || r.errorText(t) != "world "+clientID+" disconnected before answering entity" {
+			t.Errorf("disconnect in flight: %d %s", r.status, r.body)
+		}
+	}
+}
