@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"relay/link/linktest"
 	"relay/world"
@@ -14,43 +16,59 @@ import (
 	"relay/world/embedded"
 )
 
-// linkDemoCopy links to tr a simulated tabletop that answers from its own
+// linkDemoCopy links to r a simulated tabletop that answers from its own
 // copy of the demo world (an embedded engine in another data directory)
 // and returns the linked world's clientId.
-func linkDemoCopy(t *testing.T, tr *testRelay) string {
-	t.Helper()
+func linkDemoCopy(tb testing.TB, r *relay) string {
+	tb.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := tb.TempDir()
 	host, err := world.OpenHost(dir, world.Options{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { host.Close() })
+	tb.Cleanup(func() { host.Close() })
 	seed, err := demo.Seed()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := copyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	players, err := linktest.Players(ctx, w)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	tt := tr.linkedTabletop(func(c *linktest.Config) {
-		c.Handler = linktest.WorldHandler(w)
-		c.Players = players
-		c.WorldTitle = w.Info().Title
-	})
+	code, _, err := r.links.CreatePairingCode(ctx, "", "test")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.addr, WorldID: "demo-copy", WorldTitle: w.Info().Title,
+		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-demo-copy",
+		Players: players, Handler: linktest.WorldHandler(w)})
+	if _, err := tt.Pair(ctx, code); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tt.Drop)
 	clientID, _ := tt.Credentials()
-	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) == len(players) })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if info, _ := r.links.Hub().Info(clientID); len(info.Players) == len(players) {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("timed out waiting for the player list")
+		}
+	}
 	return clientID
 }
 
@@ -73,7 +91,7 @@ type comparison struct {
 func TestLinkedMatchesEmbedded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	linked := linkDemoCopy(t, tr)
+	linked := linkDemoCopy(t, tr.relay)
 	actor := map[string]any{"name": "Bandit", "type": "npc"}
 	calls := []comparison{
 		{status: 200, name: "get as GM", method: "GET", path: "/get", query: q("uuid", ariaUUID)},
@@ -150,4 +168,23 @@ func normalise(v any, ignore []string) any {
 		return out
 	}
 	return v
+}
+
+// BenchmarkLinkedGet measures GET /get of an actor as a player on the
+// embedded demo world and on a copy of it linked through the simulator
+// (over a loopback WebSocket, answered by an embedded engine), one request
+// at a time, so that the difference is the latency a link adds.
+func BenchmarkLinkedGet(b *testing.B) {
+	r, key := benchRelay(b)
+	linked := linkDemoCopy(b, r)
+	c := benchClient()
+	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}} {
+		b.Run(w.name, func(b *testing.B) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+r.addr+"/get?uuid="+ariaUUID+"&userId=Alice&clientId="+w.clientID, nil)
+			req.Header.Set("x-api-key", key)
+			for b.Loop() {
+				doBench(b, c, req, nil)
+			}
+		})
+	}
 }

@@ -172,7 +172,9 @@ func TestLinkedWorldFailures(t *testing.T) {
 
 	done := make(chan response, 3)
 	for range 3 {
-		go func() { done <- tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hang"), nil) }()
+		go func() {
+			done <- tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hang"), nil)
+		}()
 	}
 	for range 3 {
 		<-got
