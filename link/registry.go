@@ -29,17 +29,19 @@ type Worlds interface {
 // an id that names neither kind is the embedded registry's ErrNotFound.
 // It is safe for concurrent use.
 type Registry struct {
-	local Worlds
-	svc   *Service
+	local  Worlds
+	svc    *Service
+	events *Events
 	// linked keeps each linked world's *Linked, by client id; they hold
 	// nothing but the id, so they are never dropped.
 	linked sync.Map
 }
 
 // NewRegistry returns the registry of local's worlds and svc's linked
-// worlds.
-func NewRegistry(local Worlds, svc *Service) *Registry {
-	return &Registry{local: local, svc: svc}
+// worlds; the linked worlds stream their events from events (none when
+// nil).
+func NewRegistry(local Worlds, svc *Service, events *Events) *Registry {
+	return &Registry{local: local, svc: svc, events: events}
 }
 
 // World implements [Worlds].
@@ -69,7 +71,7 @@ func (r *Registry) linkedWorld(rec World) world.World {
 	if w, ok := r.linked.Load(rec.ClientID); ok {
 		return w.(*Linked)
 	}
-	w, _ := r.linked.LoadOrStore(rec.ClientID, NewLinked(r.svc.hub, rec.ClientID, world.Info{Title: rec.WorldTitle}))
+	w, _ := r.linked.LoadOrStore(rec.ClientID, NewLinked(r.svc.hub, rec.ClientID, world.Info{Title: rec.WorldTitle}).WithEvents(r.events))
 	return w.(*Linked)
 }
 

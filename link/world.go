@@ -32,10 +32,13 @@ type Linked struct {
 	// fallback describes the world while it is not connected (its title
 	// and system from the pairing record).
 	fallback world.Info
+	// events streams the world's events; without it the world offers
+	// none.
+	events *Events
 }
 
 // The capabilities a linked world offers, checked by the compiler. The
-// others (events, the fifth-edition operations) are not offered yet: the services answer them with
+// fifth-edition operations are not offered yet: the services answer them with
 // ErrUnimplemented (501) naming the operation.
 var (
 	_ world.World          = (*Linked)(nil)
@@ -46,6 +49,7 @@ var (
 	_ world.Encounters     = (*Linked)(nil)
 	_ world.Files          = (*Linked)(nil)
 	_ world.Scripts        = (*Linked)(nil)
+	_ world.Events         = (*Linked)(nil)
 )
 
 // NewLinked returns the linked world clientID of hub. info describes the
@@ -54,6 +58,13 @@ var (
 func NewLinked(hub *Hub, clientID string, info world.Info) *Linked {
 	info.ClientID = clientID
 	return &Linked{hub: hub, clientID: clientID, fallback: info}
+}
+
+// WithEvents makes the world offer event streams from events, and returns
+// it.
+func (w *Linked) WithEvents(events *Events) *Linked {
+	w.events = events
+	return w
 }
 
 // Info describes the world: its title and system as the module reported

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/link"
 	"relay/link/linktest"
+	"relay/world"
 )
 
 // TestLinkedWorldCalls: a linked world answers the same routes as an
@@ -186,4 +188,57 @@ func TestLinkedWorldFailures(t *testing.T) {
 			t.Errorf("disconnect in flight: %d %s", r.status, r.body)
 		}
 	}
+}
+
+// TestLinkedWorldEvents: a linked world's events reach SSE streams with
+// our ids and names; the module's channel is on while a stream needs it
+// and off when the last leaves; filters read the fields the module nests
+// under `data`; a player gets only events whose payload grants them at
+// least OBSERVER, a GM every one; a resume replays what was missed.
+func TestLinkedWorldEvents(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	tt := tr.linkedTabletop(func(c *linktest.Config) {
+		c.Players = append(c.Players, link.Player{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer})
+	})
+	clientID, _ := tt.Credentials()
+	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) == 2 })
+
+	actor := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), nil)
+	alice := tr.openStream("/hooks/subscribe", tr.adminKey, q("clientId", clientID, "userId", "Alice"), nil)
+	actor.expect("connected")
+	alice.expect("connected")
+	waitFor(t, "the module's channels", func() bool { c := tt.Channels(); return c["actor-events"] && c["hooks"] })
+
+	emit := func(typ string, data map[string]any) {
+		t.Helper()
+		if err := tt.Emit(typ, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit("actor-event", map[string]any{"actorUuid": "Actor.b", "eventType": "update", "changes": map[string]any{"name": "B"}})
+	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "update", "changes": map[string]any{"name": "A"}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Hidden", "ownership": map[string]any{"default": 0}}}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Open"}}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Mine", "ownership": map[string]any{"alice00000000001": 3}}}})
+
+	f := actor.expect("actor-update")[0]
+	if d := f.json(t); d["actorUuid"] != "Actor.a" || f.id != "2" {
+		t.Fatalf("actor event %+v", f)
+	}
+	f = alice.expect("updateActor")[0]
+	if args := f.json(t)["args"].([]any); args[0].(map[string]any)["name"] != "Mine" {
+		t.Fatalf("the player got %s", f.data)
+	}
+
+	// Resume from before the actor event replays it.
+	again := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), http.Header{"Last-Event-Id": {"1"}})
+	again.expect("connected")
+	if r := again.expect("actor-update")[0]; r.id != "2" || r.json(t)["actorUuid"] != "Actor.a" {
+		t.Fatalf("replayed %+v", r)
+	}
+	again.close()
+	actor.close()
+	alice.close()
+	waitFor(t, "the module's channels off", func() bool { c := tt.Channels(); return !c["actor-events"] && !c["hooks"] })
 }
