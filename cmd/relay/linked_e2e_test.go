@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"sync"
@@ -229,6 +230,30 @@ func TestLinkedWorldEvents(t *testing.T) {
 	f = alice.expect("updateActor")[0]
 	if args := f.json(t)["args"].([]any); args[0].(map[string]any)["name"] != "Mine" {
 		t.Fatalf("the player got %s", f.data)
+	}
+
+	// The tabletop reconnects while streams wait: the relay turns their
+	// channels on again, and events flow to the same streams.
+	turnedOn := func() int {
+		n := 0
+		for _, raw := range tt.Received() {
+			var m map[string]any
+			if json.Unmarshal(raw, &m) == nil && m["type"] == "event-subscription-update" && m["channel"] == "actor-events" && m["count"].(float64) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	before := turnedOn()
+	tt.Drop()
+	waitFor(t, "the world to go offline", func() bool { return !tr.links.Hub().Online(clientID) })
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the channel turned on again", func() bool { return turnedOn() > before })
+	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "item-add", "item": map[string]any{"name": "Rope"}})
+	if f := actor.expect("actor-item-add")[0]; f.id != "6" {
+		t.Fatalf("event after the reconnection %+v", f)
 	}
 
 	// Resume from before the actor event replays it.
