@@ -240,7 +240,15 @@ func bySortThenName(a, b Document) int {
 // module's own naming, hence `journalentrys`); with inFolder (a `path` was
 // given) they stay a list, as the module answers. Empty groups (no folders,
 // no documents) are left out. Entries are unchanged.
+//
+// A tree already in the module's shape (a linked world's, which the module
+// itself answered) is returned as it is.
 func ModuleStructure(tree Document, inFolder bool) Document {
+	_, foldersKeyed := tree["folders"].(Document)
+	_, entitiesKeyed := tree["entities"].(Document)
+	if foldersKeyed || entitiesKeyed {
+		return tree
+	}
 	out := Document{}
 	if folders := moduleFolders(tree["folders"]); len(folders) > 0 {
 		out["folders"] = folders
