@@ -236,7 +236,7 @@ func TestModuleStructure(t *testing.T) {
 	tree := Document{
 		"folders": []any{
 			Document{"id": "f1", "uuid": "Folder.f1", "name": "Heroes", "type": "Actor", "parentFolder": nil,
-				"folders": []any{Document{"id": "f3", "uuid": "Folder.f3", "name": "entities", "type": "Actor", "folders": []any{}, "entities": []any{}}},
+				"folders":  []any{Document{"id": "f3", "uuid": "Folder.f3", "name": "entities", "type": "Actor", "folders": []any{}, "entities": []any{}}},
 				"entities": []any{Document{"uuid": "Actor.a1", "id": "a1", "name": "Aria", "type": "Actor"}}},
 			Document{"id": "f2", "uuid": "Folder.f2", "name": "Heroes", "type": "Item", "folders": []any{}, "entities": []any{}},
 		},
