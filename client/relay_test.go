@@ -40,7 +40,7 @@ func runWithRelay(m *testing.M) int {
 	bin := os.Getenv("RELAY_BIN")
 	if bin == "" {
 		bin = filepath.Join(dir, "relay")
-		build := exec.Command("go", "build", "-o", bin, "relay/cmd/relay")
+		build := exec.Command("go", "build", "-o", bin, "../cmd/relay")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build relay:", err)
