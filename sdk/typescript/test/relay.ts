@@ -21,7 +21,8 @@ export interface TestRelay {
 // The repository's root, from dist/test/relay.js.
 const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 
-export async function startRelay(): Promise<TestRelay> {
+/** Starts a relay; extra are more `relay serve` flags. */
+export async function startRelay(...extra: string[]): Promise<TestRelay> {
   const dir = mkdtempSync(join(tmpdir(), "relay-ts-test-"));
   let bin = process.env.RELAY_BIN;
   if (!bin) {
@@ -33,7 +34,7 @@ export async function startRelay(): Promise<TestRelay> {
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("RELAY_")));
   const child = spawn(
     bin,
-    ["serve", "--listen", "127.0.0.1:0", "--data", join(dir, "data"), "--log-format", "json", "--dice-seed", "20261125", "--node-id", "8"],
+    ["serve", "--listen", "127.0.0.1:0", "--data", join(dir, "data"), "--log-format", "json", "--dice-seed", "20261125", "--node-id", "8", ...extra],
     { env, stdio: ["ignore", "ignore", "pipe"] },
   );
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
