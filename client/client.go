@@ -96,8 +96,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // WithConn uses an existing connection instead of dialling one; New then
 // ignores its target and dial options, and Close leaves the connection
-// open. The key, world and user are still applied, by interceptors of the
-// client's own, so the connection may be shared with other code.
+// open. The key, world and user are still applied, by the client's own
+// wrapper of the connection, so the connection may be shared with other
+// code that sends other keys.
 func WithConn(conn *grpc.ClientConn) Option { return func(c *config) { c.conn = conn } }
 
 // New connects to the relay at target (host:port, or any gRPC target).
@@ -198,22 +199,26 @@ func (c *Client) resolve(ctx context.Context) (key, clientID, userID string) {
 	return key, clientID, userID
 }
 
-// prepare applies the key, world and user to one call: the key as metadata,
-// the world and user into the request's `client_id` and `user_id` fields
-// when it has them and leaves them empty (a value the caller set in the
-// request wins). The request is cloned before it is changed, so the
-// caller's message is never modified.
-func (c *Client) prepare(ctx context.Context, req any) (context.Context, any) {
-	key, clientID, userID := c.resolve(ctx)
-	if key != "" {
+// withKey returns ctx with the call's API key in its outgoing metadata.
+func (c *Client) withKey(ctx context.Context) context.Context {
+	if key, _, _ := c.resolve(ctx); key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, APIKeyHeader, key)
 	}
+	return ctx
+}
+
+// fill returns the request of a call with the world and user filled into
+// its `client_id` and `user_id` fields, when it has them and leaves them
+// empty (a value the caller set in the request wins). The request is
+// cloned before it is changed, so the caller's message is never modified.
+func (c *Client) fill(ctx context.Context, req any) any {
+	_, clientID, userID := c.resolve(ctx)
 	msg, ok := req.(proto.Message)
 	if !ok || (clientID == "" && userID == "") {
-		return ctx, req
+		return req
 	}
 	var clone proto.Message
-	fill := func(name protoreflect.Name, value string) {
+	set := func(name protoreflect.Name, value string) {
 		if value == "" {
 			return
 		}
@@ -229,12 +234,12 @@ func (c *Client) prepare(ctx context.Context, req any) (context.Context, any) {
 		}
 		clone.ProtoReflect().Set(fd, protoreflect.ValueOfString(value))
 	}
-	fill("client_id", clientID)
-	fill("user_id", userID)
+	set("client_id", clientID)
+	set("user_id", userID)
 	if clone == nil {
-		return ctx, req
+		return req
 	}
-	return ctx, clone
+	return clone
 }
 
 // interceptedConn applies the client's key, world and user to every call
@@ -246,19 +251,14 @@ type interceptedConn struct {
 
 // Invoke implements grpc.ClientConnInterface.
 func (ic *interceptedConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	ctx, args = ic.client.prepare(ctx, args)
-	return ic.conn.Invoke(ctx, method, args, reply, opts...)
+	return ic.conn.Invoke(ic.client.withKey(ctx), method, ic.client.fill(ctx, args), reply, opts...)
 }
 
 // NewStream implements grpc.ClientConnInterface. The request of a
 // server-streaming call is the first message sent, so it is filled in
 // SendMsg.
 func (ic *interceptedConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	key, _, _ := ic.client.resolve(ctx)
-	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, APIKeyHeader, key)
-	}
-	s, err := ic.conn.NewStream(ctx, desc, method, opts...)
+	s, err := ic.conn.NewStream(ic.client.withKey(ctx), desc, method, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -274,14 +274,5 @@ type filledStream struct {
 
 // SendMsg implements grpc.ClientStream.
 func (s *filledStream) SendMsg(m any) error {
-	// The key is already in the stream's metadata; prepare's context is
-	// dropped, only the filled request is kept.
-	_, m = s.client.prepare(withoutKey(s.ctx), m)
-	return s.ClientStream.SendMsg(m)
-}
-
-// withoutKey returns ctx with an empty key override, so prepare does not
-// add the key to metadata a second time.
-func withoutKey(ctx context.Context) context.Context {
-	return CallWithAPIKey(ctx, "")
+	return s.ClientStream.SendMsg(s.client.fill(s.ctx, m))
 }
