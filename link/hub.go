@@ -113,9 +113,11 @@ func (o HubOptions) withDefaults() HubOptions {
 type Hub struct {
 	opts HubOptions
 
-	mu     sync.Mutex
-	conns  map[string]*Conn
-	subs   map[string]map[string]int // clientId → channel → subscribers
+	mu    sync.Mutex
+	conns map[string]*Conn
+	subs  map[string]map[string]int // clientId → channel → subscribers
+	// seen keeps when each world that disconnected was last heard from.
+	seen   map[string]time.Time
 	closed bool
 	// handshakes counts the close handshakes still running; drained,
 	// when not nil, is closed when it drops to zero (for Close).
@@ -130,7 +132,7 @@ type Hub struct {
 
 // NewHub returns an empty hub.
 func NewHub(opts HubOptions) *Hub {
-	return &Hub{opts: opts.withDefaults(), conns: map[string]*Conn{}, subs: map[string]map[string]int{}}
+	return &Hub{opts: opts.withDefaults(), conns: map[string]*Conn{}, subs: map[string]map[string]int{}, seen: map[string]time.Time{}}
 }
 
 // Stats counts what a hub did since it started.
@@ -397,7 +399,21 @@ func (h *Hub) detach(c *Conn) bool {
 		return false
 	}
 	delete(h.conns, c.clientID)
+	h.seen[c.clientID] = time.Unix(0, c.lastSeen.Load())
 	return true
+}
+
+// LastSeen returns when the relay last heard from the world: from its live
+// connection, else from its last connection since the hub started (false
+// when it has not connected since).
+func (h *Hub) LastSeen(clientID string) (time.Time, bool) {
+	if c := h.conn(clientID); c != nil {
+		return time.Unix(0, c.lastSeen.Load()), true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.seen[clientID]
+	return t, ok
 }
 
 // Disconnect closes the world's live connection with the given close code

@@ -274,6 +274,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 				return err
 			}
 			call.Key, call.ticket = key, use
+			call.caller.Scopes = key.Scopes
 			return nil
 		}
 		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
@@ -283,6 +284,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 		return toStatus(ctx, c.Log, err)
 	}
 	call.Key = key
+	call.caller.Scopes = key.Scopes
 	return nil
 }
 

@@ -349,6 +349,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.dataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
 	}
+	// Linked worlds' events get their ids and subscribers here; the hub
+	// hands every event message to it.
+	linkEvents := link.NewEvents()
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,
 		// A new linked world never takes the id of an embedded one.
@@ -365,14 +368,17 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 			PingInterval:    cfg.linkPingInterval,
 			MaxMessageBytes: cfg.linkMaxMessageBytes,
 			MaxPending:      cfg.linkMaxPending,
+			OnEvent:         linkEvents.Publish,
 		},
 		Log: log,
 	}); err != nil {
 		return fail(usageError{err.Error()})
 	}
+	linkEvents.SetHub(r.links.Hub())
 	if r.grpc, err = server.New(server.Config{
-		Keys:          keyStore,
-		Worlds:        worlds,
+		Keys: keyStore,
+		// Embedded worlds first, then the linked ones.
+		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
