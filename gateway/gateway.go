@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/observe"
 )
 
 // Options configure the gateway.
@@ -227,10 +228,22 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// A browser's preflight carries no API key: it is answered before the
 	// admission step, and every other answer, refusals included, is
 	// marked for the page that asked.
+	rt := g.routes.match(r.Method, r.URL.Path)
+	if rec := observe.RecordFrom(r.Context()); rec != nil {
+		// The access line and the metrics label the request with its
+		// route's pattern; a preflight with the route it asks about.
+		if prt := rt; prt != nil || r.Method == http.MethodOptions {
+			if prt == nil {
+				prt = g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path)
+			}
+			if prt != nil {
+				rec.SetRoute(prt.pattern)
+			}
+		}
+	}
 	if g.handleCORS(w, r) {
 		return
 	}
-	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
 		op := "error"
 		if rt != nil {

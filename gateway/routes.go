@@ -16,6 +16,7 @@ import (
 // route is one HTTP binding of an RPC, read from its google.api.http rule.
 type route struct {
 	httpMethod string
+	pattern    string   // the rule's path, `/keys/{id}`: the route's metrics label
 	segments   []string // path segments; "{name}" matches any one segment
 	fullMethod string   // `/relay.v1.DocumentService/GetDocument`
 	operation  string   // the policy's operation name
@@ -66,6 +67,7 @@ func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) {
 		}
 		rt := &route{
 			httpMethod:      method,
+			pattern:         path,
 			segments:        splitPath(path),
 			fullMethod:      full,
 			operation:       policy.GetOperation(),

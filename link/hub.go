@@ -139,6 +139,9 @@ func NewHub(opts HubOptions) *Hub {
 type Stats struct {
 	// Connected is the number of live connections.
 	Connected int
+	// Pending is the number of requests waiting for their reply, over
+	// every connection.
+	Pending int
 	// Calls is the number of requests sent or refused; Replies those
 	// answered in time; Timeouts those that were not; Failed those that
 	// failed because their connection closed or was full.
@@ -156,9 +159,22 @@ type Stats struct {
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	n := len(h.conns)
+	conns := make([]*Conn, 0, n)
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
 	h.mu.Unlock()
+	// Each connection's lock is taken apart from the hub's, which is never
+	// held with it here.
+	pending := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		pending += len(c.pending)
+		c.mu.Unlock()
+	}
 	return Stats{
 		Connected:   n,
+		Pending:     pending,
 		Calls:       h.stats.calls.Load(),
 		Replies:     h.stats.replies.Load(),
 		Timeouts:    h.stats.timeouts.Load(),

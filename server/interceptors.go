@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"relay/observe"
 	"relay/server/keys"
 	"relay/world"
 )
@@ -83,6 +84,8 @@ type Chain struct {
 	Tickets *Tickets
 	// RateLimit limits each key's requests; nil allows everything.
 	RateLimit *RateLimiter
+	// Metrics counts the gRPC-native calls; nil counts nothing.
+	Metrics *observe.Metrics
 }
 
 // Unary returns the unary interceptors in chain order (first is outermost),
@@ -183,6 +186,9 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 
 func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	call := c.newCall(info.FullMethod)
+	if rec := observe.RecordFrom(ss.Context()); rec != nil {
+		rec.SetStart(call.Method, call.RequestID)
+	}
 	md := metadata.Pairs(RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
@@ -205,9 +211,30 @@ func (c *Chain) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 
 // logCall writes one line for a finished call. It never logs the API key,
 // only the key's id.
+//
+// A call made for an HTTP request (REST and SSE, through the gateway) is
+// not logged here: its details go into the request's observe.Record, and
+// the HTTP access line, written once the answer is sent, carries them
+// (one line per request). gRPC-native calls are logged here and counted
+// in the metrics.
 func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
 	call := CallFrom(ctx)
 	code := status.Code(err)
+	if rec := observe.RecordFrom(ctx); rec != nil {
+		var world, user, msg string
+		if call.World != nil {
+			world = call.World.Info().ClientID
+		}
+		if call.User != nil {
+			user = call.User.Name
+		}
+		if err != nil {
+			msg = status.Convert(err).Message()
+		}
+		rec.SetCall(call.Method, code.String(), call.RequestID, call.Key.ID, world, user, msg)
+		return
+	}
+	c.Metrics.ObserveRPC(call.Method, code, time.Since(start))
 	level := slog.LevelInfo
 	if code == codes.Internal || code == codes.Unknown {
 		level = slog.LevelError

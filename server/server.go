@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/observe"
 )
 
 // Config wires a relay gRPC server.
@@ -74,6 +75,9 @@ type Config struct {
 	// AuthFailures limits, per client address, the calls that fail
 	// authentication (see [Server.Admit]); nil allows any number.
 	AuthFailures *RateLimiter
+	// Metrics counts the gRPC-native calls (REST calls are counted by
+	// the HTTP middleware, see package observe); nil counts nothing.
+	Metrics *observe.Metrics
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -122,6 +126,7 @@ func New(cfg Config) (*Server, error) {
 		Log:        cfg.Log,
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
+		Metrics:    cfg.Metrics,
 	}
 	// One chained interceptor of each kind serves the network server and
 	// the in-process connection, so both run the same steps in the same

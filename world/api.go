@@ -271,4 +271,9 @@ type Options struct {
 	// Limits bound the size and shape of what the world stores; the zero
 	// value takes the defaults.
 	Limits Limits
+	// ObserveCommit, when set, is told how long each group commit's SQLite
+	// write took (its one transaction and fsync) and how many transactions
+	// it carried, by the world's committer; it must not block. The metrics
+	// endpoint keeps a histogram of it.
+	ObserveCommit func(d time.Duration, transactions int)
 }

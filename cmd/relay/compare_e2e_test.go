@@ -101,6 +101,7 @@ func TestLinkedMatchesEmbedded(t *testing.T) {
 		{status: 200, name: "update", method: "PUT", path: "/update", query: q("uuid", ariaUUID), body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
 		{status: 403, name: "update refused", method: "PUT", path: "/update", query: q("uuid", goblinUUID, "userId", "Alice"), body: map[string]any{"data": map[string]any{"name": "x"}}},
 		{status: 200, name: "structure", method: "GET", path: "/structure", query: q("types", `["Actor"]`)},
+		{status: 200, name: "structure in the module's shape", method: "GET", path: "/structure", query: q("types", `["Actor"]`, "shape", "module")},
 		{status: 200, name: "create", method: "POST", path: "/create", body: map[string]any{"entityType": "Actor", "data": actor}, ignore: []string{"_id", "uuid", "_stats"}},
 		{status: 200, name: "search", method: "GET", path: "/search", query: q("query", "ar")},
 		{status: 200, name: "search as a player", method: "GET", path: "/search", query: q("query", "o", "userId", "Alice")},
