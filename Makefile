@@ -52,6 +52,22 @@ lint-openapi: $(NPM_TOOLS) ## lint gen/openapi/relay.json with Redocly CLI's rec
 	cd tools/npm && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
 		./node_modules/.bin/redocly lint --config redocly.yaml --format=stylish ../../gen/openapi/relay.json
 
+# The TypeScript client (sdk/typescript): TypeScript, openapi-typescript and
+# Node's types, pinned by its package-lock.json and installed with `npm ci`
+# when the lock file changes; nothing is fetched after that. Its types are
+# generated from gen/openapi/relay.json on every build, so they cannot fall
+# out of step with the contract.
+SDK_TS := sdk/typescript
+SDK_TS_DEPS := $(SDK_TS)/node_modules/.installed
+$(SDK_TS_DEPS): $(SDK_TS)/package.json $(SDK_TS)/package-lock.json
+	cd $(SDK_TS) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
+.PHONY: sdk-test
+sdk-test: $(SDK_TS_DEPS) ## build and test the TypeScript client against a relay it starts (the Go client is tested by go test)
+	go build -o bin/relay-sdk-test ./cmd/relay
+	cd $(SDK_TS) && RELAY_BIN="$(CURDIR)/bin/relay-sdk-test" npm test
+
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck, deadcode
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -64,7 +80,7 @@ lint: ## gofmt, go vet, staticcheck, deadcode
 	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
 .PHONY: test
-test: lint check-generate contract lint-openapi ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi sdk-test ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"relay/observe"
 	"relay/wire"
 )
 
@@ -202,10 +203,22 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// A browser's preflight carries no API key: it is answered before the
 	// admission step, and every other answer, refusals included, is
 	// marked for the page that asked.
+	rt := g.routes.match(r.Method, r.URL.Path)
+	if rec := observe.RecordFrom(r.Context()); rec != nil {
+		// The access line and the metrics label the request with its
+		// route's pattern; a preflight with the route it asks about.
+		if prt := rt; prt != nil || r.Method == http.MethodOptions {
+			if prt == nil {
+				prt = g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path)
+			}
+			if prt != nil {
+				rec.SetRoute(prt.path)
+			}
+		}
+	}
 	if g.handleCORS(w, r) {
 		return
 	}
-	rt := g.routes.match(r.Method, r.URL.Path)
 	if len(r.URL.RawQuery) > g.maxQuery {
 		op := wire.ErrorOperation
 		if rt != nil && rt.operation != "" {

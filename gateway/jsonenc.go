@@ -37,6 +37,10 @@ func appendMessage(buf []byte, m protoreflect.Message) ([]byte, error) {
 			// included); responses use wrappers where a null must show.
 			continue
 		}
+		if fd.Kind() == protoreflect.BytesKind && fd.Cardinality() != protoreflect.Repeated && len(m.Get(fd).Bytes()) == 0 && isOmitEmpty(fd) {
+			// A detail the caller did not ask for is left out, not null.
+			continue
+		}
 		if !first {
 			buf = append(buf, ',')
 		}
@@ -143,6 +147,16 @@ func isRawJSON(fd protoreflect.FieldDescriptor) bool {
 	}
 	raw, _ := proto.GetExtension(opts, relayv1.E_RawJson).(bool)
 	return raw
+}
+
+// isOmitEmpty reports whether a field carries the omit_empty option.
+func isOmitEmpty(fd protoreflect.FieldDescriptor) bool {
+	opts := fd.Options()
+	if opts == nil {
+		return false
+	}
+	omit, _ := proto.GetExtension(opts, relayv1.E_OmitEmpty).(bool)
+	return omit
 }
 
 // appendRawJSON splices JSON text in, on one line; empty is null. The

@@ -113,9 +113,11 @@ func (o HubOptions) withDefaults() HubOptions {
 type Hub struct {
 	opts HubOptions
 
-	mu     sync.Mutex
-	conns  map[string]*Conn
-	subs   map[string]map[string]int // clientId → channel → subscribers
+	mu    sync.Mutex
+	conns map[string]*Conn
+	subs  map[string]map[string]int // clientId → channel → subscribers
+	// seen keeps when each world that disconnected was last heard from.
+	seen   map[string]time.Time
 	closed bool
 	// handshakes counts the close handshakes still running; drained,
 	// when not nil, is closed when it drops to zero (for Close).
@@ -130,13 +132,16 @@ type Hub struct {
 
 // NewHub returns an empty hub.
 func NewHub(opts HubOptions) *Hub {
-	return &Hub{opts: opts.withDefaults(), conns: map[string]*Conn{}, subs: map[string]map[string]int{}}
+	return &Hub{opts: opts.withDefaults(), conns: map[string]*Conn{}, subs: map[string]map[string]int{}, seen: map[string]time.Time{}}
 }
 
 // Stats counts what a hub did since it started.
 type Stats struct {
 	// Connected is the number of live connections.
 	Connected int
+	// Pending is the number of requests waiting for their reply, over
+	// every connection.
+	Pending int
 	// Calls is the number of requests sent or refused; Replies those
 	// answered in time; Timeouts those that were not; Failed those that
 	// failed because their connection closed or was full.
@@ -154,9 +159,22 @@ type Stats struct {
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	n := len(h.conns)
+	conns := make([]*Conn, 0, n)
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
 	h.mu.Unlock()
+	// Each connection's lock is taken apart from the hub's, which is never
+	// held with it here.
+	pending := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		pending += len(c.pending)
+		c.mu.Unlock()
+	}
 	return Stats{
 		Connected:   n,
+		Pending:     pending,
 		Calls:       h.stats.calls.Load(),
 		Replies:     h.stats.replies.Load(),
 		Timeouts:    h.stats.timeouts.Load(),
@@ -397,7 +415,21 @@ func (h *Hub) detach(c *Conn) bool {
 		return false
 	}
 	delete(h.conns, c.clientID)
+	h.seen[c.clientID] = time.Unix(0, c.lastSeen.Load())
 	return true
+}
+
+// LastSeen returns when the relay last heard from the world: from its live
+// connection, else from its last connection since the hub started (false
+// when it has not connected since).
+func (h *Hub) LastSeen(clientID string) (time.Time, bool) {
+	if c := h.conn(clientID); c != nil {
+		return time.Unix(0, c.lastSeen.Load()), true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t, ok := h.seen[clientID]
+	return t, ok
 }
 
 // Disconnect closes the world's live connection with the given close code

@@ -24,6 +24,9 @@ type Call struct {
 	World world.World
 	// User is the resolved tabletop user; nil means GM-level access.
 	User *world.User
+	// caller is what worlds learn about the caller (the key's scopes),
+	// carried in the call's context for the worlds that forward it.
+	caller world.Caller
 	// ticket is the stream ticket the call was authenticated with, if
 	// any: an event stream binds it to itself when it opens.
 	ticket *TicketUse
@@ -35,7 +38,7 @@ type callKey struct{}
 
 // withCall returns a context carrying call.
 func withCall(ctx context.Context, call *Call) context.Context {
-	return context.WithValue(ctx, callKey{}, call)
+	return world.WithCaller(context.WithValue(ctx, callKey{}, call), &call.caller)
 }
 
 // CallFrom returns the request's [Call]. Every handler runs behind the

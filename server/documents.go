@@ -104,6 +104,14 @@ func (documentService) GetStructure(ctx context.Context, req *relayv1.GetStructu
 	if err != nil {
 		return nil, err
 	}
+	var module bool
+	switch req.GetShape() {
+	case "", "spec":
+	case "module":
+		module = true
+	default:
+		return nil, world.Errorf(world.ErrInvalid, "'shape' must be spec or module, not %s", req.GetShape())
+	}
 	tree, err := folders.Structure(ctx, call.User, world.StructureParams{
 		Types:       req.GetTypes(),
 		Path:        req.GetPath(),
@@ -113,6 +121,9 @@ func (documentService) GetStructure(ctx context.Context, req *relayv1.GetStructu
 	})
 	if err != nil {
 		return nil, err
+	}
+	if module {
+		tree = world.ModuleStructure(tree, req.GetPath() != "")
 	}
 	raw, err := toJSON(tree)
 	if err != nil {

@@ -47,12 +47,18 @@ func (fileService) ListFiles(ctx context.Context, req *relayv1.ListFilesRequest)
 	}
 	out := &relayv1.ListFilesResponse{Path: dir, Recursive: req.GetRecursive(), Results: make([]*relayv1.FileEntry, 0, len(entries))}
 	for _, e := range entries {
+		// A world that does not know a file's time (a linked tabletop's
+		// listing has none) sends an empty one rather than year 1.
+		var modified string
+		if !e.Modified.IsZero() {
+			modified = e.Modified.Format(time.RFC3339)
+		}
 		out.Results = append(out.Results, &relayv1.FileEntry{
 			Name:     e.Name,
 			Path:     e.Path,
 			Type:     e.Type,
 			Size:     float64(e.Size),
-			Modified: e.Modified.Format(time.RFC3339),
+			Modified: modified,
 		})
 	}
 	return out, nil

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"relay/observe"
 	"relay/server/keys"
 	"relay/wire"
 	"relay/world"
@@ -74,6 +75,8 @@ type Chain struct {
 	Tickets *Tickets
 	// RateLimit limits each key's requests; nil allows everything.
 	RateLimit *RateLimiter
+	// Metrics counts the gRPC-native calls; nil counts nothing.
+	Metrics *observe.Metrics
 }
 
 // Unary returns the unary interceptors in chain order (first is outermost),
@@ -171,6 +174,9 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 
 func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	call := c.newCall(info.FullMethod)
+	if rec := observe.RecordFrom(ss.Context()); rec != nil {
+		rec.SetStart(call.Method, call.RequestID)
+	}
 	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
@@ -193,9 +199,30 @@ func (c *Chain) logStream(srv any, ss grpc.ServerStream, info *grpc.StreamServer
 
 // logCall writes one line for a finished call. It never logs the API key,
 // only the key's id.
+//
+// A call made for an HTTP request (REST and SSE, through the gateway) is
+// not logged here: its details go into the request's observe.Record, and
+// the HTTP access line, written once the answer is sent, carries them
+// (one line per request). gRPC-native calls are logged here and counted
+// in the metrics.
 func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
 	call := CallFrom(ctx)
 	code := status.Code(err)
+	if rec := observe.RecordFrom(ctx); rec != nil {
+		var world, user, msg string
+		if call.World != nil {
+			world = call.World.Info().ClientID
+		}
+		if call.User != nil {
+			user = call.User.Name
+		}
+		if err != nil {
+			msg = status.Convert(err).Message()
+		}
+		rec.SetCall(call.Method, code.String(), call.RequestID, call.Key.ID, world, user, msg)
+		return
+	}
+	c.Metrics.ObserveRPC(call.Method, code, time.Since(start))
 	level := slog.LevelInfo
 	if code == codes.Internal || code == codes.Unknown {
 		level = slog.LevelError
@@ -262,6 +289,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 				return err
 			}
 			call.Key, call.ticket = key, use
+			call.caller.Scopes = key.Scopes
 			return nil
 		}
 		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
@@ -271,6 +299,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 		return toStatus(ctx, c.Log, err)
 	}
 	call.Key = key
+	call.caller.Scopes = key.Scopes
 	return nil
 }
 

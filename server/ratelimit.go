@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -30,6 +31,19 @@ type RateLimiter struct {
 	mu      sync.Mutex
 	buckets map[string]*bucket
 	calls   int // since the last sweep of idle buckets
+
+	// refused counts the refusals: Allow's false answers and Blocked's
+	// true ones (for the metrics endpoint).
+	refused atomic.Uint64
+}
+
+// Refused counts the requests the limiter refused since it was made (0 for
+// a nil limiter).
+func (l *RateLimiter) Refused() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.refused.Load()
 }
 
 // bucket is one key's tokens as of last.
@@ -93,6 +107,7 @@ func (l *RateLimiter) Allow(keyID string) (bool, time.Duration) {
 		return true, 0
 	}
 	wait := time.Duration((1 - b.tokens) * float64(l.perToken))
+	l.refused.Add(1)
 	return false, wait
 }
 
@@ -114,6 +129,7 @@ func (l *RateLimiter) Blocked(keyID string) (bool, time.Duration) {
 	if tokens >= 1 {
 		return false, 0
 	}
+	l.refused.Add(1)
 	return true, time.Duration((1 - tokens) * float64(l.perToken))
 }
 

@@ -52,6 +52,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"relay/contract"
+	"relay/observe"
 )
 
 // Config wires a relay gRPC server.
@@ -104,6 +105,9 @@ type Config struct {
 	// recvguard.go).
 	RecvTimeout time.Duration
 	RecvMinRate int
+	// Metrics counts the gRPC-native calls (REST calls are counted by
+	// the HTTP middleware, see package observe); nil counts nothing.
+	Metrics *observe.Metrics
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -154,6 +158,7 @@ func New(cfg Config) (*Server, error) {
 		Log:        cfg.Log,
 		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
+		Metrics:    cfg.Metrics,
 	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}

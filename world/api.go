@@ -82,7 +82,34 @@ type Info struct {
 	ClientID string
 	Title    string
 	System   string
+
+	// The fields below describe how the world is served, for listings
+	// (GET /clients); registries fill them in, a world's own Info may
+	// leave them empty.
+
+	// Kind is KindEmbedded or KindLinked.
+	Kind string
+	// Online reports whether the world can serve requests now.
+	Online bool
+	// Name is a name to pick the world by: a linked connection's custom
+	// name, else the title.
+	Name string
+	// WorldID is the tabletop's own id of the world (the client id for an
+	// embedded world).
+	WorldID string
+	// SystemVersion and TabletopVersion are what a linked tabletop
+	// reported.
+	SystemVersion, TabletopVersion string
+	// ConnectedAt is when a linked world's connection was made (zero while
+	// it is not connected); LastSeen when the relay last heard from it.
+	ConnectedAt, LastSeen time.Time
 }
+
+// The kinds of world, for [Info].Kind.
+const (
+	KindEmbedded = "embedded"
+	KindLinked   = "linked"
+)
 
 // CreateParams describes a new document.
 type CreateParams struct {
@@ -244,4 +271,9 @@ type Options struct {
 	// Limits bound the size and shape of what the world stores; the zero
 	// value takes the defaults.
 	Limits Limits
+	// ObserveCommit, when set, is told how long each group commit's SQLite
+	// write took (its one transaction and fsync) and how many transactions
+	// it carried, by the world's committer; it must not block. The metrics
+	// endpoint keeps a histogram of it.
+	ObserveCommit func(d time.Duration, transactions int)
 }

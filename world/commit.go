@@ -3,6 +3,7 @@ package world
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Group commit. Writers run their functions one at a time under the write
@@ -152,7 +153,12 @@ func (e *Engine) commitGroup(group []*commitReq) {
 			}
 		}
 	}
-	if err := e.store.writeGroup(context.Background(), group); err != nil {
+	start := time.Now()
+	err := e.store.writeGroup(context.Background(), group)
+	if e.observeCommit != nil {
+		e.observeCommit(time.Since(start), len(group))
+	}
+	if err != nil {
 		e.failGroup(group, err)
 		return
 	}

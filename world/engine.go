@@ -29,8 +29,10 @@ type Engine struct {
 	clock    func() time.Time
 	newID    func() string
 	onCommit func([]Change)
-	journal  Journal
-	limits   Limits
+	// observeCommit is Options.ObserveCommit.
+	observeCommit func(time.Duration, int)
+	journal       Journal
+	limits        Limits
 
 	store *store
 	// writer is the write lock: a token taken by the one writer at a time.
@@ -82,15 +84,16 @@ const (
 // newEngine returns an engine over an open store with the given state.
 func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]map[string]Document, opts Options) *Engine {
 	e := &Engine{
-		info:     info,
-		perms:    perms,
-		clock:    opts.Clock,
-		newID:    opts.NewID,
-		onCommit: opts.OnCommit,
-		journal:  opts.Journal,
-		limits:   opts.Limits,
-		store:    st,
-		writer:   make(chan struct{}, 1),
+		info:          info,
+		perms:         perms,
+		clock:         opts.Clock,
+		newID:         opts.NewID,
+		onCommit:      opts.OnCommit,
+		observeCommit: opts.ObserveCommit,
+		journal:       opts.Journal,
+		limits:        opts.Limits,
+		store:         st,
+		writer:        make(chan struct{}, 1),
 	}
 	if e.clock == nil {
 		e.clock = time.Now

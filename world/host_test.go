@@ -74,7 +74,7 @@ func TestHostCreateAndOpen(t *testing.T) {
 		}
 	}
 	list, err := h2.List(ctx)
-	want := []Info{{"alpha", "Test World", "dnd5e"}, {"gamma", "Gamma", "dnd5e"}}
+	want := []Info{{ClientID: "alpha", Title: "Test World", System: "dnd5e"}, {ClientID: "gamma", Title: "Gamma", System: "dnd5e"}}
 	if err != nil || !cmp.Equal(list, want) {
 		t.Errorf("List = %v, %v; want %v", list, err, want)
 	}

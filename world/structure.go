@@ -223,3 +223,85 @@ func bySortThenName(a, b Document) int {
 	sb, _ := number(b["sort"])
 	return cmp.Or(cmp.Compare(sa, sb), cmp.Compare(docName(a), docName(b)), cmp.Compare(str(a["_id"]), str(b["_id"])))
 }
+
+// ModuleStructure reshapes a Structure answer the way the tabletop module's
+// own `structure` request answers, for callers moving from the existing
+// relay (GET /structure?shape=module):
+//
+//	{
+//	  "folders":  {"<name>": {"id", "uuid", "type", "<sub-folder name>": {...}, "entities": [...]}},
+//	  "entities": {"actors": [...], "items": [...], "journalentrys": [...]}
+//	}
+//
+// Folders are keyed by name, or by id when the name is empty, already taken
+// at its level, or one of the keys a folder has itself (`id`, `uuid`,
+// `type`, `entities`), so that no folder hides another. Documents outside
+// any folder are grouped by their document type, lower-cased, plus "s" (the
+// module's own naming, hence `journalentrys`); with inFolder (a `path` was
+// given) they stay a list, as the module answers. Empty groups (no folders,
+// no documents) are left out. Entries are unchanged.
+//
+// A tree already in the module's shape (a linked world's, which the module
+// itself answered) is returned as it is.
+func ModuleStructure(tree Document, inFolder bool) Document {
+	_, foldersKeyed := tree["folders"].(Document)
+	_, entitiesKeyed := tree["entities"].(Document)
+	if foldersKeyed || entitiesKeyed {
+		return tree
+	}
+	out := Document{}
+	if folders := moduleFolders(tree["folders"]); len(folders) > 0 {
+		out["folders"] = folders
+	}
+	entities, _ := tree["entities"].([]any)
+	if len(entities) == 0 {
+		return out
+	}
+	if inFolder {
+		out["entities"] = entities
+		return out
+	}
+	groups := Document{}
+	for _, en := range entities {
+		m, _ := en.(Document)
+		// The uuid names the document type even when the entry is the
+		// full data, whose `type` is the document's own sub-type.
+		typ, _, _ := strings.Cut(str(m["uuid"]), ".")
+		key := strings.ToLower(typ) + "s"
+		list, _ := groups[key].([]any)
+		groups[key] = append(list, en)
+	}
+	out["entities"] = groups
+	return out
+}
+
+// moduleFolders keys a Structure's folder list by name, nesting each
+// folder's sub-folders inside it.
+func moduleFolders(v any) Document {
+	list, _ := v.([]any)
+	out := Document{}
+	for _, f := range list {
+		node, _ := f.(Document)
+		if node == nil {
+			continue
+		}
+		id := str(node["id"])
+		mod := Document{"id": node["id"], "uuid": node["uuid"], "type": node["type"]}
+		for name, sub := range moduleFolders(node["folders"]) {
+			mod[name] = sub
+		}
+		if entities, _ := node["entities"].([]any); len(entities) > 0 {
+			mod["entities"] = entities
+		}
+		key := str(node["name"])
+		switch key {
+		case "", "id", "uuid", "type", "entities":
+			key = id
+		}
+		if _, taken := out[key]; taken {
+			key = id
+		}
+		out[key] = mod
+	}
+	return out
+}

@@ -228,3 +228,41 @@ func TestCreate(t *testing.T) {
 		wantError(t, err, tt.kind, tt.msg)
 	}
 }
+
+// TestModuleStructure checks the module's shape: folders keyed by name
+// (by id when the name cannot serve), loose documents grouped by type,
+// empty groups left out, and a tree already in that shape kept.
+func TestModuleStructure(t *testing.T) {
+	tree := Document{
+		"folders": []any{
+			Document{"id": "f1", "uuid": "Folder.f1", "name": "Heroes", "type": "Actor", "parentFolder": nil,
+				"folders":  []any{Document{"id": "f3", "uuid": "Folder.f3", "name": "entities", "type": "Actor", "folders": []any{}, "entities": []any{}}},
+				"entities": []any{Document{"uuid": "Actor.a1", "id": "a1", "name": "Aria", "type": "Actor"}}},
+			Document{"id": "f2", "uuid": "Folder.f2", "name": "Heroes", "type": "Item", "folders": []any{}, "entities": []any{}},
+		},
+		"entities": []any{
+			Document{"uuid": "Actor.a2", "id": "a2", "name": "Brom", "type": "Actor"},
+			Document{"uuid": "JournalEntry.j1", "id": "j1", "name": "Notes", "type": "base"},
+		},
+	}
+	got := ModuleStructure(tree, false)
+	folders := got["folders"].(Document)
+	heroes := folders["Heroes"].(Document)
+	if heroes["id"] != "f1" || folders["f2"] == nil || heroes["f3"] == nil || len(heroes["entities"].([]any)) != 1 {
+		t.Fatalf("folders %v", folders)
+	}
+	if _, ok := heroes["f3"].(Document)["entities"]; ok {
+		t.Errorf("an empty entities list is kept: %v", heroes["f3"])
+	}
+	groups := got["entities"].(Document)
+	if len(groups["actors"].([]any)) != 1 || len(groups["journalentrys"].([]any)) != 1 || len(groups) != 2 {
+		t.Fatalf("entities %v", groups)
+	}
+	if again := ModuleStructure(got, false); again["folders"].(Document)["Heroes"] == nil {
+		t.Fatalf("a tree in the module's shape was changed: %v", again)
+	}
+	inFolder := ModuleStructure(Document{"folders": []any{}, "entities": tree["entities"]}, true)
+	if _, ok := inFolder["folders"]; ok || len(inFolder["entities"].([]any)) != 2 {
+		t.Fatalf("in a folder: %v", inFolder)
+	}
+}

@@ -51,6 +51,12 @@ type testRelay struct {
 // startTestRelay starts a relay; it is stopped when the test ends.
 func startTestRelay(t *testing.T, mutate ...func(*serveConfig)) *testRelay {
 	t.Helper()
+	return startTestRelayLogged(t, slog.New(slog.DiscardHandler), mutate...)
+}
+
+// startTestRelayLogged starts a relay that logs to log.
+func startTestRelayLogged(t *testing.T, log *slog.Logger, mutate ...func(*serveConfig)) *testRelay {
+	t.Helper()
 	cfg := serveConfig{
 		listen:        "127.0.0.1:0",
 		dataDir:       t.TempDir(),
@@ -74,7 +80,7 @@ func startTestRelay(t *testing.T, mutate ...func(*serveConfig)) *testRelay {
 		m(&cfg)
 	}
 	var out bytes.Buffer
-	r, err := startRelay(context.Background(), cfg, slog.New(slog.DiscardHandler), &out)
+	r, err := startRelay(context.Background(), cfg, log, &out)
 	if err != nil {
 		t.Fatalf("start relay: %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"relay/gateway"
 	"relay/link"
 	"relay/netlimit"
+	"relay/observe"
 	"relay/server"
 	"relay/server/keys"
 	"relay/world"
@@ -105,6 +106,9 @@ type serveConfig struct {
 	// console is served at /console.
 	corsOrigins string
 	console     bool
+	// metricsListen, when set, serves the Prometheus metrics at /metrics
+	// on this separate address.
+	metricsListen string
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -134,6 +138,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
 	fs.IntVar(&c.gogc, "gogc", envInt("RELAY_GOGC", envInt("GOGC", defaultGOGC)), "the garbage collector's target `percent`: the heap may grow by this much of what it holds live before a collection (Go's GOGC, whose own default is 100); higher spends less CPU on collections for more memory; GOGC sets it too when RELAY_GOGC does not (RELAY_GOGC)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", envOr("RELAY_METRICS_LISTEN", ""), "serve Prometheus metrics at /metrics on this separate `host:port`, without authentication (requests, latencies, streams, events, worlds, commits, refusals, linked worlds); off when empty; keep it on a private network (RELAY_METRICS_LISTEN)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
 	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface and its first request's headers within it, and a gRPC-only connection its preface); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; a gRPC message on gRPC's own transport must arrive whole within this plus the time --max-body-bytes takes at --body-min-rate, else its call ends with DEADLINE_EXCEEDED; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
@@ -272,6 +277,11 @@ type relay struct {
 	served   chan error
 	log      *slog.Logger
 	adminKey string
+	// metrics is nil unless --metrics-listen is set; metricsStop stops
+	// its server.
+	metrics     *observe.Metrics
+	metricsAddr string
+	metricsStop func()
 
 	closeOnce sync.Once
 	closeErr  error
@@ -289,6 +299,9 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return nil, fmt.Errorf("open key store: %w", err)
 	}
 	r := &relay{keys: keyStore, log: log, served: make(chan error, 1)}
+	if cfg.metricsListen != "" {
+		r.metrics = observe.NewMetrics()
+	}
 	fail := func(err error) (*relay, error) {
 		_ = r.close(context.Background())
 		return nil, err
@@ -298,7 +311,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.eventRingSize, QueueSize: cfg.eventQueueSize, Coalesce: cfg.eventCoalesce})
 	limits := world.Limits{MaxDocumentBytes: cfg.maxDocumentBytes, MaxDepth: cfg.maxJSONDepth}
-	if r.worlds, err = world.OpenHost(cfg.dataDir, world.Options{Journal: r.hub, Limits: limits}); err != nil {
+	worldOpts := world.Options{Journal: r.hub, Limits: limits}
+	if r.metrics != nil {
+		worldOpts.ObserveCommit = r.metrics.ObserveCommit
+	}
+	if r.worlds, err = world.OpenHost(cfg.dataDir, worldOpts); err != nil {
 		return fail(fmt.Errorf("open worlds: %w", err))
 	}
 	r.worlds.Watch(r.hub.Committed)
@@ -355,9 +372,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// Failed authentications count against an address the same whether
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.authFailureLimit, 0, nil)
+	pairAttempts := server.NewRateLimiter(cfg.pairRateLimit, 0, nil)
+	rateLimit := server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil)
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.dataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
 	}
+	// Linked worlds' events get their ids and subscribers here; the hub
+	// hands every event message to it.
+	linkEvents := link.NewEvents()
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,
 		// A new linked world never takes the id of an embedded one.
@@ -368,20 +390,23 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		PublicURL:    cfg.publicURL,
 		AuthTimeout:  cfg.linkAuthTimeout,
 		AuthFailures: authFailures,
-		PairAttempts: server.NewRateLimiter(cfg.pairRateLimit, 0, nil),
+		PairAttempts: pairAttempts,
 		Hub: link.HubOptions{
 			ReplyTimeout:    cfg.linkReplyTimeout,
 			PingInterval:    cfg.linkPingInterval,
 			MaxMessageBytes: cfg.linkMaxMessageBytes,
 			MaxPending:      cfg.linkMaxPending,
+			OnEvent:         linkEvents.Publish,
 		},
 		Log: log,
 	}); err != nil {
 		return fail(usageError{err.Error()})
 	}
+	linkEvents.SetHub(r.links.Hub())
 	if r.grpc, err = server.New(server.Config{
-		Keys:          keyStore,
-		Worlds:        worlds,
+		Keys: keyStore,
+		// Embedded worlds first, then the linked ones.
+		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -390,7 +415,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.maxBodyBytes),
 		MaxUploadBytes:  cfg.maxUploadBytes,
-		RateLimit:       server.NewRateLimiter(cfg.rateLimit, cfg.rateLimitBurst, nil),
+		RateLimit:       rateLimit,
 		AuthFailures:    authFailures,
 		// The network gRPC transport's share of the slow and idle client
 		// limits; the connection caps and the write stall guard apply to
@@ -399,6 +424,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		HandshakeTimeout: cfg.readHeaderTimeout,
 		RecvTimeout:      cfg.bodyReadTimeout,
 		RecvMinRate:      cfg.bodyMinRate,
+		Metrics:          r.metrics,
 		Events: server.EventsConfig{
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
@@ -467,8 +493,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	r.router = connroute.New(r.conns, routeCfg)
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
+	// The access middleware logs and counts every HTTP request (gRPC-native
+	// calls pass it untouched: the interceptor chain logs and counts them).
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))),
+		Handler:           r.bodies.Wrap(observe.Access(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)), access)),
 		ReadHeaderTimeout: cfg.readHeaderTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -480,6 +509,12 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	r.http.Protocols.SetUnencryptedHTTP2(true)
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
+	if r.metrics != nil {
+		r.registerMetrics(rateLimit, authFailures, pairAttempts)
+		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.metricsListen, r.metrics, log); err != nil {
+			return fail(err)
+		}
+	}
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
@@ -559,6 +594,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
+	}
+	if r.metricsStop != nil {
+		r.metricsStop()
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)

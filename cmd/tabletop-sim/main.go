@@ -12,6 +12,9 @@
 // revokes its token). Requests are answered by a small handler: the world's
 // description (`world-info`) and users (`players`); every other request
 // type gets no reply, as the module does for a type it does not handle.
+// With --world it answers every request type the relay sends from a copy
+// of the demo world kept in that directory (created on the first run), in
+// the module's reply shapes and error texts, with the demo world's users.
 package main
 
 import (
@@ -26,12 +29,16 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
 	"relay/link"
 	"relay/link/linktest"
 	"relay/world"
+	"relay/world/demo"
+	"relay/world/embedded"
 )
 
 // state is what the simulator keeps between runs.
@@ -63,6 +70,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		title     = fset.String("title", "Simulated World", "the world's title")
 		system    = fset.String("system", "dnd5e", "the game system's id")
 		logLevel  = fset.String("log-level", "info", "`level`: debug, info, warn or error")
+		worldDir  = fset.String("world", "", "`directory` of a copy of the demo world to answer every request from (created on first use); without it only world-info and players are answered")
 	)
 	if err := fset.Parse(args); err != nil {
 		return err
@@ -99,6 +107,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return map[string]any{"data": map[string]any{"users": players}}, true
 		},
 	})
+	if *worldDir != "" {
+		w, closeWorld, err := demoWorld(ctx, *worldDir)
+		if err != nil {
+			return err
+		}
+		defer closeWorld()
+		if cfg.Players, err = linktest.Players(ctx, w); err != nil {
+			return err
+		}
+		cfg.WorldTitle = w.Info().Title
+		cfg.Handler = linktest.WorldHandler(w)
+	}
 	tt := linktest.New(cfg)
 	tt.SetCredentials(st.ClientID, st.Token)
 	if *code != "" {
@@ -157,4 +177,37 @@ func saveState(path string, st state) error {
 		return err
 	}
 	return os.WriteFile(path, append(data, '\n'), 0o600)
+}
+
+// demoWorld opens the copy of the demo world in dir, creating it (with its
+// files) on first use.
+func demoWorld(ctx context.Context, dir string) (world.World, func(), error) {
+	host, err := world.OpenHost(dir, world.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, err := host.IDs(ctx)
+	if err != nil {
+		host.Close()
+		return nil, nil, err
+	}
+	if !slices.Contains(ids, demo.ClientID) {
+		seed, err := demo.Seed()
+		if err == nil {
+			_, err = host.Create(ctx, demo.ClientID, seed)
+		}
+		if err == nil {
+			err = os.CopyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files())
+		}
+		if err != nil {
+			host.Close()
+			return nil, nil, fmt.Errorf("create the demo world in %s: %w", dir, err)
+		}
+	}
+	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
+	if err != nil {
+		host.Close()
+		return nil, nil, err
+	}
+	return w, func() { host.Close() }, nil
 }

@@ -91,10 +91,12 @@ func (b *builder) messageSchema(md protoreflect.MessageDescriptor, s side) *obj 
 // isRequired reports whether a field must be present: on requests, a field
 // marked `(google.api.field_behavior) = REQUIRED`; in responses, every
 // field the gateway always writes (all but those of a oneof, optional
-// fields included, which it leaves out when unset).
+// fields included, which it leaves out when unset, and those marked
+// omit_empty, which it leaves out when empty).
 func isRequired(fd protoreflect.FieldDescriptor, s side) bool {
 	if s == output {
-		return fd.ContainingOneof() == nil
+		omit, _ := proto.GetExtension(fd.Options(), relayv1.E_OmitEmpty).(bool)
+		return fd.ContainingOneof() == nil && !omit
 	}
 	return hasBehavior(fd, annotations.FieldBehavior_REQUIRED)
 }

@@ -89,8 +89,16 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	return w, nil
 }
 
-// List describes every world, sorted by client id.
-func (r *Registry) List(ctx context.Context) ([]world.Info, error) { return r.host.List(ctx) }
+// List describes every world, sorted by client id, as embedded worlds,
+// always online.
+func (r *Registry) List(ctx context.Context) ([]world.Info, error) {
+	infos, err := r.host.List(ctx)
+	for i := range infos {
+		info := &infos[i]
+		info.Kind, info.Online, info.Name, info.WorldID = world.KindEmbedded, true, info.Title, info.ClientID
+	}
+	return infos, err
+}
 
 // IDs lists the worlds' client ids, cheaply.
 func (r *Registry) IDs(ctx context.Context) ([]string, error) { return r.host.IDs(ctx) }

@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"relay/world"
@@ -65,6 +66,33 @@ type Hub struct {
 	closed  chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+	stats   hubStats
+}
+
+// hubStats counts what the hub's subscriptions did (see Stats). Each is
+// one atomic add on its path.
+type hubStats struct {
+	open       atomic.Int64
+	delivered  atomic.Uint64
+	overflowed atomic.Uint64
+}
+
+// Stats counts a hub's subscriptions and what they received.
+type Stats struct {
+	// Open is the number of subscriptions not closed yet.
+	Open int64
+	// Delivered counts the live events queued for subscribers (an event
+	// that goes to three subscribers counts three times); replayed ones
+	// are not counted.
+	Delivered uint64
+	// Overflowed counts the subscriptions ended because they fell more
+	// than their queue behind: their waiting events were dropped.
+	Overflowed uint64
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	return Stats{Open: h.stats.open.Load(), Delivered: h.stats.delivered.Load(), Overflowed: h.stats.overflowed.Load()}
 }
 
 var _ world.Journal = (*Hub)(nil)

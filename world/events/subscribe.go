@@ -54,6 +54,7 @@ type Reset = world.EventReset
 // Subscription is one subscriber's view of a world's events.
 type Subscription struct {
 	stream *stream
+	stats  *hubStats // the hub's counters
 	req    Request
 	key    string // the normalised filter value of the channel
 	// class identifies the subscriptions that receive exactly the same
@@ -94,6 +95,7 @@ func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Sub
 	s := h.stream(e.Info().ClientID)
 	sub := &Subscription{
 		stream: s,
+		stats:  &h.stats,
 		req:    req,
 		key:    filterKey(req),
 		class:  classOf(req),
@@ -129,6 +131,7 @@ func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Sub
 	}
 	set[sub] = struct{}{}
 	s.dirty = true
+	h.stats.open.Add(1)
 	return sub, nil
 }
 
@@ -235,6 +238,7 @@ func (sub *Subscription) wait(ctx context.Context) error {
 func (sub *Subscription) Close() {
 	sub.closeOnce.Do(func() {
 		s := sub.stream
+		sub.stats.open.Add(-1)
 		s.mu.Lock()
 		delete(s.subs[sub.req.Channel], sub)
 		s.dirty = true
@@ -302,6 +306,7 @@ func (sub *Subscription) offerLocked(evs []Event) (queued bool) {
 	if sub.isOverflowed {
 		return false
 	}
+	n := len(sub.queue)
 	for _, ev := range evs {
 		if ev.Seq <= sub.from {
 			continue
@@ -312,6 +317,9 @@ func (sub *Subscription) offerLocked(evs []Event) (queued bool) {
 		}
 		sub.queue = append(sub.queue, ev)
 		queued = true
+	}
+	if queued {
+		sub.stats.delivered.Add(uint64(len(sub.queue) - n))
 	}
 	return queued
 }
@@ -332,6 +340,9 @@ func (sub *Subscription) overflow() {
 }
 
 func (sub *Subscription) overflowLocked() {
+	if !sub.isOverflowed {
+		sub.stats.overflowed.Add(1)
+	}
 	sub.isOverflowed = true
 	sub.queue = nil
 	sub.tookLocked()

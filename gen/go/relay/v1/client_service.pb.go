@@ -68,8 +68,36 @@ type Client struct {
 	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
 	// The game system, for example `dnd5e`.
 	System string `protobuf:"bytes,3,opt,name=system,proto3" json:"system,omitempty"`
-	// Whether the world can serve requests now.
-	Online        bool `protobuf:"varint,4,opt,name=online,proto3" json:"online,omitempty"`
+	// Whether the world can serve requests now: always for an embedded
+	// world; for a linked one, while its tabletop is connected.
+	Online bool `protobuf:"varint,4,opt,name=online,proto3" json:"online,omitempty"`
+	// A name to pick the world by: the name the game master gave the
+	// linked tabletop's connection, else the world's title.
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// How the relay serves the world: `embedded` (the relay's own engine)
+	// or `linked` (a tabletop connected to the relay).
+	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The tabletop's own id of the world; the `clientId` for an embedded
+	// world.
+	WorldId string `protobuf:"bytes,7,opt,name=world_id,json=worldId,proto3" json:"world_id,omitempty"`
+	// The world's title (the same as `title`, under the name the tabletop
+	// uses).
+	WorldTitle string `protobuf:"bytes,8,opt,name=world_title,json=worldTitle,proto3" json:"world_title,omitempty"`
+	// The game system's id (the same as `system`).
+	SystemId string `protobuf:"bytes,9,opt,name=system_id,json=systemId,proto3" json:"system_id,omitempty"`
+	// The game system's version as the linked tabletop reported it; empty
+	// for an embedded world.
+	SystemVersion string `protobuf:"bytes,10,opt,name=system_version,json=systemVersion,proto3" json:"system_version,omitempty"`
+	// The tabletop's version as the linked tabletop reported it; empty for
+	// an embedded world.
+	TabletopVersion string `protobuf:"bytes,11,opt,name=tabletop_version,json=tabletopVersion,proto3" json:"tabletop_version,omitempty"`
+	// When the linked tabletop's current connection was made, RFC 3339 in
+	// UTC; empty while it is not connected and for an embedded world.
+	ConnectedSince string `protobuf:"bytes,12,opt,name=connected_since,json=connectedSince,proto3" json:"connected_since,omitempty"`
+	// When the relay last heard from the linked tabletop (a message or an
+	// answered ping), RFC 3339 in UTC; empty for an embedded world and for
+	// a linked world that has not connected since the relay started.
+	LastSeen      string `protobuf:"bytes,13,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -132,6 +160,69 @@ func (x *Client) GetOnline() bool {
 	return false
 }
 
+func (x *Client) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Client) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Client) GetWorldId() string {
+	if x != nil {
+		return x.WorldId
+	}
+	return ""
+}
+
+func (x *Client) GetWorldTitle() string {
+	if x != nil {
+		return x.WorldTitle
+	}
+	return ""
+}
+
+func (x *Client) GetSystemId() string {
+	if x != nil {
+		return x.SystemId
+	}
+	return ""
+}
+
+func (x *Client) GetSystemVersion() string {
+	if x != nil {
+		return x.SystemVersion
+	}
+	return ""
+}
+
+func (x *Client) GetTabletopVersion() string {
+	if x != nil {
+		return x.TabletopVersion
+	}
+	return ""
+}
+
+func (x *Client) GetConnectedSince() string {
+	if x != nil {
+		return x.ConnectedSince
+	}
+	return ""
+}
+
+func (x *Client) GetLastSeen() string {
+	if x != nil {
+		return x.LastSeen
+	}
+	return ""
+}
+
 // ListClientsResponse lists worlds.
 type ListClientsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -192,12 +283,23 @@ var File_relay_v1_client_service_proto protoreflect.FileDescriptor
 const file_relay_v1_client_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1drelay/v1/client_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\x14\n" +
-	"\x12ListClientsRequest\"k\n" +
+	"\x12ListClientsRequest\"\x84\x03\n" +
 	"\x06Client\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x16\n" +
 	"\x06system\x18\x03 \x01(\tR\x06system\x12\x16\n" +
-	"\x06online\x18\x04 \x01(\bR\x06online\"W\n" +
+	"\x06online\x18\x04 \x01(\bR\x06online\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x06 \x01(\tR\x04kind\x12\x19\n" +
+	"\bworld_id\x18\a \x01(\tR\aworldId\x12\x1f\n" +
+	"\vworld_title\x18\b \x01(\tR\n" +
+	"worldTitle\x12\x1b\n" +
+	"\tsystem_id\x18\t \x01(\tR\bsystemId\x12%\n" +
+	"\x0esystem_version\x18\n" +
+	" \x01(\tR\rsystemVersion\x12)\n" +
+	"\x10tabletop_version\x18\v \x01(\tR\x0ftabletopVersion\x12'\n" +
+	"\x0fconnected_since\x18\f \x01(\tR\x0econnectedSince\x12\x1b\n" +
+	"\tlast_seen\x18\r \x01(\tR\blastSeen\"W\n" +
 	"\x13ListClientsResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x05R\x05total\x12*\n" +
 	"\aclients\x18\x02 \x03(\v2\x10.relay.v1.ClientR\aclients2\x8a\x01\n" +

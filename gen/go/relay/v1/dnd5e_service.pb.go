@@ -32,7 +32,7 @@ type GetActorDetailsRequest struct {
 	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// The actor's uuid.
 	ActorUuid string `protobuf:"bytes,3,opt,name=actor_uuid,json=actorUuid,proto3" json:"actor_uuid,omitempty"`
-	// The details to return (JSON array text in a query string): `resources`, `items`, `spells` (also gives `spellSlots`), `features`, `stats`, `abilities`, `skills`, `details`, `conditions` (also gives `concentration`). Unknown names are ignored; details not asked for are null.
+	// The details to return (JSON array text in a query string): `resources`, `items`, `spells` (also gives `spellSlots`), `features`, `stats`, `abilities`, `skills`, `details`, `conditions` (also gives `concentration`). Unknown names are ignored. Only the details asked for are in the answer: over REST the others are left out (not null), as the tabletop module leaves them out; over gRPC they are empty.
 	Details       []string `protobuf:"bytes,4,rep,name=details,proto3" json:"details,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4235,24 +4235,24 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
 	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1d\n" +
-	"\adetails\x18\x04 \x03(\tB\x03\xe0A\x02R\adetails\"\xaa\x03\n" +
+	"\adetails\x18\x04 \x03(\tB\x03\xe0A\x02R\adetails\"\xd6\x03\n" +
 	"\x17GetActorDetailsResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\"\n" +
-	"\tresources\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\tresources\x12\x1a\n" +
-	"\x05items\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x05items\x12\x1c\n" +
-	"\x06spells\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\x06spells\x12%\n" +
-	"\vspell_slots\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
-	"spellSlots\x12 \n" +
-	"\bfeatures\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\bfeatures\x12\x1a\n" +
-	"\x05stats\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x05stats\x12\"\n" +
-	"\tabilities\x18\b \x01(\fB\x04\xb0\x9f\x19\x01R\tabilities\x12\x1c\n" +
-	"\x06skills\x18\t \x01(\fB\x04\xb0\x9f\x19\x01R\x06skills\x12\x1e\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12&\n" +
+	"\tresources\x18\x02 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tresources\x12\x1e\n" +
+	"\x05items\x18\x03 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05items\x12 \n" +
+	"\x06spells\x18\x04 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06spells\x12)\n" +
+	"\vspell_slots\x18\x05 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
+	"spellSlots\x12$\n" +
+	"\bfeatures\x18\x06 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\bfeatures\x12\x1e\n" +
+	"\x05stats\x18\a \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05stats\x12&\n" +
+	"\tabilities\x18\b \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tabilities\x12 \n" +
+	"\x06skills\x18\t \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06skills\x12\"\n" +
 	"\adetails\x18\n" +
-	" \x01(\fB\x04\xb0\x9f\x19\x01R\adetails\x12$\n" +
+	" \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\adetails\x12(\n" +
 	"\n" +
-	"conditions\x18\f \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
-	"conditions\x12*\n" +
-	"\rconcentration\x18\r \x01(\fB\x04\xb0\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xdb\x01\n" +
+	"conditions\x18\f \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
+	"conditions\x12.\n" +
+	"\rconcentration\x18\r \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xdb\x01\n" +
 	"\x18ModifyItemChargesRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +

@@ -706,8 +706,18 @@ type GetStructureRequest struct {
 	RecursiveDepth int32 `protobuf:"varint,6,opt,name=recursive_depth,json=recursiveDepth,proto3" json:"recursive_depth,omitempty"`
 	// Return each document's full data instead of a summary.
 	IncludeEntityData bool `protobuf:"varint,7,opt,name=include_entity_data,json=includeEntityData,proto3" json:"include_entity_data,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The shape of the answer: `spec` (the default) as GetStructureResponse
+	// describes it, or `module` as the tabletop module's own `structure`
+	// answers, for callers moving from the existing relay: `folders` an
+	// object keyed by folder name (by id when the name is empty, taken at
+	// its level or one of the reserved keys `id`, `uuid`, `type`,
+	// `entities`), each folder `{id, uuid, type, <sub-folders by name>,
+	// entities}`, and the documents outside any folder in `entities` keyed
+	// by lower-case type plus "s" (`actors`, `items`, `journalentrys`); empty
+	// groups are left out.
+	Shape         string `protobuf:"bytes,8,opt,name=shape,proto3" json:"shape,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStructureRequest) Reset() {
@@ -789,12 +799,20 @@ func (x *GetStructureRequest) GetIncludeEntityData() bool {
 	return false
 }
 
+func (x *GetStructureRequest) GetShape() string {
+	if x != nil {
+		return x.Shape
+	}
+	return ""
+}
+
 // GetStructureResponse carries the tree; over REST it is the envelope's data.
 type GetStructureResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A JSON object (inline over REST): `folders` (nested, each with `id`, `uuid`, `name`, `type`,
 	// `parentFolder`, `folders`, `entities`) and `entities` (documents in no
-	// folder).
+	// folder); with `shape=module` the module's shape (see
+	// GetStructureRequest.shape).
 	Structure     []byte `protobuf:"bytes,1,opt,name=structure,proto3" json:"structure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1660,7 +1678,7 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x17SearchDocumentsResponse\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\x16\n" +
 	"\x06filter\x18\x02 \x01(\tR\x06filter\x12\x1e\n" +
-	"\aresults\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\aresults\"\xec\x01\n" +
+	"\aresults\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\aresults\"\x82\x02\n" +
 	"\x13GetStructureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
@@ -1668,7 +1686,8 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x05 \x01(\bR\trecursive\x12'\n" +
 	"\x0frecursive_depth\x18\x06 \x01(\x05R\x0erecursiveDepth\x12.\n" +
-	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\":\n" +
+	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\x12\x14\n" +
+	"\x05shape\x18\b \x01(\tR\x05shape\":\n" +
 	"\x14GetStructureResponse\x12\"\n" +
 	"\tstructure\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\tstructure\"\xd8\x01\n" +
 	"\x0fGiveItemRequest\x12\x1b\n" +

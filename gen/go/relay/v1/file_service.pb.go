@@ -113,9 +113,11 @@ type FileEntry struct {
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// `file` or `directory`.
 	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
-	// The size in bytes (0 for directories).
+	// The size in bytes (0 for directories, and for the files of a linked
+	// world, whose tabletop does not report sizes in listings).
 	Size float64 `protobuf:"fixed64,4,opt,name=size,proto3" json:"size,omitempty"`
-	// The modification time, RFC 3339.
+	// The modification time, RFC 3339; empty when the world does not know
+	// it (a linked world's tabletop does not report it).
 	Modified      string `protobuf:"bytes,5,opt,name=modified,proto3" json:"modified,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -145,6 +145,14 @@ var file_relay_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 		Filename:      "relay/v1/options.proto",
 	},
 	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51703,
+		Name:          "relay.v1.omit_empty",
+		Tag:           "varint,51703,opt,name=omit_empty",
+		Filename:      "relay/v1/options.proto",
+	},
+	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
 		ExtensionType: (*Policy)(nil),
 		Field:         51701,
@@ -162,6 +170,13 @@ var (
 	//
 	// optional bool raw_json = 51702;
 	E_RawJson = &file_relay_v1_options_proto_extTypes[0]
+	// Marks a field that REST answers leave out when it is empty (a raw_json
+	// field that holds nothing), where they would otherwise write null: a
+	// detail the caller did not ask for is absent, as the tabletop module
+	// leaves it out. Over gRPC the field is empty as before.
+	//
+	// optional bool omit_empty = 51703;
+	E_OmitEmpty = &file_relay_v1_options_proto_extTypes[1]
 )
 
 // Extension fields to descriptorpb.MethodOptions.
@@ -169,7 +184,7 @@ var (
 	// The access rule of the RPC.
 	//
 	// optional relay.v1.Policy policy = 51701;
-	E_Policy = &file_relay_v1_options_proto_extTypes[1]
+	E_Policy = &file_relay_v1_options_proto_extTypes[2]
 )
 
 var File_relay_v1_options_proto protoreflect.FileDescriptor
@@ -186,7 +201,9 @@ const file_relay_v1_options_proto_rawDesc = "" +
 	"\x10world_permission\x18\x06 \x01(\tR\x0fworldPermission\x12+\n" +
 	"\x11permission_action\x18\a \x01(\tR\x10permissionAction\x12\x1b\n" +
 	"\tgrpc_only\x18\b \x01(\bR\bgrpcOnly::\n" +
-	"\braw_json\x12\x1d.google.protobuf.FieldOptions\x18\xf6\x93\x03 \x01(\bR\arawJson:J\n" +
+	"\braw_json\x12\x1d.google.protobuf.FieldOptions\x18\xf6\x93\x03 \x01(\bR\arawJson:>\n" +
+	"\n" +
+	"omit_empty\x12\x1d.google.protobuf.FieldOptions\x18\xf7\x93\x03 \x01(\bR\tomitEmpty:J\n" +
 	"\x06policy\x12\x1e.google.protobuf.MethodOptions\x18\xf5\x93\x03 \x01(\v2\x10.relay.v1.PolicyR\x06policyB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
@@ -209,12 +226,13 @@ var file_relay_v1_options_proto_goTypes = []any{
 }
 var file_relay_v1_options_proto_depIdxs = []int32{
 	1, // 0: relay.v1.raw_json:extendee -> google.protobuf.FieldOptions
-	2, // 1: relay.v1.policy:extendee -> google.protobuf.MethodOptions
-	0, // 2: relay.v1.policy:type_name -> relay.v1.Policy
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	2, // [2:3] is the sub-list for extension type_name
-	0, // [0:2] is the sub-list for extension extendee
+	1, // 1: relay.v1.omit_empty:extendee -> google.protobuf.FieldOptions
+	2, // 2: relay.v1.policy:extendee -> google.protobuf.MethodOptions
+	0, // 3: relay.v1.policy:type_name -> relay.v1.Policy
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	3, // [3:4] is the sub-list for extension type_name
+	0, // [0:3] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
 }
 
@@ -230,7 +248,7 @@ func file_relay_v1_options_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_relay_v1_options_proto_rawDesc), len(file_relay_v1_options_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   1,
-			NumExtensions: 2,
+			NumExtensions: 3,
 			NumServices:   0,
 		},
 		GoTypes:           file_relay_v1_options_proto_goTypes,

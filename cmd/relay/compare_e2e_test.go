@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"relay/link/linktest"
+	"relay/world"
+	"relay/world/demo"
+	"relay/world/embedded"
+)
+
+// linkDemoCopy links to r a simulated tabletop that answers from its own
+// copy of the demo world (an embedded engine in another data directory)
+// and returns the linked world's clientId.
+func linkDemoCopy(tb testing.TB, r *relay) string {
+	tb.Helper()
+	ctx := context.Background()
+	dir := tb.TempDir()
+	host, err := world.OpenHost(dir, world.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { host.Close() })
+	seed, err := demo.Seed()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
+		tb.Fatal(err)
+	}
+	if err := copyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
+		tb.Fatal(err)
+	}
+	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	players, err := linktest.Players(ctx, w)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	code, _, err := r.links.CreatePairingCode(ctx, "", "test")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.addr, WorldID: "demo-copy", WorldTitle: w.Info().Title,
+		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-demo-copy",
+		Players: players, Handler: linktest.WorldHandler(w)})
+	if _, err := tt.Pair(ctx, code); err != nil {
+		tb.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(tt.Drop)
+	clientID, _ := tt.Credentials()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if info, _ := r.links.Hub().Info(clientID); len(info.Players) == len(players) {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("timed out waiting for the player list")
+		}
+	}
+	return clientID
+}
+
+// comparison is one call of the comparison suite.
+type comparison struct {
+	name         string
+	status       int // the embedded world's status
+	method, path string
+	query        url.Values
+	body         map[string]any
+	// ignore are keys left out of the comparison wherever they occur
+	// (ids and times the two worlds make up each on their own).
+	ignore []string
+}
+
+// TestLinkedMatchesEmbedded runs the same calls against the embedded demo
+// world and against a copy of it linked through the simulator, and
+// requires the same status and body, ids and times aside: the answers of a
+// linked world cannot be told from an embedded one's.
+func TestLinkedMatchesEmbedded(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	linked := linkDemoCopy(t, tr.relay)
+	actor := map[string]any{"name": "Bandit", "type": "npc"}
+	calls := []comparison{
+		{status: 200, name: "get as GM", method: "GET", path: "/get", query: q("uuid", ariaUUID)},
+		{status: 200, name: "get as a player", method: "GET", path: "/get", query: q("uuid", ariaUUID, "userId", "Alice")},
+		{status: 403, name: "get limited", method: "GET", path: "/get", query: q("uuid", goblinUUID, "userId", "Alice")},
+		{status: 404, name: "get missing", method: "GET", path: "/get", query: q("uuid", "Actor.missing000000001")},
+		{status: 200, name: "update", method: "PUT", path: "/update", query: q("uuid", ariaUUID), body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
+		{status: 403, name: "update refused", method: "PUT", path: "/update", query: q("uuid", goblinUUID, "userId", "Alice"), body: map[string]any{"data": map[string]any{"name": "x"}}},
+		{status: 200, name: "structure", method: "GET", path: "/structure", query: q("types", `["Actor"]`)},
+		{status: 200, name: "structure in the module's shape", method: "GET", path: "/structure", query: q("types", `["Actor"]`, "shape", "module")},
+		{status: 200, name: "create", method: "POST", path: "/create", body: map[string]any{"entityType": "Actor", "data": actor}, ignore: []string{"_id", "uuid", "_stats"}},
+		{status: 200, name: "search", method: "GET", path: "/search", query: q("query", "ar")},
+		{status: 200, name: "search as a player", method: "GET", path: "/search", query: q("query", "o", "userId", "Alice")},
+		{status: 200, name: "increase", method: "POST", path: "/increase", query: q("uuid", bromUUID), body: map[string]any{"attribute": "system.attributes.hp.value", "amount": 2}},
+		{status: 200, name: "give", method: "POST", path: "/give", query: q("userId", "Gamemaster"), body: map[string]any{"fromUuid": bromUUID, "toUuid": ariaUUID, "itemName": "Longsword"}, ignore: []string{"newItemUuid", "newItemId"}},
+		{status: 200, name: "delete", method: "DELETE", path: "/delete", query: q("uuid", maraUUID)},
+		{status: 200, name: "encounters", method: "GET", path: "/encounters"},
+		{status: 200, name: "start encounter", method: "POST", path: "/start-encounter", body: map[string]any{"name": "Brawl", "tokenUuids": []string{ariaTokenUUID, bromTokenUUID}}, ignore: []string{"id", "encounterId"}},
+		{status: 200, name: "next turn", method: "POST", path: "/next-turn", ignore: []string{"id", "encounterId"}},
+		{status: 403, name: "start encounter as a player", method: "POST", path: "/start-encounter", query: q("userId", "Alice"), body: map[string]any{"name": "Brawl"}},
+		{status: 200, name: "file listing", method: "GET", path: "/file-system", query: q("path", "maps"), ignore: []string{"size", "modified"}},
+	}
+	for _, c := range calls {
+		var answers [2]any
+		var statuses [2]int
+		for i, clientID := range []string{demo.ClientID, linked} {
+			query := url.Values{}
+			for k, v := range c.query {
+				query[k] = v
+			}
+			query.Set("clientId", clientID)
+			var body any // a nil map would be sent as a JSON null
+			if c.body != nil {
+				body = c.body
+			}
+			r := tr.do(c.method, c.path, tr.adminKey, query, body)
+			statuses[i] = r.status
+			var v any
+			if err := json.Unmarshal(r.body, &v); err != nil {
+				t.Fatalf("%s: %s", c.name, r.body)
+			}
+			answers[i] = normalise(v, append(c.ignore, "requestId"))
+		}
+		if statuses[0] != c.status {
+			t.Errorf("%s: embedded %d, want %d", c.name, statuses[0], c.status)
+		}
+		if statuses[0] != statuses[1] || !reflect.DeepEqual(answers[0], answers[1]) {
+			e, _ := json.Marshal(answers[0])
+			l, _ := json.Marshal(answers[1])
+			t.Errorf("%s: embedded %d %s\n linked %d %s", c.name, statuses[0], e, statuses[1], l)
+		}
+	}
+}
+
+// normalise drops the ignored keys from v, at every depth.
+func normalise(v any, ignore []string) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			skip := false
+			for _, i := range ignore {
+				skip = skip || k == i
+			}
+			if !skip {
+				out[k] = normalise(x, ignore)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = normalise(x, ignore)
+		}
+		return out
+	}
+	return v
+}
+
+// BenchmarkLinkedGet measures GET /get of an actor as a player on the
+// embedded demo world and on a copy of it linked through the simulator
+// (over a loopback WebSocket, answered by an embedded engine), one request
+// at a time, so that the difference is the latency a link adds.
+func BenchmarkLinkedGet(b *testing.B) {
+	r, key := benchRelay(b)
+	linked := linkDemoCopy(b, r)
+	c := benchClient()
+	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}} {
+		b.Run(w.name, func(b *testing.B) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+r.addr+"/get?uuid="+ariaUUID+"&userId=Alice&clientId="+w.clientID, nil)
+			req.Header.Set("x-api-key", key)
+			for b.Loop() {
+				doBench(b, c, req, nil)
+			}
+		})
+	}
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	relayv1 "relay/gen/go/relay/v1"
+	"relay/link"
+	"relay/link/linktest"
+	"relay/world"
+)
+
+// TestLinkedWorldCalls: a linked world answers the same routes as an
+// embedded one, through the same interceptors: the module receives the
+// request type with its parameters, the resolved user and the key's
+// scopes; its reply and its error texts become our envelope and statuses;
+// what it does not offer is 501; a world that is not connected is 503 at
+// once; GET /clients lists both kinds, a bound key only its worlds.
+func TestLinkedWorldCalls(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	var mu sync.Mutex
+	var seen []map[string]any
+	tt := tr.linkedTabletop(func(c *linktest.Config) {
+		c.Handler = func(_ context.Context, req linktest.Request) (any, bool) {
+			var m map[string]any
+			_ = req.Params(&m)
+			mu.Lock()
+			seen = append(seen, m)
+			mu.Unlock()
+			switch {
+			case req.Type == "entity" && m["uuid"] == "Actor.secret":
+				return map[string]any{"uuid": m["uuid"], "error": "User 'Gamemaster' does not have permission to view this entity", "data": nil}, true
+			case req.Type == "entity" && m["uuid"] == "Actor.gone":
+				return map[string]any{"uuid": m["uuid"], "error": "Entity not found", "data": nil}, true
+			case req.Type == "entity":
+				return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Hero", "type": "character"}}, true
+			}
+			return nil, false
+		}
+	})
+	clientID, _ := tt.Credentials()
+	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) > 0 })
+	last := func() map[string]any {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[len(seen)-1]
+	}
+
+	r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero", "userId", "Gamemaster"), nil)
+	if r.status != http.StatusOK || r.json(t)["type"] != "entity-result" || r.data(t)["name"] != "Hero" {
+		t.Fatalf("GET /get: %d %s", r.status, r.body)
+	}
+	if m := last(); m["type"] != "entity" || m["uuid"] != "Actor.hero" || m["userId"] != "gm000000000000001" {
+		t.Fatalf("the module got %v", m)
+	}
+	scoped, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read", "clients:read"}})
+	if r := tr.do(http.MethodGet, "/get", scoped, q("clientId", clientID, "uuid", "Actor.hero"), nil); r.status != http.StatusOK {
+		t.Fatalf("GET /get with a scoped key: %d %s", r.status, r.body)
+	}
+	if s, _ := last()["_scopes"].([]any); !slices.Contains(s, any("entity:read")) {
+		t.Fatalf("_scopes %v", last()["_scopes"])
+	}
+	for _, c := range []struct {
+		uuid   string
+		status int
+		msg    string
+	}{
+		{"Actor.secret", http.StatusForbidden, "User 'Gamemaster' does not have permission to view this entity"},
+		{"Actor.gone", http.StatusNotFound, "Entity not found"},
+	} {
+		r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", c.uuid), nil)
+		if r.status != c.status || r.errorText(t) != c.msg {
+			t.Errorf("GET /get %s: %d %s", c.uuid, r.status, r.body)
+		}
+	}
+	// An unknown user is refused by our interceptors before the module.
+	n := len(seen)
+	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero", "userId", "Nobody"), nil); r.status != http.StatusBadRequest ||
+		r.errorText(t) != "User not found: Nobody" || len(seen) != n {
+		t.Errorf("unknown user: %d %s", r.status, r.body)
+	}
+	// What the linked world does not offer names the operation.
+	if r := tr.do(http.MethodPost, "/dnd5e/short-rest", tr.adminKey, q("clientId", clientID), map[string]any{"actorUuid": "Actor.hero"}); r.status != http.StatusNotImplemented ||
+		r.errorText(t) != "World '"+clientID+"' does not offer dnd5e/short-rest" {
+		t.Errorf("short rest: %d %s", r.status, r.body)
+	}
+
+	// GET /clients: both kinds, with what a caller needs to pick one.
+	r = tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil)
+	clients := r.data(t)["clients"].([]any)
+	var demo, linked map[string]any
+	for _, c := range clients {
+		c := c.(map[string]any)
+		switch c["clientId"] {
+		case "demo":
+			demo = c
+		case clientID:
+			linked = c
+		}
+	}
+	if demo["kind"] != "embedded" || demo["online"] != true || demo["worldId"] != "demo" || demo["connectedSince"] != "" {
+		t.Errorf("demo in /clients: %v", demo)
+	}
+	if linked["kind"] != "linked" || linked["online"] != true || linked["worldId"] != "tavern-tales" || linked["worldTitle"] != "Tavern Tales" ||
+		linked["name"] != "Tavern Tales" || linked["systemId"] != "dnd5e" || linked["systemVersion"] != "5.0.4" || linked["tabletopVersion"] != "13.345" {
+		t.Errorf("linked world in /clients: %v", linked)
+	}
+	for _, f := range []string{"connectedSince", "lastSeen"} {
+		if ts, err := time.Parse(time.RFC3339, linked[f].(string)); err != nil || time.Since(ts) > time.Minute {
+			t.Errorf("%s %v", f, linked[f])
+		}
+	}
+	bound, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "bound", Scopes: []string{"all"}, ClientIds: []string{"demo"}})
+	r = tr.do(http.MethodGet, "/clients", bound, nil, nil)
+	if cs := r.data(t)["clients"].([]any); len(cs) != 1 || cs[0].(map[string]any)["clientId"] != "demo" {
+		t.Errorf("bound key's /clients: %s", r.body)
+	}
+	if r := tr.do(http.MethodGet, "/get", bound, q("clientId", clientID, "uuid", "Actor.hero"), nil); r.status != http.StatusForbidden {
+		t.Errorf("bound key on the linked world: %d %s", r.status, r.body)
+	}
+
+	// Not connected: 503 at once, and /clients shows it offline.
+	tt.Drop()
+	waitFor(t, "the world to go offline", func() bool { return !tr.links.Hub().Online(clientID) })
+	start := time.Now()
+	r = tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero"), nil)
+	if r.status != http.StatusServiceUnavailable || r.errorText(t) != "world "+clientID+" is not connected" || time.Since(start) > 5*time.Second {
+		t.Errorf("not connected: %d %s", r.status, r.body)
+	}
+	r = tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil)
+	for _, c := range r.data(t)["clients"].([]any) {
+		if c := c.(map[string]any); c["clientId"] == clientID && (c["online"] != false || c["connectedSince"] != "" || c["lastSeen"] == "") {
+			t.Errorf("offline world in /clients: %v", c)
+		}
+	}
+	// An id of neither kind is 404 as before.
+	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", "nowhere", "uuid", "Actor.hero"), nil); r.status != http.StatusNotFound {
+		t.Errorf("unknown world: %d %s", r.status, r.body)
+	}
+}
+
+// TestLinkedWorldFailures: a module that does not answer in time is 504
+// naming the world and the operation; a module that goes away with
+// requests in flight fails them at once with 503.
+func TestLinkedWorldFailures(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *serveConfig) { c.linkReplyTimeout = time.Second })
+	got := make(chan string, 10)
+	tt := tr.linkedTabletop(func(c *linktest.Config) {
+		c.Handler = func(ctx context.Context, req linktest.Request) (any, bool) {
+			var m map[string]any
+			_ = req.Params(&m)
+			uuid, _ := m["uuid"].(string)
+			got <- uuid
+			if uuid == "Actor.hang" {
+				<-ctx.Done() // until the connection ends
+			}
+			return nil, false // never answers
+		}
+	})
+	clientID, _ := tt.Credentials()
+	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) > 0 })
+
+	r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.slow"), nil)
+	if r.status != http.StatusGatewayTimeout || r.errorText(t) != "world "+clientID+" did not answer entity within 1s" {
+		t.Errorf("time-out: %d %s", r.status, r.body)
+	}
+	<-got
+
+	done := make(chan response, 3)
+	for range 3 {
+		go func() {
+			done <- tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hang"), nil)
+		}()
+	}
+	for range 3 {
+		<-got
+	}
+	tt.Drop()
+	for range 3 {
+		r := <-done
+		if r.status != http.StatusServiceUnavailable || r.errorText(t) != "world "+clientID+" disconnected before answering entity" {
+			t.Errorf("disconnect in flight: %d %s", r.status, r.body)
+		}
+	}
+}
+
+// TestLinkedWorldEvents: a linked world's events reach SSE streams with
+// our ids and names; the module's channel is on while a stream needs it
+// and off when the last leaves; filters read the fields the module nests
+// under `data`; a player gets only events whose payload grants them at
+// least OBSERVER, a GM every one; a resume replays what was missed.
+func TestLinkedWorldEvents(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	tt := tr.linkedTabletop(func(c *linktest.Config) {
+		c.Players = append(c.Players, link.Player{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer})
+	})
+	clientID, _ := tt.Credentials()
+	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) == 2 })
+
+	actor := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), nil)
+	alice := tr.openStream("/hooks/subscribe", tr.adminKey, q("clientId", clientID, "userId", "Alice"), nil)
+	actor.expect("connected")
+	alice.expect("connected")
+	waitFor(t, "the module's channels", func() bool { c := tt.Channels(); return c["actor-events"] && c["hooks"] })
+
+	emit := func(typ string, data map[string]any) {
+		t.Helper()
+		if err := tt.Emit(typ, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	emit("actor-event", map[string]any{"actorUuid": "Actor.b", "eventType": "update", "changes": map[string]any{"name": "B"}})
+	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "update", "changes": map[string]any{"name": "A"}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Hidden", "ownership": map[string]any{"default": 0}}}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Open"}}})
+	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Mine", "ownership": map[string]any{"alice00000000001": 3}}}})
+
+	f := actor.expect("actor-update")[0]
+	if d := f.json(t); d["actorUuid"] != "Actor.a" || f.id != "2" {
+		t.Fatalf("actor event %+v", f)
+	}
+	f = alice.expect("updateActor")[0]
+	if args := f.json(t)["args"].([]any); args[0].(map[string]any)["name"] != "Mine" {
+		t.Fatalf("the player got %s", f.data)
+	}
+
+	// The tabletop reconnects while streams wait: the relay turns their
+	// channels on again, and events flow to the same streams.
+	turnedOn := func() int {
+		n := 0
+		for _, raw := range tt.Received() {
+			var m map[string]any
+			if json.Unmarshal(raw, &m) == nil && m["type"] == "event-subscription-update" && m["channel"] == "actor-events" && m["count"].(float64) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	before := turnedOn()
+	tt.Drop()
+	waitFor(t, "the world to go offline", func() bool { return !tr.links.Hub().Online(clientID) })
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the channel turned on again", func() bool { return turnedOn() > before })
+	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "item-add", "item": map[string]any{"name": "Rope"}})
+	if f := actor.expect("actor-item-add")[0]; f.id != "6" {
+		t.Fatalf("event after the reconnection %+v", f)
+	}
+
+	// Resume from before the actor event replays it.
+	again := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), http.Header{"Last-Event-Id": {"1"}})
+	again.expect("connected")
+	if r := again.expect("actor-update")[0]; r.id != "2" || r.json(t)["actorUuid"] != "Actor.a" {
+		t.Fatalf("replayed %+v", r)
+	}
+	again.close()
+	actor.close()
+	alice.close()
+	waitFor(t, "the module's channels off", func() bool { c := tt.Channels(); return !c["actor-events"] && !c["hooks"] })
+}

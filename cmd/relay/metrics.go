@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"relay/link"
+	"relay/observe"
+	"relay/server"
+)
+
+// serveMetrics serves the metrics at /metrics on their own address (see
+// --metrics-listen), apart from the API: they need no key there, so the
+// address belongs on a private network, as a Prometheus scraper's usually
+// is. It returns the address it listens on and a function that stops the
+// server.
+func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen for the metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("metrics listening", "addr", ln.Addr().String(), "path", "/metrics")
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// registerMetrics adds the gauges and counters that are read from the
+// relay's parts at each scrape: nothing is counted for them on the
+// request paths beyond the atomic counters the parts keep anyway.
+func (r *relay) registerMetrics(rateLimit, authFailures, pairAttempts *server.RateLimiter) {
+	m := r.metrics
+	m.GaugeFunc("relay_worlds", "Worlds the relay serves from its data directory.", nil, func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ids, err := r.worlds.IDs(ctx)
+		if err != nil {
+			return 0
+		}
+		return float64(len(ids))
+	})
+	m.GaugeFunc("relay_event_streams_open", "Event subscriptions open on the relay's worlds (each SSE or gRPC event stream holds one).", nil, func() float64 {
+		return float64(r.hub.Stats().Open)
+	})
+	m.CounterFunc("relay_events_delivered_total", "Live events queued for event streams (one per stream that receives it).", nil, func() float64 {
+		return float64(r.hub.Stats().Delivered)
+	})
+	m.CounterFunc("relay_event_streams_dropped_total", "Event streams closed with an overflow event because they fell too far behind (their waiting events dropped).", nil, func() float64 {
+		return float64(r.hub.Stats().Overflowed)
+	})
+	for _, l := range []struct {
+		name string
+		l    *server.RateLimiter
+	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}} {
+		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address).",
+			prometheus.Labels{"limit": l.name}, func() float64 { return float64(l.l.Refused()) })
+	}
+	hub := r.links.Hub()
+	m.GaugeFunc("relay_linked_worlds_connected", "Linked worlds (tabletops) connected to /relay.", nil, func() float64 {
+		return float64(hub.Stats().Connected)
+	})
+	m.GaugeFunc("relay_linked_requests_pending", "Requests sent to linked worlds that wait for their reply.", nil, func() float64 {
+		return float64(hub.Stats().Pending)
+	})
+	for _, c := range []struct {
+		outcome string
+		get     func(link.Stats) uint64
+	}{
+		{"sent", func(s link.Stats) uint64 { return s.Calls }},
+		{"replied", func(s link.Stats) uint64 { return s.Replies }},
+		{"timeout", func(s link.Stats) uint64 { return s.Timeouts }},
+		{"failed", func(s link.Stats) uint64 { return s.Failed }},
+	} {
+		m.CounterFunc("relay_linked_requests_total", "Requests to linked worlds: sent (every one), replied in time, timed out, failed (closed or full connection).",
+			prometheus.Labels{"outcome": c.outcome}, func() float64 { return float64(c.get(hub.Stats())) })
+	}
+	m.GaugeFunc("relay_connections_open", "TCP connections open on the API's address.", nil, func() float64 {
+		return float64(r.conns.Stats().Open)
+	})
+	m.CounterFunc("relay_connection_refusals_total", "Connections refused with 503 by a connection cap: overall (--max-conns) or per_ip (--max-conns-per-ip).",
+		prometheus.Labels{"cap": "overall"}, func() float64 { return float64(r.conns.Stats().RefusedOverall) })
+	m.CounterFunc("relay_connection_refusals_total", "Connections refused with 503 by a connection cap: overall (--max-conns) or per_ip (--max-conns-per-ip).",
+		prometheus.Labels{"cap": "per_ip"}, func() float64 { return float64(r.conns.Stats().RefusedPerIP) })
+	m.CounterFunc("relay_slow_bodies_cut_total", "Request bodies cut off for arriving slower than --body-min-rate allows, their connections closed.", nil, func() float64 {
+		return float64(r.bodies.TimedOut())
+	})
+}
+
+// linkRoute labels the tabletop module's endpoints for the access line and
+// metrics: their own path, or the pattern of the one that carries a client
+// id.
+func linkRoute(path string) string {
+	if !link.Owns(path) {
+		return ""
+	}
+	if strings.HasPrefix(path, "/api/clients/") {
+		return "/api/clients/{clientId}/active"
+	}
+	return strings.TrimSuffix(path, "/")
+}

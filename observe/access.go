@@ -1,0 +1,179 @@
+package observe
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// AccessOptions configure the access middleware.
+type AccessOptions struct {
+	// Log receives the access lines; none are written when nil.
+	Log *slog.Logger
+	// Metrics counts the requests; nothing is counted when nil.
+	Metrics *Metrics
+	// Routes labels requests the gateway does not label (no RPC route):
+	// the first entry whose path equals the request's path, or is a prefix
+	// of it followed by "/", gives its label. Others are labelled "other",
+	// so that no request's own path ever becomes a label.
+	Routes []string
+	// Label, when set, labels what Routes does not (the tabletop module's
+	// endpoints, whose paths carry a client id): it returns "" for
+	// neither.
+	Label func(path string) string
+}
+
+// Access wraps next with the access log and the request metrics: each HTTP
+// request that reaches it, answered or refused, gets one line ("http",
+// level Info; Error for 5xx but 503 and 504, which are the relay's
+// overload and time-out answers, Warn) with its method, path (without the
+// query, which may carry a stream ticket), status, bytes written, duration,
+// request id, and once known the API key's id, the world, the RPC and its
+// gRPC code. gRPC-native requests (HTTP/2 with an application/grpc
+// content type) pass untouched: the interceptor chain logs and counts
+// them.
+func Access(next http.Handler, opts AccessOptions) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		start := time.Now()
+		// One allocation holds both the writer and the record.
+		aw := &accessWriter{ResponseWriter: w}
+		next.ServeHTTP(aw, r.WithContext(WithRecord(r.Context(), &aw.rec)))
+		d := time.Since(start)
+		st := aw.status
+		if st == 0 {
+			st = http.StatusOK // the handler wrote nothing
+		}
+		rec := aw.rec.Fields()
+		if rec.Route == "" {
+			rec.Route = opts.label(r.URL.Path)
+		}
+		opts.Metrics.ObserveHTTP(rec.Route, r.Method, st, d)
+		if opts.Log != nil {
+			writeAccessLine(r.Context(), opts.Log, r, aw, &rec, st, d)
+		}
+	})
+}
+
+// label is the route label of a request the gateway did not label.
+func (o AccessOptions) label(path string) string {
+	for _, p := range o.Routes {
+		if path == p || strings.HasPrefix(path, p) && strings.HasPrefix(path[len(p):], "/") {
+			return p
+		}
+	}
+	if o.Label != nil {
+		if l := o.Label(path); l != "" {
+			return l
+		}
+	}
+	return "other"
+}
+
+// writeAccessLine writes one request's line.
+func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
+	level := slog.LevelInfo
+	switch {
+	case status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
+		level = slog.LevelWarn
+	case status >= 500:
+		level = slog.LevelError
+	}
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	requestID := rec.RequestID
+	if requestID == "" {
+		// A refusal before the chain (401 at admission, 404, 413, 414)
+		// has the id the gateway issued in its header.
+		requestID = aw.Header().Get("X-Request-Id")
+	}
+	// The record is built by hand, as the chain's rpc line is: it is
+	// written for every request.
+	line := slog.NewRecord(time.Now(), level, "http", 0)
+	line.AddAttrs(
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("route", rec.Route),
+		slog.Int("status", status),
+		slog.Int64("bytes", aw.bytes),
+		slog.Duration("duration", d),
+	)
+	if requestID != "" {
+		line.AddAttrs(slog.String("requestId", requestID))
+	}
+	if rec.KeyID != "" {
+		line.AddAttrs(slog.String("keyId", rec.KeyID))
+	}
+	if rec.World != "" {
+		line.AddAttrs(slog.String("clientId", rec.World))
+	}
+	if rec.User != "" {
+		line.AddAttrs(slog.String("user", rec.User))
+	}
+	if rec.RPC != "" {
+		line.AddAttrs(slog.String("rpc", rec.RPC), slog.String("code", rec.Code))
+	}
+	if rec.Error != "" {
+		line.AddAttrs(slog.String("error", rec.Error))
+	}
+	line.AddAttrs(slog.String("remote", r.RemoteAddr))
+	_ = log.Handler().Handle(ctx, line)
+}
+
+// accessWriter records the status and the bytes of an answer. It passes
+// Flush (event streams) and Hijack (the tabletop module's socket) through,
+// and Unwrap for http.ResponseController.
+type accessWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	rec    Record
+}
+
+func (w *accessWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	if code == http.StatusSwitchingProtocols {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *accessWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush sends what is buffered, for event streams.
+func (w *accessWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over (a tabletop's WebSocket), which then
+// counts as switching protocols.
+func (w *accessWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.status == 0 {
+		w.status = http.StatusSwitchingProtocols
+	}
+	return c, rw, err
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
