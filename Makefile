@@ -69,10 +69,15 @@ sdk-test: $(SDK_TS_DEPS) ## build and test the TypeScript client against a relay
 	cd $(SDK_TS) && RELAY_BIN="$(CURDIR)/bin/relay-sdk-test" npm test
 
 .PHONY: lint
-lint: ## gofmt, go vet
+lint: ## gofmt, go vet, staticcheck, deadcode
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted" >&2; exit 1; fi
 	go vet ./...
+	go tool -modfile=tools/go.mod staticcheck ./...
+	@# deadcode reports functions that neither a program nor a test can
+	@# reach, but exits 0 either way.
+	@dead=$$(go tool -modfile=tools/go.mod deadcode -test ./...); \
+	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
 .PHONY: test
 test: lint check-generate contract lint-openapi sdk-test ## every check and test (what CI runs)

@@ -146,7 +146,7 @@ func (g *gateway) handleCORS(w http.ResponseWriter, r *http.Request) bool {
 	if origin == "" || !c.allows(origin) {
 		if preflight {
 			op := "error"
-			if rt := g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path); rt != nil {
+			if rt := g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path); rt != nil && rt.operation != "" {
 				op = rt.operation
 			}
 			g.writeError(w, http.StatusForbidden, op, g.newRequestID(op),

@@ -8,12 +8,9 @@ import (
 	"net/url"
 
 	"google.golang.org/grpc/metadata"
-)
 
-// invalidParamsMetadata carries a parameter error the gateway found to the
-// server, whose last interceptor answers it (the server's
-// InvalidParamsHeader).
-const invalidParamsMetadata = "relay-invalid-params-bin"
+	"relay/wire"
+)
 
 // invalidParamsKey is the request context key of a deferred parameter
 // error's text.
@@ -59,7 +56,7 @@ func routingFields(body []byte, query url.Values) map[string]json.RawMessage {
 // parameter error set on the request's context.
 func invalidParamsMD(ctx context.Context, _ *http.Request) metadata.MD {
 	if msg, ok := ctx.Value(invalidParamsKey{}).(string); ok {
-		return metadata.Pairs(invalidParamsMetadata, msg)
+		return metadata.Pairs(wire.InvalidParamsHeader, msg)
 	}
 	return nil
 }
@@ -68,7 +65,7 @@ func invalidParamsMD(ctx context.Context, _ *http.Request) metadata.MD {
 // outgoing metadata of a call the gateway makes itself.
 func withInvalidParams(ctx context.Context) context.Context {
 	if msg, ok := ctx.Value(invalidParamsKey{}).(string); ok {
-		return metadata.AppendToOutgoingContext(ctx, invalidParamsMetadata, msg)
+		return metadata.AppendToOutgoingContext(ctx, wire.InvalidParamsHeader, msg)
 	}
 	return ctx
 }

@@ -23,25 +23,24 @@ var docsFiles embed.FS
 // "Try it" forms send to this relay.
 const docsPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// handleDocs registers the public documentation paths: `/openapi.json`,
-// `/docs` and the page's files under `/docs/`.
-func (g *gateway) handleDocs() error {
-	if err := g.mux.HandlePath(http.MethodGet, "/openapi.json", serveOpenAPI); err != nil {
-		return err
+// docsRoutes are the public documentation paths, for the gateway's route
+// table: `/openapi.json`, `/docs` and the page's files under `/docs/`.
+func docsRoutes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		http.MethodGet + " /openapi.json": serveOpenAPI,
+		http.MethodGet + " /docs": func(w http.ResponseWriter, _ *http.Request) {
+			serveDocsFile(w, "index.html")
+		},
+		http.MethodGet + " /docs/{file}": func(w http.ResponseWriter, r *http.Request) {
+			file := strings.TrimPrefix(r.URL.Path, "/docs/")
+			if file == "" || file == "index.html" {
+				// The page loads its files relative to /docs.
+				http.Redirect(w, r, "../docs", http.StatusMovedPermanently)
+				return
+			}
+			serveDocsFile(w, file)
+		},
 	}
-	if err := g.mux.HandlePath(http.MethodGet, "/docs", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-		serveDocsFile(w, "index.html")
-	}); err != nil {
-		return err
-	}
-	return g.mux.HandlePath(http.MethodGet, "/docs/{file}", func(w http.ResponseWriter, r *http.Request, p map[string]string) {
-		if p["file"] == "" || p["file"] == "index.html" {
-			// The page loads its files relative to /docs.
-			http.Redirect(w, r, "../docs", http.StatusMovedPermanently)
-			return
-		}
-		serveDocsFile(w, p["file"])
-	})
 }
 
 // serveDocsFile writes one file of the page, or 404.
@@ -68,7 +67,7 @@ func serveDocsFile(w http.ResponseWriter, name string) {
 }
 
 // serveOpenAPI serves the generated OpenAPI document.
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(openapi.JSON)))
 	_, _ = w.Write(openapi.JSON)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"reflect"
@@ -15,17 +14,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"relay/wire"
 )
 
-// Metadata and header names shared with the gRPC server.
+// The envelope's members up to their values, as JSON text.
 const (
-	requestIDMetadata = "x-request-id"
-	requestIDHeader   = "X-Request-Id"
-	apiKeyHeader      = "X-Api-Key"
-	// Reasons the server attaches as errdetails.ErrorInfo where the HTTP
-	// status cannot follow from the gRPC code alone.
-	reasonTooLarge    = "TOO_LARGE"
-	reasonRateLimited = "RATE_LIMITED"
+	typeMember      = `{"` + wire.EnvelopeType + `":`
+	requestIDMember = `,"` + wire.EnvelopeRequestID + `":`
+	dataMember      = `,"` + wire.EnvelopeData + `":`
+	errorMember     = `,"` + wire.EnvelopeError + `":`
 )
 
 // envelope is a success body: `{type, requestId, data}`.
@@ -35,13 +33,6 @@ type envelope struct {
 	Data      any // a proto.Message, raw JSON ([]byte) or nil
 	// buffer, when set, lends the marshaler a recycled buffer (bufpool.go).
 	buffer *responseBuffer
-}
-
-// errorBody is an error body: `{type, requestId, error}`.
-type errorBody struct {
-	Type      string `json:"type"`
-	RequestID string `json:"requestId"`
-	Error     string `json:"error"`
 }
 
 // jsonMarshaler writes protobuf messages as the contract wants them: field
@@ -69,11 +60,11 @@ func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 			size += len(raw)
 		}
 		buf := e.buffer.take(size)
-		buf = append(buf, `{"type":`...)
+		buf = append(buf, typeMember...)
 		buf = appendString(buf, e.Type)
-		buf = append(buf, `,"requestId":`...)
+		buf = append(buf, requestIDMember...)
 		buf = appendString(buf, e.RequestID)
-		buf = append(buf, `,"data":`...)
+		buf = append(buf, dataMember...)
 		var err error
 		switch d := e.Data.(type) {
 		case []byte:
@@ -101,8 +92,6 @@ func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
 		buf = append(buf, '}')
 		e.buffer.keep(buf)
 		return buf, nil
-	case *errorBody:
-		return json.Marshal(e)
 	}
 	return m.JSONPb.Marshal(v)
 }
@@ -121,7 +110,7 @@ func (g *gateway) wrapResponse(ctx context.Context, resp proto.Message) (any, er
 		data = rb.XXX_ResponseBody()
 	}
 	op := g.operationOf(ctx)
-	return &envelope{Type: op + "-result", RequestID: g.requestIDOf(ctx, op), Data: data, buffer: responseBufferFrom(ctx)}, nil
+	return &envelope{Type: op + wire.ResultSuffix, RequestID: g.requestIDOf(ctx, op), Data: data, buffer: responseBufferFrom(ctx)}, nil
 }
 
 // operationOf returns the operation of the RPC a request was routed to.
@@ -131,17 +120,17 @@ func (g *gateway) operationOf(ctx context.Context) string {
 			return op
 		}
 	}
-	return "error"
+	return wire.ErrorOperation
 }
 
 // requestIDOf returns the request id the server issued, or a fresh one when
 // the request failed before reaching the server.
 func (g *gateway) requestIDOf(ctx context.Context, op string) string {
 	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
-		if v := md.HeaderMD.Get(requestIDMetadata); len(v) > 0 {
+		if v := md.HeaderMD.Get(wire.RequestIDHeader); len(v) > 0 {
 			return v[0]
 		}
-		if v := md.TrailerMD.Get(requestIDMetadata); len(v) > 0 {
+		if v := md.TrailerMD.Get(wire.RequestIDHeader); len(v) > 0 {
 			return v[0]
 		}
 	}
@@ -187,27 +176,38 @@ func setRetryAfter(w http.ResponseWriter, st *status.Status) {
 	}
 }
 
-// handleRoutingError answers requests that match no route.
-func (g *gateway) handleRoutingError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
-	msg := "Not found: " + r.Method + " " + r.URL.Path
-	if code == http.StatusMethodNotAllowed {
-		msg = "Method not allowed: " + r.Method + " " + r.URL.Path
+// routingError answers a request that matches no route: 405 when the path
+// is a route's for another method, else 404.
+func (g *gateway) routingError(w http.ResponseWriter, r *http.Request) {
+	code, msg := http.StatusNotFound, "Not found: "+r.Method+" "+r.URL.Path
+	if g.routes.otherMethod(r.Method, r.URL.Path) {
+		code, msg = http.StatusMethodNotAllowed, "Method not allowed: "+r.Method+" "+r.URL.Path
 	}
-	g.writeError(w, code, "error", g.newRequestID("error"), msg)
+	g.writeError(w, code, wire.ErrorOperation, g.newRequestID(wire.ErrorOperation), msg)
 }
 
 // writeError writes an error body.
 func (g *gateway) writeError(w http.ResponseWriter, code int, op, requestID, msg string) {
-	body, _ := json.Marshal(&errorBody{Type: op + "-result", RequestID: requestID, Error: msg})
+	body := errorJSON(op, requestID, msg)
 	h := w.Header()
 	h.Del("Trailer")
 	h.Set("Content-Type", "application/json")
-	h.Set(requestIDHeader, requestID)
+	h.Set(wire.RequestIDHeader, requestID)
 	if code == http.StatusUnauthorized {
-		h.Set("WWW-Authenticate", `ApiKey header="x-api-key"`)
+		h.Set("WWW-Authenticate", `ApiKey header="`+wire.APIKeyHeader+`"`)
 	}
 	w.WriteHeader(code)
 	_, _ = w.Write(body)
+}
+
+// errorJSON is an error body: `{type, requestId, error}`.
+func errorJSON(op, requestID, msg string) []byte {
+	body := append([]byte(typeMember), appendString(nil, op+wire.ResultSuffix)...)
+	body = append(body, requestIDMember...)
+	body = appendString(body, requestID)
+	body = append(body, errorMember...)
+	body = appendString(body, msg)
+	return append(body, '}')
 }
 
 // httpStatus maps a status to its HTTP code: the gRPC code's usual status,
@@ -216,9 +216,9 @@ func httpStatus(st *status.Status) int {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			switch info.GetReason() {
-			case reasonTooLarge:
+			case wire.ReasonTooLarge:
 				return http.StatusRequestEntityTooLarge
-			case reasonRateLimited:
+			case wire.ReasonRateLimited:
 				return http.StatusTooManyRequests
 			}
 		}

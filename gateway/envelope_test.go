@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
 func TestHTTPStatus(t *testing.T) {
@@ -33,8 +34,8 @@ func TestHTTPStatus(t *testing.T) {
 		{status.New(codes.Unavailable, "x"), http.StatusServiceUnavailable},
 		{status.New(codes.DeadlineExceeded, "x"), http.StatusGatewayTimeout},
 		{status.New(codes.Unimplemented, "x"), http.StatusNotImplemented},
-		{withReason(codes.ResourceExhausted, reasonTooLarge), http.StatusRequestEntityTooLarge},
-		{withReason(codes.ResourceExhausted, reasonRateLimited), http.StatusTooManyRequests},
+		{withReason(codes.ResourceExhausted, wire.ReasonTooLarge), http.StatusRequestEntityTooLarge},
+		{withReason(codes.ResourceExhausted, wire.ReasonRateLimited), http.StatusTooManyRequests},
 	}
 	for _, tt := range tests {
 		if got := httpStatus(tt.st); got != tt.want {

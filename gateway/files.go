@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
 // The file transfer RPCs, whose REST handlers (below) read and write the
@@ -61,31 +62,20 @@ func isFileTransfer(rt *route) bool {
 	return rt.fullMethod == downloadMethod || rt.fullMethod == uploadMethod
 }
 
-// handleFiles registers `GET /download` and `POST /upload` on the mux,
-// ahead of the generated handlers (the mux tries the latest registration
-// first). maxUpload is the server's upload limit (0: its default); the
-// gateway uses it only to bound the JSON bodies it must buffer.
-func (g *gateway) handleFiles(maxUpload int64) error {
-	if maxUpload <= 0 {
-		maxUpload = defaultMaxUpload
-	}
-	if err := g.mux.HandlePath(http.MethodGet, "/download", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+// serveFile serves a file transfer route: `GET /download` or `POST
+// /upload`.
+func (g *gateway) serveFile(w http.ResponseWriter, r *http.Request, rt *route) {
+	if rt.fullMethod == downloadMethod {
 		g.serveDownload(w, r)
-	}); err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return
 	}
-	if err := g.mux.HandlePath(http.MethodPost, "/upload", func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-		g.serveUpload(w, r, maxUpload)
-	}); err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
-	return nil
+	g.serveUpload(w, r, g.maxUpload)
 }
 
 // withKey forwards the caller's API key to the gRPC call.
 func withKey(ctx context.Context, r *http.Request) context.Context {
-	if key := r.Header.Get(apiKeyHeader); key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	if key := r.Header.Get(wire.APIKeyHeader); key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.APIKeyHeader, key)
 	}
 	return ctx
 }
@@ -94,7 +84,7 @@ func withKey(ctx context.Context, r *http.Request) context.Context {
 // one when the call failed before the server issued one.
 func (g *gateway) callRequestID(op string, mds ...metadata.MD) string {
 	for _, md := range mds {
-		if id := firstValue(md, requestIDMetadata); id != "" {
+		if id := firstValue(md, wire.RequestIDHeader); id != "" {
 			return id
 		}
 	}
@@ -166,7 +156,7 @@ func (g *gateway) serveDownload(w http.ResponseWriter, r *http.Request) {
 	// a page there.
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-	h.Set(requestIDHeader, requestID)
+	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 	chunk := first.GetChunk()
 	for {
@@ -192,15 +182,15 @@ func (g *gateway) serveDownload(w http.ResponseWriter, r *http.Request) {
 func writeBase64Download(w http.ResponseWriter, op, requestID string, first *relayv1.DownloadFileResponse, next func() ([]byte, error)) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set(requestIDHeader, requestID)
+	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	prefix := make([]byte, 0, 256)
-	prefix = append(prefix, `{"type":`...)
-	prefix = appendString(prefix, op+"-result")
-	prefix = append(prefix, `,"requestId":`...)
+	prefix = append(prefix, typeMember...)
+	prefix = appendString(prefix, op+wire.ResultSuffix)
+	prefix = append(prefix, requestIDMember...)
 	prefix = appendString(prefix, requestID)
-	prefix = append(prefix, `,"data":{"path":`...)
+	prefix = append(prefix, dataMember+`{"path":`...)
 	prefix = appendString(prefix, first.GetPath())
 	prefix = append(prefix, `,"filename":`...)
 	prefix = appendString(prefix, first.GetFilename())
@@ -286,13 +276,13 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request, maxUpload 
 		return
 	}
 	requestID := g.callRequestID(op, md...)
-	out, err := newJSONMarshaler().Marshal(&envelope{Type: op + "-result", RequestID: requestID, Data: resp})
+	out, err := newJSONMarshaler().Marshal(&envelope{Type: op + wire.ResultSuffix, RequestID: requestID, Data: resp})
 	if err != nil {
 		g.writeError(w, http.StatusInternalServerError, op, requestID, "Internal error")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(requestIDHeader, requestID)
+	w.Header().Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(out)
 }

@@ -1,39 +1,45 @@
-// Package gateway is the relay's HTTP side: REST on the documented paths
-// through grpc-gateway, the parameter merging that lets any parameter come in
-// the query string or the JSON body, the `{type, requestId, data}` envelope
-// and `{type, requestId, error}` error bodies, cross-origin requests from
-// allowed web pages (CORS), `/healthz`, `/openapi.json` and the API
-// reference page at `/docs`.
+// Package gateway is the relay's HTTP side: REST on the documented paths,
+// the parameter merging that lets any parameter come in the query string or
+// the JSON body, the `{type, requestId, data}` envelope and `{type,
+// requestId, error}` error bodies, the Server-Sent Events bridge,
+// cross-origin requests from allowed web pages (CORS), `/healthz`,
+// `/openapi.json` and the API reference page at `/docs`.
 //
-// Every REST call, unary or streaming (the event streams, downloads and
-// uploads), goes through one client connection to the gRPC server and so
-// through its interceptor chain (authentication, scopes, world and user
-// resolution, policy), exactly as for gRPC callers. The relay gives it the
-// server's in-process connection (server.LocalConn), which skips
-// serialisation and the HTTP/2 transport; any grpc.ClientConnInterface to
-// the relay's services works. The gateway knows nothing of worlds or keys.
+// A request finds its route in one table built from the contract's HTTP
+// rules (routes.go), in which no two patterns can match the same request,
+// so no order of registration decides anything. Its parameters are merged
+// and decoded by protojson into the RPC's request message (params.go), and
+// the RPC is called with grpc-gateway's runtime doing what its generated
+// handlers would (forwarded headers, metadata, the answer's envelope and
+// error body). Every REST call, unary or streaming (the event streams,
+// downloads and uploads), goes through one client connection to the gRPC
+// server and so through its interceptor chain (authentication, scopes,
+// world and user resolution, policy), exactly as for gRPC callers. The
+// relay gives it the server's in-process connection (server.LocalConn),
+// which skips serialisation and the HTTP/2 transport; any
+// grpc.ClientConnInterface to the relay's services works. The gateway
+// knows nothing of worlds or keys.
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
-	relayv1 "relay/gen/go/relay/v1"
 	"relay/observe"
+	"relay/wire"
 )
 
 // Options configure the gateway.
@@ -94,14 +100,10 @@ type BuildInfo struct {
 // limit.
 const DefaultMaxQueryBytes = 16 << 10
 
-// installQueryParser installs queryParser once: grpc-gateway keeps the query
-// parser in a package variable, so setting it per mux would race with the
-// requests of muxes already serving.
-var installQueryParser sync.Once
-
 // gateway holds the mux and what its hooks need.
 type gateway struct {
 	mux            *runtime.ServeMux
+	maxUpload      int64
 	conn           grpc.ClientConnInterface
 	routes         *routeTable
 	newRequestID   func(string) string
@@ -130,9 +132,12 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 	if opts.MaxQueryBytes == 0 {
 		opts.MaxQueryBytes = DefaultMaxQueryBytes
 	}
+	if opts.MaxUploadBytes <= 0 {
+		opts.MaxUploadBytes = defaultMaxUpload
+	}
 	g := &gateway{
 		conn:           conn,
-		routes:         loadRoutes(),
+		maxUpload:      opts.MaxUploadBytes,
 		newRequestID:   opts.NewRequestID,
 		maxBody:        opts.MaxBodyBytes,
 		maxQuery:       opts.MaxQueryBytes,
@@ -142,11 +147,20 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 		spoolDir:       opts.SpoolDir,
 		build:          opts.Build,
 	}
-	var err error
+	// The gateway's own paths are public and answer at once.
+	own := docsRoutes()
+	own[http.MethodGet+" /healthz"] = g.healthz
+	routes, err := loadRoutes(own)
+	if err != nil {
+		return nil, err
+	}
+	g.routes = routes
 	if g.cors, err = newCORS(opts.CORSOrigins, g.routes); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	installQueryParser.Do(func() { runtime.SetQueryParameterParser(queryParser{})(runtime.NewServeMux()) })
+	// The mux is grpc-gateway's machinery for the calls the gateway makes
+	// (callUnary): forwarded headers, metadata, the response's envelope,
+	// error bodies. It routes nothing: the route table does.
 	g.mux = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
@@ -155,60 +169,18 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 		runtime.WithForwardResponseRewriter(g.wrapResponse),
 		runtime.WithErrorHandler(g.handleError),
 		runtime.WithMetadata(invalidParamsMD),
-		runtime.WithRoutingErrorHandler(g.handleRoutingError),
-		runtime.WithDisablePathLengthFallback(),
 		// A length lets keep-alive clients read the body without chunked
 		// framing and saves the closing chunk's write.
 		runtime.WithWriteContentLength(),
 	)
-	// grpc-gateway tries the routes of a method newest first, at a cost
-	// per route tried, so the busiest services are registered last.
-	for _, register := range []func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error{
-		bind(relayv1.RegisterFolderServiceHandlerClient, relayv1.NewFolderServiceClient),
-		bind(relayv1.RegisterCanvasServiceHandlerClient, relayv1.NewCanvasServiceClient),
-		bind(relayv1.RegisterScriptServiceHandlerClient, relayv1.NewScriptServiceClient),
-		bind(relayv1.RegisterCombatServiceHandlerClient, relayv1.NewCombatServiceClient),
-		bind(relayv1.RegisterFileServiceHandlerClient, relayv1.NewFileServiceClient),
-		bind(relayv1.RegisterDnd5EServiceHandlerClient, relayv1.NewDnd5EServiceClient),
-		bind(relayv1.RegisterEventServiceHandlerClient, relayv1.NewEventServiceClient),
-		bind(relayv1.RegisterLinkServiceHandlerClient, relayv1.NewLinkServiceClient),
-		bind(relayv1.RegisterKeyServiceHandlerClient, relayv1.NewKeyServiceClient),
-		bind(relayv1.RegisterClientServiceHandlerClient, relayv1.NewClientServiceClient),
-		bind(relayv1.RegisterTicketServiceHandlerClient, relayv1.NewTicketServiceClient),
-		bind(relayv1.RegisterDocumentServiceHandlerClient, relayv1.NewDocumentServiceClient),
-	} {
-		if err := register(ctx, g.mux, conn); err != nil {
-			return nil, fmt.Errorf("gateway: %w", err)
-		}
-	}
-	if err := g.mux.HandlePath(http.MethodGet, "/healthz", g.healthz); err != nil {
-		return nil, err
-	}
-	if err := g.handleDocs(); err != nil {
-		return nil, err
-	}
-	if err := g.handleEventStreams(); err != nil {
-		return nil, err
-	}
-	if err := g.handleFiles(opts.MaxUploadBytes); err != nil {
-		return nil, err
-	}
 	return http.HandlerFunc(g.serveHTTP), nil
-}
-
-// bind pairs a service's generated handler registration with its client
-// constructor, so that every service can be registered over any connection.
-func bind[C any](register func(context.Context, *runtime.ServeMux, C) error, newClient func(grpc.ClientConnInterface) C) func(context.Context, *runtime.ServeMux, grpc.ClientConnInterface) error {
-	return func(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
-		return register(ctx, mux, newClient(conn))
-	}
 }
 
 // incomingHeader forwards the API key into gRPC metadata, and nothing else
 // the caller could use to impersonate the gateway.
 func incomingHeader(key string) (string, bool) {
-	if strings.EqualFold(key, apiKeyHeader) {
-		return "x-api-key", true
+	if strings.EqualFold(key, wire.APIKeyHeader) {
+		return wire.APIKeyHeader, true
 	}
 	return "", false
 }
@@ -216,14 +188,17 @@ func incomingHeader(key string) (string, bool) {
 // outgoingHeader passes the request id back as a plain HTTP header and keeps
 // other gRPC metadata out of responses.
 func outgoingHeader(key string) (string, bool) {
-	if key == requestIDMetadata {
-		return requestIDHeader, true
+	if key == wire.RequestIDHeader {
+		return wire.RequestIDHeader, true
 	}
 	return "", false
 }
 
-// serveHTTP merges query and body parameters into the form the generated
-// handlers read, then hands the request to the mux.
+// serveHTTP routes a request by the route table: the gateway's own paths,
+// the event streams and file transfers to their handlers, and the other
+// RPCs' routes, once their query and body parameters are merged into the
+// form the generated handlers read, to the mux (as is a request that
+// matches no route, for its 404 or 405).
 func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	// A browser's preflight carries no API key: it is answered before the
 	// admission step, and every other answer, refusals included, is
@@ -237,7 +212,7 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				prt = g.routes.match(r.Header.Get("Access-Control-Request-Method"), r.URL.Path)
 			}
 			if prt != nil {
-				rec.SetRoute(prt.pattern)
+				rec.SetRoute(prt.path)
 			}
 		}
 	}
@@ -245,19 +220,29 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(r.URL.RawQuery) > g.maxQuery {
-		op := "error"
-		if rt != nil {
+		op := wire.ErrorOperation
+		if rt != nil && rt.operation != "" {
 			op = rt.operation
 		}
 		g.writeError(w, http.StatusRequestURITooLong, op, g.newRequestID(op),
 			fmt.Sprintf("Query string too long: the limit is %d bytes; send large parameters in the JSON body", g.maxQuery))
 		return
 	}
-	if rt != nil && !g.admitted(w, r, rt) {
+	switch {
+	case rt == nil:
+		g.routingError(w, r)
 		return
-	}
-	if rt == nil || rt.clientStreaming || isEventStream(rt) || isFileTransfer(rt) {
-		g.mux.ServeHTTP(w, r)
+	case rt.own != nil:
+		rt.own(w, r)
+		return
+	case !g.admitted(w, r, rt):
+		return
+	case isFileTransfer(rt):
+		g.serveFile(w, r, rt)
+		return
+	case rt.serverStreaming:
+		// The event streams, and any other server-streaming RPC.
+		g.serveSubscribe(w, r, rt)
 		return
 	}
 	var body []byte
@@ -276,44 +261,79 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	fields, err := mergeFields(rt.input, body, r.URL.Query())
-	if err != nil {
-		var ctx context.Context
-		fields, ctx = deferParamError(r.Context(), err.Error(), body, r.URL.Query())
+	req := rt.request.New().Interface()
+	if err := decodeParams(req, body, r.URL.Query()); err != nil {
+		// The call still goes to the server, with only the parameters
+		// that choose its world and user (see deferParamError).
+		fields, ctx := deferParamError(r.Context(), err.Error(), body, r.URL.Query())
+		_ = decodeFields(req, fields)
 		r = r.WithContext(ctx)
 	}
-	switch {
-	case rt.serverStreaming:
-		g.serveEvents(w, r, rt, appendObject(nil, fields))
-		return
-	case rt.bodyStar:
-		merged := appendObject(nil, fields)
-		r.Body = io.NopCloser(bytes.NewReader(merged))
-		r.ContentLength = int64(len(merged))
-		r.Header.Set("Content-Type", "application/json")
-		r.URL.RawQuery = ""
-	default:
-		// The generated handler reads its parameters from r.Form, which
-		// ParseForm leaves alone once set: handing the merged fields over
-		// there saves writing them into the query and parsing them back.
-		r.Body = http.NoBody
-		r.ContentLength = 0
-		r.URL.RawQuery = ""
-		r.Form = formFields(fields)
-		r.PostForm = url.Values{}
+	// Path variables (`/keys/{id}`, string fields: see addMethod) win over
+	// parameters of the same name.
+	for name, value := range rt.pathVariables(r.URL.Path) {
+		if fd := req.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name)); fd != nil {
+			req.ProtoReflect().Set(fd, protoreflect.ValueOfString(value))
+		}
 	}
+	g.callUnary(w, r, rt, req)
+}
+
+// callUnary calls a unary RPC with its request and answers with the
+// envelope of its response, or the error body of its failure. It does what
+// grpc-gateway's generated handlers do, for every route at once: the
+// context carries the forwarded headers and the metadata annotators'
+// (runtime.AnnotateContext), and the mux's options write the answer.
+func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, req proto.Message) {
 	ctx, answer := withResponseBuffer(r.Context())
+	// The answer is written by the time this returns: its buffer can serve
+	// the next one.
+	defer answer.release()
 	if g.unaryTimeout > 0 {
 		// The deadline travels with the gRPC call: the server's handler
 		// sees it, and the call ends with DeadlineExceeded (504) when it
-		// passes. Streams and file transfers took other branches above.
+		// passes. Streams and file transfers took other branches.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.unaryTimeout)
 		defer cancel()
 	}
-	g.mux.ServeHTTP(w, r.WithContext(ctx))
-	// The answer is written: its buffer can serve the next one.
-	answer.release()
+	r = r.WithContext(ctx)
+	_, out := runtime.MarshalerForRequest(g.mux, r)
+	ctx, err := runtime.AnnotateContext(ctx, g.mux, r, rt.fullMethod, runtime.WithHTTPPathPattern(rt.path))
+	if err != nil {
+		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		return
+	}
+	var md runtime.ServerMetadata
+	resp := rt.output.New().Interface()
+	err = g.conn.Invoke(ctx, rt.fullMethod, req, resp, grpc.Header(&md.HeaderMD), grpc.Trailer(&md.TrailerMD))
+	ctx = runtime.NewServerMetadataContext(ctx, md)
+	if err != nil {
+		runtime.HTTPError(ctx, g.mux, out, w, r, err)
+		return
+	}
+	var msg proto.Message = resp
+	if rt.responseBody != nil {
+		msg = responseBody{Message: resp, field: rt.responseBody}
+	}
+	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, msg, g.mux.GetForwardResponseOptions()...)
+}
+
+// responseBody is a response whose rule's response_body names one of its
+// fields: the envelope's data is that field (see wrapResponse).
+type responseBody struct {
+	proto.Message
+	field protoreflect.FieldDescriptor
+}
+
+// XXX_ResponseBody returns the field, as grpc-gateway's generated
+// response wrappers do: raw JSON bytes or a message.
+func (b responseBody) XXX_ResponseBody() any {
+	v := b.ProtoReflect().Get(b.field)
+	if b.field.Kind() == protoreflect.BytesKind {
+		return v.Bytes()
+	}
+	return v.Message().Interface()
 }
 
 // admitted runs the Admit hook for a request on a route, before anything of
@@ -324,9 +344,9 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	}
 	var ticket string
 	if isEventStream(rt) {
-		ticket = r.URL.Query().Get("ticket")
+		ticket = r.URL.Query().Get(wire.TicketParam)
 	}
-	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(apiKeyHeader), ticket, r.RemoteAddr)
+	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(wire.APIKeyHeader), ticket, r.RemoteAddr)
 	if err == nil {
 		return true
 	}
@@ -344,7 +364,7 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 
 // healthz answers 200 when the gRPC server reports SERVING, else 503,
 // with the relay's build: `{"status", "version", "commit", "date"}`.
-func (g *gateway) healthz(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+func (g *gateway) healthz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(g.conn).Check(ctx, &healthpb.HealthCheckRequest{})

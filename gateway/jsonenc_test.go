@@ -47,7 +47,7 @@ func relayFiles(fn func(protoreflect.FileDescriptor)) {
 			visit(f.Imports().Get(i).FileDescriptor)
 		}
 	}
-	for _, rt := range loadRoutes().byRPC {
+	for _, rt := range contractRoutes().byRPC {
 		visit(rt.input.ParentFile())
 	}
 }

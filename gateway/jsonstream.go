@@ -292,21 +292,6 @@ func (sr *stringReader) escape() ([]byte, error) {
 	return nil, errNotObject
 }
 
-// skipRest reads past the rest of a string value, for a caller that
-// stopped reading it early.
-func (sr *stringReader) skipRest() error {
-	buf := make([]byte, 4096)
-	for {
-		_, err := sr.Read(buf)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
 // jsonUnquote decodes a raw JSON string.
 func jsonUnquote(raw []byte, out *string) error {
 	return json.Unmarshal(raw, out)

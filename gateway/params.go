@@ -11,14 +11,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
 )
+
+// A REST call's request message is read from its parameters in two steps:
+// the merging the contract asks for (mergeFields: any parameter may come in
+// the query string or the JSON body, the body winning; query values are
+// text, with arrays and objects as JSON text), then protojson, which
+// decodes the merged object and judges every value. Only when protojson
+// refuses the object does the gateway look closer, to name the parameter
+// at fault in its 400 (refusal).
 
 // paramError is a bad request parameter; its text names the parameter and is
 // shown to the caller.
@@ -30,31 +37,63 @@ func paramErrorf(format string, args ...any) error {
 	return &paramError{msg: fmt.Sprintf(format, args...)}
 }
 
-// mergeParams builds the one JSON object a request message is read from: the
-// JSON body's fields, plus every query parameter the body does not set. Both
-// are checked against the message's fields, so a bad value is refused with
-// its parameter named instead of a decoder's message; unknown parameters are
-// ignored. Query values are text: numbers and booleans are parsed, and
-// arrays and objects are JSON text (a repeated string also takes repeated
-// keys or a comma-separated list).
+// paramsJSON decodes merged parameters: unknown ones are ignored.
+var paramsJSON = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// jsonDecoderDepth is the nesting encoding/json refuses to decode.
+const jsonDecoderDepth = 10000
+
+// decodeParams reads a request message from a call's JSON body and query
+// parameters. msg is left empty when they are refused.
+func decodeParams(msg proto.Message, body []byte, query url.Values) error {
+	fields, err := mergeFields(msg.ProtoReflect().Descriptor(), body, query)
+	if err != nil {
+		return err
+	}
+	return decodeFields(msg, fields)
+}
+
+// decodeFields decodes merged parameters into msg with protojson, and names
+// the parameter at fault when it refuses them.
+func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
+	if err := paramsJSON.Unmarshal(appendObject(nil, fields), msg); err != nil {
+		proto.Reset(msg)
+		return refusal(msg.ProtoReflect().Descriptor(), fields)
+	}
+	return nil
+}
+
+// mergeParams merges a call's parameters into the one JSON object its
+// request message is read from, and checks that protojson reads it.
 func mergeParams(md protoreflect.MessageDescriptor, body []byte, query url.Values) ([]byte, error) {
 	fields, err := mergeFields(md, body, query)
 	if err != nil {
 		return nil, err
 	}
+	if err := decodeFields(newMessage(md), fields); err != nil {
+		return nil, err
+	}
 	return appendObject(nil, fields), nil
 }
 
-// jsonDecoderDepth is the nesting encoding/json refuses to decode.
-const jsonDecoderDepth = 10000
+// newMessage returns an empty message of a descriptor's type.
+func newMessage(md protoreflect.MessageDescriptor) proto.Message {
+	if mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName()); err == nil {
+		return mt.New().Interface()
+	}
+	return dynamicpb.NewMessage(md)
+}
 
-// mergeFields is mergeParams before the object is written: each field's
-// JSON value by the field's JSON name.
+// mergeFields merges the JSON body's members and every query parameter the
+// body does not set, each by the JSON name of its field; unknown
+// parameters and nulls are left out. Query values become JSON (queryJSON),
+// and the few forms the contract accepts that protojson does not are
+// brought to protojson's (lenient).
 func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Values) (map[string]json.RawMessage, error) {
 	merged := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(body)) > 0 {
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(body, &members); err != nil || members == nil {
 			var syntax *json.SyntaxError
 			if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "exceeded max depth") {
 				// encoding/json's own bound; the worlds refuse values far
@@ -63,12 +102,12 @@ func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Value
 			}
 			return nil, paramErrorf("The request body must be a JSON object")
 		}
-		for name, raw := range fields {
+		for name, raw := range members {
 			fd := fieldByName(md, name)
 			if fd == nil || isNull(raw) {
 				continue
 			}
-			v, err := normalizeJSON(fd, raw)
+			v, err := lenient(fd, raw)
 			if err != nil {
 				return nil, err
 			}
@@ -77,19 +116,20 @@ func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Value
 	}
 	for name, values := range query {
 		fd := fieldByName(md, name)
-		if fd == nil {
+		if fd == nil || len(values) == 0 {
 			continue
 		}
 		if _, set := merged[fd.JSONName()]; set {
 			continue
 		}
 		v, err := queryJSON(fd, values)
+		if err == nil {
+			v, err = lenient(fd, v)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if v != nil {
-			merged[fd.JSONName()] = v
-		}
+		merged[fd.JSONName()] = v
 	}
 	return merged, nil
 }
@@ -123,317 +163,199 @@ func isNull(raw json.RawMessage) bool {
 	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
-// queryJSON converts the query values of one field to JSON.
+// queryJSON turns the query values of one field into JSON: JSON text for
+// maps, objects and lists (a list of strings also takes a comma-separated
+// list or repeated keys), a JSON string for any other value, which
+// protojson reads for numbers too.
 func queryJSON(fd protoreflect.FieldDescriptor, values []string) (json.RawMessage, error) {
-	if len(values) == 0 {
-		return nil, nil
-	}
-	name := fd.JSONName()
+	last := values[len(values)-1]
 	switch {
 	case fd.IsMap():
-		return objectText(name, values[len(values)-1])
+		return jsonText(fd, last, '{')
 	case fd.IsList():
-		var items []string
-		if len(values) == 1 {
-			v := strings.TrimSpace(values[0])
-			if strings.HasPrefix(v, "[") {
-				return normalizeJSON(fd, json.RawMessage(v))
-			}
-			if v == "" {
-				return json.RawMessage("[]"), nil
-			}
-			if fd.Kind() == protoreflect.StringKind {
-				items = strings.Split(v, ",")
-			} else {
-				items = []string{v}
-			}
-		} else {
-			items = values
+		if len(values) > 1 {
+			return json.Marshal(values)
 		}
-		out := make([]json.RawMessage, 0, len(items))
-		for _, item := range items {
-			v, err := scalarText(fd, strings.TrimSpace(item))
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, v)
+		v := strings.TrimSpace(last)
+		switch {
+		case strings.HasPrefix(v, "["):
+			return jsonText(fd, v, '[')
+		case v == "":
+			return json.RawMessage("[]"), nil
+		case fd.Kind() == protoreflect.StringKind:
+			return json.Marshal(strings.Split(v, ","))
 		}
-		return json.Marshal(out)
+		return json.Marshal([]string{v})
+	case fd.Kind() == protoreflect.MessageKind && scalarOf(fd) == 0:
+		if fd.Message().FullName() == "google.protobuf.Value" {
+			if json.Valid([]byte(last)) {
+				return json.RawMessage(last), nil
+			}
+			return json.Marshal(last)
+		}
+		return jsonText(fd, last, '{')
 	}
-	return scalarText(fd, values[len(values)-1])
+	return json.Marshal(last)
 }
 
-// scalarText converts one query value of a singular field (or one element of
-// a repeated field) to JSON.
-func scalarText(fd protoreflect.FieldDescriptor, v string) (json.RawMessage, error) {
-	name := fd.JSONName()
-	switch fd.Kind() {
-	case protoreflect.StringKind, protoreflect.EnumKind:
-		return appendString(nil, v), nil
+// jsonText checks that a query value is JSON text opening with open (an
+// object or an array).
+func jsonText(fd protoreflect.FieldDescriptor, v string, open byte) (json.RawMessage, error) {
+	v = strings.TrimSpace(v)
+	if !json.Valid([]byte(v)) || v[0] != open {
+		if open == '[' {
+			return nil, paramErrorf("'%s' must be an array", fd.JSONName())
+		}
+		return nil, paramErrorf("'%s' must be a JSON object", fd.JSONName())
+	}
+	return json.RawMessage(v), nil
+}
+
+// lenient brings the values the contract accepts but protojson does not to
+// protojson's form: a boolean given as a string ("true", "false", "1",
+// "0"; empty is true, as a bare query flag) and a number given as a string
+// with spaces around it. It refuses a string that is not a finite number
+// for a numeric field, which protojson would take for a float
+// ("NaN", "Infinity").
+func lenient(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMessage, error) {
+	if fd.IsMap() {
+		return raw, nil
+	}
+	if !fd.IsList() {
+		return lenientValue(fd, raw)
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return raw, nil // protojson refuses it, and refusal names it
+	}
+	changed := false
+	for i, item := range items {
+		v, err := lenientValue(fd, item)
+		if err != nil {
+			return nil, err
+		}
+		changed = changed || !bytes.Equal(v, item)
+		items[i] = v
+	}
+	if !changed {
+		return raw, nil
+	}
+	return json.Marshal(items)
+}
+
+func lenientValue(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMessage, error) {
+	kind := scalarOf(fd)
+	var s string
+	if kind == 0 || json.Unmarshal(raw, &s) != nil {
+		return raw, nil
+	}
+	switch kind {
 	case protoreflect.BoolKind:
-		switch strings.ToLower(strings.TrimSpace(v)) {
+		switch strings.ToLower(strings.TrimSpace(s)) {
 		case "", "true", "1":
 			return json.RawMessage("true"), nil
 		case "false", "0":
 			return json.RawMessage("false"), nil
 		}
-		return nil, paramErrorf("'%s' must be true or false", name)
-	case protoreflect.MessageKind:
-		switch fd.Message().FullName() {
-		case "google.protobuf.Value":
-			if json.Valid([]byte(v)) {
-				return json.RawMessage(v), nil
-			}
-			return json.Marshal(v)
-		case "google.protobuf.StringValue":
-			return appendString(nil, v), nil
+		return nil, paramErrorf("'%s' must be true or false", fd.JSONName())
+	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.EnumKind:
+		return raw, nil
+	}
+	n := strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(n, 64); err != nil || math.IsNaN(f) || math.IsInf(f, 0) || !json.Valid([]byte(n)) {
+		return nil, paramErrorf("'%s' must be a number", fd.JSONName())
+	}
+	return json.RawMessage(n), nil
+}
+
+// scalarOf is the kind of a field's values: its own for a scalar, the
+// wrapped one for a google.protobuf wrapper (StringValue, DoubleValue,
+// ...), 0 for any other message.
+func scalarOf(fd protoreflect.FieldDescriptor) protoreflect.Kind {
+	if fd.Kind() != protoreflect.MessageKind {
+		return fd.Kind()
+	}
+	md := fd.Message()
+	if md.ParentFile().Path() != "google/protobuf/wrappers.proto" {
+		return 0
+	}
+	return md.Fields().ByName("value").Kind()
+}
+
+// refusal names the parameter protojson refused among fields (each tried
+// alone, in order of name) and says what it must be.
+func refusal(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage) error {
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		fd := fieldByName(md, name)
+		if fd != nil && !accepted(md, fd, fields[name]) {
+			return fieldRefusal(fd, fields[name])
 		}
-		return objectText(name, v)
-	case protoreflect.BytesKind:
-		return json.Marshal(v)
 	}
-	return numberText(fd, strings.TrimSpace(v))
+	return paramErrorf("Invalid parameters")
 }
 
-// objectText checks that a query value is a JSON object.
-func objectText(name, v string) (json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(v), &obj); err != nil || obj == nil {
-		return nil, paramErrorf("'%s' must be a JSON object", name)
-	}
-	return json.RawMessage(v), nil
+// accepted reports whether protojson reads raw as the value of fd alone.
+func accepted(md protoreflect.MessageDescriptor, fd protoreflect.FieldDescriptor, raw json.RawMessage) bool {
+	obj := appendObject(nil, map[string]json.RawMessage{fd.JSONName(): raw})
+	return paramsJSON.Unmarshal(obj, newMessage(md)) == nil
 }
 
-// numberText parses a number for a numeric field, refusing fractions for
-// integer fields and values out of range.
-func numberText(fd protoreflect.FieldDescriptor, v string) (json.RawMessage, error) {
+// fieldRefusal says what a refused field's value must be.
+func fieldRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
 	name := fd.JSONName()
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return nil, paramErrorf("'%s' must be a number", name)
-	}
-	switch fd.Kind() {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		if f != math.Trunc(f) {
-			return nil, paramErrorf("'%s' must be a whole number", name)
-		}
-		if f < math.MinInt32 || f > math.MaxInt32 {
-			return nil, paramErrorf("'%s' is out of range", name)
-		}
-		return json.RawMessage(strconv.FormatInt(int64(f), 10)), nil
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
-		protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind:
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || (n < 0 && (fd.Kind() == protoreflect.Uint32Kind || fd.Kind() == protoreflect.Uint64Kind ||
-			fd.Kind() == protoreflect.Fixed32Kind || fd.Kind() == protoreflect.Fixed64Kind)) {
-			return nil, paramErrorf("'%s' must be a whole number", name)
-		}
-		return json.RawMessage(strconv.Quote(strconv.FormatInt(n, 10))), nil
-	}
-	return json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64)), nil
-}
-
-// normalizeJSON checks a JSON value against a field and returns it in the
-// form protojson reads. Numbers and booleans given as strings are accepted,
-// as query values are.
-func normalizeJSON(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMessage, error) {
-	name := fd.JSONName()
-	if fd.IsList() {
+	switch {
+	case fd.IsMap():
+		return paramErrorf("'%s' must be a JSON object", name)
+	case fd.IsList():
 		var items []json.RawMessage
-		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, paramErrorf("'%s' must be an array", name)
+		if json.Unmarshal(raw, &items) != nil {
+			return paramErrorf("'%s' must be an array", name)
 		}
-		out := make([]json.RawMessage, 0, len(items))
 		for _, item := range items {
-			v, err := normalizeScalar(fd, item)
-			if err != nil {
-				return nil, err
+			if !accepted(fd.ContainingMessage(), fd, json.RawMessage("["+string(item)+"]")) {
+				return valueRefusal(fd, item)
 			}
-			out = append(out, v)
 		}
-		return json.Marshal(out)
+		return paramErrorf("'%s' must be an array", name)
 	}
-	if fd.IsMap() {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return nil, paramErrorf("'%s' must be a JSON object", name)
-		}
-		return raw, nil
-	}
-	return normalizeScalar(fd, raw)
+	return valueRefusal(fd, raw)
 }
 
-func normalizeScalar(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMessage, error) {
+// valueRefusal says what one value of a field must be.
+func valueRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
 	name := fd.JSONName()
-	raw = bytes.TrimSpace(raw)
-	var s string
-	isString := json.Unmarshal(raw, &s) == nil
-	switch fd.Kind() {
-	case protoreflect.StringKind, protoreflect.EnumKind, protoreflect.BytesKind:
-		if !isString {
-			return nil, paramErrorf("'%s' must be a string", name)
-		}
-		return raw, nil
+	switch kind := scalarOf(fd); kind {
 	case protoreflect.BoolKind:
-		if isString {
-			return scalarText(fd, s)
-		}
-		if string(raw) != "true" && string(raw) != "false" {
-			return nil, paramErrorf("'%s' must be true or false", name)
-		}
-		return raw, nil
-	case protoreflect.MessageKind:
-		switch fd.Message().FullName() {
-		case "google.protobuf.Value":
-			return raw, nil
-		case "google.protobuf.StringValue":
-			if !isString {
-				return nil, paramErrorf("'%s' must be a string", name)
-			}
-			return raw, nil
-		}
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-			return nil, paramErrorf("'%s' must be a JSON object", name)
-		}
-		if fd.Message().FullName() == "google.protobuf.Struct" {
-			return raw, nil
-		}
-		// A nested message of our own (such as Currency): check its fields too.
-		return mergeParams(fd.Message(), raw, nil)
-	}
-	if isString {
-		return numberText(fd, strings.TrimSpace(s))
-	}
-	return numberText(fd, string(raw))
-}
-
-// queryParser is the gateway's runtime.QueryParameterParser. For a
-// body-less route the parameter middleware leaves the merged parameters in
-// r.Form, one entry per field: the field's JSON name and its JSON value
-// (see formFields). Values already in the message (path variables such as
-// `/keys/{id}`) win.
-type queryParser struct{}
-
-func (queryParser) Parse(msg proto.Message, values url.Values, _ *utilities.DoubleArray) error {
-	m := msg.ProtoReflect()
-	fields := m.Descriptor().Fields()
-	for name, raw := range values {
-		fd := fields.ByJSONName(name)
-		if fd == nil || len(raw) == 0 || m.Has(fd) {
-			continue
-		}
-		if err := decodeField(m, fd, raw[0]); err != nil {
-			return paramErrorf("Invalid parameters: %v", err)
-		}
-	}
-	return nil
-}
-
-// formFields puts merged parameters into the form queryParser reads.
-func formFields(fields map[string]json.RawMessage) url.Values {
-	form := make(url.Values, len(fields))
-	for name, raw := range fields {
-		form[name] = []string{string(raw)}
-	}
-	return form
-}
-
-// decodeField sets one field from its JSON value, as protojson would. The
-// merged parameters are mostly plain strings, numbers and booleans, which
-// are set directly; anything else goes through protojson.
-func decodeField(m protoreflect.Message, fd protoreflect.FieldDescriptor, raw string) error {
-	if !fd.IsList() && !fd.IsMap() {
-		if v, ok := scalarValue(fd.Kind(), raw); ok {
-			m.Set(fd, v)
-			return nil
-		}
-	}
-	tmp := m.New()
-	obj := appendString(nil, fd.JSONName())
-	obj = append(append(append([]byte{'{'}, obj...), ':'), raw...)
-	obj = append(obj, '}')
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(obj, tmp.Interface()); err != nil {
-		return err
-	}
-	if tmp.Has(fd) {
-		m.Set(fd, tmp.Get(fd))
-	}
-	return nil
-}
-
-// scalarValue reads the plainest JSON forms of a scalar: a string without
-// escapes, true or false, an integer without exponent or leading zeros.
-// Anything else is left to protojson (ok false), so that every form
-// protojson accepts or refuses is still accepted or refused.
-func scalarValue(kind protoreflect.Kind, raw string) (protoreflect.Value, bool) {
-	switch kind {
+		return paramErrorf("'%s' must be true or false", name)
 	case protoreflect.StringKind:
-		if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-			return protoreflect.Value{}, false
+		return paramErrorf("'%s' must be a string", name)
+	case protoreflect.BytesKind:
+		return paramErrorf("'%s' must be base64 text", name)
+	case protoreflect.EnumKind:
+		return paramErrorf("'%s' is not one of its values", name)
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		f, err := strconv.ParseFloat(strings.Trim(string(raw), `" `), 64)
+		switch {
+		case err != nil && !errors.Is(err, strconv.ErrRange):
+			return paramErrorf("'%s' must be a number", name)
+		case err == nil && f != math.Trunc(f):
+			return paramErrorf("'%s' must be a whole number", name)
 		}
-		s := raw[1 : len(raw)-1]
-		for i := 0; i < len(s); i++ {
-			if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
-				return protoreflect.Value{}, false
-			}
+		return paramErrorf("'%s' is out of range", name)
+	case protoreflect.FloatKind, protoreflect.DoubleKind:
+		return paramErrorf("'%s' must be a number", name)
+	case 0:
+		var members map[string]json.RawMessage
+		if json.Unmarshal(raw, &members) != nil || members == nil {
+			return paramErrorf("'%s' must be a JSON object", name)
 		}
-		if !utf8.ValidString(s) {
-			return protoreflect.Value{}, false
+		// A message of our own (a Currency): name the member at fault.
+		if fd.Message().ParentFile().Package() != "google.protobuf" {
+			return refusal(fd.Message(), members)
 		}
-		return protoreflect.ValueOfString(s), true
-	case protoreflect.BoolKind:
-		switch raw {
-		case "true":
-			return protoreflect.ValueOfBool(true), true
-		case "false":
-			return protoreflect.ValueOfBool(false), true
-		}
-		return protoreflect.Value{}, false
+		return paramErrorf("'%s' must be a JSON object", name)
 	}
-	if !plainInteger(raw) {
-		return protoreflect.Value{}, false
-	}
-	switch kind {
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		if n, err := strconv.ParseInt(raw, 10, 32); err == nil {
-			return protoreflect.ValueOfInt32(int32(n)), true
-		}
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
-			return protoreflect.ValueOfInt64(n), true
-		}
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		if n, err := strconv.ParseUint(raw, 10, 32); err == nil {
-			return protoreflect.ValueOfUint32(uint32(n)), true
-		}
-	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		if n, err := strconv.ParseUint(raw, 10, 64); err == nil {
-			return protoreflect.ValueOfUint64(n), true
-		}
-	case protoreflect.DoubleKind:
-		if n, err := strconv.ParseFloat(raw, 64); err == nil {
-			return protoreflect.ValueOfFloat64(n), true
-		}
-	case protoreflect.FloatKind:
-		if n, err := strconv.ParseFloat(raw, 32); err == nil {
-			return protoreflect.ValueOfFloat32(float32(n)), true
-		}
-	}
-	return protoreflect.Value{}, false
-}
-
-// plainInteger reports whether s is an optional minus and decimal digits,
-// without leading zeros, of a length that cannot lose precision as a float.
-func plainInteger(s string) bool {
-	digits := strings.TrimPrefix(s, "-")
-	if digits == "" || len(digits) > 15 || digits[0] == '0' && len(digits) > 1 {
-		return false
-	}
-	for i := 0; i < len(digits); i++ {
-		if digits[i] < '0' || digits[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return paramErrorf("'%s' is not valid", name)
 }

@@ -1,12 +1,12 @@
 package gateway
 
 import (
-	"encoding/json"
 	"net/url"
-	"reflect"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	relayv1 "relay/gen/go/relay/v1"
@@ -39,6 +39,13 @@ func TestMergeParams(t *testing.T) {
 		{"unknown parameters ignored", search, `{"nonsense":1}`, "other=2", `{}`, ""},
 		{"null is absent", search, `{"query":null}`, "query=Aria", `{"query":"Aria"}`, ""},
 		{"nested message checked", transfer, `{"currency":{"gp":"5"}}`, "", `{"currency":{"gp":5}}`, ""},
+		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'gp' must be a number"},
+		{"not a number", rest, `{"autoHDThreshold":"NaN"}`, "", "", "'autoHDThreshold' must be a number"},
+		{"infinity in a query", rest, "", "autoHDThreshold=Infinity", "", "'autoHDThreshold' must be a number"},
+		{"out of range", search, "", "limit=2147483648", "", "'limit' is out of range"},
+		{"number with spaces", search, `{"limit":" 7 "}`, "", `{"limit":7}`, ""},
+		{"bare flag", rest, "", "autoHD", `{"autoHD":true}`, ""},
+		{"array element checked", details, `{"details":["items",5]}`, "", "", "'details' must be a string"},
 		{"object in query", update, "", `data={"name":"X"}`, `{"data":{"name":"X"}}`, ""},
 		{"body not an object", search, `[1,2]`, "", "", "The request body must be a JSON object"},
 		{"body not JSON", search, `{"query":`, "", "", "The request body must be a JSON object"},
@@ -58,25 +65,26 @@ func TestMergeParams(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := mergeParams(tt.md, []byte(tt.body), q)
+			got := newMessage(tt.md)
+			err = decodeParams(got, []byte(tt.body), q)
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err {
 					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				if _, err := mergeParams(tt.md, []byte(tt.body), q); err == nil || err.Error() != tt.err {
+					t.Fatalf("mergeParams: err = %v, want %q", err, tt.err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			var gotV, wantV any
-			if err := json.Unmarshal(got, &gotV); err != nil {
+			want := newMessage(tt.md)
+			if err := protojson.Unmarshal([]byte(tt.want), want); err != nil {
 				t.Fatal(err)
 			}
-			if err := json.Unmarshal([]byte(tt.want), &wantV); err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(gotV, wantV) {
-				t.Fatalf("got %s, want %s", got, tt.want)
+			if !proto.Equal(got, want) {
+				t.Fatalf("got %v, want %s", got, tt.want)
 			}
 		})
 	}

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/api/annotations"
@@ -10,56 +12,78 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"relay/contract"
 	relayv1 "relay/gen/go/relay/v1"
 )
 
-// route is one HTTP binding of an RPC, read from its google.api.http rule.
+// route is one HTTP binding of an RPC, read from its google.api.http rule,
+// or one of the gateway's own paths.
 type route struct {
 	httpMethod string
-	pattern    string   // the rule's path, `/keys/{id}`: the route's metrics label
+	path       string   // as written in the rule: `/keys/{id}`
 	segments   []string // path segments; "{name}" matches any one segment
 	fullMethod string   // `/relay.v1.DocumentService/GetDocument`
 	operation  string   // the policy's operation name
 	input      protoreflect.MessageDescriptor
+	request    protoreflect.MessageType
 	output     protoreflect.MessageType
-	bodyStar   bool // the rule reads the whole request message from the body
 	// serverStreaming RPCs go through the gateway's stream bridge.
 	serverStreaming bool
 	// clientStreaming RPCs (uploads) read their body themselves.
 	clientStreaming bool
+	// responseBody is the response field the rule's response_body names,
+	// which the envelope holds instead of the whole response; nil for the
+	// whole response.
+	responseBody protoreflect.FieldDescriptor
+	// own, for the gateway's own paths (no RPC), serves the request.
+	own http.HandlerFunc
 }
 
-// routeTable finds the binding of a request. The relay's paths are fixed
-// (only `/keys/{id}` has a variable), so a linear scan per method over a
-// handful of routes is as fast as anything cleverer.
+// routeTable finds the binding of a request: it is what decides which RPC
+// (or which of the gateway's own handlers) a request reaches. It matches a
+// path exactly as grpc-gateway's mux does (split on every "/", literal
+// segments compared as they are, a variable taking any one segment), and no
+// two of its patterns may match the same request (see add), so the mux,
+// which holds the same patterns for the RPCs the gateway passes it, can
+// only ever find the route the table found, whatever order the patterns
+// were registered in.
 type routeTable struct {
 	byMethod map[string][]*route
 	byRPC    map[string]*route // first binding of each RPC, by full method
 }
 
-// loadRoutes reads every HTTP rule of the relay's services.
-func loadRoutes() *routeTable {
+// loadRoutes reads every HTTP rule of the contract's services
+// (contract.Services), and adds the gateway's own paths.
+func loadRoutes(own map[string]http.HandlerFunc) (*routeTable, error) {
 	t := &routeTable{byMethod: map[string][]*route{}, byRPC: map[string]*route{}}
-	protoregistry.GlobalFiles.RangeFilesByPackage("relay.v1", func(fd protoreflect.FileDescriptor) bool {
-		services := fd.Services()
-		for i := range services.Len() {
-			methods := services.Get(i).Methods()
-			for j := range methods.Len() {
-				t.addMethod(methods.Get(j))
+	services, err := contract.Descriptors()
+	if err != nil {
+		return nil, err
+	}
+	for _, sd := range services {
+		methods := sd.Methods()
+		for j := range methods.Len() {
+			if err := t.addMethod(methods.Get(j)); err != nil {
+				return nil, err
 			}
 		}
-		return true
-	})
-	return t
+	}
+	for _, key := range slices.Sorted(maps.Keys(own)) {
+		method, path, _ := strings.Cut(key, " ")
+		if err := t.add(&route{httpMethod: method, path: path, segments: splitPath(path), own: own[key]}); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
 }
 
-func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) {
+func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) error {
 	rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
 	if rule == nil {
-		return
+		return nil
 	}
 	policy, _ := proto.GetExtension(md.Options(), relayv1.E_Policy).(*relayv1.Policy)
-	full := "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
+	full := contract.FullMethodName(md)
 	for _, r := range append([]*annotations.HttpRule{rule}, rule.GetAdditionalBindings()...) {
 		method, path := ruleMethodPath(r)
 		if method == "" {
@@ -67,28 +91,74 @@ func (t *routeTable) addMethod(md protoreflect.MethodDescriptor) {
 		}
 		rt := &route{
 			httpMethod:      method,
-			pattern:         path,
+			path:            path,
 			segments:        splitPath(path),
 			fullMethod:      full,
 			operation:       policy.GetOperation(),
 			input:           md.Input(),
-			output:          outputType(md),
-			bodyStar:        r.GetBody() == "*",
+			request:         messageType(md.Input()),
+			output:          messageType(md.Output()),
+			responseBody:    md.Output().Fields().ByName(protoreflect.Name(r.GetResponseBody())),
 			serverStreaming: md.IsStreamingServer(),
 			clientStreaming: md.IsStreamingClient(),
 		}
-		t.byMethod[method] = append(t.byMethod[method], rt)
+		for _, s := range rt.segments {
+			if fd := md.Input().Fields().ByName(protoreflect.Name(strings.Trim(s, "{}"))); isVariable(s) && (fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList()) {
+				return fmt.Errorf("gateway: %s %s: the path variable %s is not a string field of %s", method, path, s, md.Input().FullName())
+			}
+		}
+		if err := t.add(rt); err != nil {
+			return err
+		}
 		if _, ok := t.byRPC[full]; !ok {
 			t.byRPC[full] = rt
 		}
 	}
+	return nil
 }
 
-// outputType returns the Go type of a method's response message.
-func outputType(md protoreflect.MethodDescriptor) protoreflect.MessageType {
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+// add adds a route, refusing one that could match a request another route
+// of the same HTTP method matches: then the route a request reaches would
+// depend on the order of registration.
+func (t *routeTable) add(rt *route) error {
+	for _, other := range t.byMethod[rt.httpMethod] {
+		if overlap(rt.segments, other.segments) {
+			return fmt.Errorf("gateway: %s %s (%s) and %s (%s) match the same requests", rt.httpMethod, rt.path, rt.name(), other.path, other.name())
+		}
+	}
+	t.byMethod[rt.httpMethod] = append(t.byMethod[rt.httpMethod], rt)
+	return nil
+}
+
+// name is the RPC a route calls, or "the gateway" for its own paths.
+func (rt *route) name() string {
+	if rt.fullMethod == "" {
+		return "the gateway"
+	}
+	return rt.fullMethod
+}
+
+// overlap reports whether some path matches both patterns: as many
+// segments, and at every one a variable or the same literal.
+func overlap(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !isVariable(a[i]) && !isVariable(b[i]) && a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func isVariable(segment string) bool { return strings.HasPrefix(segment, "{") }
+
+// messageType returns the Go type of a message of the contract.
+func messageType(md protoreflect.MessageDescriptor) protoreflect.MessageType {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
 	if err != nil {
-		panic(fmt.Sprintf("gateway: response type of %s is not registered: %v", md.FullName(), err))
+		panic(fmt.Sprintf("gateway: message type %s is not registered: %v", md.FullName(), err))
 	}
 	return mt
 }
@@ -110,13 +180,24 @@ func ruleMethodPath(r *annotations.HttpRule) (string, string) {
 	return "", ""
 }
 
+// splitPath splits a path into its segments as the mux does: the leading
+// "/" dropped, then every "/" a separator (so "/get/" has an empty last
+// segment and matches no route). A path without the leading "/" has no
+// segments.
 func splitPath(p string) []string {
-	return strings.Split(strings.Trim(p, "/"), "/")
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok {
+		return nil
+	}
+	return strings.Split(rest, "/")
 }
 
 // match finds the route of a request, or nil.
 func (t *routeTable) match(method, path string) *route {
 	segs := splitPath(path)
+	if segs == nil {
+		return nil
+	}
 	for _, rt := range t.byMethod[method] {
 		if segmentsMatch(rt.segments, segs) {
 			return rt
@@ -130,17 +211,37 @@ func segmentsMatch(pattern, segs []string) bool {
 		return false
 	}
 	for i, p := range pattern {
-		if strings.HasPrefix(p, "{") {
-			if segs[i] == "" {
-				return false
-			}
-			continue
-		}
-		if p != segs[i] {
+		if !isVariable(p) && p != segs[i] {
 			return false
 		}
 	}
 	return true
+}
+
+// otherMethod reports whether a route of another HTTP method matches path.
+func (t *routeTable) otherMethod(method, path string) bool {
+	for m := range t.byMethod {
+		if m != method && t.match(m, path) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pathVariables returns the values a request's path gives the route's
+// variables, by variable name (`id` for `{id}`).
+func (rt *route) pathVariables(path string) map[string]string {
+	var vars map[string]string
+	segs := splitPath(path)
+	for i, s := range rt.segments {
+		if isVariable(s) && i < len(segs) {
+			if vars == nil {
+				vars = map[string]string{}
+			}
+			vars[strings.Trim(s, "{}")] = segs[i]
+		}
+	}
+	return vars
 }
 
 // operation returns the operation name of a full method, or "".

@@ -21,9 +21,12 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
-// serveEvents bridges a server-streaming event RPC to Server-Sent Events.
+// serveStream bridges a server-streaming event RPC to Server-Sent Events,
+// with an optional stream ticket, forwarded as `x-stream-ticket` metadata
+// for the server's authentication step.
 //
 // It calls the RPC through the gateway's client connection, so every
 // interceptor runs, and waits for the stream's first message (the
@@ -33,12 +36,6 @@ import (
 // frame `id: <sequence>`, `event: <name>`, `data: <JSON>`, and a keepalive
 // comment is written when nothing else was for a while. The stream ends when
 // the caller goes away or the server ends it.
-func (g *gateway) serveEvents(w http.ResponseWriter, r *http.Request, rt *route, params []byte) {
-	g.serveStream(w, r, rt, params, "")
-}
-
-// serveStream is serveEvents with an optional stream ticket, forwarded as
-// `x-stream-ticket` metadata for the server's authentication step.
 func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route, params []byte, ticket string) {
 	ctx, cancel := context.WithCancel(withInvalidParams(r.Context()))
 	defer cancel()
@@ -47,11 +44,11 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		g.writeError(w, http.StatusBadRequest, rt.operation, g.newRequestID(rt.operation), err.Error())
 		return
 	}
-	if key := r.Header.Get(apiKeyHeader); key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	if key := r.Header.Get(wire.APIKeyHeader); key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.APIKeyHeader, key)
 	}
 	if ticket != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, streamTicketMetadata, ticket)
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.StreamTicketHeader, ticket)
 	}
 	var header metadata.MD
 	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
@@ -74,9 +71,9 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 			header = metadata.Join(header, received)
 		}
 	}
-	requestID := firstValue(header, requestIDMetadata)
+	requestID := firstValue(header, wire.RequestIDHeader)
 	if requestID == "" && stream != nil {
-		requestID = firstValue(stream.Trailer(), requestIDMetadata)
+		requestID = firstValue(stream.Trailer(), wire.RequestIDHeader)
 	}
 	if requestID == "" {
 		requestID = g.newRequestID(rt.operation)
@@ -98,7 +95,7 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		// answers `Connection: close`.
 		h.Set("Transfer-Encoding", "identity")
 	}
-	h.Set(requestIDHeader, requestID)
+	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
 
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
@@ -156,35 +153,11 @@ func relayEvents(sw *sseWriter, stream grpc.ClientStream, msg proto.Message, pre
 	}
 }
 
-// streamTicketMetadata carries a stream ticket to the server, which accepts
-// it on the event streams only.
-const streamTicketMetadata = "x-stream-ticket"
-
 // isEventStream reports whether a route is one of the event streams
 // (`/hooks/subscribe`, `/encounters/subscribe`, `/actor/subscribe`,
 // `/scene/subscribe`), which have hand-written handlers.
 func isEventStream(rt *route) bool {
 	return rt.serverStreaming && strings.HasPrefix(rt.fullMethod, "/relay.v1.EventService/")
-}
-
-// handleEventStreams registers the event streams' handlers on the mux,
-// ahead of the generated ones (the mux tries the latest registration
-// first).
-func (g *gateway) handleEventStreams() error {
-	for _, list := range g.routes.byMethod {
-		for _, rt := range list {
-			if !isEventStream(rt) {
-				continue
-			}
-			err := g.mux.HandlePath(rt.httpMethod, "/"+strings.Join(rt.segments, "/"), func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-				g.serveSubscribe(w, r, rt)
-			})
-			if err != nil {
-				return fmt.Errorf("gateway: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 // serveSubscribe serves an event stream. Next to the usual parameters it
@@ -206,11 +179,11 @@ func (g *gateway) serveSubscribe(w http.ResponseWriter, r *http.Request, rt *rou
 		}
 	}
 	query := r.URL.Query()
-	ticket := query.Get("ticket")
-	query.Del("ticket")
+	ticket := query.Get(wire.TicketParam)
+	query.Del(wire.TicketParam)
 	merged, err := mergeParams(rt.input, body, query)
 	if err == nil {
-		merged, err = withLastEventID(merged, r.Header.Get("Last-Event-ID"))
+		merged, err = withLastEventID(merged, r.Header.Get(wire.LastEventIDHeader))
 	}
 	if err != nil {
 		var (

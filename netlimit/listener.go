@@ -37,11 +37,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"relay/wire"
 )
 
 // DefaultMaxConnsPerIP is the default cap on the connections open at once
@@ -265,19 +268,21 @@ func (l *Listener) refusal(reason admission) []byte {
 	}
 	requestID := ""
 	if l.cfg.NewRequestID != nil {
-		requestID = l.cfg.NewRequestID("error")
+		requestID = l.cfg.NewRequestID(wire.ErrorOperation)
 	}
-	body, _ := json.Marshal(struct {
-		Type      string `json:"type"`
-		RequestID string `json:"requestId"`
-		Error     string `json:"error"`
-	}{"error-result", requestID, msg})
+	// The API's error body, {"type", "requestId", "error"}, in that order.
+	field := func(name, value string) string {
+		v, _ := json.Marshal(value)
+		return strconv.Quote(name) + ":" + string(v)
+	}
+	body := []byte("{" + field(wire.EnvelopeType, wire.ErrorOperation+wire.ResultSuffix) + "," +
+		field(wire.EnvelopeRequestID, requestID) + "," + field(wire.EnvelopeError, msg) + "}")
 	head := "HTTP/1.1 503 Service Unavailable\r\n" +
 		"Content-Type: application/json\r\n" +
 		"Retry-After: " + strconv.Itoa(RetryAfter) + "\r\n" +
 		"Connection: close\r\n"
 	if requestID != "" {
-		head += "X-Request-Id: " + requestID + "\r\n"
+		head += http.CanonicalHeaderKey(wire.RequestIDHeader) + ": " + requestID + "\r\n"
 	}
 	head += "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
 	return append([]byte(head), body...)

@@ -7,9 +7,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 
 	"relay/server/keys"
+	"relay/wire"
 )
 
 // Credentials are what a caller presents in a request's headers: an API
@@ -26,9 +30,9 @@ const DefaultAuthFailuresPerMinute = 60
 // Admit decides, from the headers alone and before any request body is read,
 // whether a call may go on: public methods (health, reflection) always may;
 // every other method needs a valid API key, or a valid stream ticket for the
-// methods that accept one. Both transports call it first: the HTTP handler
-// for REST and SSE routes (with the route's RPC as method), and the gRPC
-// entry for gRPC calls. The interceptor chain authenticates the call again
+// methods that accept one. Every entry calls it first: the HTTP handler
+// for REST and SSE routes (with the route's RPC as method), the network
+// gRPC server's tap (admitTap) and ServeHTTP for gRPC calls. The interceptor chain authenticates the call again
 // when it runs, so Admit only keeps callers without valid credentials from
 // costing the relay any work.
 //
@@ -61,6 +65,31 @@ func (s *Server) Admit(ctx context.Context, method string, creds Credentials, re
 		return authFailuresExceeded(s.authFailures.perMinute, wait)
 	}
 	return err
+}
+
+// admitTap is the network gRPC server's grpc.InTapHandle: it runs Admit on
+// a call's method, headers and peer address as soon as its headers arrive,
+// before the call gets a goroutine or its message is read. A refusal ends
+// the call at once with the refusal's status (details included), in the
+// response headers.
+func (s *Server) admitTap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	var remote string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		remote = p.Addr.String()
+	}
+	creds := Credentials{APIKey: firstOf(info.Header, wire.APIKeyHeader), Ticket: firstOf(info.Header, wire.StreamTicketHeader)}
+	if err := s.Admit(ctx, info.FullMethodName, creds, remote); err != nil {
+		return ctx, err
+	}
+	return withRecvGuard(ctx, s.recvAllowance), nil
+}
+
+// firstOf is the first value of a metadata key, or "".
+func firstOf(md metadata.MD, key string) string {
+	if v := md[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // addressOf is the host part of a remote address, so that every connection

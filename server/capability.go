@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 
+	"relay/contract"
 	"relay/world"
 )
 
@@ -61,7 +62,7 @@ var operationNames = sync.OnceValue(func() map[string]string {
 				path = p.Patch
 			}
 			if path != "" {
-				names[fullMethodName(md)] = strings.TrimPrefix(path, "/")
+				names[contract.FullMethodName(md)] = strings.TrimPrefix(path, "/")
 			}
 		}
 	}

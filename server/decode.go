@@ -19,34 +19,45 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"relay/wire"
 )
 
-// The network gRPC server reads each request message itself, before any
-// handler or interceptor runs, and when that fails it answers at once with
-// a status of its own: ResourceExhausted "grpc: received message larger
-// than max (N vs. M)" for a message over grpc.MaxRecvMsgSize (which the
-// relay sets to --max-body-bytes, the limit of REST bodies), without the
-// TOO_LARGE reason that tells a relay client a 413 from a 429; and
-// Internal, a server fault, for a message that is not protobuf or that
-// nests past protobuf's recursion limit (10,000 levels, a JSON value 5,000
-// deep in a google.protobuf.Struct), though the fault is the caller's.
-// This file gives both the relay's statuses:
+// The gRPC servers read each request message themselves, before any
+// interceptor runs, and when that fails they answer with a status of their
+// own:
 //
-//   - Server.ServeHTTP reads the length prefix of a call's first message
-//     and refuses one over the limit itself, before reading it, with
-//     ResourceExhausted, the TOO_LARGE reason and the limit, as REST
-//     refuses a body. (Later messages of a client stream, an upload's
-//     chunks, still meet grpc-go's own check and text.)
-//   - requestCodec decodes messages as grpc-go's codec does, but hands a
-//     message it cannot decode to the handler marked as such instead of
-//     failing the read, and decodeRegistrar's handlers refuse it with
-//     InvalidArgument.
+//   - ResourceExhausted "grpc: received message larger than max (N vs. M)"
+//     for a message over grpc.MaxRecvMsgSize, which the relay sets to
+//     --max-body-bytes, the limit of REST bodies. grpc-go checks the
+//     message's length prefix and refuses it before reading it, and sends
+//     this status itself, before the handler can give it another: gRPC
+//     callers get grpc-go's text, which names the limit, without the
+//     TOO_LARGE reason of the relay's other size refusals. (The per-key
+//     rate limit's ResourceExhausted carries the RATE_LIMITED reason and a
+//     retry delay, so the two stay apart.)
+//   - Internal, a server fault, for a message that is not protobuf or that
+//     nests past protobuf's recursion limit (10,000 levels, a JSON value
+//     5,000 deep in a google.protobuf.Struct), though the fault is the
+//     caller's. serverCodec decodes messages as grpc-go's codec does, but
+//     hands a message it cannot decode to the handler marked as such
+//     instead of failing the read, and decodeRegistrar's handlers refuse
+//     it with InvalidArgument.
+//
+// A gRPC call that reaches the relay through its HTTP server (an h2c
+// connection whose first request was REST, see cmd/relay) goes through
+// Server.ServeHTTP, which admits it from its headers and refuses an
+// oversized first message from its length prefix, both before reading it,
+// with the relay's own status: ResourceExhausted with the TOO_LARGE reason
+// and the limit.
 
 // ServeHTTP serves a gRPC call that arrived as an HTTP/2 request on the
-// relay's port. A call whose first message is over the size limit is
-// refused before the message is read (see above).
+// relay's HTTP server, through grpc-go's compatibility path (slower than
+// its own transport, see Serve). The call is admitted from its headers,
+// and a first message over the size limit is refused before it is read
+// (see above).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	creds := Credentials{APIKey: r.Header.Get(APIKeyHeader), Ticket: r.Header.Get(StreamTicketHeader)}
+	creds := Credentials{APIKey: r.Header.Get(wire.APIKeyHeader), Ticket: r.Header.Get(wire.StreamTicketHeader)}
 	if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
 		writeGRPCStatus(w, status.Convert(err))
 		return
@@ -74,7 +85,7 @@ type readCloser struct {
 
 // tooLargeStatus is the status of a request message over the limit.
 func tooLargeStatus(limit int) *status.Status {
-	return status.Convert(withReason(codes.ResourceExhausted, fmt.Sprintf("Request message too large: the limit is %d bytes", limit), ReasonTooLarge))
+	return status.Convert(withReason(codes.ResourceExhausted, fmt.Sprintf("Request message too large: the limit is %d bytes", limit), wire.ReasonTooLarge))
 }
 
 // writeGRPCStatus answers a gRPC call with a status and no message, as a
@@ -106,7 +117,7 @@ func percentEncode(msg string) string {
 	return b.String()
 }
 
-// undecodableField is the unknown field requestCodec leaves on a message
+// undecodableField is the unknown field serverCodec leaves on a message
 // it could not decode: the highest field number protobuf allows, which no
 // relay message uses, holding the reason.
 const undecodableField protowire.Number = protowire.MaxValidNumber
@@ -117,25 +128,35 @@ const (
 	undecodableMalformed = "relay: malformed"
 )
 
-// requestCodec is the gRPC server's codec: grpc-go's protobuf codec,
-// except that a message that fails to decode is left empty with a marker
+// serverCodec is the gRPC servers' codec: grpc-go's protobuf codec, except
+// that a message that fails to decode is left empty with a marker
 // (undecodableField) and no error, so that the handler, not the transport,
-// answers for it (see decodeRegistrar). A service that does not look for
-// the marker sees an empty request, which no relay method accepts.
-type requestCodec struct {
+// answers for it (see decodeRegistrar), and that responses are written
+// into buffers of the relay's own pool (codec.go). A service that does not
+// look for the marker sees an empty request, which no relay method
+// accepts.
+type serverCodec struct {
 	encoding.CodecV2
 }
 
-func newRequestCodec() requestCodec {
-	return requestCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
+func newServerCodec() serverCodec {
+	return serverCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name)}
 }
 
 // Unmarshal decodes a message, marking it when it cannot.
-func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	err := c.CodecV2.Unmarshal(data, v)
+func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(proto.Message)
-	if err == nil || !ok {
-		return err
+	if !ok {
+		return c.CodecV2.Unmarshal(data, v)
+	}
+	// A message that arrived in several pieces is put together in a buffer
+	// of receivePool (grpc-go's codec would take one of its default pool:
+	// 1 MiB, cleared, for anything over 32 KiB).
+	buf := data.MaterializeToBuffer(receivePool)
+	err := proto.Unmarshal(buf.ReadOnlyData(), m)
+	buf.Free()
+	if err == nil {
+		return nil
 	}
 	reason := undecodableMalformed
 	if strings.Contains(err.Error(), "recursion depth") {
@@ -147,7 +168,7 @@ func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// undecodable returns the error for a message requestCodec marked, or nil.
+// undecodable returns the error for a message serverCodec marked, or nil.
 func undecodable(v any) error {
 	m, ok := v.(proto.Message)
 	if !ok {
@@ -175,7 +196,8 @@ func undecodable(v any) error {
 }
 
 // decodeRegistrar registers services on a gRPC server so that their
-// handlers refuse the messages requestCodec marked.
+// handlers refuse the messages serverCodec marked, and bound how long each
+// message may take to arrive (recvguard.go).
 type decodeRegistrar struct {
 	server *grpc.Server
 }
@@ -189,7 +211,7 @@ func (r decodeRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 		handler := d.Methods[i].Handler
 		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 			return handler(srv, ctx, func(m any) error {
-				if err := dec(m); err != nil {
+				if err := guardRecv(ctx, func() error { return dec(m) }); err != nil {
 					return err
 				}
 				return undecodable(m)
@@ -212,13 +234,13 @@ func (r decodeRegistrar) GetServiceInfo() map[string]grpc.ServiceInfo {
 }
 
 // decodeStream is a stream whose received messages are checked for
-// requestCodec's marker.
+// serverCodec's marker.
 type decodeStream struct {
 	grpc.ServerStream
 }
 
 func (s decodeStream) RecvMsg(m any) error {
-	if err := s.ServerStream.RecvMsg(m); err != nil {
+	if err := guardRecv(s.Context(), func() error { return s.ServerStream.RecvMsg(m) }); err != nil {
 		return err
 	}
 	return undecodable(m)

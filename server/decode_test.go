@@ -18,13 +18,14 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"relay/server/keys"
+	"relay/wire"
 )
 
 // TestRequestCodecMarksUndecodable: a message the codec cannot decode is
 // handed on empty with a marker that undecodable turns into
 // InvalidArgument; a good message is decoded as grpc-go's codec does.
 func TestRequestCodecMarksUndecodable(t *testing.T) {
-	codec := newRequestCodec()
+	codec := newServerCodec()
 	good, _ := proto.Marshal(wrapperspb.String("hi"))
 	var m wrapperspb.StringValue
 	if err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(good)}, &m); err != nil || m.GetValue() != "hi" || undecodable(&m) != nil {
@@ -74,7 +75,7 @@ func TestServeHTTPRefusesOversizedFirstMessage(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/relay.v1.DocumentService/UpdateDocument", bytes.NewReader(body))
 	req.ProtoMajor = 2
 	req.Header.Set("Content-Type", "application/grpc")
-	req.Header.Set(APIKeyHeader, "any")
+	req.Header.Set(wire.APIKeyHeader, "any")
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, req)
 	h := rec.Result().Header
@@ -85,7 +86,7 @@ func TestServeHTTPRefusesOversizedFirstMessage(t *testing.T) {
 		t.Fatalf("body %q, details %q", rec.Body.Bytes(), h.Get("Grpc-Status-Details-Bin"))
 	}
 	st := tooLargeStatus(1000)
-	if info, ok := st.Details()[0].(*errdetails.ErrorInfo); !ok || info.GetReason() != ReasonTooLarge {
+	if info, ok := st.Details()[0].(*errdetails.ErrorInfo); !ok || info.GetReason() != wire.ReasonTooLarge {
 		t.Fatalf("details %v", st.Details())
 	}
 	if got := percentEncode("50% of é\n"); got != "50%25 of %C3%A9%0A" {

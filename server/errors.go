@@ -10,18 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"relay/server/keys"
+	"relay/wire"
 	"relay/world"
-)
-
-// Reasons attached as errdetails.ErrorInfo where the HTTP status the contract
-// needs cannot be derived from the gRPC code alone. The gateway reads them.
-const (
-	// ReasonTooLarge marks a ResourceExhausted error as 413 Payload Too Large.
-	ReasonTooLarge = "TOO_LARGE"
-	// ReasonRateLimited marks a ResourceExhausted error as 429 Too Many Requests.
-	ReasonRateLimited = "RATE_LIMITED"
-	// ErrorDomain is the ErrorInfo domain of the relay's reasons.
-	ErrorDomain = "relay"
 )
 
 // toStatus is the one place where errors become gRPC statuses. World and key
@@ -86,7 +76,7 @@ func worldStatus(err *world.Error) error {
 		// A world that does not offer the operation (HTTP 501).
 		code = codes.Unimplemented
 	case world.ErrTooLarge:
-		return withReason(codes.ResourceExhausted, err.Msg, ReasonTooLarge)
+		return withReason(codes.ResourceExhausted, err.Msg, wire.ReasonTooLarge)
 	}
 	return status.Error(code, err.Msg)
 }
@@ -94,7 +84,7 @@ func worldStatus(err *world.Error) error {
 // withReason builds a status carrying an ErrorInfo reason.
 func withReason(code codes.Code, msg, reason string) error {
 	st := status.New(code, msg)
-	if detailed, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain}); err == nil {
+	if detailed, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: wire.ErrorDomain}); err == nil {
 		st = detailed
 	}
 	return st.Err()

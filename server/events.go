@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 	"relay/world"
 )
 
@@ -39,13 +40,6 @@ const DefaultEventQueueSize = 1024
 const (
 	DefaultMaxStreamsPerKey   = 100
 	DefaultMaxStreamsPerWorld = 20000
-)
-
-// Names of the events the streams add to the world's own.
-const (
-	eventConnected = "connected"
-	eventReset     = "reset"
-	eventOverflow  = "overflow"
 )
 
 // eventService implements relayv1.EventServiceServer over the worlds'
@@ -148,7 +142,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 	}
 	defer sub.Close()
 
-	if err := send(&relayv1.Event{Name: eventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+	if err := send(&relayv1.Event{Name: wire.EventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
 		return err
 	}
 	// The backlog: a reset notice, or the replayed events of a resume.
@@ -159,7 +153,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 			"currentEventId": strconv.FormatUint(r.Head, 10),
 			"message":        fmt.Sprintf("Events after %d are no longer available: reload what you follow; live events resume after %d", r.LastEventID, r.Head),
 		}
-		if err := send(&relayv1.Event{Name: eventReset, Data: eventJSON(reset)}); err != nil {
+		if err := send(&relayv1.Event{Name: wire.EventReset, Data: eventJSON(reset)}); err != nil {
 			return err
 		}
 	}
@@ -175,7 +169,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		ev, err := sub.Next(ctx)
 		switch {
 		case errors.Is(err, world.ErrSubscriberBehind):
-			_ = send(&relayv1.Event{Name: eventOverflow, Data: eventJSON(map[string]any{
+			_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: eventJSON(map[string]any{
 				"lastEventId": strconv.FormatUint(last, 10),
 				"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
 			})})
@@ -215,10 +209,10 @@ func (l *streamLimits) acquire(keyID, clientID string) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey[keyID] >= l.perKey {
-		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), ReasonRateLimited)
+		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), wire.ReasonRateLimited)
 	}
 	if l.byWorld[clientID] >= l.perWorld {
-		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), ReasonRateLimited)
+		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), wire.ReasonRateLimited)
 	}
 	l.byKey[keyID]++
 	l.byWorld[clientID]++

@@ -15,17 +15,8 @@ import (
 
 	"relay/observe"
 	"relay/server/keys"
+	"relay/wire"
 	"relay/world"
-)
-
-// Metadata keys the relay reads and writes.
-const (
-	// APIKeyHeader carries the API key (the gateway forwards the HTTP header
-	// of the same name).
-	APIKeyHeader = "x-api-key"
-	// RequestIDHeader carries the request id back, in the response header and
-	// trailer metadata.
-	RequestIDHeader = "x-request-id"
 )
 
 // Authenticator turns an API key into its record.
@@ -66,7 +57,7 @@ type Worlds interface {
 //     case-insensitive name; no user means GM-level access;
 //  10. policy: GM-only methods and world permissions (FILES_BROWSE, ...);
 //  11. parameters: a REST call whose parameters the gateway could not read
-//     is refused here (see InvalidParamsHeader), so that its 400 comes
+//     is refused here (see refuseInvalidParams), so that its 400 comes
 //     after the 401, 403 and 404 of the steps before, as for a call whose
 //     parameters are fine.
 //
@@ -124,18 +115,15 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 	}
 }
 
-// InvalidParamsHeader carries the reason why the gateway could not read a
-// REST call's parameters. The gateway then still makes the call, with only
-// the parameters that choose the world and the user, so that the earlier
-// steps of the chain answer first (an unknown world is 404 whatever else is
-// wrong); the last step refuses the call with this text. A gRPC caller that
-// sends it only refuses its own call.
-const InvalidParamsHeader = "relay-invalid-params-bin"
-
 // refuseInvalidParams is the chain's last step: the parameter error the
-// gateway deferred, if any, as InvalidArgument (400).
+// gateway deferred, if any, as InvalidArgument (400). The gateway defers the
+// error of a REST call whose parameters it could not read (in
+// wire.InvalidParamsHeader) and still makes the call, with only the
+// parameters that choose the world and the user, so that the earlier steps
+// of the chain answer first (an unknown world is 404 whatever else is
+// wrong). A gRPC caller that sends the header only refuses its own call.
 func refuseInvalidParams(ctx context.Context, _ *Call, _ any) error {
-	if v := metadata.ValueFromIncomingContext(ctx, InvalidParamsHeader); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, wire.InvalidParamsHeader); len(v) > 0 {
 		return status.Error(codes.InvalidArgument, v[0])
 	}
 	return nil
@@ -178,7 +166,7 @@ func (c *Chain) newCall(method string) *Call {
 
 func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	call := c.newCall(info.FullMethod)
-	md := metadata.Pairs(RequestIDHeader, call.RequestID)
+	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = grpc.SetHeader(ctx, md)
 	_ = grpc.SetTrailer(ctx, md)
 	return handler(withCall(ctx, call), req)
@@ -189,7 +177,7 @@ func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.Stream
 	if rec := observe.RecordFrom(ss.Context()); rec != nil {
 		rec.SetStart(call.Method, call.RequestID)
 	}
-	md := metadata.Pairs(RequestIDHeader, call.RequestID)
+	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
 	return handler(srv, &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)})
@@ -287,7 +275,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	// ValueFromIncomingContext reads one key without copying the whole
 	// metadata, as FromIncomingContext does.
 	var plaintext string
-	if v := metadata.ValueFromIncomingContext(ctx, APIKeyHeader); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, wire.APIKeyHeader); len(v) > 0 {
 		plaintext = v[0]
 	}
 	if plaintext == "" {
@@ -295,7 +283,7 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 		// subscribe methods also accept a stream ticket, which stands for
 		// the key that asked for it. The stream binds the ticket to itself
 		// when it opens (eventService.serve).
-		if ticket := metadata.ValueFromIncomingContext(ctx, StreamTicketHeader); c.Tickets != nil && acceptsTicket(call.Method) && len(ticket) > 0 {
+		if ticket := metadata.ValueFromIncomingContext(ctx, wire.StreamTicketHeader); c.Tickets != nil && acceptsTicket(call.Method) && len(ticket) > 0 {
 			key, use, err := c.Tickets.Redeem(ctx, ticket[0])
 			if err != nil {
 				return err

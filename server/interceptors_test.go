@@ -16,6 +16,7 @@ import (
 
 	relayv1 "relay/gen/go/relay/v1"
 	"relay/server/keys"
+	"relay/wire"
 	"relay/world"
 )
 
@@ -143,7 +144,7 @@ func invoke(t *testing.T, c *Chain, method, apiKey string, req any) (*Call, erro
 	}
 	ctx := context.Background()
 	if apiKey != "" {
-		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(APIKeyHeader, apiKey))
+		ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(wire.APIKeyHeader, apiKey))
 	}
 	_, err := next(ctx, req)
 	return seen, err

@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"relay/contract"
 	relayv1 "relay/gen/go/relay/v1"
 )
 
@@ -15,39 +15,10 @@ import (
 // any method missing from it.
 type Policies map[string]*relayv1.Policy
 
-// relayServices are the services of the relay's contract, in the order they
-// appear in the documentation.
-var relayServices = []protoreflect.FullName{
-	"relay.v1.DocumentService",
-	"relay.v1.FolderService",
-	"relay.v1.CanvasService",
-	"relay.v1.ScriptService",
-	"relay.v1.CombatService",
-	"relay.v1.FileService",
-	"relay.v1.Dnd5EService",
-	"relay.v1.EventService",
-	"relay.v1.KeyService",
-	"relay.v1.ClientService",
-	"relay.v1.TicketService",
-	"relay.v1.LinkService",
-}
-
 // ServiceDescriptors returns the descriptors of every service of the relay's
-// contract.
+// contract (contract.Services).
 func ServiceDescriptors() ([]protoreflect.ServiceDescriptor, error) {
-	out := make([]protoreflect.ServiceDescriptor, 0, len(relayServices))
-	for _, name := range relayServices {
-		d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
-		if err != nil {
-			return nil, fmt.Errorf("service %s: %w", name, err)
-		}
-		sd, ok := d.(protoreflect.ServiceDescriptor)
-		if !ok {
-			return nil, fmt.Errorf("%s is not a service", name)
-		}
-		out = append(out, sd)
-	}
-	return out, nil
+	return contract.Descriptors()
 }
 
 // LoadPolicies reads the policy option of every method of the relay's
@@ -67,7 +38,7 @@ func LoadPolicies() (Policies, error) {
 			if p == nil {
 				return nil, fmt.Errorf("method %s declares no policy", md.FullName())
 			}
-			policies[fullMethodName(md)] = p
+			policies[contract.FullMethodName(md)] = p
 		}
 	}
 	return policies, nil
@@ -84,10 +55,4 @@ func MethodPolicy(md protoreflect.MethodDescriptor) *relayv1.Policy {
 		return nil
 	}
 	return p
-}
-
-// fullMethodName is the name gRPC uses for a method:
-// `/<package>.<Service>/<Method>`.
-func fullMethodName(md protoreflect.MethodDescriptor) string {
-	return "/" + string(md.Parent().FullName()) + "/" + string(md.Name())
 }

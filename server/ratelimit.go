@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"relay/wire"
 )
 
 // RateLimiter limits the requests of each API key with a token bucket: a
@@ -157,7 +159,7 @@ func retryLater(wait time.Duration, message func(seconds int) string) error {
 	seconds := max(int(math.Ceil(wait.Seconds())), 1)
 	st := status.New(codes.ResourceExhausted, message(seconds))
 	if detailed, err := st.WithDetails(
-		&errdetails.ErrorInfo{Reason: ReasonRateLimited, Domain: ErrorDomain},
+		&errdetails.ErrorInfo{Reason: wire.ReasonRateLimited, Domain: wire.ErrorDomain},
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(seconds) * time.Second)},
 	); err == nil {
 		st = detailed

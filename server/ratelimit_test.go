@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
 // fakeClock is a settable clock.
@@ -136,8 +137,8 @@ func TestRateLimitInChain(t *testing.T) {
 			delay = d.GetRetryDelay().AsDuration()
 		}
 	}
-	if reason != ReasonRateLimited || delay != 2*time.Second {
-		t.Fatalf("details: reason %q, retry %v; want %q, 2s (%s)", reason, delay, ReasonRateLimited, st.Message())
+	if reason != wire.ReasonRateLimited || delay != 2*time.Second {
+		t.Fatalf("details: reason %q, retry %v; want %q, 2s (%s)", reason, delay, wire.ReasonRateLimited, st.Message())
 	}
 	// Unauthenticated calls are refused before the limiter and do not
 	// spend the key's tokens; another key is not affected.

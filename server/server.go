@@ -23,20 +23,35 @@
 // type: the relay's own worlds (package world/embedded), a linked tabletop
 // or a world on another node are all the same to them. The request flow is
 // documented on [Chain].
+//
+// The services are those of contract.Services, each registered with the
+// implementation of its generated interface. [Server] serves them two
+// ways, through the same interceptors: to the network on grpc-go's own
+// HTTP/2 transport ([Server.Serve]), where every call is admitted from its
+// headers before its message is read ([Server.Admit], run as the
+// transport's tap) and each message must arrive within an allowance
+// (recvguard.go); and to the gateway in process, without a transport
+// ([LocalConn]). [Server.ServeHTTP] serves the gRPC calls that reach the
+// relay's HTTP server instead.
 package server
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"reflect"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	relayv1 "relay/gen/go/relay/v1"
+	"relay/contract"
 	"relay/observe"
 )
 
@@ -62,8 +77,9 @@ type Config struct {
 	// MaxMessageBytes bounds each message a gRPC caller sends, unary
 	// requests and every message of a client stream (an upload's chunks)
 	// alike; DefaultMaxMessageBytes when 0. A larger message is refused
-	// with ResourceExhausted and the TOO_LARGE reason (HTTP 413), as the
-	// gateway refuses a REST body over the same limit.
+	// with ResourceExhausted before it is read (grpc-go's own status, see
+	// decode.go), as the gateway refuses a REST body over the same limit
+	// with 413.
 	MaxMessageBytes int
 	// Events configures the event streams (events.go).
 	Events EventsConfig
@@ -75,6 +91,20 @@ type Config struct {
 	// AuthFailures limits, per client address, the calls that fail
 	// authentication (see [Server.Admit]); nil allows any number.
 	AuthFailures *RateLimiter
+	// IdleTimeout closes a network gRPC connection that has had no call
+	// open for this long (with GOAWAY, which clients take as a sign to
+	// reconnect when they next call); 0 never does.
+	IdleTimeout time.Duration
+	// HandshakeTimeout bounds how long a new network gRPC connection may
+	// take to send its HTTP/2 preface; grpc-go's default (120 s) when 0.
+	HandshakeTimeout time.Duration
+	// RecvTimeout and RecvMinRate bound how long a network caller's
+	// message may take to arrive whole: RecvTimeout, plus the time
+	// MaxMessageBytes takes at RecvMinRate bytes a second (none when 0);
+	// a later message ends its call. No bound when RecvTimeout is 0 (see
+	// recvguard.go).
+	RecvTimeout time.Duration
+	RecvMinRate int
 	// Metrics counts the gRPC-native calls (REST calls are counted by
 	// the HTTP middleware, see package observe); nil counts nothing.
 	Metrics *observe.Metrics
@@ -86,6 +116,7 @@ const DefaultMaxMessageBytes = 1 << 20
 
 // Server is the relay's gRPC server with its health service.
 type Server struct {
+	// GRPC serves gRPC callers from the network.
 	GRPC   *grpc.Server
 	Health *health.Server
 	// Local calls the same services in process, unary calls and streams,
@@ -93,6 +124,7 @@ type Server struct {
 	// connection to the services.
 	Local *LocalConn
 
+	recvAllowance   time.Duration
 	chain           *Chain
 	authFailures    *RateLimiter
 	maxMessageBytes int
@@ -128,42 +160,118 @@ func New(cfg Config) (*Server, error) {
 		RateLimit:  cfg.RateLimit,
 		Metrics:    cfg.Metrics,
 	}
+	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
+		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor of each kind serves the network server and
 	// the in-process connection, so both run the same steps in the same
 	// order.
 	unary, stream := chainUnary(chain.Unary()), chainStream(chain.Stream())
-	s := grpc.NewServer(
+	srv.GRPC = grpc.NewServer(
 		grpc.UnaryInterceptor(unary),
 		grpc.StreamInterceptor(stream),
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
-		grpc.ForceServerCodecV2(newRequestCodec()),
+		grpc.ForceServerCodecV2(newServerCodec()),
+		// Received messages (an upload's chunks of 32 KiB and more) go
+		// into buffers of finer classes than grpc-go's default pool, which
+		// jumps from 32 KiB to 1 MiB and clears each buffer it hands out.
+		experimental.BufferPool(receivePool),
+		// Calls without a valid key are refused from their headers,
+		// before their message is read (admission.go).
+		grpc.InTapHandle(srv.admitTap),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
+		// The HTTP server's header limit (64 KiB), which bounded gRPC
+		// calls' headers too when they went through it.
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
+		// --idle-timeout: a connection without a call for that long is
+		// sent GOAWAY and closed (0: never).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+		grpc.ConnectionTimeout(handshakeTimeout(cfg.HandshakeTimeout)),
 	)
-	// Every service is served twice: on the network server and on the
-	// in-process connection that carries the gateway's calls. On the
-	// network server, every service (health and reflection too) refuses
+	// Every service of the contract is served twice: on the network server
+	// and on the in-process connection that carries the gateway's calls. On
+	// the network server, every service (health and reflection too) refuses
 	// the request messages the codec could not decode (decode.go).
-	network := decodeRegistrar{server: s}
-	local := newLocalConn(unary, stream)
-	both := registrars{network, local}
-	relayv1.RegisterDocumentServiceServer(both, documentService{})
-	relayv1.RegisterFolderServiceServer(both, folderService{})
-	relayv1.RegisterCanvasServiceServer(both, canvasService{})
-	relayv1.RegisterScriptServiceServer(both, scriptService{timeout: cfg.ScriptTimeout})
-	relayv1.RegisterKeyServiceServer(both, keyService{store: cfg.Keys})
-	relayv1.RegisterClientServiceServer(both, clientService{worlds: cfg.Worlds})
-	relayv1.RegisterLinkServiceServer(both, linkService{links: cfg.Links, now: time.Now})
-	relayv1.RegisterEventServiceServer(both, newEventService(cfg.Events))
-	relayv1.RegisterTicketServiceServer(both, ticketService{tickets: chain.Tickets})
-	relayv1.RegisterCombatServiceServer(both, combatService{})
-	relayv1.RegisterFileServiceServer(both, newFileService(cfg.MaxUploadBytes))
-	relayv1.RegisterDnd5EServiceServer(both, dnd5eService{})
+	network := decodeRegistrar{server: srv.GRPC}
+	srv.Local = newLocalConn(unary, stream)
+	both := registrars{network, srv.Local}
+	if err := registerServices(both, []any{
+		documentService{},
+		folderService{},
+		canvasService{},
+		scriptService{timeout: cfg.ScriptTimeout},
+		keyService{store: cfg.Keys},
+		clientService{worlds: cfg.Worlds},
+		linkService{links: cfg.Links, now: time.Now},
+		newEventService(cfg.Events),
+		ticketService{tickets: chain.Tickets},
+		combatService{},
+		newFileService(cfg.MaxUploadBytes),
+		dnd5eService{},
+	}); err != nil {
+		return nil, err
+	}
 
-	hs := health.NewServer()
+	srv.Health = health.NewServer()
 	// The gateway's /healthz asks the health service over the in-process
 	// connection too.
-	healthpb.RegisterHealthServer(both, hs)
+	healthpb.RegisterHealthServer(both, srv.Health)
 	reflection.Register(network)
-	return &Server{GRPC: s, Health: hs, Local: local, chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log}, nil
+	return srv, nil
+}
+
+// maxHeaderListBytes bounds a network gRPC call's headers.
+const maxHeaderListBytes = 64 << 10
+
+// maxConcurrentStreams is how many calls one network gRPC connection may
+// have open at once: net/http's default for HTTP/2, which bounded gRPC
+// connections when they went through it.
+const maxConcurrentStreams = 250
+
+// handshakeTimeout is the gRPC transport's handshake time-out for a
+// setting: grpc-go's own default (120 s) for 0.
+func handshakeTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 120 * time.Second
+	}
+	return d
+}
+
+// registerServices registers, for every service of the contract
+// (contract.Services), the one implementation among impls that satisfies
+// its generated server interface. A service without an implementation, or
+// an implementation of no listed service, is an error: the list of services
+// is written once, in package contract.
+func registerServices(reg grpc.ServiceRegistrar, impls []any) error {
+	used := make([]bool, len(impls))
+	for _, svc := range contract.Services {
+		iface := reflect.TypeOf(svc.HandlerType).Elem()
+		found := -1
+		for i, impl := range impls {
+			if reflect.TypeOf(impl).Implements(iface) {
+				if found >= 0 {
+					return fmt.Errorf("server: %T and %T both implement %s", impls[found], impl, svc.ServiceName)
+				}
+				found = i
+			}
+		}
+		if found < 0 {
+			return fmt.Errorf("server: no implementation of %s", svc.ServiceName)
+		}
+		used[found] = true
+		reg.RegisterService(svc, impls[found])
+	}
+	for i, ok := range used {
+		if !ok {
+			return fmt.Errorf("server: %T implements no service of the contract", impls[i])
+		}
+	}
+	return nil
+}
+
+// Serve serves gRPC callers from the network on lis, with grpc-go's own
+// HTTP/2 transport, until Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	return s.GRPC.Serve(lis)
 }
 
 // SetServing marks the relay (and each of its services) serving or not in

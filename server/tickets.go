@@ -16,10 +16,6 @@ import (
 	"relay/server/keys"
 )
 
-// StreamTicketHeader is the metadata key carrying a stream ticket; the
-// gateway fills it from a subscribe request's `ticket` query parameter.
-const StreamTicketHeader = "x-stream-ticket"
-
 // StreamTicketTTL is how long a new stream ticket waits for its first
 // stream.
 const StreamTicketTTL = 60 * time.Second

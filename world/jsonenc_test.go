@@ -46,7 +46,7 @@ func randomValue(r *rand.Rand, depth int) any {
 	case 2:
 		return trickyStrings[r.IntN(len(trickyStrings))]
 	case 3:
-		return []float64{0, -0.0, 1, -1.5, 1e-7, 1e21, 123456789012, 1e-6, 3.14159, 1e300, 5e-324}[r.IntN(11)]
+		return []float64{0, math.Copysign(0, -1), 1, -1.5, 1e-7, 1e21, 123456789012, 1e-6, 3.14159, 1e300, 5e-324}[r.IntN(11)]
 	case 4:
 		return r.NormFloat64() * math.Pow(10, float64(r.IntN(40)-20))
 	case 5:

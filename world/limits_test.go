@@ -246,7 +246,7 @@ func TestDocumentSizeMeasure(t *testing.T) {
 			return true
 		})
 	}
-	for _, v := range []any{"\u2028\x00\"\\\n\xff é", -0.0, 1e21, 123456.789, 1e-7, -999999999999999.0, map[string]any(nil), []any(nil)} {
+	for _, v := range []any{"\u2028\x00\"\\\n\xff é", math.Copysign(0, -1), 1e21, 123456.789, 1e-7, -999999999999999.0, map[string]any(nil), []any(nil)} {
 		want, _ := encodeJSON(v)
 		if size := valueSize(v); size != len(want) {
 			t.Errorf("%#v: measured %d, encoded %d (%s)", v, size, len(want), want)

@@ -9,6 +9,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 )
 
 // runBench starts or targets the relay, creates the keys, runs the
@@ -36,15 +40,25 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 
 	var callers []caller
 	if cfg.grpc {
-		// One HTTP/2 connection carries every concurrent call, as a gRPC
-		// client normally does.
-		conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, err
+		// The concurrent calls share --grpc-conns HTTP/2 connections
+		// (one by default, as a gRPC client normally does), each a client
+		// connection of its own.
+		conns := make([]*grpc.ClientConn, cfg.grpcConns)
+		for i := range conns {
+			conn, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+				// grpc-go's default pool hands a 33 KB answer a 1 MiB
+				// buffer and clears it; finer classes spare the client
+				// most of that (the relay does the same for its own).
+				experimental.WithBufferPool(receivePool),
+				grpc.WithDefaultCallOptions(grpc.ForceCodecV2(clientCodec{encoding.GetCodecV2(grpcproto.Name)})))
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close()
+			conns[i] = conn
 		}
-		defer conn.Close()
-		for range cfg.concurrency {
-			callers = append(callers, newGRPCCaller(conn, keys))
+		for i := range cfg.concurrency {
+			callers = append(callers, newGRPCCaller(conns[i%len(conns)], keys))
 		}
 	} else {
 		for range cfg.concurrency {
@@ -70,6 +84,9 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	}
 	if cfg.grpc {
 		rep.Protocol = "gRPC (h2c, one connection)"
+		if cfg.grpcConns > 1 {
+			rep.Protocol = fmt.Sprintf("gRPC (h2c, %d connections)", cfg.grpcConns)
+		}
 	}
 	if cfg.warmup > 0 {
 		fmt.Fprintf(progress, "warming up for %v ...\n", cfg.warmup)
@@ -124,6 +141,16 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	}
 	return rep, nil
 }
+
+// receivePool is the gRPC clients' pool of receive buffers: powers of two
+// from 256 bytes to 1 MiB.
+var receivePool = func() mem.BufferPool {
+	pool, err := mem.NewBinaryTieredBufferPool(8, 10, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+	if err != nil {
+		panic(err)
+	}
+	return pool
+}()
 
 // runBaseline serves the relay's GET /get bytes from a bare handler and
 // drives it as the relay's get was driven.

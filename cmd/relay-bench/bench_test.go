@@ -28,6 +28,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	}{
 		{"rest", []string{"--mix", allOps, "--subscribers", "2", "--baseline"}},
 		{"grpc", []string{"--mix", allOps, "--grpc"}},
+		{"grpc over two connections", []string{"--mix", allOps, "--grpc", "--grpc-conns", "2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,6 +64,9 @@ func TestBenchEndToEnd(t *testing.T) {
 			}
 			if rep.Total.Requests == 0 || rep.RelayCPUSeconds <= 0 || rep.RelayPeakRSSBytes <= 0 || rep.ElapsedSeconds < 1.5 {
 				t.Errorf("report lacks figures: %s", data)
+			}
+			if tc.name == "grpc over two connections" && rep.Protocol != "gRPC (h2c, 2 connections)" {
+				t.Errorf("protocol %q", rep.Protocol)
 			}
 			if tc.name == "rest" {
 				if rep.Subscribers != 2 || rep.SubscriberEvents == 0 || rep.SubscriberError != "" {
@@ -105,7 +109,7 @@ func TestFlags(t *testing.T) {
 	if _, err := parseConfig([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "baseline", "json"} {
+	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "grpc-conns", "baseline", "json"} {
 		if !strings.Contains(out.String(), "-"+name) {
 			t.Errorf("-h does not document --%s", name)
 		}
@@ -118,6 +122,7 @@ func TestFlags(t *testing.T) {
 		{"--addr", "127.0.0.1:1"},
 		{"--pid", "1"},
 		{"--concurrency", "0"},
+		{"--grpc", "--grpc-conns", "0"},
 		{"--only", "nothing"},
 		{"extra"},
 	} {

@@ -30,7 +30,9 @@ type config struct {
 	mix         []weighted
 	subscribers int
 	grpc        bool
-	baseline    bool
+	// grpcConns is how many HTTP/2 connections the gRPC callers share.
+	grpcConns int
+	baseline  bool
 
 	jsonPath string
 	// cpuProfile, when set, receives the started relay's CPU profile of
@@ -55,7 +57,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.pid, "pid", 0, "process `id` of the relay given by --addr, to report its CPU time and peak memory (Linux /proc); 0: not reported")
 	fs.StringVar(&cfg.relayBin, "relay-bin", "", "relay `binary` to start instead of building ./cmd/relay with `go build`")
 	fs.StringVar(&cfg.relayLog, "relay-log", "", "`file` for the started relay's log; empty: a file in the run's temporary directory, removed at the end")
-	fs.IntVar(&cfg.concurrency, "concurrency", 64, "concurrent `clients`, each on its own keep-alive HTTP/1.1 connection (with --grpc: concurrent calls on one HTTP/2 connection)")
+	fs.IntVar(&cfg.concurrency, "concurrency", 64, "concurrent `clients`, each on its own keep-alive HTTP/1.1 connection (with --grpc: concurrent calls, spread over --grpc-conns HTTP/2 connections)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long the measured load runs")
 	fs.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "how long the same load runs, unmeasured, before the measurement")
 	mix := fs.String("mix", defaultMix, "operations and their weights, `op=weight,...`; operations: "+strings.Join(opNames, ", ")+
@@ -63,6 +65,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	only := fs.String("only", "", "run this one `operation` alone (overrides --mix)")
 	fs.IntVar(&cfg.subscribers, "subscribers", 0, "open SSE `streams` on /actor/subscribe during the run, counting the events they receive")
 	fs.BoolVar(&cfg.grpc, "grpc", false, "send the operations through gRPC (h2c on the relay's port) instead of REST")
+	fs.IntVar(&cfg.grpcConns, "grpc-conns", 1, "with --grpc, the HTTP/2 `connections` the concurrent calls are spread over, round robin (high-throughput gRPC clients use a few)")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also drive a bare net/http handler (in this process) returning the relay's GET /get bytes, the same way, and report the relay's get throughput as a fraction of it")
 	fs.StringVar(&cfg.cpuProfile, "cpu-profile", "", "write the started relay's CPU profile of the measured phase to this `file` (go tool pprof FILE); not with --addr")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this `file` (- for stdout)")
@@ -91,6 +94,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--duration must be positive")
 	case cfg.warmup < 0:
 		return cfg, errors.New("--warmup must not be negative")
+	case cfg.grpcConns < 1:
+		return cfg, errors.New("--grpc-conns must be at least 1")
 	case cfg.subscribers < 0:
 		return cfg, errors.New("--subscribers must not be negative")
 	case cfg.addr != "" && cfg.cpuProfile != "":

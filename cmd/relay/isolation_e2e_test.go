@@ -22,7 +22,7 @@ type isolationRequest struct {
 	method, path, body string
 	key                string
 	status             int
-	headerID, bodyID   string
+	headerID           string
 	respBody           []byte
 	err                error
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "relay/gen/go/relay/v1"
+	"relay/wire"
 )
 
 // clientFlags are the flags of every command that talks to a running relay.
@@ -64,7 +65,7 @@ func (c *clientFlags) dial(ctx context.Context) (context.Context, *grpc.ClientCo
 		return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.addr, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	ctx = metadata.AppendToOutgoingContext(ctx, wire.APIKeyHeader, key)
 	return ctx, conn, func() { cancel(); _ = conn.Close() }, nil
 }
 

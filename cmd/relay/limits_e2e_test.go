@@ -23,7 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "relay/gen/go/relay/v1"
-	"relay/server"
+	"relay/wire"
 )
 
 // The size and shape limits of issue 12, section 6, over REST and over
@@ -72,11 +72,34 @@ func wantTooLarge(t *testing.T, what string, err error, want string) {
 		t.Fatalf("%s: %v, want RESOURCE_EXHAUSTED %q", what, err, want)
 	}
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == server.ReasonTooLarge {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == wire.ReasonTooLarge {
 			return
 		}
 	}
 	t.Fatalf("%s: %v carries no TOO_LARGE reason", what, err)
+}
+
+// wantGRPCTooLarge checks the refusal of a gRPC message over the request
+// size limit: grpc-go's own ResourceExhausted, which names the limit and
+// is sent before the relay's handlers run (server/decode.go), without the
+// rate limit's reason and retry delay.
+func wantGRPCTooLarge(t *testing.T, what string, err error, limit int) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") ||
+		!strings.Contains(st.Message(), fmt.Sprintf(" vs. %d)", limit)) {
+		t.Fatalf("%s: %v, want RESOURCE_EXHAUSTED naming the limit %d", what, err, limit)
+	}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.GetReason() == wire.ReasonRateLimited {
+				t.Fatalf("%s: %v looks like a rate limit", what, err)
+			}
+		case *errdetails.RetryInfo:
+			t.Fatalf("%s: %v asks to retry", what, err)
+		}
+	}
 }
 
 // wantInvalid checks a gRPC error: InvalidArgument with a message holding
@@ -122,7 +145,7 @@ func nestedValue(levels int) any {
 
 // TestRequestSizeLimitSameOnEveryTransport: one limit (--max-body-bytes,
 // 64 KiB in the harness) for a REST body and a gRPC message, with 413 and
-// RESOURCE_EXHAUSTED with the TOO_LARGE reason naming it; nothing changes.
+// RESOURCE_EXHAUSTED naming it; nothing changes.
 // Uploads, whose chunks are gRPC messages, keep working beyond it.
 func TestRequestSizeLimitSameOnEveryTransport(t *testing.T) {
 	t.Parallel()
@@ -135,14 +158,14 @@ func TestRequestSizeLimitSameOnEveryTransport(t *testing.T) {
 	resp := tr.do(http.MethodPut, "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.big": big}})
 	wantREST(t, "REST update over the limit", resp, http.StatusRequestEntityTooLarge, "Request body too large: the limit is 65536 bytes")
 	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags.big": big})})
-	wantTooLarge(t, "gRPC update over the limit", err, "Request message too large: the limit is 65536 bytes")
+	wantGRPCTooLarge(t, "gRPC update over the limit", err, 65536)
 	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Actor", Data: mustStruct(t, map[string]any{"name": "Big", "type": "npc", "flags": map[string]any{"big": big}})})
-	wantTooLarge(t, "gRPC create over the limit", err, "the limit is 65536 bytes")
+	wantGRPCTooLarge(t, "gRPC create over the limit", err, 65536)
 	// 3 MiB, the size that got through before, and a message far past any
 	// default (the prefix is read, the message is not).
 	for _, n := range []int{3 << 20, 40 << 20} {
 		_, err = relayv1.NewScriptServiceClient(conn).ExecuteJs(ctx, &relayv1.ExecuteJsRequest{Script: strings.Repeat(" ", n)})
-		wantTooLarge(t, fmt.Sprintf("gRPC script of %d bytes", n), err, "the limit is 65536 bytes")
+		wantGRPCTooLarge(t, fmt.Sprintf("gRPC script of %d bytes", n), err, 65536)
 	}
 	tr.unchanged(t, ariaUUID, before, "refused oversized requests")
 

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"relay/connroute"
 	"relay/console"
 	"relay/gateway"
 	"relay/link"
@@ -39,7 +40,9 @@ import (
 
 // serveConfig is the configuration of `relay serve`.
 type serveConfig struct {
-	listen        string
+	listen string
+	// grpcListen, when set, is a second address that serves gRPC only.
+	grpcListen    string
 	dataDir       string
 	demo          bool
 	logFormat     string
@@ -86,6 +89,8 @@ type serveConfig struct {
 	pprofListen string
 	// diceSeed, when not 0, makes every roll repeat from run to run.
 	diceSeed uint64
+	// gogc is the garbage collector's target percentage (Go's GOGC).
+	gogc int
 	// Linked worlds (package link): the relay's public address for the
 	// module, the socket's time-outs and bounds, and the pairing attempts
 	// one address may make a minute.
@@ -107,7 +112,8 @@ type serveConfig struct {
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.listen, "listen", envOr("RELAY_LISTEN", "127.0.0.1:8080"), "address for REST, SSE and gRPC (h2c) `host:port` (RELAY_LISTEN)")
+	fs.StringVar(&c.listen, "listen", envOr("RELAY_LISTEN", "127.0.0.1:8080"), "address for REST, SSE and gRPC (h2c) `host:port`: each connection goes to gRPC's own transport or to the HTTP server by its first request (RELAY_LISTEN)")
+	fs.StringVar(&c.grpcListen, "grpc-listen", envOr("RELAY_GRPC_LISTEN", ""), "also serve gRPC (h2c) alone on this `host:port`, for clients and proxies that want a port of its own; off when empty (RELAY_GRPC_LISTEN)")
 	fs.StringVar(&c.dataDir, "data", envOr("RELAY_DATA", "./data"), "data `directory`: relay.db, admin.key and worlds/ (RELAY_DATA)")
 	fs.BoolVar(&c.demo, "demo", envBool("RELAY_DEMO", true), "create the demo world (clientId demo) when the data directory has no world (RELAY_DEMO)")
 	fs.StringVar(&c.logFormat, "log-format", envOr("RELAY_LOG_FORMAT", "auto"), "log `format`: auto (text on a terminal, else JSON), text or json (RELAY_LOG_FORMAT)")
@@ -131,10 +137,11 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.authFailureLimit, "auth-failure-limit", envInt("RELAY_AUTH_FAILURE_LIMIT", server.DefaultAuthFailuresPerMinute), "`requests` per minute from one client address that may fail authentication (no, bad or revoked key) with 401; more get 429 with Retry-After; 0 turns the limit off (RELAY_AUTH_FAILURE_LIMIT)")
 	fs.IntVar(&c.maxQueryBytes, "max-query-bytes", envInt("RELAY_MAX_QUERY_BYTES", gateway.DefaultMaxQueryBytes), "longest query string in `bytes`; longer ones get 414 (RELAY_MAX_QUERY_BYTES)")
 	fs.Uint64Var(&c.diceSeed, "dice-seed", uint64(envInt("RELAY_DICE_SEED", 0)), "seed every dice roll from this `number`, so that a run repeats its rolls (demos, tests); 0 rolls with the operating system's randomness (RELAY_DICE_SEED)")
+	fs.IntVar(&c.gogc, "gogc", envInt("RELAY_GOGC", envInt("GOGC", defaultGOGC)), "the garbage collector's target `percent`: the heap may grow by this much of what it holds live before a collection (Go's GOGC, whose own default is 100); higher spends less CPU on collections for more memory; GOGC sets it too when RELAY_GOGC does not (RELAY_GOGC)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", envOr("RELAY_METRICS_LISTEN", ""), "serve Prometheus metrics at /metrics on this separate `host:port`, without authentication (requests, latencies, streams, events, worlds, commits, refusals, linked worlds); off when empty; keep it on a private network (RELAY_METRICS_LISTEN)")
 	fs.StringVar(&c.pprofListen, "pprof", envOr("RELAY_PPROF", ""), "serve Go's profiler (/debug/pprof/) on this separate `host:port`, for measuring; off when empty; never expose it (RELAY_PPROF)")
-	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface within it); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
-	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", envDuration("RELAY_READ_HEADER_TIMEOUT", defaultReadHeaderTimeout), "time a client has to send a request's headers once it starts them (on a new connection, from the moment it opens; an h2c connection must send its preface and its first request's headers within it, and a gRPC-only connection its preface); 0 turns it off (RELAY_READ_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", envDuration("RELAY_BODY_READ_TIMEOUT", netlimit.DefaultBodyReadTimeout), "time allowance of a request body: the body must keep arriving at --body-min-rate and may pause for at most this long; a body that falls behind is cut off and its connection closed; a gRPC message on gRPC's own transport must arrive whole within this plus the time --max-body-bytes takes at --body-min-rate, else its call ends with DEADLINE_EXCEEDED; 0 turns it off (RELAY_BODY_READ_TIMEOUT)")
 	fs.IntVar(&c.bodyMinRate, "body-min-rate", envInt("RELAY_BODY_MIN_RATE", netlimit.DefaultBodyMinRate), "`bytes` per second a request body must average: each byte received extends the body's read deadline by 1/rate seconds, up to --body-read-timeout ahead; 0: the whole body must arrive within --body-read-timeout (RELAY_BODY_MIN_RATE)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", envDuration("RELAY_IDLE_TIMEOUT", defaultIdleTimeout), "how long an idle keep-alive connection stays open (HTTP/1.1 between requests, HTTP/2 with no open stream); 0 turns it off (RELAY_IDLE_TIMEOUT)")
 	fs.DurationVar(&c.writeStallTimeout, "write-stall-timeout", envDuration("RELAY_WRITE_STALL_TIMEOUT", netlimit.DefaultWriteStallTimeout), "longest a write to a client may make no progress (a client that stops reading its answer or event stream) before its connection is closed; 0 turns it off (RELAY_WRITE_STALL_TIMEOUT)")
@@ -187,6 +194,8 @@ func (c *serveConfig) check() error {
 		}
 	}
 	switch {
+	case c.gogc < 1:
+		return fmt.Errorf("--gogc must be a positive percentage, not %d", c.gogc)
 	case c.maxBodyBytes < minBodyBytes:
 		return fmt.Errorf("--max-body-bytes must be at least %d", minBodyBytes)
 	case c.maxDocumentBytes < minDocumentBytes:
@@ -223,16 +232,13 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usageError{err.Error()}
 	}
 	defer logBuf.Close()
-	if os.Getenv("GOGC") == "" {
-		// Every REST read allocates its response (a large actor is tens of
-		// kilobytes) while the live heap stays small, so the default
-		// target collects very often; each collection also shrinks the
-		// stacks of the connections' goroutines, which then grow again on
-		// their next request. Measured under relay-bench, a higher target
-		// removes most of both for a few more megabytes of memory. GOGC
-		// still overrides it.
-		debug.SetGCPercent(serveGCPercent)
-	}
+	// Every REST read allocates its answer (a large actor is tens of
+	// kilobytes) over a small live heap, so Go's default target collects
+	// very often, and each collection also shrinks the stacks of the
+	// connections' goroutines, which grow again on their next request.
+	// Measured under relay-bench, 400 takes about 15% of the CPU off each
+	// read, update and rest for a larger heap (README, Configuration).
+	debug.SetGCPercent(cfg.gogc)
 	r, err := startRelay(ctx, cfg, log, stdout)
 	if err != nil {
 		return err
@@ -252,9 +258,12 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return r.close(shutdownCtx)
 }
 
-// relay is a running relay: its listener, servers and stores.
+// relay is a running relay: its listeners, servers and stores.
 type relay struct {
-	addr     string
+	addr string
+	// grpcAddr is the address of the gRPC-only port, when there is one.
+	grpcAddr string
+	router   *connroute.Router
 	http     *http.Server
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
@@ -408,7 +417,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		MaxUploadBytes:  cfg.maxUploadBytes,
 		RateLimit:       rateLimit,
 		AuthFailures:    authFailures,
-		Metrics:         r.metrics,
+		// The network gRPC transport's share of the slow and idle client
+		// limits; the connection caps and the write stall guard apply to
+		// its connections through the listener.
+		IdleTimeout:      cfg.idleTimeout,
+		HandshakeTimeout: cfg.readHeaderTimeout,
+		RecvTimeout:      cfg.bodyReadTimeout,
+		RecvMinRate:      cfg.bodyMinRate,
+		Metrics:          r.metrics,
 		Events: server.EventsConfig{
 			MaxStreamsPerKey:   cfg.maxStreamsPerKey,
 			MaxStreamsPerWorld: cfg.maxStreamsPerWorld,
@@ -446,11 +462,21 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		return fail(fmt.Errorf("listen on %s: %w", cfg.listen, err))
 	}
 	r.addr = ln.Addr().String()
-	// Slow and idle clients: the listener caps the connections and bounds
-	// stalled writes, the body guard makes request bodies keep arriving,
-	// and the server's own time-outs bound headers and idle keep-alive
-	// connections. HTTP/2 (h2c) takes its idle time-out from the server
-	// too; its streams' bodies are guarded one by one.
+	var grpcOnly net.Listener
+	if cfg.grpcListen != "" {
+		if grpcOnly, err = net.Listen("tcp", cfg.grpcListen); err != nil {
+			_ = ln.Close()
+			return fail(fmt.Errorf("listen on %s: %w", cfg.grpcListen, err))
+		}
+		r.grpcAddr = grpcOnly.Addr().String()
+		ln = connroute.Join(ln, grpcOnly)
+	}
+	// Slow and idle clients: the listener caps the connections of both
+	// ports together and bounds stalled writes, the body guard makes REST
+	// request bodies keep arriving, and each server's own time-outs bound
+	// headers and idle keep-alive connections (for gRPC, see the
+	// server.Config above). HTTP/2 (h2c) takes its idle time-out from the
+	// server too; its streams' bodies are guarded one by one.
 	r.conns = netlimit.Listen(ln, netlimit.Config{
 		MaxConns:          cfg.maxConns,
 		MaxConnsPerIP:     cfg.maxConnsPerIP,
@@ -458,6 +484,14 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		NewRequestID:      ids.New,
 		Log:               log,
 	})
+	// Each connection of the shared port goes to gRPC's own transport or
+	// to the HTTP server by its first request (package connroute); those
+	// of the gRPC-only port go to gRPC unseen.
+	routeCfg := connroute.Config{HeaderTimeout: cfg.readHeaderTimeout, Log: log}
+	if grpcOnly != nil {
+		routeCfg.Direct = func(c net.Conn) bool { return connroute.SameAddr(c.LocalAddr(), grpcOnly.Addr()) }
+	}
+	r.router = connroute.New(r.conns, routeCfg)
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.bodyReadTimeout, MinRate: cfg.bodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
@@ -469,12 +503,12 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	// gRPC clients speak HTTP/2 without TLS (h2c); REST clients HTTP/1.1 or
-	// h2c.
+	// REST clients speak HTTP/1.1 or HTTP/2 without TLS (h2c).
 	r.http.Protocols = new(http.Protocols)
 	r.http.Protocols.SetHTTP1(true)
 	r.http.Protocols.SetUnencryptedHTTP2(true)
-	go func() { r.served <- r.http.Serve(r.conns) }()
+	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
+	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
 		r.registerMetrics(rateLimit, authFailures, pairAttempts)
 		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.metricsListen, r.metrics, log); err != nil {
@@ -482,13 +516,15 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 		}
 	}
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "data", cfg.dataDir, "version", buildInfo().Version)
+	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
 }
 
-// splitGRPC sends gRPC requests to the gRPC server (server.Server's
+// splitGRPC sends the gRPC requests that reach the HTTP server (those of
+// an h2c connection whose first request was REST; the router gives every
+// other gRPC connection to the gRPC transport) to server.Server's
 // ServeHTTP, which admits a call from its headers and refuses an oversized
-// message, both before reading it) and everything else to the REST
+// message, both before reading it, and everything else to the REST
 // gateway.
 func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -546,6 +582,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
+	}
+	if r.router != nil {
+		_ = r.router.Close() // no new connections, on either port
 	}
 	if r.links != nil {
 		// The sockets were hijacked from the HTTP server, which no longer
@@ -703,8 +742,9 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 // while guessing one of 887 million codes at this pace is hopeless.
 const defaultPairRateLimit = 10
 
-// serveGCPercent is the garbage collector's target when GOGC is not set.
-const serveGCPercent = 400
+// defaultGOGC is the garbage collector's target when neither --gogc,
+// RELAY_GOGC nor GOGC sets one.
+const defaultGOGC = 400
 
 // logFlushInterval is how long Info lines may wait in the log buffer.
 const logFlushInterval = 50 * time.Millisecond

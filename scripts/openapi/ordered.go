@@ -47,20 +47,6 @@ func (o *obj) has(key string) bool {
 	return ok
 }
 
-// del removes a member.
-func (o *obj) del(key string) {
-	if _, ok := o.vals[key]; !ok {
-		return
-	}
-	delete(o.vals, key)
-	for i, k := range o.keys {
-		if k == key {
-			o.keys = append(o.keys[:i], o.keys[i+1:]...)
-			break
-		}
-	}
-}
-
 // clone copies the object and, recursively, the objects and arrays in it.
 func (o *obj) clone() *obj {
 	c := newObj()

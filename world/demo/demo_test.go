@@ -207,11 +207,6 @@ func byName(t *testing.T, docs []world.Document, name string) world.Document {
 	return found
 }
 
-func actorItem(t *testing.T, s world.Seed, actorID, name string) world.Document {
-	t.Helper()
-	return byName(t, embedded(t, byID(t, s.Actors, actorID), "items"), name)
-}
-
 func ownership(t *testing.T, d world.Document) map[string]float64 {
 	t.Helper()
 	m, ok := d["ownership"].(map[string]any)

@@ -75,7 +75,11 @@ func (r Result) Natural(faces int) (int, bool) {
 
 // Evaluate parses and evaluates a formula against roll data with a source.
 func Evaluate(formula string, data map[string]any, src Source) (Result, error) {
-	return EvaluateWith(formula, Data(data), src)
+	f, err := Parse(formula)
+	if err != nil {
+		return Result{}, err
+	}
+	return f.Eval(src, data)
 }
 
 // EvaluateWith parses and evaluates a formula, reading its references

@@ -59,9 +59,6 @@ type Formula struct {
 	root node
 }
 
-// String returns the formula as it was written.
-func (f *Formula) String() string { return f.text }
-
 // node is one element of a parsed formula.
 type node interface{ pos() int }
 
