@@ -24,7 +24,7 @@ func (s clientService) ListClients(ctx context.Context, _ *relayv1.ListClientsRe
 		if !call.Key.BoundTo(info.ClientID) {
 			continue
 		}
-		out = append(out, &relayv1.Client{ClientId: info.ClientID, Title: info.Title, System: info.System, Online: info.Online,
+		out = append(out, &relayv1.Client{ClientId: info.ClientID, Title: info.Title, System: info.System, Online: info.Online, IsOnline: info.Online,
 			Name: info.Name, Kind: info.Kind, WorldId: info.WorldID, WorldTitle: info.Title, SystemId: info.System,
 			SystemVersion: info.SystemVersion, TabletopVersion: info.TabletopVersion,
 			ConnectedSince: formatOptionalTime(info.ConnectedAt), LastSeen: formatOptionalTime(info.LastSeen)})

@@ -104,7 +104,7 @@ func TestLinkedWorldCalls(t *testing.T) {
 			linked = c
 		}
 	}
-	if demo["kind"] != "embedded" || demo["online"] != true || demo["worldId"] != "demo" || demo["connectedSince"] != "" {
+	if demo["kind"] != "embedded" || demo["online"] != true || demo["isOnline"] != true || demo["systemId"] != "dnd5e" || demo["worldId"] != "demo" || demo["connectedSince"] != "" {
 		t.Errorf("demo in /clients: %v", demo)
 	}
 	if linked["kind"] != "linked" || linked["online"] != true || linked["worldId"] != "tavern-tales" || linked["worldTitle"] != "Tavern Tales" ||
@@ -135,7 +135,7 @@ func TestLinkedWorldCalls(t *testing.T) {
 	}
 	r = tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil)
 	for _, c := range r.data(t)["clients"].([]any) {
-		if c := c.(map[string]any); c["clientId"] == clientID && (c["online"] != false || c["connectedSince"] != "" || c["lastSeen"] == "") {
+		if c := c.(map[string]any); c["clientId"] == clientID && (c["online"] != false || c["isOnline"] != false || c["connectedSince"] != "" || c["lastSeen"] == "") {
 			t.Errorf("offline world in /clients: %v", c)
 		}
 	}

@@ -97,7 +97,10 @@ type Client struct {
 	// When the relay last heard from the linked tabletop (a message or an
 	// answered ping), RFC 3339 in UTC; empty for an embedded world and for
 	// a linked world that has not connected since the relay started.
-	LastSeen      string `protobuf:"bytes,13,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	LastSeen string `protobuf:"bytes,13,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// The same as `online`, under the name the existing relay used, for
+	// callers moving from it.
+	IsOnline      bool `protobuf:"varint,14,opt,name=is_online,json=isOnline,proto3" json:"is_online,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +226,13 @@ func (x *Client) GetLastSeen() string {
 	return ""
 }
 
+func (x *Client) GetIsOnline() bool {
+	if x != nil {
+		return x.IsOnline
+	}
+	return false
+}
+
 // ListClientsResponse lists worlds.
 type ListClientsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -283,7 +293,7 @@ var File_relay_v1_client_service_proto protoreflect.FileDescriptor
 const file_relay_v1_client_service_proto_rawDesc = "" +
 	"\n" +
 	"\x1drelay/v1/client_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"\x14\n" +
-	"\x12ListClientsRequest\"\x84\x03\n" +
+	"\x12ListClientsRequest\"\xa1\x03\n" +
 	"\x06Client\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x16\n" +
@@ -299,7 +309,8 @@ const file_relay_v1_client_service_proto_rawDesc = "" +
 	" \x01(\tR\rsystemVersion\x12)\n" +
 	"\x10tabletop_version\x18\v \x01(\tR\x0ftabletopVersion\x12'\n" +
 	"\x0fconnected_since\x18\f \x01(\tR\x0econnectedSince\x12\x1b\n" +
-	"\tlast_seen\x18\r \x01(\tR\blastSeen\"W\n" +
+	"\tlast_seen\x18\r \x01(\tR\blastSeen\x12\x1b\n" +
+	"\tis_online\x18\x0e \x01(\bR\bisOnline\"W\n" +
 	"\x13ListClientsResponse\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x05R\x05total\x12*\n" +
 	"\aclients\x18\x02 \x03(\v2\x10.relay.v1.ClientR\aclients2\x8a\x01\n" +
