@@ -13,16 +13,7 @@ func (w *World) Subscribe(ctx context.Context, user *world.User, req world.Event
 	if hub == nil {
 		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams", w.Info().ClientID)
 	}
-	sub, err := hub.Subscribe(ctx, w.Engine, events.Request{
-		Channel:     req.Channel,
-		User:        user,
-		Hooks:       req.Hooks,
-		EncounterID: req.EncounterID,
-		ActorUUID:   req.ActorUUID,
-		SceneID:     req.SceneID,
-		Resume:      req.Resume,
-		After:       req.After,
-	})
+	sub, err := hub.Subscribe(ctx, w.Engine, events.Request{EventRequest: req, User: user})
 	if err != nil {
 		return nil, err
 	}

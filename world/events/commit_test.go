@@ -39,7 +39,7 @@ func seqs(records []world.JournalRecord) []uint64 {
 func TestJournalNumbersSeveralTransactionsInFlight(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
-	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+	sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: aria}})
 
 	first, second := actorChange(t, e, "One"), actorChange(t, e, "Two")
 	r1, _ := hub.Record(e, first, nil)
@@ -74,8 +74,8 @@ func TestConcurrentWritersEventsHaveNoGapOrDuplicate(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	e, hub := openDemo(t, dir, events.Options{QueueSize: 10000})
-	hooks := subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks})
-	actors := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor})
+	hooks := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks}})
+	actors := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}})
 
 	const writers, each = 16, 10
 	var wg sync.WaitGroup

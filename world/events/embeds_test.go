@@ -113,7 +113,7 @@ func TestChatMessagesFollowTheirSpeakersAndTargets(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
 	chat := func(user *world.User) *events.Subscription {
-		return subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks, User: user, Hooks: []string{"createChatMessage"}})
+		return subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"createChatMessage"}}, User: user})
 	}
 	gmSub, aliceSub, bobSub, tessSub, nobody := chat(gm), chat(alice), chat(bob), chat(tess), chat(nil)
 
@@ -161,7 +161,7 @@ func TestChatMessagesFollowTheirSpeakersAndTargets(t *testing.T) {
 
 	// A resume replays the same, judged as at the time of each event:
 	// Alice seeing the goblin now does not show her its first roll.
-	replay := subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks, User: alice, Hooks: []string{"createChatMessage"}, Resume: true, After: 0})
+	replay := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"createChatMessage"}, Resume: true, After: 0}, User: alice})
 	var replayed []map[string]any
 	for _, ev := range replay.Replay() {
 		var d map[string]any
@@ -189,7 +189,7 @@ func TestChatEventsAreJudgedAsRecordedAfterARestart(t *testing.T) {
 	e.Close()
 
 	e2, hub2 := openDemo(t, dir, events.Options{})
-	sub := subscribe(t, hub2, e2, events.Request{Channel: events.ChannelHooks, User: alice, Hooks: []string{"createChatMessage"}, Resume: true, After: 0})
+	sub := subscribe(t, hub2, e2, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"createChatMessage"}, Resume: true, After: 0}, User: alice})
 	var got []map[string]any
 	for _, ev := range sub.Replay() {
 		var d map[string]any
@@ -218,10 +218,10 @@ func TestTokenDeltasFollowTheirActors(t *testing.T) {
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
 	showTavern(t, e)
 	sceneOf := func(user *world.User) *events.Subscription {
-		return subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: user})
+		return subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelScene}, User: user})
 	}
 	tokenHooks := func(user *world.User) *events.Subscription {
-		return subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks, User: user, Hooks: []string{"createToken", "updateToken", "createScene"}})
+		return subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"createToken", "updateToken", "createScene"}}, User: user})
 	}
 	gmScene, aliceScene := sceneOf(gm), sceneOf(alice)
 	gmHooks, aliceHooks := tokenHooks(gm), tokenHooks(alice)
@@ -308,11 +308,11 @@ func TestVariantsAreSharedByWhatReadersReceive(t *testing.T) {
 	// requests (classes of their own).
 	alice2 := *alice
 	subs := []*events.Subscription{
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: alice}),
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: &alice2}),
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: bob}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelScene}, User: alice}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelScene}, User: &alice2}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelScene}, User: bob}),
 	}
-	gmSub := subscribe(t, hub, e, events.Request{Channel: events.ChannelScene, User: gm})
+	gmSub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelScene}, User: gm})
 	update(t, e, goblinToken, world.Document{"x": 1000, "delta.system.attributes.hp.value": 1})
 
 	var payloads [][]byte

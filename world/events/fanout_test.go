@@ -15,12 +15,12 @@ func TestPayloadsAreSharedPerView(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
 	gms := []*events.Subscription{
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelActor}),
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: guard}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: guard}}),
 	}
 	limited := []*events.Subscription{
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, User: alice}),
-		subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, User: alice, ActorUUID: guard}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}, User: alice}),
+		subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: guard}, User: alice}),
 	}
 	update(t, e, guard, world.Document{"name": "Captain", "system.attributes.hp.value": 4}) // LIMITED for Alice
 
@@ -53,7 +53,7 @@ func TestEveryReaderOfManyIsWoken(t *testing.T) {
 	const readers, stalled, changes = 300, 300, 5
 	var subs []*events.Subscription
 	for i := range readers + stalled {
-		sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+		sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: aria}})
 		if i%2 == 0 {
 			subs = append(subs, sub)
 		}

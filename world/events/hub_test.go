@@ -83,9 +83,9 @@ func update(t *testing.T, e *world.Engine, uuid string, data world.Document) {
 func TestActorEventsFollowReadRules(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
-	gm := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor})
-	player := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, User: alice})
-	onlyAria := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: "ariaVale00000001"})
+	gm := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}})
+	player := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}, User: alice})
+	onlyAria := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: "ariaVale00000001"}})
 
 	update(t, e, goblin, world.Document{"system.attributes.hp.value": 3}) // NONE for Alice
 	update(t, e, guard, world.Document{"system.attributes.hp.value": 4})  // LIMITED, no limited field
@@ -119,7 +119,7 @@ func TestActorEventsFollowReadRules(t *testing.T) {
 func TestOverflowAndResume(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{QueueSize: 2})
-	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks, Hooks: []string{"updateActor"}})
+	sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"updateActor"}}})
 	start := sub.Start()
 	for i := range 5 {
 		update(t, e, aria, world.Document{"system.attributes.hp.value": i})
@@ -137,7 +137,7 @@ func TestOverflowAndResume(t *testing.T) {
 	if !errors.Is(err, events.ErrOverflow) {
 		t.Fatalf("a full queue gave %v, want ErrOverflow", err)
 	}
-	resumed := subscribe(t, hub, e, events.Request{Channel: events.ChannelHooks, Hooks: []string{"updateActor"}, Resume: true, After: start})
+	resumed := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelHooks, Hooks: []string{"updateActor"}, Resume: true, After: start}})
 	if got := len(resumed.Replay()); got != 5 {
 		t.Fatalf("replayed %d events, want 5", got)
 	}
@@ -150,7 +150,7 @@ func TestSequencesSurviveRestartsAndOldIDsReset(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	e, hub := openDemo(t, dir, events.Options{RingSize: 3})
-	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor})
+	sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor}})
 	var last uint64
 	for i := range 5 {
 		// One at a time: a ring this small is outrun by fast writes.
@@ -166,11 +166,11 @@ func TestSequencesSurviveRestartsAndOldIDsReset(t *testing.T) {
 	e.Close()
 
 	e2, hub2 := openDemo(t, dir, events.Options{RingSize: 3})
-	resumed := subscribe(t, hub2, e2, events.Request{Channel: events.ChannelActor, Resume: true, After: last - 2})
+	resumed := subscribe(t, hub2, e2, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, Resume: true, After: last - 2}})
 	if got := resumed.Replay(); len(got) != 1 || got[0].Seq != last {
 		t.Fatalf("after a restart, replayed %v, want the last actor event (%d)", got, last)
 	}
-	old := subscribe(t, hub2, e2, events.Request{Channel: events.ChannelActor, Resume: true, After: 1})
+	old := subscribe(t, hub2, e2, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, Resume: true, After: 1}})
 	if r, ok := old.Reset(); !ok || r.Head != last {
 		t.Fatalf("resume from an id out of the window: reset %v %v", r, ok)
 	}
@@ -184,8 +184,8 @@ func TestSequencesSurviveRestartsAndOldIDsReset(t *testing.T) {
 func TestHiddenCombatantsReachGMsOnly(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{})
-	gm := subscribe(t, hub, e, events.Request{Channel: events.ChannelCombat})
-	player := subscribe(t, hub, e, events.Request{Channel: events.ChannelCombat, User: bob})
+	gm := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelCombat}})
+	player := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelCombat}, User: bob})
 	ctx := context.Background()
 	var combat string
 	err := e.Mutate(ctx, func(tx *world.Tx) error {
@@ -248,7 +248,7 @@ func equal(a, b []string) bool {
 func TestCoalescedEventsKeepTheirOrder(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{Coalesce: 100 * time.Millisecond})
-	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+	sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: aria}})
 	for i := range 5 {
 		update(t, e, aria, world.Document{"system.attributes.hp.value": i + 1})
 	}
@@ -284,7 +284,7 @@ func TestCoalescedEventsKeepTheirOrder(t *testing.T) {
 func TestCoalescedEventsRespectTheQueueLimit(t *testing.T) {
 	t.Parallel()
 	e, hub := openDemo(t, t.TempDir(), events.Options{QueueSize: 3, Coalesce: 200 * time.Millisecond})
-	sub := subscribe(t, hub, e, events.Request{Channel: events.ChannelActor, ActorUUID: aria})
+	sub := subscribe(t, hub, e, events.Request{EventRequest: world.EventRequest{Channel: events.ChannelActor, ActorUUID: aria}})
 	// Four changes in one window pass the queue of three: the subscriber
 	// overflows rather than queueing past its limit.
 	for i := range 4 {

@@ -18,26 +18,12 @@ var (
 	ErrClosed = world.ErrSubscriptionEnded
 )
 
-// Request describes a subscription.
+// Request describes a subscription: the world's request (channel, filters,
+// resume point) and the user the subscriber reads as.
 type Request struct {
-	Channel Channel
+	world.EventRequest
 	// User is the tabletop user the subscriber reads as; nil is GM-level.
 	User *world.User
-	// Hooks keeps only these hook names (hooks channel); all when empty.
-	Hooks []string
-	// EncounterID keeps one combat's events (combat channel); `Combat.<id>`
-	// works too.
-	EncounterID string
-	// ActorUUID keeps one actor's events (actor channel); a bare id works
-	// too.
-	ActorUUID string
-	// SceneID keeps one scene's events (scene channel); `Scene.<id>` works
-	// too.
-	SceneID string
-	// Resume asks for every retained event after the sequence After
-	// before the live ones.
-	Resume bool
-	After  uint64
 }
 
 // Event is one event as a subscriber receives it (the world's
