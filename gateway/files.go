@@ -331,7 +331,7 @@ func (g *gateway) uploadMultipart(ctx context.Context, cancel context.CancelFunc
 			}
 			continue
 		}
-		meta, err := uploadParams(values)
+		meta, err := uploadParams(nil, values)
 		if err != nil {
 			return g.refuseUpload(ctx, cancel, err, nil, values)
 		}
@@ -374,17 +374,7 @@ func (g *gateway) uploadJSON(ctx context.Context, cancel context.CancelFunc, w h
 		return g.refuseUpload(ctx, cancel, err, appendObject(nil, fields), query)
 	}
 	meta := func() (*relayv1.UploadFileRequest, error) {
-		rt := g.routes.byRPC[uploadMethod]
-		merged, err := mergeParams(rt.input, appendObject(nil, fields), query)
-		if err != nil {
-			return nil, err
-		}
-		m := &relayv1.UploadFileRequest{}
-		if err := unmarshalParams(merged, m); err != nil {
-			return nil, err
-		}
-		m.Chunk = nil
-		return m, nil
+		return uploadParams(appendObject(nil, fields), query)
 	}
 	obj, isObject, err := newObjectStream(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -566,10 +556,11 @@ func (b base64Stream) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// uploadParams builds the upload's first message from text parameters.
-func uploadParams(values url.Values) (*relayv1.UploadFileRequest, error) {
+// uploadParams builds the upload's first message from its parameters: the
+// members of a JSON object (body, nil for none) merged with text values.
+func uploadParams(body []byte, values url.Values) (*relayv1.UploadFileRequest, error) {
 	md := (&relayv1.UploadFileRequest{}).ProtoReflect().Descriptor()
-	merged, err := mergeParams(md, nil, values)
+	merged, err := mergeParams(md, body, values)
 	if err != nil {
 		return nil, err
 	}
