@@ -6,17 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"relay/sqlitedb"
 )
 
 //go:embed migrations/*.sql
@@ -41,32 +34,10 @@ type SQLiteStore struct {
 // OpenSQLite opens (creating if needed, with mode 0600) the database at path
 // and applies this package's pending migrations.
 func OpenSQLite(path string) (*SQLiteStore, error) {
-	if path == "" || strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("link: database path %q must be a plain file name", path)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("link: create database directory: %w", err)
-	}
-	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
-		f.Close()
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("link: create database file: %w", err)
-	}
-	dsn := path + "?" + strings.Join([]string{
-		"_pragma=busy_timeout(5000)",
-		"_pragma=journal_mode(WAL)",
-		"_pragma=synchronous(FULL)",
-		"_txlock=immediate",
-	}, "&")
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sqlitedb.Open(path, 5*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("link: open database: %w", err)
+		return nil, fmt.Errorf("link: %w", err)
 	}
-	// One connection, as the key store: SQLite has one writer anyway.
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
 	s := &SQLiteStore{db: db}
 	if err := s.migrate(context.Background()); err != nil {
 		db.Close()
@@ -78,78 +49,21 @@ func OpenSQLite(path string) (*SQLiteStore, error) {
 // Close closes the database.
 func (s *SQLiteStore) Close() error { return s.db.Close() }
 
-var migrationName = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.sql$`)
-
-// migrate applies every embedded migration newer than the recorded version,
-// each in its own immediate transaction (so two processes opening the file
-// at once do not both apply one), and refuses a database written by a newer
-// version of this package.
+// migrate applies every embedded migration newer than the recorded version
+// (see sqlitedb.Migrate).
 func (s *SQLiteStore) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
+	ms, err := sqlitedb.Migrations(migrationFS, "migrations")
+	if err == nil {
+		err = sqlitedb.Migrate(ctx, s.db, sqlitedb.Versions{
+			Table:         schemaTable,
+			AppliedAtType: "INTEGER",
+			AppliedAt:     func() any { return time.Now().UnixMilli() },
+		}, ms)
+	}
 	if err != nil {
-		return err
-	}
-	type migration struct {
-		version int
-		name    string
-	}
-	var ms []migration
-	for _, e := range entries {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return fmt.Errorf("link: badly named migration %q", e.Name())
-		}
-		v, _ := strconv.Atoi(m[1])
-		ms = append(ms, migration{v, e.Name()})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+schemaTable+` (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at INTEGER NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("link: create %s: %w", schemaTable, err)
-	}
-	for i, m := range ms {
-		if m.version != i+1 {
-			return fmt.Errorf("link: migration %q has version %d, want %d", m.name, m.version, i+1)
-		}
-		body, err := migrationFS.ReadFile("migrations/" + m.name)
-		if err != nil {
-			return err
-		}
-		if err := s.apply(ctx, m.version, m.name, string(body), len(ms)); err != nil {
-			return err
-		}
+		return fmt.Errorf("link: %w", err)
 	}
 	return nil
-}
-
-// apply runs one migration unless it was applied already.
-func (s *SQLiteStore) apply(ctx context.Context, version int, name, body string, latest int) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("link: migration %s: %w", name, err)
-	}
-	defer tx.Rollback()
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+schemaTable).Scan(&current); err != nil {
-		return fmt.Errorf("link: read schema version: %w", err)
-	}
-	if current > latest {
-		return fmt.Errorf("link: database schema version %d is newer than this program supports (%d)", current, latest)
-	}
-	if current >= version {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, body); err != nil {
-		return fmt.Errorf("link: migration %s: %w", name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+schemaTable+` (version, name, applied_at) VALUES (?, ?, ?)`,
-		version, name, time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("link: migration %s: %w", name, err)
-	}
-	return tx.Commit()
 }
 
 // SaveCode stores a new pairing code, and forgets the codes that have

@@ -11,18 +11,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"relay/sqlitedb"
 )
 
 // Key format: "rk_" followed by the unpadded base64url encoding of 32 random
@@ -102,35 +98,13 @@ func (ix *index) with(h [sha256.Size]byte, k Key) *index {
 // 0600. clock supplies the current time for creation, revocation and expiry
 // checks; nil means time.Now.
 func Open(path string, clock func() time.Time) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("keys: database path is empty")
-	}
-	if strings.ContainsRune(path, '?') || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("keys: database path %q must be a plain file name", path)
-	}
 	if clock == nil {
 		clock = time.Now
 	}
-	if err := createPrivate(path); err != nil {
-		return nil, fmt.Errorf("keys: create database file: %w", err)
-	}
-
-	dsn := path + "?" + strings.Join([]string{
-		"_pragma=busy_timeout(" + strconv.FormatInt(busyTimeout.Milliseconds(), 10) + ")",
-		"_pragma=journal_mode(WAL)",
-		"_pragma=synchronous(FULL)",
-		"_txlock=immediate",
-	}, "&")
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sqlitedb.Open(path, busyTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("keys: open database: %w", err)
+		return nil, fmt.Errorf("keys: %w", err)
 	}
-	// One connection: SQLite allows a single writer, and a single connection
-	// keeps the pragmas above and the transaction order simple.
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
 
 	s := &Store{db: db, clock: clock}
 	ctx := context.Background()
@@ -147,23 +121,6 @@ func Open(path string, clock func() time.Time) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// createPrivate creates the database file and its directory with owner-only
-// permissions if they do not exist yet. SQLite gives the -wal and -shm files
-// the permissions of the database file.
-func createPrivate(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return f.Close()
 }
 
 // checkPragmas verifies that the connection settings took effect.
@@ -185,103 +142,29 @@ func (s *Store) checkPragmas(ctx context.Context) error {
 	return nil
 }
 
-// migration is one embedded schema migration.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-var migrationName = regexp.MustCompile(`^(\d+)_[a-z0-9_]+\.sql$`)
-
-// migrations returns the embedded migrations ordered by version. File names
-// are "<version>_<description>.sql" with consecutive versions from 1.
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		m := migrationName.FindStringSubmatch(e.Name())
-		if m == nil {
-			return nil, fmt.Errorf("keys: badly named migration %q", e.Name())
-		}
-		v, err := strconv.Atoi(m[1])
-		if err != nil {
-			return nil, fmt.Errorf("keys: badly named migration %q: %w", e.Name(), err)
-		}
-		body, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("keys: migration %q has version %d, want %d", m.name, m.version, i+1)
-		}
-	}
-	return ms, nil
-}
-
 // schemaTable records the applied migrations of this package. relay.db is
 // shared with other packages, so the table name is specific to the keys
 // package.
 const schemaTable = "keys_schema_version"
 
-// migrate applies, in order and each in its own transaction, every embedded
-// migration newer than the version recorded in the database. It refuses a
-// database written by a newer version of this package.
-func (s *Store) migrate(ctx context.Context) error {
-	ms, err := migrations()
-	if err != nil {
-		return err
+// schemaVersions is where this package records its applied migrations.
+func (s *Store) schemaVersions() sqlitedb.Versions {
+	return sqlitedb.Versions{
+		Table:         schemaTable,
+		AppliedAtType: "TEXT",
+		AppliedAt:     func() any { return formatTime(normTime(s.clock())) },
 	}
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+schemaTable+` (
-		version    INTEGER PRIMARY KEY,
-		name       TEXT NOT NULL,
-		applied_at TEXT NOT NULL
-	)`); err != nil {
-		return fmt.Errorf("keys: create %s: %w", schemaTable, err)
-	}
-	for _, m := range ms {
-		if err := s.apply(ctx, m, len(ms)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
-// apply runs one migration unless it has already been applied. The version
-// check happens inside the (immediate) transaction, so two processes opening
-// the same database at once do not both apply it.
-func (s *Store) apply(ctx context.Context, m migration, latest int) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+// migrate applies every embedded migration newer than the version recorded
+// in the database (see sqlitedb.Migrate).
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := sqlitedb.Migrations(migrationFS, "migrations")
+	if err == nil {
+		err = sqlitedb.Migrate(ctx, s.db, s.schemaVersions(), ms)
+	}
 	if err != nil {
-		return fmt.Errorf("keys: migration %s: %w", m.name, err)
-	}
-	defer tx.Rollback()
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM `+schemaTable).Scan(&current); err != nil {
-		return fmt.Errorf("keys: read schema version: %w", err)
-	}
-	if current > latest {
-		return fmt.Errorf("keys: database schema version %d is newer than this program supports (%d)", current, latest)
-	}
-	if current >= m.version {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return fmt.Errorf("keys: migration %s: %w", m.name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+schemaTable+` (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.version, m.name, formatTime(normTime(s.clock()))); err != nil {
-		return fmt.Errorf("keys: migration %s: %w", m.name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("keys: migration %s: %w", m.name, err)
+		return fmt.Errorf("keys: %w", err)
 	}
 	return nil
 }
