@@ -1,4 +1,4 @@
-module relay
+module github.com/tabletop-relay/relay
 
 go 1.26.8
 

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"relay/client"
-	relayv1 "relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/client"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // TestDialOptionsAndSharedConn: dial options reach the connection the

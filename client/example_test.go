@@ -8,8 +8,8 @@ import (
 	"os"
 	"time"
 
-	"relay/client"
-	relayv1 "relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/client"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // A tour of the client: read a document into a type of your own, change

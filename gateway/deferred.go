@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"relay/wire"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // invalidParamsKey is the request context key of a deferred parameter

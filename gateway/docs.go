@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/gen/openapi"
+	"github.com/tabletop-relay/relay/gen/openapi"
 )
 
 // docsFiles is the API reference page: an HTML page and the script and

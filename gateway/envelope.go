@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"relay/wire"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // The envelope's members up to their values, as JSON text.

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/wire"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 func TestHTTPStatus(t *testing.T) {

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/wire"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // The file transfer RPCs, whose REST handlers (below) read and write the

@@ -38,8 +38,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"relay/observe"
-	"relay/wire"
+	"github.com/tabletop-relay/relay/observe"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // Options configure the gateway.

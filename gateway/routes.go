@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"relay/contract"
-	relayv1 "relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/contract"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // route is one HTTP binding of an RPC, read from its google.api.http rule,

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 func TestSSEFrames(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"strconv"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Kinds of failure of a call to a linked world. Every error [Hub.Call]

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Defaults of the linked worlds' event streams.

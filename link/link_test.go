@@ -17,9 +17,9 @@ import (
 
 	"github.com/coder/websocket"
 
-	"relay/link"
-	"relay/link/linktest"
-	"relay/world"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // clock is a settable clock for expiry tests.

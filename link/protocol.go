@@ -6,7 +6,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // StatusCode is a WebSocket close code.

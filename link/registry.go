@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Worlds resolves client ids to worlds: what the relay's services need of

@@ -17,7 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // DefaultAuthTimeout is how long a module has, once its socket is open, to

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"relay/sqlitedb"
+	"github.com/tabletop-relay/relay/sqlitedb"
 )
 
 //go:embed migrations/*.sql

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Linked is a linked world: a tabletop connected through the hub, seen

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"relay/link"
-	"relay/link/linktest"
-	"relay/world"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // recorder answers requests from a table of canned replies and keeps

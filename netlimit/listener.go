@@ -44,7 +44,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"relay/wire"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // DefaultMaxConnsPerIP is the default cap on the connections open at once

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"relay/server/keys"
-	"relay/wire"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // Credentials are what a caller presents in a request's headers: an API

@@ -3,9 +3,9 @@ package server
 import (
 	"context"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server/keys"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Call is what the interceptors learn about one request: who calls, with

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // canvasService implements relayv1.CanvasServiceServer over the world.

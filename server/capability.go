@@ -8,8 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 
-	"relay/contract"
-	"relay/world"
+	"github.com/tabletop-relay/relay/contract"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // capability returns the call's world as the capability C (one of the

@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // clientService implements relayv1.ClientServiceServer: the worlds a key may

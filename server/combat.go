@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // combatService implements relayv1.CombatServiceServer over the worlds'

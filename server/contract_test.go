@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server/keys"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // TestEveryRPCDeclaresRouteAndPolicy walks the contract: every RPC must have

@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // toJSON serialises world data for a `raw_json` response field. World data

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"relay/wire"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // The gRPC servers read each request message themselves, before any

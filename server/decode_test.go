@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"relay/server/keys"
-	"relay/wire"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // TestRequestCodecMarksUndecodable: a message the codec cannot decode is

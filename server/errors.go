@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"relay/server/keys"
-	"relay/wire"
-	"relay/world"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // toStatus is the one place where errors become gRPC statuses. World and key

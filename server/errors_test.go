@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // TestToStatusLogsCauses: a world error's cause (a path, an SQLite error)

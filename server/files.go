@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // DefaultMaxUploadBytes is the upload size limit when none is configured.

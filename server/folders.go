@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // folderService implements relayv1.FolderServiceServer over the world.

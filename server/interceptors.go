@@ -13,10 +13,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"relay/observe"
-	"relay/server/keys"
-	"relay/wire"
-	"relay/world"
+	"github.com/tabletop-relay/relay/observe"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Authenticator turns an API key into its record.

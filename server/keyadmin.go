@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server/keys"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // KeyAdmin is what the key service needs of the key store. Every method acts

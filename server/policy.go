@@ -6,8 +6,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"relay/contract"
-	relayv1 "relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/contract"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // Policies maps full gRPC method names (`/relay.v1.DocumentService/GetDocument`)

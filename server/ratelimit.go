@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"relay/wire"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // RateLimiter limits the requests of each API key with a token bucket: a

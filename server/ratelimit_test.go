@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/wire"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // fakeClock is a settable clock.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // scriptService implements relayv1.ScriptServiceServer over the worlds'

@@ -51,8 +51,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	"relay/contract"
-	"relay/observe"
+	"github.com/tabletop-relay/relay/contract"
+	"github.com/tabletop-relay/relay/observe"
 )
 
 // Config wires a relay gRPC server.

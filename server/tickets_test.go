@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"relay/server/keys"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // ticketFixture is a ticket store on a settable clock whose one key can be

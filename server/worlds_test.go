@@ -21,11 +21,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"relay/gateway"
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server"
-	"relay/server/keys"
-	"relay/world"
+	"github.com/tabletop-relay/relay/gateway"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // The services know worlds only through the capability interfaces of

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // ExampleEngine_Mutate moves gold from one actor to another in one

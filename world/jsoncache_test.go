@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"relay/world"
-	"relay/world/demo"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // TestGetJSONMatchesGet: the cached JSON is always what Get returns, before

@@ -1,6 +1,6 @@
 package world
 
-import "relay/world/dice"
+import "github.com/tabletop-relay/relay/world/dice"
 
 // The vocabulary of the fifth-edition ruleset (the [Dnd5e] capability).
 // Rolls are world/dice results: plain data, like everything here.

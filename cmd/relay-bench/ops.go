@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/wire"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // The demo world's actors the operations use: Aria Vale is Alice's

@@ -52,11 +52,11 @@ func startTarget(ctx context.Context, cfg config, progress io.Writer) (*target, 
 	if bin == "" {
 		bin = filepath.Join(dir, "relay")
 		fmt.Fprintln(progress, "building ./cmd/relay ...")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "relay/cmd/relay")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tabletop-relay/relay/cmd/relay")
 		build.Stderr = progress
 		if err := build.Run(); err != nil {
 			cleanup()
-			return nil, fmt.Errorf("go build relay/cmd/relay (run relay-bench inside the relay module, or pass --relay-bin): %w", err)
+			return nil, fmt.Errorf("go build github.com/tabletop-relay/relay/cmd/relay (run relay-bench inside the relay module, or pass --relay-bin): %w", err)
 		}
 	}
 	t, err := startChild(bin, filepath.Join(dir, "data"), cfg)

@@ -24,9 +24,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server"
-	"relay/world/demo"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // hugeBody is the Content-Length the admission tests announce and never

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // TestBrowserEventSource runs a web page of another origin in headless

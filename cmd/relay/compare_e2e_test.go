@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"relay/link/linktest"
-	"relay/world"
-	"relay/world/demo"
-	"relay/world/embedded"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/embedded"
 )
 
 // linkDemoCopy links to r a simulated tabletop that answers from its own

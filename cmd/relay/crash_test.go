@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"relay/world/demo"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // TestCrash runs the relay as a child process and kills it with SIGKILL,

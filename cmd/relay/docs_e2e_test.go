@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"relay/gen/openapi"
+	"github.com/tabletop-relay/relay/gen/openapi"
 )
 
 // TestDocsPage checks the API reference page's HTTP side: /docs and its

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/gen/openapi"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/gen/openapi"
 )
 
 var requestIDPattern = regexp.MustCompile(`^[a-z0-9-]+_\d+$`)

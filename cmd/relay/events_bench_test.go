@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"relay/world/events"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 // BenchmarkEventFanout measures the event streams' fan-out: many concurrent

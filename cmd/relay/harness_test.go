@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/netlimit"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/netlimit"
 )
 
 // Ids of the demo world used throughout the tests.

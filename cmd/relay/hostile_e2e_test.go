@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"relay/server/keys"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 func TestRateLimitPerKey(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"relay/server/keys"
-	"relay/world/demo"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // isolationRequest is one request of the isolation test and what came back.

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server/keys"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // keyCall is the outcome of one call of the key service, whichever the

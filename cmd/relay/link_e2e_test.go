@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/link"
-	"relay/link/linktest"
-	"relay/server/keys"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // tabletop returns an unpaired simulated tabletop for the relay whose

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/link"
-	"relay/link/linktest"
-	"relay/world"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // TestLinkedWorldCalls: a linked world answers the same routes as an

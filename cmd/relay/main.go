@@ -22,7 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 const usage = `relay: an API in front of tabletop worlds

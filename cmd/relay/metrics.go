@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"relay/link"
-	"relay/observe"
-	"relay/server"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/observe"
+	"github.com/tabletop-relay/relay/server"
 )
 
 // serveMetrics serves the metrics at /metrics on their own address (see

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"relay/gen/openapi"
+	"github.com/tabletop-relay/relay/gen/openapi"
 )
 
 // oaDoc is the relay's OpenAPI document read as plain JSON, with a

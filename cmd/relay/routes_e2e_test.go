@@ -14,7 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 
-	"relay/server"
+	"github.com/tabletop-relay/relay/server"
 )
 
 // routeRPC is one REST route and the RPC it must reach.

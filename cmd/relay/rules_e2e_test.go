@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // jsonPath reads a dotted path of a decoded JSON object.

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world/script"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // The execute-js sandbox end to end: hostile scripts are stopped at the

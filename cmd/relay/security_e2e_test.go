@@ -18,11 +18,11 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/proto"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/server"
-	"relay/server/keys"
-	"relay/world"
-	"relay/world/demo"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // otherWorld is the client id of the second world the isolation tests

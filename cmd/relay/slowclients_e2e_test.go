@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // The attacks of issue 12, section 2: clients that hold connections by

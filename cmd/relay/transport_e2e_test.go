@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/wire"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // grpcOverHTTP is one gRPC call sent by hand over an HTTP/2 client: the

@@ -7,7 +7,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"relay/gateway"
+	"github.com/tabletop-relay/relay/gateway"
 )
 
 // Build information that a release build sets with the linker, overriding
@@ -16,7 +16,7 @@ import (
 //	go build -ldflags "-X main.version=v1.2.0 -X main.commit=$(git rev-parse HEAD) -X main.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" ./cmd/relay
 //
 // Left empty, the values come from runtime/debug.ReadBuildInfo: the module
-// version of `go install relay/cmd/relay@v1.2.0`, and the commit and its
+// version of `go install github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the commit and its
 // time that `go build` records in a git checkout.
 var (
 	version string

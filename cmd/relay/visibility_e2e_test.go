@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	relayv1 "relay/gen/go/relay/v1"
-	"relay/world"
-	"relay/world/demo"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // The read rules of GET /get hold through every other door. In the demo,

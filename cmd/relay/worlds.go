@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	relayv1 "relay/gen/go/relay/v1"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 // worldsPairCode creates a pairing code on a running relay and prints only

@@ -34,11 +34,11 @@ import (
 	"syscall"
 	"time"
 
-	"relay/link"
-	"relay/link/linktest"
-	"relay/world"
-	"relay/world/demo"
-	"relay/world/embedded"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/embedded"
 )
 
 // state is what the simulator keeps between runs.

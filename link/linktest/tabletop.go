@@ -23,7 +23,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"relay/link"
+	"github.com/tabletop-relay/relay/link"
 )
 
 // Request is one request from the relay.

@@ -10,8 +10,8 @@ import (
 	"path"
 	"strings"
 
-	"relay/link"
-	"relay/world"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // WorldHandler answers the module's request types from a world (in tests,

@@ -36,7 +36,7 @@ import (
 	// policy and raw_json, google.api http and field_behavior), so that the
 	// image's options decode into them.
 	_ "google.golang.org/genproto/googleapis/api/annotations"
-	_ "relay/gen/go/relay/v1"
+	_ "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
 //go:embed values.json

@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"relay/sqlitedb"
+	"github.com/tabletop-relay/relay/sqlitedb"
 )
 
 // Key format: "rk_" followed by the unpadded base64url encoding of 32 random

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"testing"
 
-	"relay/world"
-	"relay/world/combat"
-	"relay/world/demo"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/combat"
+	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // Demo world uuids.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Add adds tokens (or actors, as their token on the active scene) to an

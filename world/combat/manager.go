@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Dice rolls one die: a whole number from 1 to faces.

@@ -3,7 +3,7 @@ package combat
 import (
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // resolveToken finds the token a uuid stands for: a token uuid

@@ -3,7 +3,7 @@ package combat
 import (
 	"context"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // gmActions are the GM-only operations' words in the permission error.

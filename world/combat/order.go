@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // ranked is a combatant with what its place in the order depends on.

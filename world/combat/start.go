@@ -3,7 +3,7 @@ package combat
 import (
 	"context"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Start creates an encounter, makes it the world's active one (the others

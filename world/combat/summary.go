@@ -5,7 +5,7 @@ import (
 	"context"
 	"slices"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // List returns the world's encounters in the order they were started, as

@@ -1,6 +1,6 @@
 package combat
 
-import "relay/world"
+import "github.com/tabletop-relay/relay/world"
 
 // The encounter types are the world's (the vocabulary every kind of world
 // shares, see [world.Encounters]); the names below let this package read in

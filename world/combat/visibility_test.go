@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"relay/world"
-	"relay/world/combat"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/combat"
 )
 
 // TestHiddenCombatantsThroughEveryDoor: a hidden combatant is, for a

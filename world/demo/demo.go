@@ -23,7 +23,7 @@ import (
 	"fmt"
 	"io/fs"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // ClientID is the client id under which the demo world is served.

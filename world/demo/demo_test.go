@@ -15,7 +15,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Fixed ids used by README examples. Changing one of them is a breaking change

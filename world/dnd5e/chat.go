@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // author returns the user id chat messages are written as: the caller's,

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // validSkills lists the skills in an error message.

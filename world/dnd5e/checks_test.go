@@ -3,7 +3,7 @@ package dnd5e
 import (
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 func TestDerivedData(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // The concentration effect, as the system creates it.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Denominations are the coin denominations, most valuable first.

@@ -4,8 +4,8 @@ import (
 	"context"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // DeathSave rolls a death saving throw for an actor at 0 hit points: DC 10,

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // The abilities and skills, in the system's order.

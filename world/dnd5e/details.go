@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // itemSourceKeys are the fields of an item's source object in the details.

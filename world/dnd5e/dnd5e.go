@@ -25,8 +25,8 @@ import (
 	"slices"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // Rules runs the ruleset's operations. It holds no state besides its dice,

@@ -4,7 +4,7 @@ import (
 	"reflect"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // TestApplyEffectsLeavesTheStoredDocument checks that applying effect

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/demo"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // Demo world uuids used by the tests.

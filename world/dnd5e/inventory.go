@@ -3,7 +3,7 @@ package dnd5e
 import (
 	"context"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // ModifyItemCharges adds amount (negative spends) to an item's charges,

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // hitDieClass is a class item's hit dice.

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 func TestShortRest(t *testing.T) {

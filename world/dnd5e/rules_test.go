@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // effect is the data of an active effect with changes (key, mode, value)

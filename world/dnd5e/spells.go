@@ -5,8 +5,8 @@ import (
 	"math"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // spellMethod is how a spell is cast: `spell` (prepared from a class),

@@ -1,6 +1,6 @@
 package dnd5e
 
-import "relay/world"
+import "github.com/tabletop-relay/relay/world"
 
 // The ruleset's parameter and result types are the world's (the vocabulary
 // every kind of world shares, see [world.Dnd5e]); the names below let this

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/world"
-	"relay/world/dice"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/dice"
 )
 
 // accepts reports whether an item is of the kind.

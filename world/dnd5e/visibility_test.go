@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // The demo's levels used below: Alice owns Aria and observes Brom; Bob owns

@@ -3,7 +3,7 @@ package embedded
 import (
 	"context"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // The fifth-edition operations (world/dnd5e), each the rules applied to the

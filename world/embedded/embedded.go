@@ -22,13 +22,13 @@ import (
 	"io"
 	"sync"
 
-	"relay/world"
-	"relay/world/combat"
-	"relay/world/dice"
-	"relay/world/dnd5e"
-	"relay/world/events"
-	"relay/world/files"
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/combat"
+	"github.com/tabletop-relay/relay/world/dice"
+	"github.com/tabletop-relay/relay/world/dnd5e"
+	"github.com/tabletop-relay/relay/world/events"
+	"github.com/tabletop-relay/relay/world/files"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // Options configure the embedded worlds. The zero value works: no file

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/demo"
-	"relay/world/embedded"
-	"relay/world/events"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/embedded"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 // openRegistry opens a host with the demo world and its registry.

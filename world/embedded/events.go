@@ -3,8 +3,8 @@ package embedded
 import (
 	"context"
 
-	"relay/world"
-	"relay/world/events"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 // Subscribe implements [world.Events] over the event hub.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // The channels events are published on: one per subscribe endpoint.

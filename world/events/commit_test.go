@@ -7,9 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"relay/world"
-	"relay/world/demo"
-	"relay/world/events"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 // actorChange is an update of an actor's name, as the engine reports it.

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // An event is about one document (its subject, event.Access), but its

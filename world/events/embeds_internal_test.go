@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 var player = &world.User{ID: "player0000000001", Name: "Player", Role: world.RolePlayer}

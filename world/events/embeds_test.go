@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/events"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 const (

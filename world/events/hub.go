@@ -27,7 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Options tune a hub. The zero value works.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Errors that end a subscription, the world's own.

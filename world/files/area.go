@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Area is one world's file area. It holds only the directory's name; each

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // TestErrorsHideTheAreaPath: errors of the file system name the area's

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"relay/world"
-	"relay/world/files"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/files"
 )
 
 // newArea returns an area with a few files and a directory outside it

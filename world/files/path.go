@@ -5,7 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Limits on paths.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"relay/world"
-	"relay/world/files"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/files"
 )
 
 // FuzzClean checks the file area's path check: any text is either refused

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // File is an open file of the area. Read it as a stream; Close it when done.

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"relay/world/files"
+	"github.com/tabletop-relay/relay/world/files"
 )
 
 // A write killed half-way leaves a temporary file; the start-up sweep

@@ -10,7 +10,7 @@ import (
 	"os"
 	"path"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // WriteOptions tune a write.

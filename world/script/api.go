@@ -11,7 +11,7 @@ import (
 
 	"github.com/dop251/goja"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // install sets up the globals `game` and `console`.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dop251/goja"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // exportError is a value that cannot cross into Go.

@@ -6,8 +6,8 @@ import (
 	"reflect"
 	"testing"
 
-	"relay/world"
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // The script API against the real world engine.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // GetJSON completes the fake's world.World; scripts read documents through

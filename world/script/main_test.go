@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // TestMain lets the test binary serve as a script worker: a Pool starts

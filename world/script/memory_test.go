@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // TestMemoryLimit runs scripts that keep everything they allocate: each is

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Defaults and bounds of a [Pool].

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // The tests of Pool: scripts run in worker processes (this test binary

@@ -15,7 +15,7 @@ import (
 	"github.com/dlclark/regexp2/v2"
 	"github.com/dop251/goja"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Default limits, used where [Options] leaves a field zero.

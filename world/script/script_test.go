@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"relay/world"
-	"relay/world/script"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/script"
 )
 
 // call is one world call the fake saw.

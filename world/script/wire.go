@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // The protocol between a [Pool] and its workers: each message is a frame of

@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Frames round-trip, and a reader refuses a frame over its limit or cut

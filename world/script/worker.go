@@ -11,7 +11,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 
-	"relay/world"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // WorkerEnv is the environment variable that marks a process started by a

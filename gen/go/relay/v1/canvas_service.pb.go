@@ -375,7 +375,7 @@ const file_relay_v1_canvas_service_proto_rawDesc = "" +
 	"\fSelectTokens\x12\x1d.relay.v1.SelectTokensRequest\x1a\x1e.relay.v1.SelectTokensResponse\"<\xaa\x9f\x19&\n" +
 	"\x06select\x12\ventity:read \x01*\rselect tokens\x82\xd3\xe4\x93\x02\f:\x01*\"\a/select\x12\xa1\x01\n" +
 	"\x11GetSelectedTokens\x12\".relay.v1.GetSelectedTokensRequest\x1a#.relay.v1.GetSelectedTokensResponse\"C\xaa\x9f\x19.\n" +
-	"\bselected\x12\ventity:read \x01*\x13get selected tokens\x82\xd3\xe4\x93\x02\v\x12\t/selectedB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\bselected\x12\ventity:read \x01*\x13get selected tokens\x82\xd3\xe4\x93\x02\v\x12\t/selectedB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_canvas_service_proto_rawDescOnce sync.Once

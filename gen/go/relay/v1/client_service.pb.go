@@ -317,7 +317,7 @@ const file_relay_v1_client_service_proto_rawDesc = "" +
 	"\rClientService\x12y\n" +
 	"\vListClients\x12\x1c.relay.v1.ListClientsRequest\x1a\x1d.relay.v1.ListClientsResponse\"-\xaa\x9f\x19\x19\n" +
 	"\aclients\x12\fclients:read\x18\x01\x82\xd3\xe4\x93\x02\n" +
-	"\x12\b/clientsB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\x12\b/clientsB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_client_service_proto_rawDescOnce sync.Once

@@ -1777,7 +1777,7 @@ const file_relay_v1_combat_service_proto_rawDesc = "" +
 	"\x0eAddToEncounter\x12\x1f.relay.v1.AddToEncounterRequest\x1a .relay.v1.AddToEncounterResponse\"D\xaa\x9f\x19$\n" +
 	"\x10add-to-encounter\x12\x10encounter:manage\x82\xd3\xe4\x93\x02\x16:\x01*\"\x11/add-to-encounter\x12\xb2\x01\n" +
 	"\x13RemoveFromEncounter\x12$.relay.v1.RemoveFromEncounterRequest\x1a%.relay.v1.RemoveFromEncounterResponse\"N\xaa\x9f\x19)\n" +
-	"\x15remove-from-encounter\x12\x10encounter:manage\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/remove-from-encounterB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\x15remove-from-encounter\x12\x10encounter:manage\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/remove-from-encounterB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_combat_service_proto_rawDescOnce sync.Once

@@ -4684,7 +4684,7 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\bUseSpell\x12\x19.relay.v1.UseSpellRequest\x1a\x1a.relay.v1.UseSpellResponse\"1\xaa\x9f\x19\x12\n" +
 	"\tuse-spell\x12\x05dnd5e\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/dnd5e/use-spell\x12o\n" +
 	"\aUseItem\x12\x18.relay.v1.UseItemRequest\x1a\x19.relay.v1.UseItemResponse\"/\xaa\x9f\x19\x11\n" +
-	"\buse-item\x12\x05dnd5e\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/dnd5e/use-itemB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\buse-item\x12\x05dnd5e\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/dnd5e/use-itemB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_dnd5e_service_proto_rawDescOnce sync.Once

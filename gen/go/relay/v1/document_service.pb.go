@@ -1775,7 +1775,7 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\bincrease\x12\fentity:write\x82\xd3\xe4\x93\x02\x0e:\x01*\"\t/increase\x12_\n" +
 	"\x04Kill\x12\x15.relay.v1.KillRequest\x1a\x16.relay.v1.KillResponse\"(\xaa\x9f\x19\x14\n" +
 	"\x04kill\x12\fentity:write\x82\xd3\xe4\x93\x02\n" +
-	":\x01*\"\x05/killB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	":\x01*\"\x05/killB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_document_service_proto_rawDescOnce sync.Once

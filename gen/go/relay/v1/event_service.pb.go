@@ -635,7 +635,7 @@ const file_relay_v1_event_service_proto_rawDesc = "" +
 	"\x0fSubscribeActors\x12 .relay.v1.SubscribeActorsRequest\x1a!.relay.v1.SubscribeActorsResponse\"?\xaa\x9f\x19#\n" +
 	"\x0factor-subscribe\x12\x10events:subscribe\x82\xd3\xe4\x93\x02\x12\x12\x10/actor/subscribe0\x01\x12\x99\x01\n" +
 	"\x0fSubscribeScenes\x12 .relay.v1.SubscribeScenesRequest\x1a!.relay.v1.SubscribeScenesResponse\"?\xaa\x9f\x19#\n" +
-	"\x0fscene-subscribe\x12\x10events:subscribe\x82\xd3\xe4\x93\x02\x12\x12\x10/scene/subscribe0\x01B\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\x0fscene-subscribe\x12\x10events:subscribe\x82\xd3\xe4\x93\x02\x12\x12\x10/scene/subscribe0\x01B9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_event_service_proto_rawDescOnce sync.Once

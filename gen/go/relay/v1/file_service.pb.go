@@ -613,7 +613,7 @@ const file_relay_v1_file_service_proto_rawDesc = "" +
 	"\n" +
 	"UploadFile\x12\x1b.relay.v1.UploadFileRequest\x1a\x1c.relay.v1.UploadFileResponse\"K\xaa\x9f\x195\n" +
 	"\vupload-file\x12\n" +
-	"file:write2\fFILES_UPLOAD:\fupload files\x82\xd3\xe4\x93\x02\f:\x01*\"\a/upload(\x01B\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"file:write2\fFILES_UPLOAD:\fupload files\x82\xd3\xe4\x93\x02\f:\x01*\"\a/upload(\x01B9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_file_service_proto_rawDescOnce sync.Once

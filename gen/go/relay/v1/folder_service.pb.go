@@ -376,7 +376,7 @@ const file_relay_v1_folder_service_proto_rawDesc = "" +
 	"\fCreateFolder\x12\x1d.relay.v1.CreateFolderRequest\x1a\x1e.relay.v1.CreateFolderResponse\"O\xaa\x9f\x192\n" +
 	"\rcreate-folder\x12\x0fstructure:write \x01*\x0ecreate folders\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/create-folder\x12\x9b\x01\n" +
 	"\fDeleteFolder\x12\x1d.relay.v1.DeleteFolderRequest\x1a\x1e.relay.v1.DeleteFolderResponse\"L\xaa\x9f\x192\n" +
-	"\rdelete-folder\x12\x0fstructure:write \x01*\x0edelete folders\x82\xd3\xe4\x93\x02\x10*\x0e/delete-folderB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\rdelete-folder\x12\x0fstructure:write \x01*\x0edelete folders\x82\xd3\xe4\x93\x02\x10*\x0e/delete-folderB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_folder_service_proto_rawDescOnce sync.Once

@@ -551,7 +551,7 @@ const file_relay_v1_key_service_proto_rawDesc = "" +
 	"\tRevokeKey\x12\x1a.relay.v1.RevokeKeyRequest\x1a\x1b.relay.v1.RevokeKeyResponse\"+\xaa\x9f\x19\x15\n" +
 	"\n" +
 	"revoke-key\x12\x05admin\x18\x01\x82\xd3\xe4\x93\x02\f*\n" +
-	"/keys/{id}B\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"/keys/{id}B9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_key_service_proto_rawDescOnce sync.Once

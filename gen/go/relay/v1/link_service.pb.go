@@ -278,7 +278,7 @@ const file_relay_v1_link_service_proto_rawDesc = "" +
 	"\x11CreatePairingCode\x12\".relay.v1.CreatePairingCodeRequest\x1a#.relay.v1.CreatePairingCodeResponse\";\xaa\x9f\x19\x1e\n" +
 	"\x13create-pairing-code\x12\x05admin\x18\x01\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/pairing-codes\x12\x89\x01\n" +
 	"\vUnpairWorld\x12\x1c.relay.v1.UnpairWorldRequest\x1a\x1d.relay.v1.UnpairWorldResponse\"=\xaa\x9f\x19\x17\n" +
-	"\funpair-world\x12\x05admin\x18\x01\x82\xd3\xe4\x93\x02\x1c*\x1a/linked-worlds/{client_id}B\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\funpair-world\x12\x05admin\x18\x01\x82\xd3\xe4\x93\x02\x1c*\x1a/linked-worlds/{client_id}B9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_link_service_proto_rawDescOnce sync.Once

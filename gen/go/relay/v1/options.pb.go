@@ -204,7 +204,7 @@ const file_relay_v1_options_proto_rawDesc = "" +
 	"\braw_json\x12\x1d.google.protobuf.FieldOptions\x18\xf6\x93\x03 \x01(\bR\arawJson:>\n" +
 	"\n" +
 	"omit_empty\x12\x1d.google.protobuf.FieldOptions\x18\xf7\x93\x03 \x01(\bR\tomitEmpty:J\n" +
-	"\x06policy\x12\x1e.google.protobuf.MethodOptions\x18\xf5\x93\x03 \x01(\v2\x10.relay.v1.PolicyR\x06policyB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\x06policy\x12\x1e.google.protobuf.MethodOptions\x18\xf5\x93\x03 \x01(\v2\x10.relay.v1.PolicyR\x06policyB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_options_proto_rawDescOnce sync.Once

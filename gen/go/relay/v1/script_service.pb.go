@@ -157,7 +157,7 @@ const file_relay_v1_script_service_proto_rawDesc = "" +
 	"\tExecuteJs\x12\x1a.relay.v1.ExecuteJsRequest\x1a\x1b.relay.v1.ExecuteJsResponse\"H\xaa\x9f\x19.\n" +
 	"\n" +
 	"execute-js\x12\n" +
-	"execute-js \x01*\x12execute JavaScript\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/execute-jsB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"execute-js \x01*\x12execute JavaScript\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/execute-jsB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_script_service_proto_rawDescOnce sync.Once

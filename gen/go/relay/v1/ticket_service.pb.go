@@ -140,7 +140,7 @@ const file_relay_v1_ticket_service_proto_rawDesc = "" +
 	"expires_at\x18\x03 \x01(\tR\texpiresAt2\xb4\x01\n" +
 	"\rTicketService\x12\xa2\x01\n" +
 	"\x12CreateStreamTicket\x12#.relay.v1.CreateStreamTicketRequest\x1a$.relay.v1.CreateStreamTicketResponse\"A\xaa\x9f\x19#\n" +
-	"\rstream-ticket\x12\x10events:subscribe\x18\x01\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/stream-ticketsB\x1fZ\x1drelay/gen/go/relay/v1;relayv1b\x06proto3"
+	"\rstream-ticket\x12\x10events:subscribe\x18\x01\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/stream-ticketsB9Z7github.com/tabletop-relay/relay/gen/go/relay/v1;relayv1b\x06proto3"
 
 var (
 	file_relay_v1_ticket_service_proto_rawDescOnce sync.Once
