@@ -7,7 +7,9 @@ package jstest
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,7 +30,15 @@ type Cluster struct {
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t}
-	var seed *url.URL
+	// A clustered server finishes starting only once it can reach its
+	// routes, so every server is told every other's route address before
+	// any starts: the addresses are drawn first.
+	var routes []*url.URL
+	if n > 1 {
+		for range n {
+			routes = append(routes, &url.URL{Scheme: "nats", Host: freeAddr(t)})
+		}
+	}
 	for i := range n {
 		opts := &natsserver.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -40,9 +50,12 @@ func Start(t testing.TB, n int) *Cluster {
 			NoLog:      true,
 		}
 		if n > 1 {
-			opts.Cluster = natsserver.ClusterOpts{Name: "relaytest", Host: "127.0.0.1", Port: -1}
-			if seed != nil {
-				opts.Routes = []*url.URL{seed}
+			host, port := splitAddr(t, routes[i].Host)
+			opts.Cluster = natsserver.ClusterOpts{Name: "relaytest", Host: host, Port: port}
+			for j, r := range routes {
+				if j != i {
+					opts.Routes = append(opts.Routes, r)
+				}
 			}
 		}
 		s, err := natsserver.NewServer(opts)
@@ -50,14 +63,13 @@ func Start(t testing.TB, n int) *Cluster {
 			t.Fatalf("start NATS server %d: %v", i+1, err)
 		}
 		go s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
+		t.Cleanup(s.Shutdown)
+		c.Servers = append(c.Servers, s)
+	}
+	for i, s := range c.Servers {
+		if !s.ReadyForConnections(20 * time.Second) {
 			t.Fatalf("NATS server %d did not start", i+1)
 		}
-		t.Cleanup(s.Shutdown)
-		if n > 1 && seed == nil {
-			seed = &url.URL{Scheme: "nats", Host: s.ClusterAddr().String()}
-		}
-		c.Servers = append(c.Servers, s)
 	}
 	// In a cluster, JetStream is ready once its meta group has a leader
 	// and every server knows it; a stream created before then fails.
@@ -78,6 +90,32 @@ func Start(t testing.TB, n int) *Cluster {
 		}
 	}
 	return c
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// splitAddr splits host:port.
+func splitAddr(t testing.TB, addr string) (string, int) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host, p
 }
 
 // Conn connects to server i; the connection is closed when the test ends.

@@ -1,0 +1,73 @@
+// Package shared keeps the state that every relay node of a cluster must
+// see alike in JetStream key-value buckets: API keys, stream tickets,
+// pairing codes, linked worlds and their connection tokens. Each store
+// implements the interface its consumer already uses on a single node
+// (keys.Backend, server.TicketStore, link.Store), so node assembly picks
+// SQLite and memory or these, and nothing above notices.
+//
+// Buckets are replicated min(3, servers) ways. Secrets are never stored,
+// only their SHA-256 hashes, as on a single node. Entries that expire
+// (tickets, pairing codes) live in buckets whose entries JetStream removes
+// after a maximum age; each record also carries its own deadline, which is
+// what the stores check.
+//
+// Propagation: a node writes to its bucket and updates its own memory at
+// once; the other nodes learn of the change through a watcher (typically
+// within milliseconds) and, for API keys, read through to the bucket when
+// a presented key is not in memory, so a key created on one node works on
+// every node at once and a revoked key is refused everywhere as soon as
+// the watchers deliver the revision (tested: well within a second).
+package shared
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure the shared stores. The zero value works.
+type Options struct {
+	// Replicas is how many copies JetStream keeps of each bucket;
+	// ReplicasFor(nc) when 0.
+	Replicas int
+	// Clock is the current time; time.Now when nil.
+	Clock func() time.Time
+}
+
+func (o Options) now() time.Time {
+	if o.Clock == nil {
+		return time.Now()
+	}
+	return o.Clock()
+}
+
+// ReplicasFor is the replication the relay chooses on a connection: three
+// copies, or one per NATS server it knows of when there are fewer (the
+// server it is connected to and those the cluster told it about).
+func ReplicasFor(nc *nats.Conn) int {
+	return max(1, min(3, len(nc.Servers())))
+}
+
+// opTimeout bounds each bucket operation a store makes on its own
+// (watchers, background renewals), when no caller's context bounds it.
+const opTimeout = 5 * time.Second
+
+// openBucket creates the bucket, or updates its configuration to cfg.
+func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if replicas <= 0 {
+		replicas = max(1, min(3, len(js.Conn().Servers())))
+	}
+	cfg.Replicas = replicas
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// removeFile removes a file written by a step that failed later.
+func removeFile(path string) error { return os.Remove(path) }
