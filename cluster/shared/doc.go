@@ -36,6 +36,9 @@ type Options struct {
 	Replicas int
 	// Clock is the current time; time.Now when nil.
 	Clock func() time.Time
+	// TicketRenewEvery is how often a stream open with a ticket renews
+	// the ticket's deadline; a third of the reconnect window when 0.
+	TicketRenewEvery time.Duration
 }
 
 func (o Options) now() time.Time {
