@@ -1,0 +1,425 @@
+// Package eventbus carries the event streams of a relay cluster between
+// its nodes over NATS JetStream.
+//
+// The host node of a world publishes each of the world's events once, as
+// its hub numbered and encoded them (events.Hub.OnPublish), to the subject
+// relay.events.<clientId> of one JetStream stream that keeps, per world,
+// as many events as a hub's ring (the newest ones). A node with
+// subscribers for a world hosted elsewhere runs one feed for that world:
+// an ordered consumer of its subject that first reads the kept events (so
+// that a subscriber arriving from another node can resume) and then
+// follows new ones, feeding them to the node's own hub (events.Hub.Feed).
+// The node's subscribers are the hub's subscriptions, so fan-out, event
+// ids, filters, read rules, overflow and resume with Last-Event-ID are
+// exactly those of a local world; a resume from before the kept events, or
+// across events lost between the nodes, gets the documented reset event.
+// A feed stops a while (Options.Linger) after the world's last subscriber
+// on the node left.
+package eventbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/events"
+)
+
+// StreamName is the JetStream stream of the worlds' events.
+const StreamName = "RELAY_EVENTS"
+
+// subjectPrefix starts the subject of each world's events.
+const subjectPrefix = "relay.events."
+
+// seqHeader carries an event's sequence number.
+const seqHeader = "Relay-Seq"
+
+// Defaults of Options.
+const (
+	DefaultLinger       = time.Minute
+	DefaultCatchUp      = 2 * time.Second
+	DefaultPublishQueue = 1 << 16
+)
+
+// Options configure a Bus. The zero value works.
+type Options struct {
+	// Replicas is how many copies JetStream keeps of the events; one per
+	// server the connection knows of, at most three, when 0.
+	Replicas int
+	// RingSize is how many events of each world the stream keeps, as a
+	// hub's ring does; events.DefaultRingSize when 0. Give the hub's.
+	RingSize int
+	// Linger is how long a feed keeps running after the last subscriber
+	// of its world on this node left, so that a reconnecting subscriber
+	// finds it running; DefaultLinger when 0.
+	Linger time.Duration
+	// CatchUp is how long a subscriber resuming from an event this node
+	// has not received yet (it came to the subscriber through a faster
+	// node) waits for it before getting what the node has;
+	// DefaultCatchUp when 0.
+	CatchUp time.Duration
+	// PublishQueue is how many events may wait to be published; when it
+	// is full (NATS unreachable) further events are dropped and counted,
+	// and the other nodes' subscribers get the reset event.
+	// DefaultPublishQueue when 0.
+	PublishQueue int
+	// Log receives warnings; discarded when nil.
+	Log *slog.Logger
+}
+
+// Bus publishes the events of the worlds this node hosts and feeds the
+// node's hub with those of worlds hosted elsewhere that have subscribers
+// here.
+type Bus struct {
+	js   jetstream.JetStream
+	hub  *events.Hub
+	opts Options
+
+	queue   chan outgoing
+	dropped atomic.Uint64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+
+	mu        sync.Mutex
+	feeds     map[string]*feed
+	closed    bool
+	closeOnce sync.Once
+}
+
+// outgoing is one event waiting to be published.
+type outgoing struct {
+	clientID string
+	record   world.JournalRecord
+}
+
+// New creates (or updates) the events stream, makes hub publish the events
+// of the worlds it hosts to it, and returns the bus. Close stops it.
+func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Options) (*Bus, error) {
+	if opts.RingSize <= 0 {
+		opts.RingSize = events.DefaultRingSize
+	}
+	if opts.Linger <= 0 {
+		opts.Linger = DefaultLinger
+	}
+	if opts.CatchUp <= 0 {
+		opts.CatchUp = DefaultCatchUp
+	}
+	if opts.PublishQueue <= 0 {
+		opts.PublishQueue = DefaultPublishQueue
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Replicas <= 0 {
+		opts.Replicas = max(1, min(3, len(js.Conn().Servers())))
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:              StreamName,
+		Description:       "relay world events, per world the newest as a hub's ring keeps them",
+		Subjects:          []string{subjectPrefix + "*"},
+		Retention:         jetstream.LimitsPolicy,
+		MaxMsgsPerSubject: int64(opts.RingSize),
+		Discard:           jetstream.DiscardOld,
+		Storage:           jetstream.FileStorage,
+		Replicas:          opts.Replicas,
+		Duplicates:        2 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
+	}
+	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
+	b.wg.Add(1)
+	go b.publish()
+	hub.OnPublish(b.enqueue)
+	return b, nil
+}
+
+// Dropped counts the events that could not be queued for publishing.
+func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
+
+// enqueue is the hub's publish tap: it queues and never blocks the world.
+func (b *Bus) enqueue(clientID string, records []world.JournalRecord) {
+	for _, r := range records {
+		select {
+		case b.queue <- outgoing{clientID: clientID, record: r}:
+		default:
+			if b.dropped.Add(1) == 1 {
+				b.opts.Log.Warn("events could not be published to the other nodes: the queue is full", "world", clientID)
+			}
+		}
+	}
+}
+
+// publish sends the queued events in order, without waiting for each
+// acknowledgement (JetStream keeps the order of one connection's
+// messages). Each carries its world and sequence as its message id, so a
+// retried publication is stored once.
+func (b *Bus) publish() {
+	defer b.wg.Done()
+	for {
+		var o outgoing
+		select {
+		case o = <-b.queue:
+		case <-b.stop:
+			return
+		}
+		msg := nats.NewMsg(subjectPrefix + o.clientID)
+		msg.Data = o.record.Data
+		seq := strconv.FormatUint(o.record.Seq, 10)
+		msg.Header.Set(seqHeader, seq)
+		msg.Header.Set(jetstream.MsgIDHeader, o.clientID+"."+seq)
+		ack, err := b.js.PublishMsgAsync(msg)
+		if err != nil {
+			b.opts.Log.Warn("an event could not be published to the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
+			continue
+		}
+		go func() {
+			select {
+			case <-ack.Ok():
+			case err := <-ack.Err():
+				b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
+			}
+		}()
+	}
+}
+
+// Close stops publishing and every feed; subscriptions fed by the bus get
+// no more events.
+func (b *Bus) Close() { b.closeOnce.Do(b.close) }
+
+func (b *Bus) close() {
+	b.hub.OnPublish(nil)
+	b.mu.Lock()
+	b.closed = true
+	feeds := b.feeds
+	b.feeds = map[string]*feed{}
+	b.mu.Unlock()
+	for _, f := range feeds {
+		f.halt()
+	}
+	close(b.stop)
+	b.wg.Wait()
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// Events returns the event streams of a world hosted by another node,
+// served on this node (a world.Events for that world).
+func (b *Bus) Events(clientID string) world.Events { return remoteEvents{b: b, clientID: clientID} }
+
+// remoteEvents is world.Events for a world hosted elsewhere.
+type remoteEvents struct {
+	b        *Bus
+	clientID string
+}
+
+// Subscribe implements world.Events.
+func (r remoteEvents) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	return r.b.Subscribe(ctx, r.clientID, user, req)
+}
+
+// Subscribe starts a subscription on the events of a world hosted by
+// another node: it starts the world's feed when it is not running, waits
+// until the feed read the kept events, and, for a resume from an event
+// this node has not received yet, waits up to Options.CatchUp for it.
+func (b *Bus) Subscribe(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	f, err := b.acquire(clientID)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			b.release(f)
+		}
+	}()
+	select {
+	case <-f.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f.err != nil {
+		return nil, world.Wrapf(world.ErrUnavailable, f.err, "The events of world %s are not available: %v", clientID, f.err)
+	}
+	if req.Resume && req.After > b.hub.Head(clientID) {
+		deadline := time.Now().Add(b.opts.CatchUp)
+		for req.After > b.hub.Head(clientID) && time.Now().Before(deadline) {
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	sub, err := b.hub.SubscribeFed(clientID, events.Request{EventRequest: req, User: user})
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return &fedSubscription{Subscription: sub, release: func() { b.release(f) }}, nil
+}
+
+// fedSubscription is a hub subscription that holds its world's feed.
+type fedSubscription struct {
+	*events.Subscription
+	once    sync.Once
+	release func()
+}
+
+// Close ends the subscription and lets go of the feed.
+func (s *fedSubscription) Close() {
+	s.Subscription.Close()
+	s.once.Do(s.release)
+}
+
+// feed is the consumer that brings one world's events to this node.
+type feed struct {
+	clientID string
+	refs     int         // subscriptions holding it; the bus's mu guards it
+	linger   *time.Timer // stops the feed once unused; the bus's mu guards it
+	ready    chan struct{}
+	err      error // why the feed could not start; set before ready closes
+	readyOne sync.Once
+	// started is closed when run returns; cancel and consume are set by
+	// then.
+	started chan struct{}
+	cancel  context.CancelFunc
+	consume jetstream.ConsumeContext
+	once    sync.Once
+}
+
+// markReady lets the subscribers waiting for the feed go, with the error
+// that kept it from starting, if any.
+func (f *feed) markReady(err error) {
+	f.readyOne.Do(func() {
+		f.err = err
+		close(f.ready)
+	})
+}
+
+// acquire returns the world's running feed, starting it when needed.
+func (b *Bus) acquire(clientID string) (*feed, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, world.Errorf(world.ErrUnavailable, "The events of world %s are not available: the node is stopping", clientID)
+	}
+	f := b.feeds[clientID]
+	if f == nil || f.failed() {
+		f = &feed{clientID: clientID, ready: make(chan struct{}), started: make(chan struct{})}
+		b.feeds[clientID] = f
+		go b.run(f)
+	}
+	if f.linger != nil {
+		f.linger.Stop()
+		f.linger = nil
+	}
+	f.refs++
+	return f, nil
+}
+
+// failed reports whether the feed could not start.
+func (f *feed) failed() bool {
+	select {
+	case <-f.ready:
+		return f.err != nil
+	default:
+		return false
+	}
+}
+
+// release lets go of a feed; the last one out stops it after the linger.
+func (b *Bus) release(f *feed) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f.refs--; f.refs > 0 || b.closed {
+		return
+	}
+	f.linger = time.AfterFunc(b.opts.Linger, func() {
+		b.mu.Lock()
+		if f.refs > 0 || b.feeds[f.clientID] != f {
+			b.mu.Unlock()
+			return
+		}
+		delete(b.feeds, f.clientID)
+		b.mu.Unlock()
+		f.halt()
+	})
+}
+
+// halt stops the feed's consumer.
+func (f *feed) halt() {
+	f.once.Do(func() {
+		<-f.started
+		if f.consume != nil {
+			f.consume.Stop()
+		}
+		if f.cancel != nil {
+			f.cancel()
+		}
+	})
+}
+
+// run starts the world's consumer and marks the feed ready once it read
+// the kept events.
+func (b *Bus) run(f *feed) {
+	defer close(f.started)
+	fail := f.markReady
+	ctx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	subject := subjectPrefix + f.clientID
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	stream, err := b.js.Stream(sctx, StreamName)
+	if err != nil {
+		fail(err)
+		return
+	}
+	empty := false
+	if _, err := stream.GetLastMsgForSubject(sctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+		empty = true
+	} else if err != nil {
+		fail(err)
+		return
+	}
+	cons, err := stream.OrderedConsumer(sctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		fail(err)
+		return
+	}
+	if empty {
+		// The stream starts here, with nothing kept.
+		b.hub.Feed(f.clientID, nil)
+	}
+	consume, err := cons.Consume(func(msg jetstream.Msg) {
+		seq, err := strconv.ParseUint(msg.Headers().Get(seqHeader), 10, 64)
+		if err == nil {
+			b.hub.Feed(f.clientID, []world.JournalRecord{{Seq: seq, Data: msg.Data()}})
+		}
+		if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
+			f.markReady(nil)
+		}
+	})
+	if err != nil {
+		fail(err)
+		return
+	}
+	f.consume = consume
+	if empty {
+		f.markReady(nil)
+	}
+}
