@@ -250,4 +250,3 @@ func TestFeedStartsFromKeptEvents(t *testing.T) {
 		t.Fatalf("Subscribe on a closed bus: %v, want ErrUnavailable", err)
 	}
 }
-
