@@ -310,6 +310,32 @@ func (s *KeyStore) store(ctx context.Context, m keys.Minted) error {
 	return nil
 }
 
+// Import stores the keys of a single node that joins the cluster, with
+// their ids, hashes, states and creators, so that they keep working: but
+// only into a bucket that holds no key yet (the first node to join brings
+// its keys; the keys of the others are theirs alone and are not merged).
+// It reports how many keys it stored; the bootstrap entry is claimed
+// first, so the cluster bootstraps no admin key of its own after an import.
+func (s *KeyStore) Import(ctx context.Context, ks []keys.Exported) (int, error) {
+	if len(ks) == 0 {
+		return 0, nil
+	}
+	if n, err := s.Count(ctx); err != nil || n > 0 {
+		return 0, err
+	}
+	if _, err := s.kv.Create(ctx, bootstrapEntry, []byte("imported "+s.clock().UTC().Format(time.RFC3339Nano))); errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("shared: import keys: %w", err)
+	}
+	for i, e := range ks {
+		if err := s.store(ctx, keys.Minted{Key: e.Key, Hash: e.Hash}); err != nil {
+			return i, fmt.Errorf("shared: import keys: %w", err)
+		}
+	}
+	return len(ks), nil
+}
+
 // List returns every key, revoked ones included, in order of creation.
 // It answers from the index, which holds every key the watcher delivered.
 func (s *KeyStore) List(ctx context.Context) ([]keys.Key, error) {

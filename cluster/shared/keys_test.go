@@ -200,3 +200,51 @@ func TestKeysBootstrapOnce(t *testing.T) {
 		t.Fatalf("%d nodes created an admin key, want 1", count)
 	}
 }
+
+// TestKeysImportFromSingleNode brings a single node's SQLite keys into an
+// empty cluster: they keep working (revoked ones stay revoked) on every
+// node, no admin key is bootstrapped besides, and a second node's keys are
+// not merged.
+func TestKeysImportFromSingleNode(t *testing.T) {
+	ctx := context.Background()
+	local, err := keys.Open(filepath.Join(t.TempDir(), "relay.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	admin, created, err := local.Bootstrap(ctx, filepath.Join(t.TempDir(), "admin.key"))
+	if err != nil || !created {
+		t.Fatal(created, err)
+	}
+	gone, goneKey, err := local.Create(ctx, keys.Spec{Name: "gone", Scopes: []string{keys.ScopeSearch}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.Revoke(ctx, goneKey.ID); err != nil {
+		t.Fatal(err)
+	}
+	exported, err := local.Export(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c := jstest.Start(t, 3)
+	nodes := openKeys(t, c)
+	if n, err := nodes[0].Import(ctx, exported); err != nil || n != 2 {
+		t.Fatalf("Import = %d, %v; want 2", n, err)
+	}
+	for i, n := range nodes {
+		if k, err := n.Authenticate(ctx, admin); err != nil || k.CreatedBy != keys.CreatedByBootstrap {
+			t.Fatalf("node %d with the imported admin key: %+v, %v", i+1, k, err)
+		}
+		if _, err := n.Authenticate(ctx, gone); !errors.Is(err, keys.ErrRevoked) {
+			t.Fatalf("node %d with the imported revoked key: %v", i+1, err)
+		}
+	}
+	if _, created, err := nodes[1].Bootstrap(ctx, filepath.Join(t.TempDir(), "admin.key")); err != nil || created {
+		t.Fatalf("Bootstrap after an import: created %v, %v", created, err)
+	}
+	if n, err := nodes[2].Import(ctx, exported[:1]); err != nil || n != 0 {
+		t.Fatalf("a second Import = %d, %v; want 0", n, err)
+	}
+}

@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"time"
 )
 
@@ -142,4 +143,34 @@ func (k Key) RevokedNow(now time.Time) Key {
 // and with mode 0600 (see Store.Bootstrap).
 func WriteKeyFile(path, plaintext string) error {
 	return writeFileAtomic(path, []byte(plaintext+"\n"), 0o600)
+}
+
+// Exported is a stored key with its hash, as [Store.Export] gives it to
+// another store that takes the keys over.
+type Exported struct {
+	Key  Key
+	Hash [sha256.Size]byte
+}
+
+// Export returns every key with its hash, revoked ones included, in order
+// of creation: a single node that joins a cluster hands its keys to the
+// cluster's store with it, so that they keep working.
+func (s *Store) Export(ctx context.Context) ([]Exported, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+keyColumns+` FROM api_keys ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("keys: export keys: %w", err)
+	}
+	defer rows.Close()
+	var out []Exported
+	for rows.Next() {
+		k, h, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("keys: export keys: %w", err)
+		}
+		out = append(out, Exported{Key: k, Hash: h})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("keys: export keys: %w", err)
+	}
+	return out, nil
 }
