@@ -40,6 +40,10 @@ const StreamName = "RELAY_EVENTS"
 // subjectPrefix starts the subject of each world's events.
 const subjectPrefix = "relay.events."
 
+// noPeersCode is JetStream's error code for "no suitable peers for
+// placement": too few servers (yet) for the copies asked for.
+const noPeersCode jetstream.ErrorCode = 10005
+
 // seqHeader carries an event's sequence number.
 const seqHeader = "Relay-Seq"
 
@@ -122,7 +126,7 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	if opts.Replicas <= 0 {
 		opts.Replicas = max(1, min(3, len(js.Conn().Servers())))
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:              StreamName,
 		Description:       "relay world events, per world the newest as a hub's ring keeps them",
 		Subjects:          []string{subjectPrefix + "*"},
@@ -132,9 +136,23 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 		Storage:           jetstream.FileStorage,
 		Replicas:          opts.Replicas,
 		Duplicates:        2 * time.Minute,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
+	}
+	for {
+		_, err := js.CreateOrUpdateStream(ctx, cfg)
+		if err == nil {
+			break
+		}
+		// A cluster that is still forming has too few servers for the
+		// copies: wait for them while the caller lets us.
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != noPeersCode {
+			return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
 	b.wg.Add(1)

@@ -102,6 +102,7 @@ func subscribe(t *testing.T, n node, user *world.User, req world.EventRequest) w
 // a subscriber that moves to another node resumes without a gap, and one
 // that resumes from before the kept events gets the reset.
 func TestEventsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	e, nodes := startNodes(t, c)
 	actors := world.EventRequest{Channel: world.ChannelActor}
@@ -211,6 +212,7 @@ func TestEventsAcrossNodes(t *testing.T) {
 // events; and a feed whose last subscriber left stops after the linger
 // and starts again for the next one.
 func TestFeedStartsFromKeptEvents(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 1)
 	e, _ := startNodes(t, c)
 	update(t, e, aria, world.Document{"system.attributes.hp.value": 1})

@@ -16,6 +16,7 @@ import (
 // other, and each node's rate limiter takes half of the limit once both
 // nodes are alive.
 func TestAttachTwoNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 2)
 	ctx := context.Background()
 	var nodes []*shared.Attached

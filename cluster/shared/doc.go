@@ -21,6 +21,7 @@ package shared
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -65,11 +66,38 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 		replicas = max(1, min(3, len(js.Conn().Servers())))
 	}
 	cfg.Replicas = replicas
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
+	for {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err == nil {
+			return kv, nil
+		}
+		// A cluster that is still forming has too few servers to place
+		// the copies on: wait for them while the caller lets us.
+		if !NoPeersYet(err) {
+			return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
+		case <-time.After(placementRetry):
+		}
 	}
-	return kv, nil
+}
+
+// placementRetry is how often a bucket is asked for again while the
+// cluster has too few servers for its copies.
+const placementRetry = 200 * time.Millisecond
+
+// noPeersCode is JetStream's error code for "no suitable peers for
+// placement": too few servers (yet) for the copies asked for.
+const noPeersCode jetstream.ErrorCode = 10005
+
+// NoPeersYet reports whether err is JetStream refusing to place a stream
+// or bucket because too few servers are up, which passes once the cluster
+// has formed.
+func NoPeersYet(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == noPeersCode
 }
 
 // removeFile removes a file written by a step that failed later.

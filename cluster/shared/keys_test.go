@@ -37,6 +37,7 @@ func openKeys(t *testing.T, c *jstest.Cluster) []*shared.KeyStore {
 // once, then revokes it on the other and expects the first to refuse it
 // within a second.
 func TestKeysAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	nodes := openKeys(t, c)
 	a, b := nodes[0], nodes[1]
@@ -112,6 +113,7 @@ func TestKeysAcrossNodes(t *testing.T) {
 // same authority rules as the SQLite store: a key may not create a key
 // beyond its own bindings, nor see or revoke one.
 func TestKeysAuthorityInCluster(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 1)
 	s := openKeys(t, c)[0]
 	ctx := context.Background()
@@ -162,6 +164,7 @@ func TestKeysAuthorityInCluster(t *testing.T) {
 // TestKeysBootstrapOnce starts three nodes on an empty bucket at once:
 // exactly one creates the admin key.
 func TestKeysBootstrapOnce(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	nodes := openKeys(t, c)
 	dir := t.TempDir()
@@ -206,6 +209,7 @@ func TestKeysBootstrapOnce(t *testing.T) {
 // node, no admin key is bootstrapped besides, and a second node's keys are
 // not merged.
 func TestKeysImportFromSingleNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	local, err := keys.Open(filepath.Join(t.TempDir(), "relay.db"), nil)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 // three; a node that stops is no longer counted, whether it withdrew or
 // just stopped renewing.
 func TestPresenceCountsLiveNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	popts := shared.PresenceOptions{Every: 50 * time.Millisecond, Timeout: 300 * time.Millisecond}
 	var ps []*shared.Presence

@@ -34,6 +34,7 @@ func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 // everywhere, stays valid for the reconnect window after its stream
 // closed, and is worthless once its key is revoked on any node.
 func TestTicketsAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	clk := newClock()
 	ctx := context.Background()
@@ -125,6 +126,7 @@ func TestTicketsAcrossNodes(t *testing.T) {
 // that a code works once even when two nodes take it at once, and that a
 // lapsed code is refused.
 func TestPairingAcrossNodes(t *testing.T) {
+	t.Parallel()
 	c := jstest.Start(t, 3)
 	clk := newClock()
 	ctx := context.Background()

@@ -32,18 +32,20 @@ func Start(t testing.TB, n int) *Cluster {
 	c := &Cluster{t: t}
 	// A clustered server finishes starting only once it can reach its
 	// routes, so every server is told every other's route address before
-	// any starts: the addresses are drawn first.
+	// any starts: the addresses (client and route ports alike, so that no
+	// server's randomly chosen port takes another's) are drawn first, all
+	// at once.
+	addrs := freeAddrs(t, 2*n)
 	var routes []*url.URL
-	if n > 1 {
-		for range n {
-			routes = append(routes, &url.URL{Scheme: "nats", Host: freeAddr(t)})
-		}
+	for i := range n {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: addrs[n+i]})
 	}
 	for i := range n {
+		_, clientPort := splitAddr(t, addrs[i])
 		opts := &natsserver.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
 			Host:       "127.0.0.1",
-			Port:       -1,
+			Port:       clientPort,
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
 			NoSigs:     true,
@@ -89,19 +91,44 @@ func Start(t testing.TB, n int) *Cluster {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// And every server must be a current peer before streams with a copy
+	// on each can be placed: create one until that works.
+	if n > 1 {
+		js := c.JetStream(0)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JSTEST_PROBE", Subjects: []string{"jstest.probe"}, Replicas: n, Storage: jetstream.MemoryStorage})
+			if err == nil {
+				err = js.DeleteStream(ctx, "JSTEST_PROBE")
+			}
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("JetStream cannot place %d copies: %v", n, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	return c
 }
 
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr(t testing.TB) string {
+// freeAddrs returns n different loopback addresses whose ports were free a
+// moment ago.
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return out
 }
 
 // splitAddr splits host:port.
