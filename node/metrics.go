@@ -17,7 +17,7 @@ import (
 )
 
 // serveMetrics serves the metrics at /metrics on their own address (see
-// --metrics-listen), apart from the API: they need no key there, so the
+// Config.MetricsListen), apart from the API: they need no key there, so the
 // address belongs on a private network, as a Prometheus scraper's usually
 // is. It returns the address it listens on and a function that stops the
 // server.
