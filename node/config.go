@@ -108,6 +108,11 @@ type Config struct {
 	MetricsListen string
 	// Build is what /healthz reports and the start-up log line names.
 	Build gateway.BuildInfo
+	// Shared, when set, makes the node one of a cluster's nodes, with the
+	// cluster's keys, tickets, pairing, rate limits and events (see
+	// SharedState); nil is a node alone. Set by the cluster's assembly,
+	// not by a flag of its own.
+	Shared *SharedState
 }
 
 // Defaults of the HTTP servers' own time-outs.

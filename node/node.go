@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/connroute"
 	"github.com/tabletop-relay/relay/console"
 	"github.com/tabletop-relay/relay/gateway"
@@ -44,7 +45,10 @@ type Node struct {
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
-	keys     *keys.Store
+	keys     keys.Backend
+	// shared is the node's part of a cluster's state; nil for a node
+	// alone (see shared.go).
+	shared   *shared.Attached
 	worlds   *world.Host
 	hub      *events.Hub
 	scripts  *script.Pool
@@ -73,8 +77,8 @@ func (r *Node) GRPCAddr() string { return r.grpcAddr }
 // directory, or "" when the data directory already had one.
 func (r *Node) AdminKey() string { return r.adminKey }
 
-// Keys is the API key store.
-func (r *Node) Keys() *keys.Store { return r.keys }
+// Keys is the API key store: relay.db's, or the cluster's.
+func (r *Node) Keys() keys.Backend { return r.keys }
 
 // Worlds is the host of the embedded worlds of the data directory.
 func (r *Node) Worlds() *world.Host { return r.worlds }
@@ -129,6 +133,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
+	if cfg.Shared != nil {
+		// One of a cluster's nodes: the keys and the rest of the shared
+		// state are the cluster's.
+		if r.shared, err = attachShared(ctx, cfg.Shared, r.hub, cfg.EventRingSize, keyStore, log); err != nil {
+			r.keys = nil // closed by attachShared
+			return fail(err)
+		}
+		r.keys = r.shared.Keys
+	}
 	limits := world.Limits{MaxDocumentBytes: cfg.MaxDocumentBytes, MaxDepth: cfg.MaxJSONDepth}
 	worldOpts := world.Options{Journal: r.hub, Limits: limits}
 	if r.metrics != nil {
@@ -160,7 +173,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 	}
 	adminFile := filepath.Join(cfg.DataDir, "admin.key")
-	plaintext, created, err := keyStore.Bootstrap(ctx, adminFile)
+	plaintext, created, err := r.keys.Bootstrap(ctx, adminFile)
 	if err != nil {
 		return fail(fmt.Errorf("create admin key: %w", err))
 	}
@@ -196,11 +209,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
 	}
+	var linkStore link.Store = r.linkDB
+	var ticketStore server.TicketStore // nil: in memory
+	if r.shared != nil {
+		r.shared.ShareLimits(authFailures, pairAttempts, rateLimit)
+		linkStore, ticketStore = r.shared.Links, r.shared.Tickets
+	}
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
 	if r.links, err = link.New(link.Config{
-		Store: r.linkDB,
+		Store: linkStore,
 		// A new linked world never takes the id of an embedded one.
 		Taken: func(clientID string) bool {
 			ids, err := r.worlds.IDs(context.Background())
@@ -223,7 +242,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	}
 	linkEvents.SetHub(r.links.Hub())
 	if r.grpc, err = server.New(server.Config{
-		Keys: keyStore,
+		Keys:        r.keys,
+		TicketStore: ticketStore,
 		// Embedded worlds first, then the linked ones.
 		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
 		Links:         worldLinks{r.links},
@@ -426,7 +446,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())
 	}
-	if r.keys != nil {
+	if r.shared != nil {
+		// After the worlds, so that their last events are published;
+		// this closes the cluster's key store too.
+		errs = append(errs, r.shared.Close())
+	} else if r.keys != nil {
 		errs = append(errs, r.keys.Close())
 	}
 	if r.linkDB != nil {

@@ -188,7 +188,12 @@ func (b *Bus) publish() {
 		select {
 		case o = <-b.queue:
 		case <-b.stop:
-			return
+			// Stopping: what is queued still goes out.
+			select {
+			case o = <-b.queue:
+			default:
+				return
+			}
 		}
 		msg := nats.NewMsg(subjectPrefix + o.clientID)
 		msg.Data = o.record.Data

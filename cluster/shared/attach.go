@@ -26,9 +26,6 @@ type AttachConfig struct {
 	// RingSize is the hub's ring size (--event-ring-size), which the
 	// events stream keeps per world too.
 	RingSize int
-	// Limiters are the node's rate limiters (per key, per address); each
-	// takes its share of the live nodes. nil ones are skipped.
-	Limiters []*server.RateLimiter
 	// Log receives the event bus's warnings.
 	Log *slog.Logger
 }
@@ -50,9 +47,8 @@ type Attached struct {
 	Events *eventbus.Bus
 }
 
-// Attach opens the cluster's shared stores over js, announces the node,
-// makes the limiters share their limits with the live nodes and starts the
-// event bus on the hub. On a single node with clustering off, none of this
+// Attach opens the cluster's shared stores over js, announces the node and
+// starts the event bus on the hub. On a single node with clustering off, none of this
 // runs: node assembly keeps SQLite and memory.
 func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *Attached, err error) {
 	opts := Options{Replicas: cfg.Replicas}
@@ -75,15 +71,21 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 	if a.Presence, err = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}); err != nil {
 		return a, err
 	}
-	for _, l := range cfg.Limiters {
-		l.ShareWith(a.Presence.Count)
-	}
 	if cfg.Hub != nil {
 		if a.Events, err = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, Log: cfg.Log}); err != nil {
 			return a, err
 		}
 	}
 	return a, nil
+}
+
+// ShareLimits makes each of the node's rate limiters (per key, per
+// address) take its share of the live nodes (see
+// server.RateLimiter.ShareWith); nil ones are skipped.
+func (a *Attached) ShareLimits(limiters ...*server.RateLimiter) {
+	for _, l := range limiters {
+		l.ShareWith(a.Presence.Count)
+	}
 }
 
 // Close stops the event bus, withdraws the node and stops watching the

@@ -25,10 +25,11 @@ func TestAttachTwoNodes(t *testing.T) {
 		hub := events.New(events.Options{})
 		t.Cleanup(hub.Close)
 		l := server.NewRateLimiter(60, 4, nil)
-		a, err := shared.Attach(ctx, c.JetStream(i), shared.AttachConfig{NodeName: name, Hub: hub, Limiters: []*server.RateLimiter{l, nil}})
+		a, err := shared.Attach(ctx, c.JetStream(i), shared.AttachConfig{NodeName: name, Hub: hub})
 		if err != nil {
 			t.Fatal(err)
 		}
+		a.ShareLimits(l, nil)
 		t.Cleanup(func() { _ = a.Close() })
 		nodes = append(nodes, a)
 		limiters = append(limiters, l)

@@ -1,0 +1,65 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/cluster/shared"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world/events"
+)
+
+// SharedState makes a node one of the nodes of a cluster (Config.Shared):
+// its API keys, stream tickets, pairing codes, linked worlds and their
+// connection tokens live in the cluster's JetStream key-value buckets
+// instead of relay.db and memory, its rate limits are shared with the live
+// nodes, and the events of the worlds it hosts go to the other nodes
+// (package cluster/shared, whose Attach does this). The cluster's assembly
+// fills it from its NATS connection; a node without it is one node alone,
+// exactly as before.
+type SharedState struct {
+	// JetStream is the cluster's JetStream, over the node's connection.
+	JetStream jetstream.JetStream
+	// NodeName names the node among the live nodes.
+	NodeName string
+	// Replicas is how many copies JetStream keeps; min(3, servers) when 0.
+	Replicas int
+}
+
+// attachShared attaches the node to the cluster's shared state. The keys
+// of relay.db come along when the cluster has none yet (the first node to
+// join brings its own); local is closed either way, since the node uses
+// the cluster's keys from now on.
+func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSize int, local *keys.Store, log *slog.Logger) (*shared.Attached, error) {
+	defer local.Close()
+	a, err := shared.Attach(ctx, st.JetStream, shared.AttachConfig{
+		NodeName: st.NodeName,
+		Replicas: st.Replicas,
+		Hub:      hub,
+		RingSize: ringSize,
+		Log:      log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach to the cluster's shared state: %w", err)
+	}
+	exported, err := local.Export(ctx)
+	if err == nil {
+		var n int
+		if n, err = a.Keys.Import(ctx, exported); n > 0 {
+			log.Info("brought this node's API keys into the cluster", "keys", n)
+		}
+	}
+	if err != nil {
+		_ = a.Close()
+		return nil, fmt.Errorf("bring this node's API keys into the cluster: %w", err)
+	}
+	return a, nil
+}
+
+// Shared is the node's part of the cluster's shared state, or nil for a
+// node alone. Its Events serves the event streams of worlds hosted by
+// other nodes (Events.Events(clientID) is their world.Events).
+func (r *Node) Shared() *shared.Attached { return r.shared }
