@@ -28,6 +28,10 @@ const (
 // leaves. Give [Events.Publish] to [HubOptions].OnEvent.
 type Events struct {
 	hub *Hub
+	// published and continueFrom, when set, connect the events to the
+	// other nodes of a cluster (see cluster.go).
+	published    func(clientID string, records []world.JournalRecord)
+	continueFrom func(clientID string) uint64
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
@@ -43,9 +47,12 @@ func (e *Events) SetHub(h *Hub) { e.hub = h }
 
 // worldEvents is one world's retained events and subscribers.
 type worldEvents struct {
-	seq  uint64
-	ring []linkedEvent // the retained events, oldest first
-	subs map[*subscription]struct{}
+	// numbered is set once the world's numbering is known: at its first
+	// event here, after asking continueFrom, or at its first Feed.
+	numbered bool
+	seq      uint64
+	ring     []linkedEvent // the retained events, oldest first
+	subs     map[*subscription]struct{}
 }
 
 // linkedEvent is one event with what the filters and read rules read.
@@ -73,11 +80,22 @@ func (e *Events) Publish(clientID string, ev Event) {
 	if !ok {
 		return
 	}
+	e.number(clientID)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	w := e.world(clientID)
 	w.seq++
 	le.Seq = w.seq
+	e.keep(w, le)
+	if e.published != nil {
+		if data, err := json.Marshal(le.wire()); err == nil {
+			e.published(clientID, []world.JournalRecord{{Seq: le.Seq, Data: data}})
+		}
+	}
+}
+
+// keep retains le and offers it to the subscribers; e.mu is held.
+func (e *Events) keep(w *worldEvents, le linkedEvent) {
 	w.ring = append(w.ring, le)
 	if len(w.ring) > DefaultEventRetention {
 		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
@@ -217,6 +235,13 @@ func (s *subscription) offer(le linkedEvent) {
 	select {
 	case s.queue <- le.Event:
 	default:
+		s.fall()
+	}
+}
+
+// fall ends the subscription with ErrSubscriberBehind; e.mu is held.
+func (s *subscription) fall() {
+	if !s.fell {
 		s.fell = true
 		close(s.behind)
 	}

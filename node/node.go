@@ -218,6 +218,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	if r.shared != nil {
+		// In a cluster the linked worlds' events reach the other nodes,
+		// and their numbering continues across nodes.
+		r.shared.Events.AttachLinked(linkEvents)
+	}
 	if r.links, err = link.New(link.Config{
 		Store: linkStore,
 		// A new linked world never takes the id of an embedded one.
@@ -235,6 +240,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
+			// Subscribers on other nodes cannot be counted here.
+			AllChannels: r.shared != nil,
 		},
 		Log: log,
 	}); err != nil {

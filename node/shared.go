@@ -61,5 +61,7 @@ func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSiz
 
 // Shared is the node's part of the cluster's shared state, or nil for a
 // node alone. Its Events serves the event streams of worlds hosted by
-// other nodes (Events.Events(clientID) is their world.Events).
+// other nodes: Events.Events(clientID) is the world.Events of an embedded
+// world hosted elsewhere, Events.LinkedEvents(clientID) that of a linked
+// world connected elsewhere.
 func (r *Node) Shared() *shared.Attached { return r.shared }

@@ -15,6 +15,16 @@
 // across events lost between the nodes, gets the documented reset event.
 // A feed stops a while (Options.Linger) after the world's last subscriber
 // on the node left.
+//
+// Linked worlds' events travel the same way (subject
+// relay.linkevents.<clientId>, encoded by package link) once
+// Bus.AttachLinked connected the node's link.Events: the node holding a
+// tabletop's socket publishes its events, other nodes feed their own
+// link.Events, and a node the tabletop reconnects to continues the
+// world's numbering after the cluster's last event, so ids never repeat.
+// The modules send every channel's events in a cluster
+// (link.HubOptions.AllChannels), since no node knows the subscribers of
+// the others.
 package eventbus
 
 import (
@@ -30,6 +40,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/events"
 )
@@ -37,8 +48,13 @@ import (
 // StreamName is the JetStream stream of the worlds' events.
 const StreamName = "RELAY_EVENTS"
 
-// subjectPrefix starts the subject of each world's events.
-const subjectPrefix = "relay.events."
+// Subject prefixes: each embedded world's events (as a hub encodes them)
+// and each linked world's (as package link encodes them) go to the prefix
+// and the world's clientId.
+const (
+	subjectPrefix       = "relay.events."
+	linkedSubjectPrefix = "relay.linkevents."
+)
 
 // noPeersCode is JetStream's error code for "no suitable peers for
 // placement": too few servers (yet) for the copies asked for.
@@ -93,16 +109,35 @@ type Bus struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
-	mu        sync.Mutex
-	feeds     map[string]*feed
+	mu sync.Mutex
+	// linked is the node's linked worlds' events (AttachLinked).
+	linked    *link.Events
+	feeds     map[string]*feed // by subject
 	closed    bool
 	closeOnce sync.Once
 }
 
 // outgoing is one event waiting to be published.
 type outgoing struct {
+	subject  string // the world's subject
 	clientID string
 	record   world.JournalRecord
+}
+
+// sink is where a feed puts a world's events and its subscriptions come
+// from: the node's hub for embedded worlds, its link.Events for linked
+// ones.
+type sink interface {
+	Feed(clientID string, records []world.JournalRecord)
+	Head(clientID string) uint64
+	SubscribeFed(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error)
+}
+
+// hubSink is the hub as a sink.
+type hubSink struct{ *events.Hub }
+
+func (h hubSink) SubscribeFed(_ context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	return h.Hub.SubscribeFed(clientID, events.Request{EventRequest: req, User: user})
 }
 
 // New creates (or updates) the events stream, makes hub publish the events
@@ -129,7 +164,7 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	cfg := jetstream.StreamConfig{
 		Name:              StreamName,
 		Description:       "relay world events, per world the newest as a hub's ring keeps them",
-		Subjects:          []string{subjectPrefix + "*"},
+		Subjects:          []string{subjectPrefix + "*", linkedSubjectPrefix + "*"},
 		Retention:         jetstream.LimitsPolicy,
 		MaxMsgsPerSubject: int64(opts.RingSize),
 		Discard:           jetstream.DiscardOld,
@@ -157,18 +192,58 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
 	b.wg.Add(1)
 	go b.publish()
-	hub.OnPublish(b.enqueue)
+	hub.OnPublish(func(clientID string, records []world.JournalRecord) { b.enqueue(subjectPrefix, clientID, records) })
 	return b, nil
+}
+
+// AttachLinked connects the node's linked worlds' events to the cluster:
+// the events of the worlds connected here are published, each world's
+// numbering continues after the cluster's last event of it when it
+// connects here, and LinkedEvents serves the streams of linked worlds
+// connected elsewhere. Call it before any linked world connects.
+func (b *Bus) AttachLinked(e *link.Events) {
+	b.mu.Lock()
+	b.linked = e
+	b.mu.Unlock()
+	e.OnPublish(func(clientID string, records []world.JournalRecord) {
+		b.enqueue(linkedSubjectPrefix, clientID, records)
+	})
+	e.ContinueFrom(func(clientID string) uint64 {
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CatchUp)
+		defer cancel()
+		seq, err := b.lastSeq(ctx, linkedSubjectPrefix+clientID)
+		if err != nil {
+			b.opts.Log.Warn("could not read the cluster's last event of a linked world; its numbering starts from what this node has", "world", clientID, "error", err)
+		}
+		return seq
+	})
+}
+
+// lastSeq returns the sequence of the last event kept on subject (0 when
+// none).
+func (b *Bus) lastSeq(ctx context.Context, subject string) (uint64, error) {
+	stream, err := b.js.Stream(ctx, StreamName)
+	if err != nil {
+		return 0, err
+	}
+	msg, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(msg.Header.Get(seqHeader), 10, 64)
 }
 
 // Dropped counts the events that could not be queued for publishing.
 func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
 
 // enqueue is the hub's publish tap: it queues and never blocks the world.
-func (b *Bus) enqueue(clientID string, records []world.JournalRecord) {
+func (b *Bus) enqueue(prefix, clientID string, records []world.JournalRecord) {
 	for _, r := range records {
 		select {
-		case b.queue <- outgoing{clientID: clientID, record: r}:
+		case b.queue <- outgoing{subject: prefix + clientID, clientID: clientID, record: r}:
 		default:
 			if b.dropped.Add(1) == 1 {
 				b.opts.Log.Warn("events could not be published to the other nodes: the queue is full", "world", clientID)
@@ -195,11 +270,11 @@ func (b *Bus) publish() {
 				return
 			}
 		}
-		msg := nats.NewMsg(subjectPrefix + o.clientID)
+		msg := nats.NewMsg(o.subject)
 		msg.Data = o.record.Data
 		seq := strconv.FormatUint(o.record.Seq, 10)
 		msg.Header.Set(seqHeader, seq)
-		msg.Header.Set(jetstream.MsgIDHeader, o.clientID+"."+seq)
+		msg.Header.Set(jetstream.MsgIDHeader, o.subject+"."+seq)
 		ack, err := b.js.PublishMsgAsync(msg)
 		if err != nil {
 			b.opts.Log.Warn("an event could not be published to the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
@@ -222,6 +297,11 @@ func (b *Bus) Close() { b.closeOnce.Do(b.close) }
 func (b *Bus) close() {
 	b.hub.OnPublish(nil)
 	b.mu.Lock()
+	if b.linked != nil {
+		b.linked.OnPublish(nil)
+	}
+	b.mu.Unlock()
+	b.mu.Lock()
 	b.closed = true
 	feeds := b.feeds
 	b.feeds = map[string]*feed{}
@@ -239,17 +319,36 @@ func (b *Bus) close() {
 
 // Events returns the event streams of a world hosted by another node,
 // served on this node (a world.Events for that world).
-func (b *Bus) Events(clientID string) world.Events { return remoteEvents{b: b, clientID: clientID} }
+func (b *Bus) Events(clientID string) world.Events {
+	return remoteEvents{b: b, subject: subjectPrefix + clientID, clientID: clientID, sink: hubSink{b.hub}}
+}
+
+// LinkedEvents returns the event streams of a linked world connected to
+// another node, served on this node; AttachLinked must have been called.
+func (b *Bus) LinkedEvents(clientID string) world.Events {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := remoteEvents{b: b, subject: linkedSubjectPrefix + clientID, clientID: clientID}
+	if b.linked != nil {
+		r.sink = b.linked
+	}
+	return r
+}
 
 // remoteEvents is world.Events for a world hosted elsewhere.
 type remoteEvents struct {
 	b        *Bus
+	subject  string
 	clientID string
+	sink     sink
 }
 
 // Subscribe implements world.Events.
 func (r remoteEvents) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
-	return r.b.Subscribe(ctx, r.clientID, user, req)
+	if r.sink == nil {
+		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams on this node", r.clientID)
+	}
+	return r.b.subscribe(ctx, r.subject, r.clientID, r.sink, user, req)
 }
 
 // Subscribe starts a subscription on the events of a world hosted by
@@ -257,7 +356,12 @@ func (r remoteEvents) Subscribe(ctx context.Context, user *world.User, req world
 // until the feed read the kept events, and, for a resume from an event
 // this node has not received yet, waits up to Options.CatchUp for it.
 func (b *Bus) Subscribe(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
-	f, err := b.acquire(clientID)
+	return b.Events(clientID).Subscribe(ctx, user, req)
+}
+
+// subscribe subscribes to the events of subject, fed to sink.
+func (b *Bus) subscribe(ctx context.Context, subject, clientID string, sink sink, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	f, err := b.acquire(subject, clientID, sink)
 	if err != nil {
 		return nil, err
 	}
@@ -275,9 +379,9 @@ func (b *Bus) Subscribe(ctx context.Context, clientID string, user *world.User, 
 	if f.err != nil {
 		return nil, world.Wrapf(world.ErrUnavailable, f.err, "The events of world %s are not available: %v", clientID, f.err)
 	}
-	if req.Resume && req.After > b.hub.Head(clientID) {
+	if req.Resume && req.After > sink.Head(clientID) {
 		deadline := time.Now().Add(b.opts.CatchUp)
-		for req.After > b.hub.Head(clientID) && time.Now().Before(deadline) {
+		for req.After > sink.Head(clientID) && time.Now().Before(deadline) {
 			select {
 			case <-time.After(5 * time.Millisecond):
 			case <-ctx.Done():
@@ -285,30 +389,32 @@ func (b *Bus) Subscribe(ctx context.Context, clientID string, user *world.User, 
 			}
 		}
 	}
-	sub, err := b.hub.SubscribeFed(clientID, events.Request{EventRequest: req, User: user})
+	sub, err := sink.SubscribeFed(ctx, clientID, user, req)
 	if err != nil {
 		return nil, err
 	}
 	ok = true
-	return &fedSubscription{Subscription: sub, release: func() { b.release(f) }}, nil
+	return &fedSubscription{EventSubscription: sub, release: func() { b.release(f) }}, nil
 }
 
-// fedSubscription is a hub subscription that holds its world's feed.
+// fedSubscription is a subscription that holds its world's feed.
 type fedSubscription struct {
-	*events.Subscription
+	world.EventSubscription
 	once    sync.Once
 	release func()
 }
 
 // Close ends the subscription and lets go of the feed.
 func (s *fedSubscription) Close() {
-	s.Subscription.Close()
+	s.EventSubscription.Close()
 	s.once.Do(s.release)
 }
 
 // feed is the consumer that brings one world's events to this node.
 type feed struct {
+	subject  string
 	clientID string
+	sink     sink
 	refs     int         // subscriptions holding it; the bus's mu guards it
 	linger   *time.Timer // stops the feed once unused; the bus's mu guards it
 	ready    chan struct{}
@@ -332,16 +438,16 @@ func (f *feed) markReady(err error) {
 }
 
 // acquire returns the world's running feed, starting it when needed.
-func (b *Bus) acquire(clientID string) (*feed, error) {
+func (b *Bus) acquire(subject, clientID string, sink sink) (*feed, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, world.Errorf(world.ErrUnavailable, "The events of world %s are not available: the node is stopping", clientID)
 	}
-	f := b.feeds[clientID]
+	f := b.feeds[subject]
 	if f == nil || f.failed() {
-		f = &feed{clientID: clientID, ready: make(chan struct{}), started: make(chan struct{})}
-		b.feeds[clientID] = f
+		f = &feed{subject: subject, clientID: clientID, sink: sink, ready: make(chan struct{}), started: make(chan struct{})}
+		b.feeds[subject] = f
 		go b.run(f)
 	}
 	if f.linger != nil {
@@ -371,11 +477,11 @@ func (b *Bus) release(f *feed) {
 	}
 	f.linger = time.AfterFunc(b.opts.Linger, func() {
 		b.mu.Lock()
-		if f.refs > 0 || b.feeds[f.clientID] != f {
+		if f.refs > 0 || b.feeds[f.subject] != f {
 			b.mu.Unlock()
 			return
 		}
-		delete(b.feeds, f.clientID)
+		delete(b.feeds, f.subject)
 		b.mu.Unlock()
 		f.halt()
 	})
@@ -401,7 +507,7 @@ func (b *Bus) run(f *feed) {
 	fail := f.markReady
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	subject := subjectPrefix + f.clientID
+	subject := f.subject
 	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 	defer scancel()
 	stream, err := b.js.Stream(sctx, StreamName)
@@ -426,12 +532,12 @@ func (b *Bus) run(f *feed) {
 	}
 	if empty {
 		// The stream starts here, with nothing kept.
-		b.hub.Feed(f.clientID, nil)
+		f.sink.Feed(f.clientID, nil)
 	}
 	consume, err := cons.Consume(func(msg jetstream.Msg) {
 		seq, err := strconv.ParseUint(msg.Headers().Get(seqHeader), 10, 64)
 		if err == nil {
-			b.hub.Feed(f.clientID, []world.JournalRecord{{Seq: seq, Data: msg.Data()}})
+			f.sink.Feed(f.clientID, []world.JournalRecord{{Seq: seq, Data: msg.Data()}})
 		}
 		if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
 			f.markReady(nil)
