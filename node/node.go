@@ -213,6 +213,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	var ticketStore server.TicketStore // nil: in memory
 	if r.shared != nil {
 		r.shared.ShareLimits(authFailures, pairAttempts, rateLimit)
+		if err := importLinks(ctx, r.shared, r.linkDB, log); err != nil {
+			return fail(fmt.Errorf("bring this node's linked worlds into the cluster: %w", err))
+		}
 		linkStore, ticketStore = r.shared.Links, r.shared.Tickets
 	}
 	// Linked worlds' events get their ids and subscribers here; the hub

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/cluster/shared"
+	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world/events"
 )
@@ -65,3 +66,18 @@ func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSiz
 // world hosted elsewhere, Events.LinkedEvents(clientID) that of a linked
 // world connected elsewhere.
 func (r *Node) Shared() *shared.Attached { return r.shared }
+
+// importLinks brings the linked worlds of relay.db, with their tokens, into
+// the cluster when it has none yet (the first node to join brings its
+// own), so that their tabletops keep their clientIds and tokens.
+func importLinks(ctx context.Context, a *shared.Attached, local *link.SQLiteStore, log *slog.Logger) error {
+	exported, err := local.Export(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := a.Links.Import(ctx, exported)
+	if n > 0 {
+		log.Info("brought this node's linked worlds into the cluster", "worlds", n)
+	}
+	return err
+}

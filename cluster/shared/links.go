@@ -313,3 +313,44 @@ func (s *LinkStore) Unpair(ctx context.Context, clientID string, now time.Time) 
 		return revoked, nil
 	}
 }
+
+// Import stores the linked worlds of a single node that joins the
+// cluster, each with its valid token (link.SQLiteStore.Export), so that
+// their tabletops keep their clientIds and tokens: but only into a store
+// that holds no linked world yet (the first node to join brings its own).
+// It reports how many worlds it stored.
+func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) {
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	if ws, err := s.Worlds(ctx); err != nil || len(ws) > 0 {
+		return 0, err
+	}
+	for i, p := range ps {
+		if !validSubjectToken(p.World.ClientID) {
+			return i, fmt.Errorf("shared: import linked worlds: malformed clientId %q", p.World.ClientID)
+		}
+		rec := worldRecord{World: p.World}
+		if p.Token.Hash != (link.Hash{}) {
+			data, err := json.Marshal(tokenRecord{ClientID: p.World.ClientID, CreatedAt: p.Token.CreatedAt})
+			if err != nil {
+				return i, err
+			}
+			if _, err := s.links.Put(ctx, "t."+hexOf(p.Token.Hash), data); err != nil {
+				return i, fmt.Errorf("shared: import linked worlds: %w", err)
+			}
+			rec.Token = hexOf(p.Token.Hash)
+		}
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return i, err
+		}
+		if _, err := s.links.Create(ctx, "w."+p.World.ClientID, data); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return i, nil // another node is importing at the same time
+			}
+			return i, fmt.Errorf("shared: import linked worlds: %w", err)
+		}
+	}
+	return len(ps), nil
+}

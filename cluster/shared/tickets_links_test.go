@@ -3,6 +3,7 @@ package shared_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -223,5 +224,73 @@ func TestPairingAcrossNodes(t *testing.T) {
 	clk.advance(link.CodeTTL)
 	if _, err := nodes[1].Pair(ctx, req(code4)); !errors.Is(err, link.ErrCodeRejected) {
 		t.Fatalf("a lapsed code: %v, want ErrCodeRejected", err)
+	}
+}
+
+// TestPairingsImportFromSingleNode brings a single node's linked worlds
+// into an empty cluster: a paired world's token works on every node, an
+// unpaired world stays unpaired, and a second import adds nothing.
+func TestPairingsImportFromSingleNode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	local, err := link.OpenSQLite(filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	single := link.NewPairings(local, nil, nil)
+	pair := func(fp string) link.Paired {
+		code, _, err := single.NewCode(ctx, "", "k1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := single.Pair(ctx, link.PairRequest{Code: code, WorldID: fp, ServerFingerprint: fp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	kept, gone := pair("fp1"), pair("fp2")
+	if _, err := single.Unpair(ctx, gone.World.ClientID); err != nil {
+		t.Fatal(err)
+	}
+	exported, err := local.Export(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	c := jstest.Start(t, 2)
+	var nodes []*link.Pairings
+	var stores []*shared.LinkStore
+	for i := range c.Servers {
+		st, err := shared.OpenLinks(ctx, c.JetStream(i), shared.Options{Replicas: c.Replicas()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, st)
+		nodes = append(nodes, link.NewPairings(st, nil, nil))
+	}
+	if n, err := stores[0].Import(ctx, exported); err != nil || n != 2 {
+		t.Fatalf("Import = %d, %v; want 2", n, err)
+	}
+	for i, n := range nodes {
+		if id, _, err := n.Authenticate(ctx, kept.Token); err != nil || id != kept.World.ClientID {
+			t.Fatalf("node %d, the imported token: %q, %v", i+1, id, err)
+		}
+		if _, _, err := n.Authenticate(ctx, gone.Token); !errors.Is(err, link.ErrTokenRejected) {
+			t.Fatalf("node %d, the unpaired world's token: %v", i+1, err)
+		}
+	}
+	ws, err := nodes[1].Worlds(ctx)
+	if err != nil || len(ws) != 2 {
+		t.Fatalf("Worlds = %+v, %v", ws, err)
+	}
+	for _, w := range ws {
+		if w.Paired() != (w.ClientID == kept.World.ClientID) {
+			t.Fatalf("world %s paired = %v", w.ClientID, w.Paired())
+		}
+	}
+	if n, err := stores[1].Import(ctx, exported); err != nil || n != 0 {
+		t.Fatalf("a second Import = %d, %v; want 0", n, err)
 	}
 }
