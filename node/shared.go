@@ -49,8 +49,12 @@ func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSiz
 	exported, err := local.Export(ctx)
 	if err == nil {
 		var n int
-		if n, err = a.Keys.Import(ctx, exported); n > 0 {
+		n, err = a.Keys.Import(ctx, exported)
+		switch {
+		case n > 0:
 			log.Info("brought this node's API keys into the cluster", "keys", n)
+		case err == nil && len(exported) > 0:
+			log.Warn("this node's own API keys are not used: the cluster has keys already, and the node uses those", "keys", len(exported))
 		}
 	}
 	if err != nil {
@@ -76,8 +80,11 @@ func importLinks(ctx context.Context, a *shared.Attached, local *link.SQLiteStor
 		return err
 	}
 	n, err := a.Links.Import(ctx, exported)
-	if n > 0 {
+	switch {
+	case n > 0:
 		log.Info("brought this node's linked worlds into the cluster", "worlds", n)
+	case err == nil && len(exported) > 0:
+		log.Warn("this node's own linked worlds are not used: the cluster has linked worlds already; pair them again", "worlds", len(exported))
 	}
 	return err
 }
