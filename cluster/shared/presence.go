@@ -87,10 +87,11 @@ func StartPresence(ctx context.Context, js jetstream.JetStream, name string, opt
 			node := strings.TrimPrefix(e.Key(), "n.")
 			p.mu.Lock()
 			if e.Operation() == jetstream.KeyValuePut {
-				// The time of the entry, not of its delivery: a node that
-				// stopped renewing is not counted because the watcher
-				// loaded its last entry late.
-				p.seen[node] = e.Created()
+				// When this node saw the renewal, by its own clock: the
+				// nodes' clocks need not agree. A node that died just
+				// before this one started is counted for one time-out
+				// too many, which only makes the shared limits stricter.
+				p.seen[node] = time.Now()
 			} else {
 				delete(p.seen, node)
 			}
