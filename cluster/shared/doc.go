@@ -26,14 +26,14 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Options configure the shared stores. The zero value works.
 type Options struct {
-	// Replicas is how many copies JetStream keeps of each bucket;
-	// ReplicasFor(nc) when 0.
+	// Replicas is how many copies JetStream keeps of each bucket; when 0,
+	// three, or one per NATS server the connection knows of when there
+	// are fewer.
 	Replicas int
 	// Clock is the current time; time.Now when nil.
 	Clock func() time.Time
@@ -47,13 +47,6 @@ func (o Options) now() time.Time {
 		return time.Now()
 	}
 	return o.Clock()
-}
-
-// ReplicasFor is the replication the relay chooses on a connection: three
-// copies, or one per NATS server it knows of when there are fewer (the
-// server it is connected to and those the cluster told it about).
-func ReplicasFor(nc *nats.Conn) int {
-	return max(1, min(3, len(nc.Servers())))
 }
 
 // opTimeout bounds each bucket operation a store makes on its own
