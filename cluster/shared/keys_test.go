@@ -146,6 +146,16 @@ func TestKeysAuthorityInCluster(t *testing.T) {
 	if _, err := s.Revoke(ctx, "0123456789abcdef"); !errors.Is(err, keys.ErrNotFound) {
 		t.Fatalf("Revoke(unknown) = %v, want ErrNotFound", err)
 	}
+	// Ids from callers that are no key names at all (wildcards, spaces,
+	// dots): not found, like any unknown id.
+	for _, id := range []string{"*", ">", "a b", "k.x", "", strings.Repeat("x", 300)} {
+		if _, err := s.Get(ctx, id); !errors.Is(err, keys.ErrNotFound) {
+			t.Fatalf("Get(%q) = %v, want ErrNotFound", id, err)
+		}
+		if _, err := s.RevokeAs(ctx, admin, id); !errors.Is(err, keys.ErrNotFound) {
+			t.Fatalf("RevokeAs(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
 	seen, err := s.ListAs(ctx, bound)
 	if err != nil || len(seen) != 1 || seen[0].ID != bound.ID {
 		t.Fatalf("ListAs(bound) = %v, %v; want itself only", seen, err)

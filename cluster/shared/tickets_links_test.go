@@ -192,6 +192,14 @@ func TestPairingAcrossNodes(t *testing.T) {
 	if _, err := nodes[0].Unpair(ctx, "fvtt_0000000000000000"); !errors.Is(err, link.ErrUnknownWorld) {
 		t.Fatalf("Unpair(unknown) = %v, want ErrUnknownWorld", err)
 	}
+	for _, id := range []string{"*", ">", "a.b", "a b", ""} {
+		if _, err := nodes[0].World(ctx, id); !errors.Is(err, link.ErrUnknownWorld) {
+			t.Fatalf("World(%q) = %v, want ErrUnknownWorld", id, err)
+		}
+		if _, err := nodes[1].Unpair(ctx, id); !errors.Is(err, link.ErrUnknownWorld) {
+			t.Fatalf("Unpair(%q) = %v, want ErrUnknownWorld", id, err)
+		}
+	}
 
 	// One code, two nodes at once: one pairing.
 	code3, _, err := nodes[0].NewCode(ctx, "", "k1")
