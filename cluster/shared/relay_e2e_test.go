@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
 	"github.com/tabletop-relay/relay/cluster/internal/jstest"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
@@ -92,6 +96,29 @@ func TestRelaysShareKeysTicketsAndLimits(t *testing.T) {
 			t.Fatalf("node b still answers %d a second after the revocation on node a", resp.Status)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+	// Every door of node b: gRPC, an event stream, the ticket asked for
+	// before the revocation.
+	md := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	if _, err := relayv1.NewDocumentServiceClient(b.Conn).GetDocument(md, &relayv1.GetDocumentRequest{ClientId: "demo", Uuid: relaytest.AriaUUID}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("gRPC on node b with the revoked key: %v, want Unauthenticated", err)
+	}
+	for _, path := range []string{
+		"/actor/subscribe?clientId=demo",
+		"/actor/subscribe?" + url.Values{"clientId": {"demo"}, "actorUuid": {relaytest.AriaUUID}, "ticket": {ticket}}.Encode(),
+	} {
+		req, _ := http.NewRequest("GET", b.Base+path, nil)
+		if !strings.Contains(path, "ticket=") {
+			req.Header.Set("x-api-key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("stream %s on node b with the revoked key: %d, want 401", path, resp.StatusCode)
+		}
 	}
 }
 
