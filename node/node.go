@@ -251,6 +251,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	if r.shared != nil {
+		// A world unpaired on another node loses its socket here too.
+		if err := r.shared.DisconnectUnpaired(ctx, func(clientID string) {
+			r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
+		}); err != nil {
+			return fail(err)
+		}
+	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:        r.keys,
 		TicketStore: ticketStore,

@@ -45,6 +45,21 @@ type Attached struct {
 	// Events carries the worlds' events between the nodes; a world hosted
 	// elsewhere serves its streams here with Events.Events(clientID).
 	Events *eventbus.Bus
+
+	// stopWatching stops the watcher of DisconnectUnpaired.
+	stopWatching func()
+}
+
+// DisconnectUnpaired makes the node close the socket of a linked world it
+// holds when any node unpairs the world: disconnect is called with its
+// clientId (give it the link hub's Disconnect).
+func (a *Attached) DisconnectUnpaired(ctx context.Context, disconnect func(clientID string)) error {
+	stop, err := a.Links.WatchUnpaired(ctx, disconnect)
+	if err != nil {
+		return err
+	}
+	a.stopWatching = stop
+	return nil
 }
 
 // Attach opens the cluster's shared stores over js, announces the node and
@@ -92,6 +107,9 @@ func (a *Attached) ShareLimits(limiters ...*server.RateLimiter) {
 // keys. Call it before closing the NATS connection.
 func (a *Attached) Close() error {
 	var errs []error
+	if a.stopWatching != nil {
+		a.stopWatching()
+	}
 	if a.Events != nil {
 		a.Events.Close()
 	}

@@ -354,3 +354,35 @@ func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) 
 	}
 	return len(ps), nil
 }
+
+// WatchUnpaired calls fn with the clientId of every linked world that is
+// unpaired on any node from now on, so that the node holding the world's
+// socket closes it (on a single node, the unpairing closes it directly).
+// fn runs on the watcher's goroutine. Stop the watcher with the returned
+// function.
+func (s *LinkStore) WatchUnpaired(ctx context.Context, fn func(clientID string)) (stop func(), err error) {
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := s.links.Watch(wctx, "w.>", jetstream.UpdatesOnly())
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("shared: watch linked worlds: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.Updates() {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var rec worldRecord
+			if json.Unmarshal(e.Value(), &rec) == nil && !rec.World.Paired() {
+				fn(rec.World.ClientID)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		_ = w.Stop()
+		<-done
+	}, nil
+}
