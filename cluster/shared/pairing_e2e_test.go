@@ -14,9 +14,9 @@ import (
 )
 
 // TestRelaysSharePairing pairs a tabletop through one relay node with a
-// code asked for on another, connects it to a third... node (here the
-// second), and unpairs it through the first: its socket on the second
-// node closes and its token is refused everywhere.
+// code asked for on another, connects it to the node it paired through,
+// and unpairs it through the first: its socket on the second node closes
+// and its token is refused on both.
 func TestRelaysSharePairing(t *testing.T) {
 	t.Parallel()
 	c := jstest.Start(t, 3)
