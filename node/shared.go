@@ -53,8 +53,18 @@ func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSiz
 		switch {
 		case n > 0:
 			log.Info("brought this node's API keys into the cluster", "keys", n)
-		case err == nil && len(exported) > 0:
-			log.Warn("this node's own API keys are not used: the cluster has keys already, and the node uses those", "keys", len(exported))
+		case err == nil:
+			// After a restart the keys this node brought are the
+			// cluster's; only the others are worth a warning.
+			missing := 0
+			for _, e := range exported {
+				if _, gerr := a.Keys.Get(ctx, e.Key.ID); gerr != nil {
+					missing++
+				}
+			}
+			if missing > 0 {
+				log.Warn("some of this node's own API keys are not used: the cluster had keys already, and the node uses those", "keys", missing)
+			}
 		}
 	}
 	if err != nil {
@@ -83,8 +93,16 @@ func importLinks(ctx context.Context, a *shared.Attached, local *link.SQLiteStor
 	switch {
 	case n > 0:
 		log.Info("brought this node's linked worlds into the cluster", "worlds", n)
-	case err == nil && len(exported) > 0:
-		log.Warn("this node's own linked worlds are not used: the cluster has linked worlds already; pair them again", "worlds", len(exported))
+	case err == nil:
+		missing := 0
+		for _, p := range exported {
+			if _, werr := a.Links.World(ctx, p.World.ClientID); werr != nil {
+				missing++
+			}
+		}
+		if missing > 0 {
+			log.Warn("some of this node's own linked worlds are not used: the cluster had linked worlds already; pair them again", "worlds", missing)
+		}
 	}
 	return err
 }
