@@ -113,3 +113,22 @@ func (e *Events) Head(clientID string) uint64 {
 func (e *Events) SubscribeFed(_ context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
 	return e.subscribe(clientID, user, req)
 }
+
+// Via makes the subscriptions to every linked world's events go through
+// fn, which ends in SubscribeFed: in a cluster, the event bus, which
+// follows the world's events wherever its socket is, so that subscribers
+// here keep receiving them when the tabletop moves to another node, and
+// resume from events this node never saw. Set it before the first
+// subscription.
+func (e *Events) Via(fn func(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.via = fn
+}
+
+// subscribeVia returns the function set by Via, if any.
+func (e *Events) subscribeVia() func(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.via
+}

@@ -32,6 +32,7 @@ type Events struct {
 	// other nodes of a cluster (see cluster.go).
 	published    func(clientID string, records []world.JournalRecord)
 	continueFrom func(clientID string) uint64
+	via          func(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error)
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
@@ -160,6 +161,9 @@ func translate(ev Event) (linkedEvent, bool) {
 func (w *Linked) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
 	if w.events == nil {
 		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams", w.clientID)
+	}
+	if via := w.events.subscribeVia(); via != nil {
+		return via(ctx, w.clientID, user, req)
 	}
 	return w.events.subscribe(w.clientID, user, req)
 }

@@ -199,14 +199,22 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 // AttachLinked connects the node's linked worlds' events to the cluster:
 // the events of the worlds connected here are published, each world's
 // numbering continues after the cluster's last event of it when it
-// connects here, and LinkedEvents serves the streams of linked worlds
-// connected elsewhere. Call it before any linked world connects.
+// connects here, and every subscription to a linked world's events, here
+// or elsewhere, follows the world through the bus (LinkedEvents). Call it
+// before any linked world connects.
 func (b *Bus) AttachLinked(e *link.Events) {
 	b.mu.Lock()
 	b.linked = e
 	b.mu.Unlock()
 	e.OnPublish(func(clientID string, records []world.JournalRecord) {
 		b.enqueue(linkedSubjectPrefix, clientID, records)
+	})
+	// Even the subscribers of a world connected here follow it through
+	// the bus: when the tabletop moves to another node they keep
+	// receiving its events, and a resume finds the events this node
+	// never saw.
+	e.Via(func(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+		return b.LinkedEvents(clientID).Subscribe(ctx, user, req)
 	})
 	e.ContinueFrom(func(clientID string) uint64 {
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CatchUp)

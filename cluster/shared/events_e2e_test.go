@@ -117,6 +117,16 @@ func openSSE(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key st
 		t.Fatal(err)
 	}
 	req.Header.Set("x-api-key", key)
+	return readSSE(t, req)
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// readSSE sends req, an event stream's request, and delivers the stream's
+// events until it ends.
+func readSSE(t *testing.T, req *http.Request) <-chan sseEvent {
+	t.Helper()
+	path := req.URL.Path
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
