@@ -17,6 +17,14 @@
 // a presented key is not in memory, so a key created on one node works on
 // every node at once and a revoked key is refused everywhere as soon as
 // the watchers deliver the revision (tested: well within a second).
+// Tickets, pairing codes and tokens are read from their buckets at every
+// use.
+//
+// Presence counts the live nodes, whose number the rate limiters divide
+// their limits by (server.RateLimiter.ShareWith). Attach puts all of it,
+// and the event bus (package cluster/eventbus), in place for a node; a
+// single node that joins an empty cluster brings its keys and linked
+// worlds along (KeyStore.Import, LinkStore.Import).
 package shared
 
 import (
