@@ -13,6 +13,7 @@ import (
 	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/dice"
 	"github.com/tabletop-relay/relay/world/embedded"
 )
 
@@ -38,7 +39,9 @@ func linkDemoCopy(tb testing.TB, r *relay) string {
 	if err := copyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
 		tb.Fatal(err)
 	}
-	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
+	// The copy rolls from the test relay's seed, so that the same calls
+	// roll the same dice on both sides.
+	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir, Dice: dice.NewSeeded(testDiceSeed)}).World(ctx, demo.ClientID)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -40,6 +40,8 @@ func TestLinkedWorldCalls(t *testing.T) {
 				return map[string]any{"uuid": m["uuid"], "error": "Entity not found", "data": nil}, true
 			case req.Type == "entity":
 				return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Hero", "type": "character"}}, true
+			case req.Type == "short-rest":
+				return map[string]any{"error": "Actor not found with UUID: " + m["actorUuid"].(string)}, true
 			}
 			return nil, false
 		}
@@ -85,9 +87,10 @@ func TestLinkedWorldCalls(t *testing.T) {
 		r.errorText(t) != "User not found: Nobody" || len(seen) != n {
 		t.Errorf("unknown user: %d %s", r.status, r.body)
 	}
-	// What the linked world does not offer names the operation.
-	if r := tr.do(http.MethodPost, "/dnd5e/short-rest", tr.adminKey, q("clientId", clientID), map[string]any{"actorUuid": "Actor.hero"}); r.status != http.StatusNotImplemented ||
-		r.errorText(t) != "World '"+clientID+"' does not offer dnd5e/short-rest" {
+	// A world of the dnd5e system gets the fifth-edition requests (those
+	// of other systems answer 501: TestLinkedDnd5eOnlyInDnd5eWorlds).
+	if r := tr.do(http.MethodPost, "/dnd5e/short-rest", tr.adminKey, q("clientId", clientID), map[string]any{"actorUuid": "Actor.gone"}); r.status != http.StatusNotFound ||
+		r.errorText(t) != "Actor not found with UUID: Actor.gone" || last()["type"] != "short-rest" {
 		t.Errorf("short rest: %d %s", r.status, r.body)
 	}
 

@@ -1,0 +1,128 @@
+package link_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// TestLinkedDnd5e: a linked world of the dnd5e system offers the
+// fifth-edition operations, sends each as the module's request type with
+// its parameters (createChatMessage always explicit, `spellSlots` asked as
+// `spells`), converts the module's replies (a roll's mode from its
+// formula, a death save's outcome from the counters), and refuses first,
+// with nothing sent, what the module would let through: coins changed by
+// a user without OWNER or below 0 (reference §9.8).
+func TestLinkedDnd5e(t *testing.T) {
+	actor := map[string]any{"_id": "a1", "name": "Hero", "type": "character", "ownership": map[string]any{"default": 0, "alice00000000001": 2},
+		"system": map[string]any{"currency": map[string]any{"gp": 10, "sp": 3}, "attributes": map[string]any{"hp": map[string]any{"value": 0}}}}
+	rec := &recorder{replies: map[string]map[string]any{
+		"entity":            {"uuid": "Actor.a1", "data": actor},
+		"skill-check":       {"data": map[string]any{"actorUuid": "Actor.a1", "skill": "ath", "total": 17, "formula": "2d20kh + 4", "result": "13 + 4"}},
+		"get-actor-details": {"data": map[string]any{"uuid": "Actor.a1", "spells": []any{}, "spellSlots": map[string]any{"spell1": map[string]any{"value": 1, "max": 2}}}},
+		"death-save":        {"data": map[string]any{"actorUuid": "Actor.a1", "total": 20, "formula": "1d20", "result": "20", "deathSaves": map[string]any{"success": 0, "failure": 0}}},
+		"modify-currency":   {"data": map[string]any{"currency": "gp", "previous": 10, "current": 7, "delta": -3}},
+		"use-item": {"data": map[string]any{"uuid": "Actor.a1", "ability": "Dagger",
+			"roll": map[string]any{"total": 15, "formula": "1d20 + 5", "isCritical": false, "isFumble": false,
+				"dice": []any{map[string]any{"faces": 20, "results": []any{map[string]any{"result": 10, "active": true}}}}},
+			"damageRolls": []any{map[string]any{"total": 6, "formula": "1d4[piercing] + 3", "type": "piercing", "isCritical": false,
+				"dice": []any{map[string]any{"faces": 4, "results": []any{map[string]any{"result": 3}}}}}}}},
+	}}
+	_, lw, _ := linkedWorld(t, rec)
+	rules, err := world.Capability[world.Dnd5e](lw.Resolved(), "dnd5e/skill-check")
+	if err != nil {
+		t.Fatalf("a dnd5e linked world offers no ruleset: %v", err)
+	}
+	alice := &world.User{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer}
+	ctx := world.WithCaller(context.Background(), &world.Caller{Scopes: []string{"dnd5e"}})
+
+	roll, err := rules.SkillCheck(ctx, alice, world.CheckParams{ActorUUID: "Actor.a1", Skill: "ath", Advantage: true})
+	if err != nil || roll.Total != 17 || roll.Mode.Mode != "advantage" || !reflect.DeepEqual(roll.Mode.Advantage, []string{"requested"}) {
+		t.Fatalf("skill check: %+v, %v", roll, err)
+	}
+	if got := rec.last(); got["type"] != "skill-check" || got["userId"] != alice.ID || got["createChatMessage"] != false ||
+		got["advantage"] != true || !reflect.DeepEqual(got["_scopes"], []any{"dnd5e"}) {
+		t.Fatalf("skill-check request %v", got)
+	}
+
+	d, err := rules.ActorDetails(ctx, nil, "Actor.a1", []string{"spellSlots"})
+	if err != nil || d.SpellSlots["spell1"] == nil || d.Spells == nil {
+		t.Fatalf("details: %+v, %v", d, err)
+	}
+	if got := rec.last(); !reflect.DeepEqual(got["details"], []any{"spells"}) {
+		t.Fatalf("get-actor-details request %v", got)
+	}
+
+	ds, err := rules.DeathSave(ctx, nil, world.DeathSaveParams{ActorUUID: "Actor.a1", ChatMessage: true})
+	if err != nil || !ds.Success || !ds.Stable || ds.Dead {
+		t.Fatalf("death save: %+v, %v", ds, err)
+	}
+	if got := rec.last(); got["createChatMessage"] != true {
+		t.Fatalf("death-save request %v", got)
+	}
+
+	use, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseItem, ActorUUID: "Actor.a1", Ability: world.ItemRef{Name: "Dagger"}})
+	if err != nil || use.Attack == nil || use.Attack.Result.Result != "10 + 5" || len(use.Damage) != 1 || use.Damage[0].Result.Result != "3 + 3" ||
+		use.Damage[0].Type != "piercing" || use.Damage[0].Dice[0].Total != 3 {
+		t.Fatalf("use: %+v, %v", use, err)
+	}
+	if _, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseSpell, ActorUUID: "Actor.a1", Ability: world.ItemRef{Name: "Fireball"}, SlotLevel: 4}); !errors.Is(err, world.ErrUnimplemented) {
+		t.Fatalf("use with a slot level: %v", err)
+	}
+
+	// Coins: the relay's checks come first; only a change they allow is
+	// sent, and the balance is the one read with the new amount.
+	bob := &world.User{ID: "bob0000000000001", Name: "Bob", Role: world.RolePlayer}
+	sent := len(rec.since(0))
+	if _, err := rules.ModifyCurrency(ctx, bob, "Actor.a1", "gp", 1); !errors.Is(err, world.ErrPermission) ||
+		err.Error() != "User 'Bob' does not have permission to view this entity" {
+		t.Fatalf("coins of an actor Bob cannot see: %v", err)
+	}
+	if _, err := rules.ModifyCurrency(ctx, alice, "Actor.a1", "gp", 1); !errors.Is(err, world.ErrPermission) ||
+		err.Error() != "User 'Alice' does not have permission to modify currency on 'Hero'" {
+		t.Fatalf("coins of an actor Alice observes: %v", err)
+	}
+	if _, err := rules.ModifyCurrency(ctx, nil, "Actor.a1", "gp", -11); !errors.Is(err, world.ErrFailedPrecondition) ||
+		err.Error() != "Insufficient gp: Hero has 10, needs 11" {
+		t.Fatalf("too many coins: %v", err)
+	}
+	for _, r := range rec.since(sent) {
+		if r["type"] != "entity" {
+			t.Fatalf("a refused change was sent: %v", r)
+		}
+	}
+	ch, err := rules.ModifyCurrency(ctx, nil, "Actor.a1", "gp", -3)
+	if err != nil || ch.OldAmount != 10 || ch.NewAmount != 7 || ch.Balance["gp"] != 7 || ch.Balance["sp"] != 3 || ch.Balance["pp"] != 0 {
+		t.Fatalf("coins: %+v, %v", ch, err)
+	}
+	// Reading a sheet needs OBSERVER, checked against the actor's ownership.
+	if _, err := rules.PrepareSpell(ctx, alice, "Actor.a1", "Shield", true); !errors.Is(err, world.ErrPermission) {
+		t.Fatalf("prepare a spell of an observed actor: %v", err)
+	}
+}
+
+// TestLinkedDnd5eOtherSystems: a linked world of another system offers no
+// ruleset: the services answer 501 naming the operation.
+func TestLinkedDnd5eOtherSystems(t *testing.T) {
+	e := newEnv(t)
+	tt := e.connected(func(c *linktest.Config) { c.SystemID = "pf2e" })
+	clientID, _ := tt.Credentials()
+	w := link.NewLinked(e.svc.Hub(), clientID, world.Info{})
+	e.wait("the connection", func() bool { return e.svc.Hub().Online(clientID) })
+	if _, err := world.Capability[world.Dnd5e](w.Resolved(), "dnd5e/long-rest"); !errors.Is(err, world.ErrUnimplemented) ||
+		err.Error() != "World '"+clientID+"' does not offer dnd5e/long-rest" {
+		t.Fatalf("pf2e world: %v", err)
+	}
+}
+
+// since returns the requests seen after the first n.
+func (r *recorder) since(n int) []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any(nil), r.requests[n:]...)
+}
