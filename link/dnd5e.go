@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -53,7 +54,7 @@ const systemDnd5e = "dnd5e"
 // fifth-edition operations when the tabletop runs the dnd5e system,
 // without them otherwise.
 func (w *Linked) Resolved() world.World {
-	if w.Info().System == systemDnd5e {
+	if w.hub.SystemID(w.clientID) == systemDnd5e {
 		return rulesLinked{w}
 	}
 	return w
@@ -505,7 +506,7 @@ func (w rulesLinked) ShortRest(ctx context.Context, user *world.User, p world.Re
 	params := map[string]any{}
 	param(params, "autoHD", p.AutoHD)
 	if t := p.AutoHDThreshold; t != nil {
-		if *t != *t || *t < 0 || *t > 1e9 {
+		if math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0 {
 			return world.RestResult{}, invalid("autoHDThreshold must be a fraction from 0 to 1 or a number of missing hit points above 1")
 		}
 		params["autoHDThreshold"] = *t
