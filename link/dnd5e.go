@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tabletop-relay/relay/world"
@@ -287,7 +288,7 @@ func (w rulesLinked) ActorDetails(ctx context.Context, user *world.User, actorUU
 	for _, d := range asked {
 		switch d {
 		case "items":
-			out.Items = orEmptyList(out.Items)
+			out.Items = w.withContainers(ctx, actorUUID, orEmptyList(out.Items))
 		case "spells":
 			out.Spells = orEmptyList(out.Spells)
 			if out.SpellSlots == nil {
@@ -303,6 +304,63 @@ func (w rulesLinked) ActorDetails(ctx context.Context, user *world.User, actorUU
 		}
 	}
 	return out, nil
+}
+
+// itemSourceKeys are the fields of an item in the `items`, `spells` and
+// `features` details: its source object's (reference §3.2).
+var itemSourceKeys = []string{"_id", "name", "type", "img", "system", "effects", "folder", "sort", "ownership", "flags", "_stats"}
+
+// withContainers adds the actor's containers to the module's `items`
+// detail, which looks for the type `backpack` that the system renamed
+// `container` (reference §9.9), so that the detail lists the whole
+// inventory in the actor's order, as an embedded world's does. The items
+// the module sent are kept as it sent them.
+func (w rulesLinked) withContainers(ctx context.Context, uuid string, items []any) []any {
+	doc, ok, err := w.gmActor(ctx, uuid)
+	if err != nil || !ok {
+		return items
+	}
+	all, _ := doc["items"].([]any)
+	if !slices.ContainsFunc(all, func(it any) bool { m, _ := it.(map[string]any); return m["type"] == "container" }) {
+		return items
+	}
+	sent := map[string]any{}
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			if id, ok := m["_id"].(string); ok {
+				sent[id] = it
+			}
+		}
+	}
+	out := make([]any, 0, len(items)+1)
+	for _, it := range all {
+		m, _ := it.(map[string]any)
+		id, _ := m["_id"].(string)
+		switch {
+		case sent[id] != nil:
+			out = append(out, sent[id])
+			delete(sent, id)
+		case m["type"] == "container":
+			src := map[string]any{}
+			for _, k := range itemSourceKeys {
+				if v, ok := m[k]; ok {
+					src[k] = v
+				}
+			}
+			out = append(out, src)
+		}
+	}
+	// Anything the module sent that the actor read does not hold (it
+	// changed in between) stays, in the module's order.
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			if id, _ := m["_id"].(string); sent[id] != nil {
+				out = append(out, it)
+				delete(sent, id)
+			}
+		}
+	}
+	return out
 }
 
 // orEmptyList is l, or an empty list for nil.
@@ -870,7 +928,35 @@ func (w rulesLinked) PrepareSpell(ctx context.Context, user *world.User, actorUU
 	if err := w.data(r, "prepare-spell", &data); err != nil {
 		return world.PrepareResult{}, err
 	}
+	// The module writes the field of dnd5e 4 and earlier
+	// (`system.preparation.prepared`); dnd5e 5 reads `system.prepared`
+	// (reference §3.13, §9.9), which the relay then writes too, as an
+	// embedded world does.
+	if systemMajor(w.hub, w.clientID) >= 5 && data.UUID != "" {
+		value := 0
+		if prepared {
+			value = 1
+		}
+		if _, err := w.request(ctx, user, "update", map[string]any{"uuid": data.UUID, "data": map[string]any{"system.prepared": value}}); err != nil {
+			return world.PrepareResult{}, err
+		}
+	}
 	return world.PrepareResult{ActorUUID: actorUUID, SpellUUID: data.UUID, SpellName: data.SpellName, Prepared: data.Prepared}, nil
+}
+
+// systemMajor is the major version of the world's game system, as its
+// connection reported it (0 when unknown).
+func systemMajor(hub *Hub, clientID string) int {
+	ci, ok := hub.Info(clientID)
+	if !ok {
+		return 0
+	}
+	major, _, _ := strings.Cut(ci.SystemVersion, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // Uses.

@@ -19,7 +19,12 @@ import (
 // with nothing sent, what the module would let through: coins changed by
 // a user without OWNER or below 0 (reference §9.8).
 func TestLinkedDnd5e(t *testing.T) {
-	actor := map[string]any{"_id": "a1", "name": "Hero", "type": "character", "ownership": map[string]any{"default": 0, "alice00000000001": 2},
+	items := []any{
+		map[string]any{"_id": "w1", "name": "Dagger", "type": "weapon", "system": map[string]any{}},
+		map[string]any{"_id": "c1", "name": "Bag", "type": "container", "system": map[string]any{}, "uuid": "Actor.a1.Item.c1"},
+		map[string]any{"_id": "s1", "name": "Shield", "type": "spell", "system": map[string]any{}},
+	}
+	actor := map[string]any{"_id": "a1", "name": "Hero", "type": "character", "ownership": map[string]any{"default": 0, "alice00000000001": 2}, "items": items,
 		"system": map[string]any{"currency": map[string]any{"gp": 10, "sp": 3}, "attributes": map[string]any{"hp": map[string]any{"value": 0}}}}
 	rec := &recorder{replies: map[string]map[string]any{
 		"entity":            {"uuid": "Actor.a1", "data": actor},
@@ -56,6 +61,26 @@ func TestLinkedDnd5e(t *testing.T) {
 	}
 	if got := rec.last(); !reflect.DeepEqual(got["details"], []any{"spells"}) {
 		t.Fatalf("get-actor-details request %v", got)
+	}
+
+	// The module's `items` detail misses containers (reference §9.9):
+	// they are added from the actor, in its order, as source objects.
+	rec.mu.Lock()
+	rec.replies["get-actor-details"] = map[string]any{"data": map[string]any{"uuid": "Actor.a1", "items": []any{items[0]}}}
+	rec.replies["prepare-spell"] = map[string]any{"data": map[string]any{"spellName": "Shield", "prepared": true, "uuid": "Actor.a1.Item.s1"}}
+	rec.replies["update"] = map[string]any{"uuid": "Actor.a1.Item.s1", "entity": []any{items[2]}}
+	rec.mu.Unlock()
+	d, err = rules.ActorDetails(ctx, nil, "Actor.a1", []string{"items"})
+	if err != nil || len(d.Items) != 2 || d.Items[0].(map[string]any)["_id"] != "w1" || d.Items[1].(map[string]any)["_id"] != "c1" ||
+		d.Items[1].(map[string]any)["uuid"] != nil {
+		t.Fatalf("items: %+v, %v", d.Items, err)
+	}
+	// On dnd5e 5 the relay also writes the field the system reads.
+	if p, err := rules.PrepareSpell(ctx, nil, "Actor.a1", "shield", true); err != nil || p.SpellUUID != "Actor.a1.Item.s1" || !p.Prepared {
+		t.Fatalf("prepare: %+v, %v", p, err)
+	}
+	if got := rec.last(); got["type"] != "update" || got["uuid"] != "Actor.a1.Item.s1" || !reflect.DeepEqual(got["data"], map[string]any{"system.prepared": 1.0}) {
+		t.Fatalf("after prepare-spell %v", got)
 	}
 
 	ds, err := rules.DeathSave(ctx, nil, world.DeathSaveParams{ActorUUID: "Actor.a1", ChatMessage: true})
