@@ -1026,9 +1026,10 @@ func isDigits(s string) bool {
 // Use implements [world.Dnd5e] with the module's `use-ability`,
 // `use-feature`, `use-spell` and `use-item`. The module casts a spell at
 // its own level only: a slot level is refused as not offered. It reports
-// the attack and damage rolls only; what the use consumed, its target,
-// its saving throw, whether it hit and whether it started concentration
-// are not known (empty in the answer).
+// the attack and damage rolls only; whether the use started concentration
+// is read from the item (see usedItem), while what it consumed, its
+// target, its saving throw and whether the attack hit are not known
+// (empty in the answer).
 func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParams) (world.UseResult, error) {
 	requestType := useTypes[p.Kind]
 	if p.ActorUUID == "" {
@@ -1071,9 +1072,6 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 		return dice.Result{Formula: d.Formula, Result: shownResult(d.Formula, ds), Total: d.Total, Dice: ds}
 	}
 	out := world.UseResult{ActorUUID: cmpOr(data.UUID, p.ActorUUID), Ability: data.Ability, Damage: []world.DamageRoll{}}
-	if p.Ability.UUID != "" {
-		out.ItemUUID = p.Ability.UUID
-	}
 	if d := data.Roll; d != nil {
 		out.Attack = &world.AttackRoll{Result: result(*d), IsCritical: d.IsCritical, IsFumble: d.IsFumble, Mode: modeOf(d.Formula, false, false)}
 	}
@@ -1084,5 +1082,62 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 		}
 		out.Damage = append(out.Damage, dr)
 	}
+	w.usedItem(ctx, p, &out)
 	return out, nil
+}
+
+// featureTypes are the item types the module's use-feature looks for
+// (reference §3.4).
+var featureTypes = []string{"feat", "class", "subclass", "background"}
+
+// usedItem fills in what the actor's item tells about a use the module
+// reported: the item's uuid, and whether the use started concentration (a
+// spell with the concentration property, which the system concentrates on
+// when it is cast). The item is the one asked for by uuid, else the first
+// of the actor's items of the use's kind with the name the module used.
+// When the actor cannot be read, both stay unknown.
+func (w rulesLinked) usedItem(ctx context.Context, p world.UseParams, out *world.UseResult) {
+	doc, ok, err := w.gmActor(ctx, p.ActorUUID)
+	if err != nil || !ok {
+		return
+	}
+	items, _ := doc["items"].([]any)
+	var id string
+	if p.Ability.UUID != "" {
+		prefix := p.ActorUUID + ".Item."
+		if !strings.HasPrefix(p.Ability.UUID, prefix) {
+			return
+		}
+		id = strings.TrimPrefix(p.Ability.UUID, prefix)
+	}
+	for _, x := range items {
+		it, _ := x.(map[string]any)
+		itemID, _ := it["_id"].(string)
+		name, _ := it["name"].(string)
+		typ, _ := it["type"].(string)
+		switch {
+		case id != "" && itemID != id:
+			continue
+		case id == "" && (!strings.EqualFold(name, out.Ability) || !kindAccepts(p.Kind, typ)):
+			continue
+		}
+		out.ItemUUID = p.ActorUUID + ".Item." + itemID
+		props, _ := at(it, "system", "properties").([]any)
+		out.Concentration = typ == "spell" && slices.Contains(props, any("concentration"))
+		return
+	}
+}
+
+// kindAccepts reports whether a use of kind k finds an item of type typ
+// by name, as the module's filters do (reference §3.4).
+func kindAccepts(k world.UseKind, typ string) bool {
+	switch k {
+	case world.UseFeature:
+		return slices.Contains(featureTypes, typ)
+	case world.UseSpell:
+		return typ == "spell"
+	case world.UseItem:
+		return typ != "spell" && !slices.Contains(featureTypes, typ)
+	}
+	return true
 }
