@@ -517,26 +517,48 @@ func (w rulesLinked) rest(ctx context.Context, user *world.User, requestType str
 		return world.RestResult{}, err
 	}
 	var data struct {
-		ActorUUID string `json:"actorUuid"`
-		Result    struct {
-			Type        string         `json:"type"`
-			Deltas      map[string]any `json:"deltas"`
-			UpdateData  map[string]any `json:"updateData"`
-			UpdateItems []any          `json:"updateItems"`
-			NewDay      bool           `json:"newDay"`
-			Rolls       []dice.Result  `json:"rolls"`
-			Clone       world.Document `json:"clone"`
-			DHD         float64        `json:"dhd"`
-			DHP         float64        `json:"dhp"`
-			LongRest    bool           `json:"longRest"`
-		} `json:"result"`
+		ActorUUID string                     `json:"actorUuid"`
+		Result    map[string]json.RawMessage `json:"result"`
 	}
 	if err := w.data(r, requestType, &data); err != nil {
 		return world.RestResult{}, err
 	}
-	res := data.Result
-	out := world.RestResult{ActorUUID: cmpOr(data.ActorUUID, p.Actor.UUID), Type: res.Type, Deltas: res.Deltas, UpdateData: res.UpdateData,
-		UpdateItems: res.UpdateItems, NewDay: res.NewDay, Rolls: res.Rolls, Clone: res.Clone, DHD: int(res.DHD), DHP: int(res.DHP), LongRest: res.LongRest}
+	// The system's rest result is read field by field, each leniently:
+	// it is the system's own object, whose fields a version may add,
+	// change or drop, and a rest that happened must not read as a failure.
+	res := moduleReply(data.Result)
+	out := world.RestResult{ActorUUID: cmpOr(data.ActorUUID, p.Actor.UUID)}
+	_ = res.decode("type", &out.Type)
+	_ = res.decode("deltas", &out.Deltas)
+	_ = res.decode("updateData", &out.UpdateData)
+	_ = res.decode("updateItems", &out.UpdateItems)
+	_ = res.decode("newDay", &out.NewDay)
+	_ = res.decode("clone", &out.Clone)
+	_ = res.decode("longRest", &out.LongRest)
+	var dhd, dhp float64
+	_ = res.decode("dhd", &dhd)
+	_ = res.decode("dhp", &dhp)
+	out.DHD, out.DHP = int(dhd), int(dhp)
+	var rolls []json.RawMessage
+	_ = res.decode("rolls", &rolls)
+	for _, raw := range rolls {
+		// A roll as the system serialises it has at least a formula and
+		// a total; the relay keeps those, and the dice it can read.
+		var roll dice.Result
+		if json.Unmarshal(raw, &roll) != nil {
+			var basic struct {
+				Formula string  `json:"formula"`
+				Result  string  `json:"result"`
+				Total   float64 `json:"total"`
+			}
+			_ = json.Unmarshal(raw, &basic)
+			roll = dice.Result{Formula: basic.Formula, Result: basic.Result, Total: basic.Total}
+		}
+		if roll.Dice == nil {
+			roll.Dice = []dice.Die{}
+		}
+		out.Rolls = append(out.Rolls, roll)
+	}
 	// An actor the system does not rest (a vehicle) gets `{completed:
 	// true}` from the module: the rest of its kind, with nothing changed.
 	if out.Type == "" {
@@ -841,6 +863,9 @@ func (w rulesLinked) BreakConcentration(ctx context.Context, user *world.User, a
 // ConcentrationSave implements [world.Dnd5e] with the module's
 // `concentration-save`.
 func (w rulesLinked) ConcentrationSave(ctx context.Context, user *world.User, p world.ConcentrationSaveParams) (world.ConcentrationSaveResult, error) {
+	if math.IsNaN(p.Damage) || math.IsInf(p.Damage, 0) || p.Damage < 0 {
+		return world.ConcentrationSaveResult{}, invalid("damage must be a number of at least 0")
+	}
 	if err := dnd5e.CheckBonus(p.Bonus); err != nil {
 		return world.ConcentrationSaveResult{}, err
 	}

@@ -83,6 +83,28 @@ func TestLinkedDnd5e(t *testing.T) {
 		t.Fatalf("after prepare-spell %v", got)
 	}
 
+	// A rest result as the system serialises it: rolls are the
+	// tabletop's own objects, and an actor that does not rest gets
+	// `{completed: true}`.
+	rec.mu.Lock()
+	rec.replies["short-rest"] = map[string]any{"data": map[string]any{"actorUuid": "Actor.a1", "result": map[string]any{
+		"type": "short", "deltas": map[string]any{"hitPoints": 5, "hitDice": -1}, "newDay": false, "dhd": -1, "dhp": 5, "longRest": false,
+		"rolls": []any{map[string]any{"class": "Roll", "formula": "1d8 + 2", "total": 5, "evaluated": true,
+			"terms": []any{map[string]any{"class": "Die", "faces": 8}}, "dice": []any{}, "options": map[string]any{}}}}}}
+	rec.replies["long-rest"] = map[string]any{"data": map[string]any{"actorUuid": "Actor.a1", "result": map[string]any{"completed": true}}}
+	rec.mu.Unlock()
+	rest, err := rules.ShortRest(ctx, nil, world.RestParams{Actor: world.ActorRef{UUID: "Actor.a1"}})
+	if err != nil || rest.Type != "short" || rest.DHP != 5 || rest.DHD != -1 || len(rest.Rolls) != 1 || rest.Rolls[0].Formula != "1d8 + 2" || rest.Rolls[0].Total != 5 {
+		t.Fatalf("short rest: %+v, %v", rest, err)
+	}
+	if rest, err := rules.LongRest(ctx, nil, world.RestParams{Actor: world.ActorRef{UUID: "Actor.a1"}}); err != nil || rest.Type != "long" || !rest.LongRest ||
+		rest.UpdateData == nil || rest.Rolls == nil {
+		t.Fatalf("long rest of a vehicle: %+v, %v", rest, err)
+	}
+	if got := rec.last(); got["newDay"] != true {
+		t.Fatalf("long-rest request %v", got)
+	}
+
 	ds, err := rules.DeathSave(ctx, nil, world.DeathSaveParams{ActorUUID: "Actor.a1", ChatMessage: true})
 	if err != nil || !ds.Success || !ds.Stable || ds.Dead {
 		t.Fatalf("death save: %+v, %v", ds, err)

@@ -163,6 +163,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "concentration-save", 403, "Bob", aria("damage", 12)),
 		dnd(post, "concentration-save", 200, "Alice", aria("damage", 12)),
 		dnd(post, "concentration-save", 400, "Alice", aria()),
+		dnd(post, "concentration-save", 400, "Alice", aria("damage", -5)),
 		dnd(post, "use-item", 200, "", brom("abilityName", "Longsword", "targetName", "Goblin"), notCarried...),
 		dnd(post, "use-item", 200, "Bob", brom("abilityName", "Longsword"), notCarried...),
 		dnd(post, "use-feature", 200, "Bob", brom("abilityName", "Second Wind"), notCarried...),
