@@ -875,7 +875,11 @@ func (w rulesLinked) ConcentrationSave(ctx context.Context, user *world.User, p 
 	}
 	param(params, "advantage", p.Advantage)
 	param(params, "disadvantage", p.Disadvantage)
-	param(params, "bonus", p.Bonus)
+	bonus, err := w.concentrationBonus(ctx, params, p.Bonus)
+	if err != nil {
+		return world.ConcentrationSaveResult{}, err
+	}
+	param(params, "bonus", bonus)
 	chat(params, p.ChatMessage)
 	r, err := w.request(ctx, user, "concentration-save", params)
 	if err != nil {
@@ -894,6 +898,31 @@ func (w rulesLinked) ConcentrationSave(ctx context.Context, user *world.User, p 
 		return world.ConcentrationSaveResult{}, err
 	}
 	return world.ConcentrationSaveResult{RollResult: roll, DC: int(data.DC), Maintained: data.Maintained}, nil
+}
+
+// concentrationBonus is the bonus formula to send with a concentration
+// save: the module rolls a plain Constitution save (reference §9.7), so
+// the actor's concentration bonus (`system.attributes.concentration.
+// bonuses.save`), which an embedded world adds after the save's own terms,
+// goes ahead of the caller's bonus. For an actor named otherwise than by
+// a world actor's uuid, the caller's bonus goes alone.
+func (w rulesLinked) concentrationBonus(ctx context.Context, params map[string]any, bonus string) (string, error) {
+	uuid, _ := params["actorUuid"].(string)
+	if uuid == "" {
+		return bonus, nil
+	}
+	doc, ok, err := w.gmActor(ctx, uuid)
+	if err != nil || !ok {
+		return bonus, err
+	}
+	own, _ := at(doc, "system", "attributes", "concentration", "bonuses", "save").(string)
+	switch own, bonus = strings.TrimSpace(own), strings.TrimSpace(bonus); {
+	case own == "":
+		return bonus, nil
+	case bonus == "":
+		return own, nil
+	}
+	return own + " + " + bonus, nil
 }
 
 // Equipment and spells.

@@ -161,7 +161,13 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(get, "concentration", 200, "", map[string]any{"actorName": "aria vale"}, effectIDs...),
 		dnd(get, "concentration", 403, "Bob", aria()),
 		dnd(post, "concentration-save", 403, "Bob", aria("damage", 12)),
-		dnd(post, "concentration-save", 200, "Alice", aria("damage", 12)),
+		// The module rolls a plain Constitution save (reference §9.7): the
+		// relay adds the actor's concentration bonus.
+		{name: "give Aria a concentration bonus", status: 200, method: http.MethodPut, path: "/update", query: q("uuid", ariaUUID),
+			body: map[string]any{"data": map[string]any{"system.attributes.concentration.bonuses.save": "2"}},
+			// The concentration effect's id and start each world made up.
+			ignore: []string{"_stats", "_id", "startTime"}},
+		dnd(post, "concentration-save", 200, "Alice", aria("damage", 12, "bonus", "1")),
 		dnd(post, "concentration-save", 400, "Alice", aria()),
 		dnd(post, "concentration-save", 400, "Alice", aria("damage", -5)),
 		dnd(post, "use-item", 200, "", brom("abilityName", "Longsword", "targetName", "Goblin"), notCarried...),

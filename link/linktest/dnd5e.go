@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 
 	"github.com/tabletop-relay/relay/world"
@@ -107,6 +108,36 @@ func viewable(ctx context.Context, w world.World, user *world.User, uuid string)
 		return errors.New("User '" + user.Name + "' does not have permission to view actor '" + str(doc["name"]) + "'")
 	}
 	return nil
+}
+
+// writable refuses a user without OWNER on an actor, with the module's
+// text (reference §2.4).
+func writable(ctx context.Context, w world.World, user *world.User, uuid, operation string) error {
+	docs, err := world.Capability[world.Documents](w, "")
+	if err != nil || user == nil {
+		return err
+	}
+	doc, err := docs.Get(ctx, nil, uuid)
+	if err != nil {
+		return err
+	}
+	if world.LevelOf(user, "Actor", doc) < world.LevelOwner {
+		return errors.New("User '" + user.Name + "' does not have permission to " + operation + " '" + str(doc["name"]) + "'")
+	}
+	return nil
+}
+
+// actorName is an actor's name, "" when it cannot be read.
+func actorName(ctx context.Context, w world.World, uuid string) string {
+	docs, err := world.Capability[world.Documents](w, "")
+	if err != nil {
+		return ""
+	}
+	doc, err := docs.Get(ctx, nil, uuid)
+	if err != nil {
+		return ""
+	}
+	return str(doc["name"])
 }
 
 // str is v when it is a string, else "".
@@ -380,17 +411,38 @@ func init() {
 			}
 			return wrapData(map[string]any{"actorUuid": res.ActorUUID, "broken": true, "removedEffectId": res.RemovedEffectID}), nil
 		}),
-		"concentration-save": rules(func(ctx context.Context, _ world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
-			if p.Damage == nil {
-				return nil, errors.New("damage must be a number")
-			}
-			res, err := r.ConcentrationSave(ctx, user, world.ConcentrationSaveParams{Actor: world.ActorRef{UUID: p.ActorUUID, Name: p.ActorName},
-				Damage: *p.Damage, Advantage: p.Advantage, Disadvantage: p.Disadvantage, Bonus: p.Bonus, ChatMessage: p.chatOn()})
+		"concentration-save": rules(func(ctx context.Context, w world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
+			// The module's concentration save (reference §3.9): the actor
+			// by uuid or name, the write check, the concentration effect,
+			// then a plain Constitution save against max(10, damage / 2),
+			// and the effect deleted when the save fails.
+			conc, err := r.GetConcentration(ctx, nil, world.ActorRef{UUID: p.ActorUUID, Name: p.ActorName})
 			if err != nil {
 				return nil, err
 			}
-			return wrapData(map[string]any{"actorUuid": res.ActorUUID, "dc": res.DC, "total": res.Total, "formula": res.Formula,
-				"result": res.Result, "maintained": res.Maintained}), nil
+			if err := writable(ctx, w, user, conc.ActorUUID, "roll concentration saves for"); err != nil {
+				return nil, err
+			}
+			if !conc.IsConcentrating {
+				return nil, errors.New("Actor '" + actorName(ctx, w, conc.ActorUUID) + "' is not concentrating")
+			}
+			if p.Damage == nil {
+				return nil, errors.New("damage must be a number")
+			}
+			dc := max(10, int(math.Floor(*p.Damage/2)))
+			res, err := r.AbilitySave(ctx, nil, world.CheckParams{ActorUUID: conc.ActorUUID, Ability: "con",
+				Advantage: p.Advantage, Disadvantage: p.Disadvantage, Bonus: p.Bonus, ChatMessage: p.chatOn()})
+			if err != nil {
+				return nil, err
+			}
+			maintained := res.Total >= dc
+			if !maintained {
+				if _, err := r.BreakConcentration(ctx, nil, world.ActorRef{UUID: conc.ActorUUID}); err != nil {
+					return nil, err
+				}
+			}
+			return wrapData(map[string]any{"actorUuid": res.ActorUUID, "dc": dc, "total": res.Total, "formula": res.Formula,
+				"result": res.Result, "maintained": maintained}), nil
 		}),
 		"equip-item":  toggleOp("equipped"),
 		"attune-item": toggleOp("attuned"),
