@@ -16,16 +16,11 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/embedded"
 )
-
-// testDiceSeed is the dice seed of the test relay (startTestRelay); the
-// simulated tabletops of the comparison suite roll from a source seeded
-// the same, so that the same calls in the same order roll the same dice
-// on both sides.
-const testDiceSeed = 20261122
 
 // notCarried are the fields of the relay's fifth-edition answers that the
 // module's replies do not carry (reference §3.4): what a use consumed, its
@@ -46,7 +41,7 @@ var notCarried = []string{"consumed", "target", "save", "hit"}
 func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	linked := linkDemoCopy(t, tr.relay)
+	linked := linkDemoCopy(t, tr.Node)
 	// Times, and the ids of concentration effects, which each world makes
 	// up on its own.
 	times := []string{"_stats"}
@@ -55,7 +50,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		c := comparison{name: op, status: status, method: method, path: "/dnd5e/" + op, ignore: ignore}
 		if user != "" {
 			c.name += " as " + user
-			c.query = q("userId", user)
+			c.query = relaytest.Q("userId", user)
 		}
 		if method == http.MethodGet {
 			if c.query == nil {
@@ -78,7 +73,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 	get, post := http.MethodGet, http.MethodPost
 	all := []string{"resources", "items", "spells", "features", "stats", "abilities", "skills", "details", "conditions"}
 	aria := func(kv ...any) map[string]any {
-		m := map[string]any{"actorUuid": ariaUUID}
+		m := map[string]any{"actorUuid": relaytest.AriaUUID}
 		for i := 0; i+1 < len(kv); i += 2 {
 			m[kv[i].(string)] = kv[i+1]
 		}
@@ -86,7 +81,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 	}
 	brom := func(kv ...any) map[string]any {
 		m := aria(kv...)
-		m["actorUuid"] = bromUUID
+		m["actorUuid"] = relaytest.BromUUID
 		return m
 	}
 	calls := []comparison{
@@ -94,8 +89,8 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		// relay to OBSERVER only.
 		dnd(get, "get-actor-details", 200, "", aria("details", all)),
 		dnd(get, "get-actor-details", 200, "Alice", aria("details", []string{"stats", "spellSlots"})),
-		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": guardUUID, "details": []string{"stats"}}),
-		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": goblinUUID, "details": []string{"stats"}}),
+		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": relaytest.GuardUUID, "details": []string{"stats"}}),
+		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": relaytest.GoblinUUID, "details": []string{"stats"}}),
 		dnd(get, "get-actor-details", 400, "", aria()),
 		dnd(get, "get-actor-details", 404, "", map[string]any{"actorUuid": "Actor.missing000000001", "details": []string{"stats"}}),
 		// Checks and saves; the module rolls for LIMITED users too.
@@ -103,16 +98,16 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "skill-check", 200, "Alice", aria("skill", "arc", "advantage", true)),
 		dnd(post, "skill-check", 400, "", brom("skill", "fly")),
 		dnd(post, "skill-check", 400, "", brom("skill", "ath", "bonus", "1d")),
-		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": guardUUID, "skill": "ste"}),
-		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": goblinUUID, "skill": "ste"}),
+		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": relaytest.GuardUUID, "skill": "ste"}),
+		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": relaytest.GoblinUUID, "skill": "ste"}),
 		dnd(post, "ability-save", 200, "Alice", aria("ability", "dex", "disadvantage", true)),
 		dnd(post, "ability-save", 400, "Alice", aria("ability", "luck")),
 		dnd(post, "ability-check", 200, "", brom("ability", "str", "createChatMessage", false)),
-		dnd(post, "ability-check", 403, "Alice", map[string]any{"actorUuid": guardUUID, "ability": "str"}),
+		dnd(post, "ability-check", 403, "Alice", map[string]any{"actorUuid": relaytest.GuardUUID, "ability": "str"}),
 		// Death saves: none above 0 hit points (the module then answers
 		// without a roll), then rolls.
 		dnd(post, "death-save", 400, "Alice", aria()),
-		{name: "drop Aria to 0", status: 200, method: http.MethodPut, path: "/update", query: q("uuid", ariaUUID),
+		{name: "drop Aria to 0", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
 			body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 0}}, ignore: []string{"_stats"}},
 		dnd(post, "death-save", 200, "Alice", aria("createChatMessage", false)),
 		dnd(post, "death-save", 200, "Alice", aria("advantage", true)),
@@ -134,26 +129,26 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "modify-currency", 403, "Bob", aria("currency", "gp", "amount", 5)),
 		dnd(post, "modify-currency", 400, "", aria("currency", "xp", "amount", 5)),
 		dnd(post, "modify-currency", 404, "", map[string]any{"actorUuid": "Actor.missing000000001", "currency": "gp", "amount": 1}),
-		dnd(post, "transfer-currency", 403, "Alice", map[string]any{"sourceActorUuid": ariaUUID, "targetActorUuid": bromUUID, "currency": map[string]any{"gp": 1}}),
-		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 81, "sp": 1}}),
-		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": ariaUUID, "targetActorUuid": bromUUID, "currency": map[string]any{"gp": -1}}),
-		dnd(post, "transfer-currency", 200, "Gamemaster", map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 30, "cp": 5}}),
+		dnd(post, "transfer-currency", 403, "Alice", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": 1}}),
+		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 81, "sp": 1}}),
+		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": -1}}),
+		dnd(post, "transfer-currency", 200, "Gamemaster", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 30, "cp": 5}}),
 		// Items and spells.
 		dnd(post, "modify-item-charges", 200, "Alice", aria("itemName", "Wand of Magic Missiles", "amount", -1)),
-		dnd(post, "modify-item-charges", 403, "Bob", aria("itemUuid", wandUUID, "amount", 1)),
+		dnd(post, "modify-item-charges", 403, "Bob", aria("itemUuid", relaytest.WandUUID, "amount", 1)),
 		dnd(post, "modify-item-charges", 400, "Alice", aria("itemName", "Wand of Magic Missiles")),
 		dnd(post, "equip-item", 200, "Alice", aria("itemName", "Ring of Protection", "equipped", true)),
 		dnd(post, "equip-item", 403, "Alice", brom("itemName", "Shield", "equipped", false)),
 		dnd(post, "equip-item", 400, "Alice", aria("itemName", "Ring of Protection")),
 		dnd(post, "equip-item", 404, "Alice", aria("itemName", "Vorpal Sword", "equipped", true)),
 		dnd(post, "attune-item", 200, "Alice", map[string]any{"actorName": "aria vale", "itemName": "Ring of Protection", "attuned": true}),
-		dnd(post, "attune-item", 400, "Alice", aria("itemUuid", wandUUID, "attuned", true)),
+		dnd(post, "attune-item", 400, "Alice", aria("itemUuid", relaytest.WandUUID, "attuned", true)),
 		dnd(post, "prepare-spell", 200, "Alice", aria("spellName", "Detect Magic", "prepared", true)),
 		dnd(post, "prepare-spell", 400, "Alice", aria("spellName", "Fire Bolt", "prepared", false)),
 		dnd(post, "prepare-spell", 403, "Bob", aria("spellName", "Fireball", "prepared", false)),
 		dnd(post, "prepare-spell", 404, "", aria("spellName", "Wish", "prepared", true)),
 		// Uses, concentration.
-		{name: "heal Aria", status: 200, method: http.MethodPut, path: "/update", query: q("uuid", ariaUUID),
+		{name: "heal Aria", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
 			body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
 		dnd(post, "break-concentration", 400, "Alice", aria()),
 		dnd(post, "use-spell", 200, "Alice", aria("abilityName", "Hold Person", "targetName", "Brom Ironfist"), notCarried...),
@@ -163,7 +158,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "concentration-save", 403, "Bob", aria("damage", 12)),
 		// The module rolls a plain Constitution save (reference §9.7): the
 		// relay adds the actor's concentration bonus.
-		{name: "give Aria a concentration bonus", status: 200, method: http.MethodPut, path: "/update", query: q("uuid", ariaUUID),
+		{name: "give Aria a concentration bonus", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
 			body: map[string]any{"data": map[string]any{"system.attributes.concentration.bonuses.save": "2"}},
 			// The concentration effect's id and start each world made up.
 			ignore: []string{"_stats", "_id", "startTime"}},
@@ -174,7 +169,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "use-item", 200, "Bob", brom("abilityName", "Longsword"), notCarried...),
 		dnd(post, "use-feature", 200, "Bob", brom("abilityName", "Second Wind"), notCarried...),
 		dnd(post, "use-feature", 400, "Bob", brom("abilityName", "Second Wind")),
-		dnd(post, "use-ability", 200, "Alice", aria("abilityUuid", ariaUUID+".Item.magicMissile0001"), notCarried...),
+		dnd(post, "use-ability", 200, "Alice", aria("abilityUuid", relaytest.AriaUUID+".Item.magicMissile0001"), notCarried...),
 		dnd(post, "use-spell", 403, "Bob", aria("abilityName", "Fire Bolt")),
 		dnd(post, "use-spell", 400, "Alice", aria()),
 		dnd(post, "use-spell", 404, "Alice", aria("abilityName", "Wish")),
@@ -202,11 +197,11 @@ func compareCalls(t *testing.T, tr *testRelay, linked string, calls []comparison
 			if c.body != nil {
 				body = c.body
 			}
-			r := tr.do(c.method, c.path, tr.adminKey, query, body)
-			statuses[i] = r.status
+			r := tr.Do(c.method, c.path, tr.AdminKey, query, body)
+			statuses[i] = r.Status
 			var v any
-			if err := json.Unmarshal(r.body, &v); err != nil {
-				t.Fatalf("%s: %s", c.name, r.body)
+			if err := json.Unmarshal(r.Body, &v); err != nil {
+				t.Fatalf("%s: %s", c.name, r.Body)
 			}
 			answers[i] = normalise(v, append(c.ignore, "requestId"))
 		}
@@ -228,9 +223,9 @@ func compareCalls(t *testing.T, tr *testRelay, linked string, calls []comparison
 func TestLinkedDnd5eOverGRPC(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	linked := linkDemoCopy(t, tr.relay)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-	client := relayv1.NewDnd5EServiceClient(tr.conn)
+	linked := linkDemoCopy(t, tr.Node)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+	client := relayv1.NewDnd5EServiceClient(tr.Conn)
 	amount := func(n int32) *int32 { return &n }
 	yes := true
 	for _, c := range []struct {
@@ -239,19 +234,19 @@ func TestLinkedDnd5eOverGRPC(t *testing.T) {
 		code codes.Code
 	}{
 		{"insufficient coins", func(id string) (any, error) {
-			return client.ModifyCurrency(ctx, &relayv1.ModifyCurrencyRequest{ClientId: id, ActorUuid: ariaUUID, Currency: "gp", Amount: amount(-1000)})
+			return client.ModifyCurrency(ctx, &relayv1.ModifyCurrencyRequest{ClientId: id, ActorUuid: relaytest.AriaUUID, Currency: "gp", Amount: amount(-1000)})
 		}, codes.FailedPrecondition},
 		{"coins of another's actor", func(id string) (any, error) {
-			return client.ModifyCurrency(ctx, &relayv1.ModifyCurrencyRequest{ClientId: id, UserId: "Bob", ActorUuid: ariaUUID, Currency: "gp", Amount: amount(1)})
+			return client.ModifyCurrency(ctx, &relayv1.ModifyCurrencyRequest{ClientId: id, UserId: "Bob", ActorUuid: relaytest.AriaUUID, Currency: "gp", Amount: amount(1)})
 		}, codes.PermissionDenied},
 		{"no death save above 0 hit points", func(id string) (any, error) {
-			return client.DeathSave(ctx, &relayv1.DeathSaveRequest{ClientId: id, ActorUuid: ariaUUID})
+			return client.DeathSave(ctx, &relayv1.DeathSaveRequest{ClientId: id, ActorUuid: relaytest.AriaUUID})
 		}, codes.FailedPrecondition},
 		{"a wand needs no attunement", func(id string) (any, error) {
-			return client.AttuneItem(ctx, &relayv1.AttuneItemRequest{ClientId: id, ActorUuid: ariaUUID, ItemUuid: wandUUID, Attuned: &yes})
+			return client.AttuneItem(ctx, &relayv1.AttuneItemRequest{ClientId: id, ActorUuid: relaytest.AriaUUID, ItemUuid: relaytest.WandUUID, Attuned: &yes})
 		}, codes.FailedPrecondition},
 		{"skill check", func(id string) (any, error) {
-			return client.SkillCheck(ctx, &relayv1.SkillCheckRequest{ClientId: id, ActorUuid: bromUUID, Skill: "ath"})
+			return client.SkillCheck(ctx, &relayv1.SkillCheckRequest{ClientId: id, ActorUuid: relaytest.BromUUID, Skill: "ath"})
 		}, codes.OK},
 	} {
 		var errs [2]error
@@ -292,11 +287,11 @@ func TestLinkedDnd5eOnlyInDnd5eWorlds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, _, err := tr.links.CreatePairingCode(ctx, "", "test")
+	code, _, err := tr.Links().CreatePairingCode(ctx, "", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt := linktest.New(linktest.Config{RelayURL: tr.base, WorldID: "pf", WorldTitle: "Other system", FoundryVersion: "13.345",
+	tt := linktest.New(linktest.Config{RelayURL: tr.Base, WorldID: "pf", WorldTitle: "Other system", FoundryVersion: "13.345",
 		SystemID: "pf2e", SystemVersion: "6.0.0", ServerFingerprint: "fp-pf", Players: players, Handler: linktest.WorldHandler(w)})
 	if _, err := tt.Pair(ctx, code); err != nil {
 		t.Fatal(err)
@@ -307,7 +302,7 @@ func TestLinkedDnd5eOnlyInDnd5eWorlds(t *testing.T) {
 	t.Cleanup(tt.Drop)
 	clientID, _ := tt.Credentials()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if info, _ := tr.links.Hub().Info(clientID); len(info.Players) == len(players) {
+		if info, _ := tr.Links().Hub().Info(clientID); len(info.Players) == len(players) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -315,22 +310,22 @@ func TestLinkedDnd5eOnlyInDnd5eWorlds(t *testing.T) {
 		}
 	}
 	sent := len(tt.Received())
-	r := tr.do(http.MethodPost, "/dnd5e/skill-check", tr.adminKey, q("clientId", clientID), map[string]any{"actorUuid": bromUUID, "skill": "ath"})
-	if want := "World '" + clientID + "' does not offer dnd5e/skill-check"; r.status != http.StatusNotImplemented || r.errorText(t) != want {
-		t.Fatalf("skill-check: %d %s, want 501 %q", r.status, r.body, want)
+	r := tr.Do(http.MethodPost, "/dnd5e/skill-check", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"actorUuid": relaytest.BromUUID, "skill": "ath"})
+	if want := "World '" + clientID + "' does not offer dnd5e/skill-check"; r.Status != http.StatusNotImplemented || r.ErrorText(t) != want {
+		t.Fatalf("skill-check: %d %s, want 501 %q", r.Status, r.Body, want)
 	}
-	r = tr.do(http.MethodGet, "/dnd5e/concentration", tr.adminKey, q("clientId", clientID, "actorUuid", ariaUUID), nil)
-	if r.status != http.StatusNotImplemented || !strings.Contains(r.errorText(t), "dnd5e/concentration") {
-		t.Fatalf("concentration: %d %s", r.status, r.body)
+	r = tr.Do(http.MethodGet, "/dnd5e/concentration", tr.AdminKey, relaytest.Q("clientId", clientID, "actorUuid", relaytest.AriaUUID), nil)
+	if r.Status != http.StatusNotImplemented || !strings.Contains(r.ErrorText(t), "dnd5e/concentration") {
+		t.Fatalf("concentration: %d %s", r.Status, r.Body)
 	}
-	gctx := metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.adminKey)
-	_, err = relayv1.NewDnd5EServiceClient(tr.conn).LongRest(gctx, &relayv1.LongRestRequest{ClientId: clientID, ActorUuid: ariaUUID})
+	gctx := metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.AdminKey)
+	_, err = relayv1.NewDnd5EServiceClient(tr.Conn).LongRest(gctx, &relayv1.LongRestRequest{ClientId: clientID, ActorUuid: relaytest.AriaUUID})
 	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "dnd5e/long-rest") {
 		t.Fatalf("gRPC long rest: %v", err)
 	}
 	// The other operations still reach the tabletop.
-	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", ariaUUID), nil); r.status != http.StatusOK {
-		t.Fatalf("get: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("get: %d %s", r.Status, r.Body)
 	}
 	for _, m := range tt.Received()[sent:] {
 		if strings.Contains(string(m), "skill-check") || strings.Contains(string(m), "concentration") || strings.Contains(string(m), "long-rest") {
