@@ -142,10 +142,8 @@ func (w rulesLinked) gmActor(ctx context.Context, uuid string) (doc world.Docume
 }
 
 // requireLevel refuses a user below need on an actor the way the embedded
-// world does: `User '<n>' does not have permission to view this entity`
-// for an actor they cannot see at all, else `User '<n>' does not have
-// permission to <operation> '<name>'`. GMs and calls without a user pass
-// without a look.
+// world does (see levelError). GMs and calls without a user pass without
+// a look.
 func (w rulesLinked) requireLevel(ctx context.Context, user *world.User, uuid string, need world.Level, operation string) error {
 	if user == nil || user.IsGM() {
 		return nil
@@ -170,23 +168,27 @@ func (w rulesLinked) refusal(ctx context.Context, user *world.User, uuid string,
 	return err
 }
 
-// levelError is requireLevel's verdict on an actor already read.
+// levelError is the embedded world's verdict on a user's level on an actor
+// already read: `User '<n>' does not have permission to <operation>
+// '<name>'`, where a user who cannot see the actor at all is told its uuid
+// rather than its name, or, for a read (need below OWNER) they cannot make
+// at all, `User '<n>' does not have permission to view this entity`.
 func levelError(user *world.User, doc world.Document, uuid string, need world.Level, operation string) error {
 	if user == nil || user.IsGM() {
 		return nil
 	}
-	switch level := world.LevelOf(user, "Actor", doc); {
-	case level >= need:
+	level := world.LevelOf(user, "Actor", doc)
+	if level >= need {
 		return nil
-	case level == world.LevelNone:
-		return world.Errorf(world.ErrPermission, "User '%s' does not have permission to view this entity", user.Name)
-	default:
-		name, _ := doc["name"].(string)
-		if name == "" {
-			name = uuid
-		}
-		return world.Errorf(world.ErrPermission, "User '%s' does not have permission to %s '%s'", user.Name, operation, name)
 	}
+	if level == world.LevelNone && need < world.LevelOwner {
+		return world.Errorf(world.ErrPermission, "User '%s' does not have permission to view this entity", user.Name)
+	}
+	name, _ := doc["name"].(string)
+	if name == "" || level == world.LevelNone {
+		name = uuid
+	}
+	return world.Errorf(world.ErrPermission, "User '%s' does not have permission to %s '%s'", user.Name, operation, name)
 }
 
 // Rolls.

@@ -127,7 +127,7 @@ func TestLinkedDnd5e(t *testing.T) {
 	bob := &world.User{ID: "bob0000000000001", Name: "Bob", Role: world.RolePlayer}
 	sent := len(rec.since(0))
 	if _, err := rules.ModifyCurrency(ctx, bob, "Actor.a1", "gp", 1); !errors.Is(err, world.ErrPermission) ||
-		err.Error() != "User 'Bob' does not have permission to view this entity" {
+		err.Error() != "User 'Bob' does not have permission to modify currency on 'Actor.a1'" {
 		t.Fatalf("coins of an actor Bob cannot see: %v", err)
 	}
 	if _, err := rules.ModifyCurrency(ctx, alice, "Actor.a1", "gp", 1); !errors.Is(err, world.ErrPermission) ||

@@ -91,6 +91,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(get, "get-actor-details", 200, "Alice", aria("details", []string{"stats", "spellSlots"})),
 		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": relaytest.GuardUUID, "details": []string{"stats"}}),
 		dnd(get, "get-actor-details", 403, "Alice", map[string]any{"actorUuid": relaytest.GoblinUUID, "details": []string{"stats"}}),
+		dnd(get, "get-actor-details", 403, "Tess", aria("details", []string{"skills"})),
 		dnd(get, "get-actor-details", 400, "", aria()),
 		dnd(get, "get-actor-details", 404, "", map[string]any{"actorUuid": "Actor.missing000000001", "details": []string{"stats"}}),
 		// Checks and saves; the module rolls for LIMITED users too.
@@ -100,6 +101,8 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "skill-check", 400, "", brom("skill", "ath", "bonus", "1d")),
 		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": relaytest.GuardUUID, "skill": "ste"}),
 		dnd(post, "skill-check", 403, "Alice", map[string]any{"actorUuid": relaytest.GoblinUUID, "skill": "ste"}),
+		dnd(post, "skill-check", 403, "Bob", aria("skill", "arc")),
+		dnd(post, "skill-check", 403, "Tess", aria("skill", "arc")),
 		dnd(post, "ability-save", 200, "Alice", aria("ability", "dex", "disadvantage", true)),
 		dnd(post, "ability-save", 400, "Alice", aria("ability", "luck")),
 		dnd(post, "ability-check", 200, "", brom("ability", "str", "createChatMessage", false)),
@@ -123,10 +126,12 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "modify-experience", 200, "Alice", aria("amount", -500)),
 		dnd(post, "modify-experience", 403, "Alice", brom("amount", 5)),
 		dnd(post, "modify-experience", 400, "", aria("amount", -7000)),
+		dnd(post, "modify-experience", 403, "Tess", aria("amount", -7000)),
 		dnd(post, "modify-experience", 400, "", aria()),
 		dnd(post, "modify-currency", 200, "Alice", aria("currency", "gp", "amount", -5)),
 		dnd(post, "modify-currency", 400, "Alice", aria("currency", "gp", "amount", -100)),
 		dnd(post, "modify-currency", 403, "Bob", aria("currency", "gp", "amount", 5)),
+		dnd(post, "modify-currency", 403, "Tess", aria("currency", "gp", "amount", 5)),
 		dnd(post, "modify-currency", 400, "", aria("currency", "xp", "amount", 5)),
 		dnd(post, "modify-currency", 404, "", map[string]any{"actorUuid": "Actor.missing000000001", "currency": "gp", "amount": 1}),
 		dnd(post, "transfer-currency", 403, "Alice", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": 1}}),
@@ -146,6 +151,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "prepare-spell", 200, "Alice", aria("spellName", "Detect Magic", "prepared", true)),
 		dnd(post, "prepare-spell", 400, "Alice", aria("spellName", "Fire Bolt", "prepared", false)),
 		dnd(post, "prepare-spell", 403, "Bob", aria("spellName", "Fireball", "prepared", false)),
+		dnd(post, "prepare-spell", 403, "Tess", aria("spellName", "Fireball", "prepared", false)),
 		dnd(post, "prepare-spell", 404, "", aria("spellName", "Wish", "prepared", true)),
 		// Uses, concentration.
 		{name: "heal Aria", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
@@ -155,6 +161,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(get, "concentration", 200, "Alice", aria(), effectIDs...),
 		dnd(get, "concentration", 200, "", map[string]any{"actorName": "aria vale"}, effectIDs...),
 		dnd(get, "concentration", 403, "Bob", aria()),
+		dnd(get, "concentration", 403, "Tess", aria()),
 		dnd(post, "concentration-save", 403, "Bob", aria("damage", 12)),
 		// The module rolls a plain Constitution save (reference §9.7): the
 		// relay adds the actor's concentration bonus.
