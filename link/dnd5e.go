@@ -155,6 +155,38 @@ func (w rulesLinked) requireLevel(ctx context.Context, user *world.User, uuid st
 	return levelError(user, doc, uuid, need, operation)
 }
 
+// send sends one of the ruleset's requests. The module's refusals of a
+// user name the actor whether or not the user may see it; an embedded
+// world's name it only to a user who may (a write refusal gives the uuid
+// instead, a read refusal says `view this entity`). So when the module
+// refuses a user who cannot see an actor of the request, the relay tells
+// them what an embedded world would.
+func (w rulesLinked) send(ctx context.Context, user *world.User, requestType string, params map[string]any) (moduleReply, error) {
+	r, err := w.request(ctx, user, requestType, params)
+	if err == nil || user == nil || user.IsGM() || !errors.Is(err, world.ErrPermission) {
+		return r, err
+	}
+	msg := err.Error()
+	for _, key := range []string{"actorUuid", "sourceActorUuid", "targetActorUuid"} {
+		uuid, _ := params[key].(string)
+		if uuid == "" {
+			continue
+		}
+		doc, ok, derr := w.gmActor(ctx, uuid)
+		if derr != nil || !ok || world.LevelOf(user, "Actor", doc) != world.LevelNone {
+			continue
+		}
+		name, _ := doc["name"].(string)
+		switch {
+		case strings.HasSuffix(msg, " to view actor '"+name+"'"):
+			return nil, world.Errorf(world.ErrPermission, "User '%s' does not have permission to view this entity", user.Name)
+		case name != "" && strings.HasSuffix(msg, " '"+name+"'"):
+			return nil, world.Errorf(world.ErrPermission, "%s'%s'", strings.TrimSuffix(msg, "'"+name+"'"), uuid)
+		}
+	}
+	return r, err
+}
+
 // refusal is the error of a read the module refused: its refusal of a
 // user names the actor even to a user who may not see it, so the relay's
 // own verdict replaces it when there is one.
@@ -253,7 +285,7 @@ func (w rulesLinked) ActorDetails(ctx context.Context, user *world.User, actorUU
 	if details == nil {
 		params["details"] = []string{}
 	}
-	r, err := w.request(ctx, user, "get-actor-details", params)
+	r, err := w.send(ctx, user, "get-actor-details", params)
 	if err != nil {
 		return world.ActorDetails{}, w.refusal(ctx, user, actorUUID, err)
 	}
@@ -410,7 +442,7 @@ func (w rulesLinked) check(ctx context.Context, user *world.User, requestType st
 	param(params, "disadvantage", p.Disadvantage)
 	param(params, "bonus", p.Bonus)
 	chat(params, p.ChatMessage)
-	r, err := w.request(ctx, user, requestType, params)
+	r, err := w.send(ctx, user, requestType, params)
 	if err != nil {
 		return world.RollResult{}, err
 	}
@@ -449,7 +481,7 @@ func (w rulesLinked) DeathSave(ctx context.Context, user *world.User, p world.De
 	params := map[string]any{"actorUuid": p.ActorUUID}
 	param(params, "advantage", p.Advantage)
 	chat(params, p.ChatMessage)
-	r, err := w.request(ctx, user, "death-save", params)
+	r, err := w.send(ctx, user, "death-save", params)
 	if err != nil {
 		return world.DeathSaveResult{}, err
 	}
@@ -514,7 +546,7 @@ func (w rulesLinked) rest(ctx context.Context, user *world.User, requestType str
 	}
 	param(params, "actorUuid", p.Actor.UUID)
 	param(params, "selected", p.Actor.Selected)
-	r, err := w.request(ctx, user, requestType, params)
+	r, err := w.send(ctx, user, requestType, params)
 	if err != nil {
 		return world.RestResult{}, err
 	}
@@ -609,7 +641,7 @@ func (w rulesLinked) LongRest(ctx context.Context, user *world.User, p world.Res
 func (w rulesLinked) ModifyItemCharges(ctx context.Context, user *world.User, actorUUID string, item world.ItemRef, amount int) (world.ChargesResult, error) {
 	params := map[string]any{"actorUuid": actorUUID, "amount": amount}
 	itemParams(params, item)
-	r, err := w.request(ctx, user, "modify-item-charges", params)
+	r, err := w.send(ctx, user, "modify-item-charges", params)
 	if err != nil {
 		return world.ChargesResult{}, err
 	}
@@ -649,7 +681,7 @@ func (w rulesLinked) ModifyExperience(ctx context.Context, user *world.User, act
 	params := map[string]any{"amount": amount}
 	param(params, "actorUuid", actor.UUID)
 	param(params, "selected", actor.Selected)
-	r, err := w.request(ctx, user, "modify-experience", params)
+	r, err := w.send(ctx, user, "modify-experience", params)
 	if err != nil {
 		return world.ExperienceChange{}, err
 	}
@@ -720,7 +752,7 @@ func (w rulesLinked) ModifyCurrency(ctx context.Context, user *world.User, actor
 	if old := bal[denomination]; old+amount < 0 {
 		return world.CurrencyChange{}, world.Errorf(world.ErrFailedPrecondition, "Insufficient %s: %s has %d, needs %d", denomination, doc["name"], old, -amount)
 	}
-	r, err := w.request(ctx, user, "modify-currency", map[string]any{"actorUuid": actorUUID, "currency": denomination, "amount": amount})
+	r, err := w.send(ctx, user, "modify-currency", map[string]any{"actorUuid": actorUUID, "currency": denomination, "amount": amount})
 	if err != nil {
 		return world.CurrencyChange{}, err
 	}
@@ -769,7 +801,7 @@ func (w rulesLinked) TransferCurrency(ctx context.Context, user *world.User, p w
 	param(params, "sourceActorName", p.Source.Name)
 	param(params, "targetActorUuid", p.Target.UUID)
 	param(params, "targetActorName", p.Target.Name)
-	r, err := w.request(ctx, user, "transfer-currency", params)
+	r, err := w.send(ctx, user, "transfer-currency", params)
 	if err != nil {
 		return world.TransferResult{}, err
 	}
@@ -798,7 +830,7 @@ func (w rulesLinked) GetConcentration(ctx context.Context, user *world.User, act
 	if err := w.actorParams(ctx, user, params, actor); err != nil {
 		return world.Concentration{}, err
 	}
-	r, err := w.request(ctx, user, "get-concentration", params)
+	r, err := w.send(ctx, user, "get-concentration", params)
 	if err != nil {
 		return world.Concentration{}, w.refusal(ctx, user, actor.UUID, err)
 	}
@@ -848,7 +880,7 @@ func (w rulesLinked) BreakConcentration(ctx context.Context, user *world.User, a
 	if err := w.actorParams(ctx, user, params, actor); err != nil {
 		return world.BrokenConcentration{}, err
 	}
-	r, err := w.request(ctx, user, "break-concentration", params)
+	r, err := w.send(ctx, user, "break-concentration", params)
 	if err != nil {
 		return world.BrokenConcentration{}, err
 	}
@@ -883,7 +915,7 @@ func (w rulesLinked) ConcentrationSave(ctx context.Context, user *world.User, p 
 	}
 	param(params, "bonus", bonus)
 	chat(params, p.ChatMessage)
-	r, err := w.request(ctx, user, "concentration-save", params)
+	r, err := w.send(ctx, user, "concentration-save", params)
 	if err != nil {
 		return world.ConcentrationSaveResult{}, err
 	}
@@ -936,7 +968,7 @@ func (w rulesLinked) toggle(ctx context.Context, user *world.User, requestType, 
 		return world.ItemToggleResult{}, err
 	}
 	itemParams(params, item)
-	r, err := w.request(ctx, user, requestType, params)
+	r, err := w.send(ctx, user, requestType, params)
 	if err != nil {
 		return world.ItemToggleResult{}, err
 	}
@@ -972,7 +1004,7 @@ func (w rulesLinked) PrepareSpell(ctx context.Context, user *world.User, actorUU
 	if err := w.requireLevel(ctx, user, actorUUID, world.LevelOwner, "prepare spells on"); err != nil {
 		return world.PrepareResult{}, err
 	}
-	r, err := w.request(ctx, user, "prepare-spell", map[string]any{"actorUuid": actorUUID, "spellName": spellName, "prepared": prepared})
+	r, err := w.send(ctx, user, "prepare-spell", map[string]any{"actorUuid": actorUUID, "spellName": spellName, "prepared": prepared})
 	if err != nil {
 		return world.PrepareResult{}, err
 	}
@@ -1102,7 +1134,7 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 	param(params, "abilityName", p.Ability.Name)
 	param(params, "targetUuid", p.TargetUUID)
 	param(params, "targetName", p.TargetName)
-	r, err := w.request(ctx, user, requestType, params)
+	r, err := w.send(ctx, user, requestType, params)
 	if err != nil {
 		return world.UseResult{}, err
 	}

@@ -147,6 +147,22 @@ func TestLinkedDnd5e(t *testing.T) {
 	if err != nil || ch.OldAmount != 10 || ch.NewAmount != 7 || ch.Balance["gp"] != 7 || ch.Balance["sp"] != 3 || ch.Balance["pp"] != 0 {
 		t.Fatalf("coins: %+v, %v", ch, err)
 	}
+	// The module's refusals name the actor to anyone; the relay gives a
+	// user who cannot see it its uuid, as an embedded world does.
+	rec.mu.Lock()
+	rec.replies["death-save"] = map[string]any{"error": "User 'Bob' does not have permission to roll death saves for 'Hero'"}
+	rec.mu.Unlock()
+	if _, err := rules.DeathSave(ctx, bob, world.DeathSaveParams{ActorUUID: "Actor.a1"}); !errors.Is(err, world.ErrPermission) ||
+		err.Error() != "User 'Bob' does not have permission to roll death saves for 'Actor.a1'" {
+		t.Fatalf("death save refused to a user who cannot see the actor: %v", err)
+	}
+	rec.mu.Lock()
+	rec.replies["death-save"] = map[string]any{"error": "User 'Alice' does not have permission to roll death saves for 'Hero'"}
+	rec.mu.Unlock()
+	if _, err := rules.DeathSave(ctx, alice, world.DeathSaveParams{ActorUUID: "Actor.a1"}); err == nil ||
+		err.Error() != "User 'Alice' does not have permission to roll death saves for 'Hero'" {
+		t.Fatalf("death save refused to an observer: %v", err)
+	}
 	// Reading a sheet needs OBSERVER, checked against the actor's ownership.
 	if _, err := rules.PrepareSpell(ctx, alice, "Actor.a1", "Shield", true); !errors.Is(err, world.ErrPermission) {
 		t.Fatalf("prepare a spell of an observed actor: %v", err)
