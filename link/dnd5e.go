@@ -639,6 +639,32 @@ func (w rulesLinked) LongRest(ctx context.Context, user *world.User, p world.Res
 // ModifyItemCharges implements [world.Dnd5e] with the module's
 // `modify-item-charges`.
 func (w rulesLinked) ModifyItemCharges(ctx context.Context, user *world.User, actorUUID string, item world.ItemRef, amount int) (world.ChargesResult, error) {
+	if actorUUID == "" {
+		return world.ChargesResult{}, invalid("actorUuid is required")
+	}
+	if item.UUID == "" && item.Name == "" {
+		return world.ChargesResult{}, invalid("itemUuid or itemName is required")
+	}
+	// The module changes the charges of an item that has none (to 0); an
+	// embedded world refuses. A maximum given as a formula is left to the
+	// module, which reads it evaluated.
+	err := w.checkItem(ctx, user, actorUUID, item, "modify item charges on", func(_, it map[string]any) error {
+		switch m := at(it, "system", "uses", "max").(type) {
+		case float64:
+			if m > 0 {
+				return nil
+			}
+		case string:
+			n, err := strconv.ParseFloat(strings.TrimSpace(m), 64)
+			if err != nil && strings.TrimSpace(m) != "" || n > 0 {
+				return nil
+			}
+		}
+		return world.Errorf(world.ErrFailedPrecondition, "Item '%s' has no charges", it["name"])
+	})
+	if err != nil {
+		return world.ChargesResult{}, err
+	}
 	params := map[string]any{"actorUuid": actorUUID, "amount": amount}
 	itemParams(params, item)
 	r, err := w.send(ctx, user, "modify-item-charges", params)
@@ -961,13 +987,20 @@ func (w rulesLinked) concentrationBonus(ctx context.Context, params map[string]a
 
 // Equipment and spells.
 
-// toggle sends an equip or an attune.
-func (w rulesLinked) toggle(ctx context.Context, user *world.User, requestType, field string, actor world.ActorRef, item world.ItemRef, on bool) (world.ItemToggleResult, error) {
+// toggle sends an equip or an attune, after rule, an embedded world's
+// rule for the item, which the module does not apply (reference §3.10).
+func (w rulesLinked) toggle(ctx context.Context, user *world.User, requestType, field string, actor world.ActorRef, item world.ItemRef, on bool,
+	rule func(actor, item map[string]any) error) (world.ItemToggleResult, error) {
 	params := map[string]any{field: on}
 	if err := w.actorParams(ctx, user, params, actor); err != nil {
 		return world.ItemToggleResult{}, err
 	}
 	itemParams(params, item)
+	if uuid, _ := params["actorUuid"].(string); uuid != "" {
+		if err := w.checkItem(ctx, user, uuid, item, "modify items on", rule); err != nil {
+			return world.ItemToggleResult{}, err
+		}
+	}
 	r, err := w.send(ctx, user, requestType, params)
 	if err != nil {
 		return world.ItemToggleResult{}, err
@@ -983,12 +1016,97 @@ func (w rulesLinked) toggle(ctx context.Context, user *world.User, requestType, 
 
 // EquipItem implements [world.Dnd5e] with the module's `equip-item`.
 func (w rulesLinked) EquipItem(ctx context.Context, user *world.User, actor world.ActorRef, item world.ItemRef, equipped bool) (world.ItemToggleResult, error) {
-	return w.toggle(ctx, user, "equip-item", "equipped", actor, item, equipped)
+	return w.toggle(ctx, user, "equip-item", "equipped", actor, item, equipped, func(_, it map[string]any) error {
+		if typ, _ := it["type"].(string); !slices.Contains(equippable, typ) {
+			return world.Errorf(world.ErrFailedPrecondition, "Item '%s' (%s) cannot be equipped", it["name"], typ)
+		}
+		return nil
+	})
 }
+
+// equippable are the item types that can be equipped, as in an embedded
+// world.
+var equippable = []string{"weapon", "equipment", "consumable", "tool", "container", "backpack", "loot"}
 
 // AttuneItem implements [world.Dnd5e] with the module's `attune-item`.
 func (w rulesLinked) AttuneItem(ctx context.Context, user *world.User, actor world.ActorRef, item world.ItemRef, attuned bool) (world.ItemToggleResult, error) {
-	return w.toggle(ctx, user, "attune-item", "attuned", actor, item, attuned)
+	return w.toggle(ctx, user, "attune-item", "attuned", actor, item, attuned, func(a, it map[string]any) error {
+		if !attuned {
+			return nil
+		}
+		switch mode := at(it, "system", "attunement"); mode {
+		case "required", "optional", 1.0, 2.0:
+		default:
+			return world.Errorf(world.ErrFailedPrecondition, "Item '%s' does not require attunement", it["name"])
+		}
+		if at(it, "system", "attuned") == true {
+			return nil
+		}
+		limit := 3.0
+		if n, ok := number(at(a, "system", "attributes", "attunement", "max")); ok {
+			limit = n
+		}
+		count := 0
+		items, _ := a["items"].([]any)
+		for _, x := range items {
+			if other, _ := x.(map[string]any); at(other, "system", "attuned") == true {
+				count++
+			}
+		}
+		if float64(count) >= limit {
+			return world.Errorf(world.ErrFailedPrecondition, "%s is already attuned to %d items, the most allowed; end an attunement first", a["name"], count)
+		}
+		return nil
+	})
+}
+
+// checkItem applies, before an item operation goes to the module, what an
+// embedded world checks and the module does not: with the actor read as
+// the game master sees it, OWNER for the user (named operation), the
+// item by uuid (of that actor) or name, and rule on both. An actor that
+// is not a world actor's uuid is left to the module.
+func (w rulesLinked) checkItem(ctx context.Context, user *world.User, actorUUID string, ref world.ItemRef, operation string, rule func(actor, item map[string]any) error) error {
+	doc, ok, err := w.gmActor(ctx, actorUUID)
+	if err != nil || !ok {
+		return err
+	}
+	if err := levelError(user, doc, actorUUID, world.LevelOwner, operation); err != nil {
+		return err
+	}
+	it, err := findItem(actorUUID, doc, ref)
+	if err != nil {
+		return err
+	}
+	return rule(doc, it)
+}
+
+// findItem finds an actor's item as an embedded world does: by uuid,
+// which must be one of that actor's items, else by name in any case.
+func findItem(actorUUID string, actor map[string]any, ref world.ItemRef) (map[string]any, error) {
+	if ref.UUID == "" && ref.Name == "" {
+		return nil, invalid("itemUuid or itemName is required")
+	}
+	items, _ := actor["items"].([]any)
+	if ref.UUID != "" {
+		id, ok := strings.CutPrefix(ref.UUID, actorUUID+".Item.")
+		if !ok || strings.Contains(id, ".") {
+			return nil, invalid("Item %s does not belong to actor %s", ref.UUID, actor["name"])
+		}
+		for _, x := range items {
+			if it, _ := x.(map[string]any); it["_id"] == id {
+				return it, nil
+			}
+		}
+		return nil, world.Errorf(world.ErrNotFound, "Item not found on actor %s: %s", actor["name"], ref.UUID)
+	}
+	for _, x := range items {
+		if it, _ := x.(map[string]any); it != nil {
+			if name, _ := it["name"].(string); strings.EqualFold(name, ref.Name) {
+				return it, nil
+			}
+		}
+	}
+	return nil, world.Errorf(world.ErrNotFound, "Item not found on actor %s: %s", actor["name"], ref.Name)
 }
 
 // PrepareSpell implements [world.Dnd5e] with the module's `prepare-spell`,

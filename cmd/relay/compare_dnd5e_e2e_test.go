@@ -148,6 +148,17 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "equip-item", 404, "Alice", aria("itemName", "Vorpal Sword", "equipped", true)),
 		dnd(post, "attune-item", 200, "Alice", map[string]any{"actorName": "aria vale", "itemName": "Ring of Protection", "attuned": true}),
 		dnd(post, "attune-item", 400, "Alice", aria("itemUuid", relaytest.WandUUID, "attuned", true)),
+		// The module equips and attunes anything, with no attunement
+		// limit, and changes the charges of an item without any (to 0):
+		// the relay applies the embedded world's rules first.
+		dnd(post, "equip-item", 400, "Alice", aria("itemName", "Fire Bolt", "equipped", true)),
+		dnd(post, "equip-item", 400, "Alice", aria("itemUuid", relaytest.BromUUID+".Item.secondWind000001", "equipped", true)),
+		dnd(post, "equip-item", 403, "Tess", aria("itemName", "Ring of Protection", "equipped", false)),
+		dnd(post, "modify-item-charges", 400, "Alice", aria("itemName", "Ring of Protection", "amount", -1)),
+		dnd(post, "attune-item", 200, "Alice", aria("itemName", "Ring of Protection", "attuned", false)),
+		{name: "allow Aria no attunement", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
+			body: map[string]any{"data": map[string]any{"system.attributes.attunement.max": 0}}, ignore: times},
+		dnd(post, "attune-item", 400, "Alice", aria("itemName", "Ring of Protection", "attuned", true)),
 		dnd(post, "prepare-spell", 200, "Alice", aria("spellName", "Detect Magic", "prepared", true)),
 		dnd(post, "prepare-spell", 400, "Alice", aria("spellName", "Fire Bolt", "prepared", false)),
 		dnd(post, "prepare-spell", 403, "Bob", aria("spellName", "Fireball", "prepared", false)),

@@ -24,7 +24,8 @@ import (
 // LIMITED (the roll is made with the game master's rights, as in the game
 // master's browser); changing coins and preparing spells check no
 // permission at all, and coins stop at 0 rather than being refused
-// (reference §9.8). A death save the system refuses is answered without
+// (reference §9.8); any item can be equipped or attuned, with no
+// attunement limit, and an item without charges gets 0 (§3.3, §3.10). A death save the system refuses is answered without
 // the roll's fields (§3.8, §9.10).
 
 // rulesParams are the fields of the fifth-edition requests.
@@ -197,23 +198,92 @@ func restOp(long bool) operation {
 	})
 }
 
-// toggleOp answers equip-item and attune-item.
+// toggleOp answers equip-item and attune-item as the module does
+// (reference §3.10): the actor by uuid or name, the write check, the item,
+// then the flag written whatever the item is (no check that it can be
+// equipped or attuned, no attunement limit).
 func toggleOp(field string) operation {
-	return rules(func(ctx context.Context, _ world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
+	return rules(func(ctx context.Context, w world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
 		on := p.Equipped
-		toggle := r.EquipItem
 		if field == "attuned" {
-			on, toggle = p.Attuned, r.AttuneItem
+			on = p.Attuned
+		}
+		docs, err := world.Capability[world.Documents](w, "")
+		if err != nil {
+			return nil, err
+		}
+		actorUUID, actor, err := moduleActor(ctx, docs, r, p.ActorUUID, p.ActorName)
+		if err != nil {
+			return nil, err
+		}
+		if err := writable(ctx, w, user, actorUUID, "modify items on"); err != nil {
+			return nil, err
+		}
+		item, err := moduleItem(actorUUID, actor, p.ItemUUID, p.ItemName)
+		if err != nil {
+			return nil, err
 		}
 		if on == nil {
 			return nil, errors.New(field + " must be a boolean")
 		}
-		res, err := toggle(ctx, user, world.ActorRef{UUID: p.ActorUUID, Name: p.ActorName}, world.ItemRef{UUID: p.ItemUUID, Name: p.ItemName}, *on)
-		if err != nil {
+		itemUUID := actorUUID + ".Item." + str(item["_id"])
+		if _, err := docs.Update(ctx, nil, itemUUID, world.Document{"system." + field: *on}); err != nil {
 			return nil, err
 		}
-		return wrapData(map[string]any{"actorUuid": res.ActorUUID, "itemUuid": res.ItemUUID, "itemName": res.ItemName, field: res.On}), nil
+		return wrapData(map[string]any{"actorUuid": actorUUID, "itemUuid": itemUUID, "itemName": item["name"], field: *on}), nil
 	})
+}
+
+// moduleActor finds an actor as the module's resolveActor does
+// (reference §3.1): by uuid, else the first world actor of that name in
+// any case, whoever may see it.
+func moduleActor(ctx context.Context, docs world.Documents, r world.Dnd5e, uuid, name string) (string, world.Document, error) {
+	if uuid == "" && name == "" {
+		return "", nil, errors.New("actorUuid or actorName is required")
+	}
+	if uuid == "" {
+		// The ruleset finds actors by name for the game master (nil user)
+		// the module's way; its concentration read is the cheapest such
+		// lookup.
+		c, err := r.GetConcentration(ctx, nil, world.ActorRef{Name: name})
+		if err != nil {
+			return "", nil, errors.New("Actor not found: " + name)
+		}
+		uuid = c.ActorUUID
+	}
+	doc, err := docs.Get(ctx, nil, uuid)
+	if err != nil {
+		return "", nil, errors.New("Actor not found: " + cmpOr(uuid, name))
+	}
+	return uuid, doc, nil
+}
+
+// moduleItem finds an actor's item as the module's resolveItem does
+// (reference §3.1): by the last segment of its uuid, else by name in any
+// case.
+func moduleItem(actorUUID string, actor world.Document, itemUUID, itemName string) (world.Document, error) {
+	if itemUUID == "" && itemName == "" {
+		return nil, errors.New("itemUuid or itemName is required")
+	}
+	items, _ := actor["items"].([]any)
+	for _, x := range items {
+		it, _ := x.(map[string]any)
+		switch {
+		case itemUUID != "" && (str(it["_id"]) == itemUUID[strings.LastIndexByte(itemUUID, '.')+1:] || actorUUID+".Item."+str(it["_id"]) == itemUUID):
+			return it, nil
+		case itemUUID == "" && strings.EqualFold(str(it["name"]), itemName):
+			return it, nil
+		}
+	}
+	return nil, errors.New("Item not found on actor " + str(actor["name"]) + ": " + cmpOr(itemUUID, itemName))
+}
+
+// cmpOr is a, or b when a is empty.
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // useOp answers the four use request types.
@@ -316,11 +386,28 @@ func init() {
 		}),
 		"short-rest": restOp(false),
 		"long-rest":  restOp(true),
-		"modify-item-charges": rules(func(ctx context.Context, _ world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
+		"modify-item-charges": rules(func(ctx context.Context, w world.World, r world.Dnd5e, user *world.User, p rulesParams) (any, error) {
 			if p.Amount == nil {
 				return nil, errors.New("amount must be a number")
 			}
 			res, err := r.ModifyItemCharges(ctx, user, p.ActorUUID, world.ItemRef{UUID: p.ItemUUID, Name: p.ItemName}, int(*p.Amount))
+			if errors.Is(err, world.ErrFailedPrecondition) && strings.HasSuffix(err.Error(), "has no charges") {
+				// The module clamps the charges of an item without any to
+				// 0..0 and reports 0 to 0 (reference §3.3).
+				docs, derr := world.Capability[world.Documents](w, "")
+				if derr != nil {
+					return nil, err
+				}
+				actor, derr := docs.Get(ctx, nil, p.ActorUUID)
+				if derr != nil {
+					return nil, err
+				}
+				item, derr := moduleItem(p.ActorUUID, actor, p.ItemUUID, p.ItemName)
+				if derr != nil {
+					return nil, err
+				}
+				return wrapData(map[string]any{"itemUuid": p.ActorUUID + ".Item." + str(item["_id"]), "oldCharges": 0, "newCharges": 0}), nil
+			}
 			if err != nil {
 				return nil, err
 			}
