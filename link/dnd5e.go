@@ -822,6 +822,17 @@ func (w rulesLinked) TransferCurrency(ctx context.Context, user *world.User, p w
 	if len(coins) == 0 {
 		return world.TransferResult{}, invalid("currency must move at least one coin")
 	}
+	// The module would move coins from an actor to itself; an embedded
+	// world refuses, after its permission checks.
+	if p.Source.UUID != "" && p.Source.UUID == p.Target.UUID {
+		if err := w.requireLevel(ctx, user, p.Source.UUID, world.LevelOwner, "transfer currency from"); err != nil {
+			return world.TransferResult{}, err
+		}
+		if _, _, err := w.gmActor(ctx, p.Source.UUID); err != nil {
+			return world.TransferResult{}, err
+		}
+		return world.TransferResult{}, invalid("The source and target actors are the same")
+	}
 	params := map[string]any{"currency": coins}
 	param(params, "sourceActorUuid", p.Source.UUID)
 	param(params, "sourceActorName", p.Source.Name)
@@ -1247,6 +1258,9 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 	if p.SlotLevel != 0 {
 		return world.UseResult{}, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer dnd5e/%s with slotLevel", w.clientID, requestType)
 	}
+	if err := w.checkUse(ctx, user, p); err != nil {
+		return world.UseResult{}, err
+	}
 	params := map[string]any{"actorUuid": p.ActorUUID}
 	param(params, "abilityUuid", p.Ability.UUID)
 	param(params, "abilityName", p.Ability.Name)
@@ -1290,6 +1304,45 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 	}
 	w.usedItem(ctx, p, &out)
 	return out, nil
+}
+
+// useNouns name the use kinds in errors, as an embedded world does.
+var useNouns = map[world.UseKind]string{world.UseAbility: "an ability", world.UseFeature: "a feature", world.UseSpell: "a spell", world.UseItem: "an item"}
+
+// checkUse finds the item a use names as an embedded world does, before
+// the module gets the use. The module takes an abilityUuid as it is, from
+// any actor and of any type (reference §3.4): a user who owns one actor
+// could use another's item, spending its uses. So, for an actor named by
+// a world actor's uuid, the relay requires OWNER, an abilityUuid among
+// that actor's items and of the use's kind, and an abilityName that names
+// one, with the embedded world's texts.
+func (w rulesLinked) checkUse(ctx context.Context, user *world.User, p world.UseParams) error {
+	actor, ok, err := w.gmActor(ctx, p.ActorUUID)
+	if err != nil || !ok {
+		return err
+	}
+	if err := levelError(user, actor, p.ActorUUID, world.LevelOwner, "use abilities on"); err != nil {
+		return err
+	}
+	if p.Ability.UUID != "" {
+		it, err := findItem(p.ActorUUID, actor, world.ItemRef{UUID: p.Ability.UUID})
+		if err != nil {
+			return err
+		}
+		if typ, _ := it["type"].(string); !kindAccepts(p.Kind, typ) {
+			return invalid("'%s' (%s) is not %s", it["name"], typ, useNouns[p.Kind])
+		}
+		return nil
+	}
+	items, _ := actor["items"].([]any)
+	for _, x := range items {
+		it, _ := x.(map[string]any)
+		typ, _ := it["type"].(string)
+		if name, _ := it["name"].(string); strings.EqualFold(name, p.Ability.Name) && kindAccepts(p.Kind, typ) {
+			return nil
+		}
+	}
+	return world.Errorf(world.ErrNotFound, "Ability not found on actor %s: %s", actor["name"], p.Ability.Name)
 }
 
 // featureTypes are the item types the module's use-feature looks for

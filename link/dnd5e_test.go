@@ -121,11 +121,34 @@ func TestLinkedDnd5e(t *testing.T) {
 	if _, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseSpell, ActorUUID: "Actor.a1", Ability: world.ItemRef{Name: "Fireball"}, SlotLevel: 4}); !errors.Is(err, world.ErrUnimplemented) {
 		t.Fatalf("use with a slot level: %v", err)
 	}
+	// The module would use any item by uuid, another actor's too: the
+	// relay requires one of the actor's items, of the use's kind.
+	sent := len(rec.since(0))
+	if _, err := rules.Use(ctx, alice, world.UseParams{Kind: world.UseItem, ActorUUID: "Actor.a1", Ability: world.ItemRef{UUID: "Actor.b2.Item.w9"}}); !errors.Is(err, world.ErrPermission) {
+		t.Fatalf("use on an actor Alice observes: %v", err)
+	}
+	if _, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseItem, ActorUUID: "Actor.a1", Ability: world.ItemRef{UUID: "Actor.b2.Item.w9"}}); !errors.Is(err, world.ErrInvalid) ||
+		err.Error() != "Item Actor.b2.Item.w9 does not belong to actor Hero" {
+		t.Fatalf("use of another actor's item: %v", err)
+	}
+	if _, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseSpell, ActorUUID: "Actor.a1", Ability: world.ItemRef{UUID: "Actor.a1.Item.w1"}}); !errors.Is(err, world.ErrInvalid) ||
+		err.Error() != "'Dagger' (weapon) is not a spell" {
+		t.Fatalf("a weapon cast as a spell: %v", err)
+	}
+	if _, err := rules.Use(ctx, nil, world.UseParams{Kind: world.UseFeature, ActorUUID: "Actor.a1", Ability: world.ItemRef{Name: "dagger"}}); !errors.Is(err, world.ErrNotFound) ||
+		err.Error() != "Ability not found on actor Hero: dagger" {
+		t.Fatalf("a weapon used as a feature: %v", err)
+	}
+	for _, r := range rec.since(sent) {
+		if r["type"] != "entity" {
+			t.Fatalf("a refused use was sent: %v", r)
+		}
+	}
 
 	// Coins: the relay's checks come first; only a change they allow is
 	// sent, and the balance is the one read with the new amount.
 	bob := &world.User{ID: "bob0000000000001", Name: "Bob", Role: world.RolePlayer}
-	sent := len(rec.since(0))
+	sent = len(rec.since(0))
 	if _, err := rules.ModifyCurrency(ctx, bob, "Actor.a1", "gp", 1); !errors.Is(err, world.ErrPermission) ||
 		err.Error() != "User 'Bob' does not have permission to modify currency on 'Actor.a1'" {
 		t.Fatalf("coins of an actor Bob cannot see: %v", err)

@@ -137,6 +137,7 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "transfer-currency", 403, "Alice", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": 1}}),
 		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 81, "sp": 1}}),
 		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": -1}}),
+		dnd(post, "transfer-currency", 400, "", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorUuid": relaytest.AriaUUID, "currency": map[string]any{"gp": 1}}),
 		dnd(post, "transfer-currency", 200, "Gamemaster", map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorName": "Brom Ironfist", "currency": map[string]any{"gp": 30, "cp": 5}}),
 		// Items and spells.
 		dnd(post, "modify-item-charges", 200, "Alice", aria("itemName", "Wand of Magic Missiles", "amount", -1)),
@@ -191,6 +192,9 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "use-spell", 403, "Bob", aria("abilityName", "Fire Bolt")),
 		dnd(post, "use-spell", 400, "Alice", aria()),
 		dnd(post, "use-spell", 404, "Alice", aria("abilityName", "Wish")),
+		dnd(post, "use-item", 400, "Alice", aria("abilityUuid", relaytest.BromUUID+".Item.secondWind000001")),
+		dnd(post, "use-spell", 400, "Alice", aria("abilityUuid", relaytest.AriaUUID+".Item.ariaQuarterstaff")),
+		dnd(post, "use-spell", 403, "Tess", aria("abilityName", "Fire Bolt")),
 		dnd(post, "break-concentration", 0, "Alice", aria(), effectIDs...),
 	}
 	compareCalls(t, tr, linked, calls)
