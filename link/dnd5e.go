@@ -77,9 +77,56 @@ func (w rulesLinked) actorParams(ctx context.Context, user *world.User, params m
 		}
 		ref.UUID = uuid
 	}
+	if ref.UUID == "" && ref.Name != "" {
+		uuid, err := w.actorNamed(ctx, user, ref.Name)
+		if err != nil {
+			return err
+		}
+		if uuid != "" {
+			ref.UUID, ref.Name = uuid, ""
+		}
+	}
 	param(params, "actorUuid", ref.UUID)
 	param(params, "actorName", ref.Name)
 	return nil
+}
+
+// actorNamed finds, for a user who is not a GM, the actor of a name the
+// way an embedded world does: among the actors the user can see only, so
+// that an actor hidden from them is not found, exactly like one that does
+// not exist (the module looks among all actors, and its refusals would
+// tell the user that the actor exists). It returns the actor's uuid, to
+// be sent instead of the name; for GMs and calls without a user it
+// returns "" and the module finds the actor itself.
+func (w rulesLinked) actorNamed(ctx context.Context, user *world.User, name string) (string, error) {
+	if user == nil || user.IsGM() {
+		return "", nil
+	}
+	notFound := world.Errorf(world.ErrNotFound, "Actor not found: %s", name)
+	// The module's get-concentration finds an actor by name (reference
+	// §3.1) and changes nothing: asked as the game master, it names the
+	// actor's uuid.
+	r, err := w.request(ctx, nil, "get-concentration", map[string]any{"actorName": name})
+	if err != nil {
+		if errors.Is(err, world.ErrNotFound) {
+			return "", notFound
+		}
+		return "", err
+	}
+	var data struct {
+		ActorUUID string `json:"actorUuid"`
+	}
+	if err := r.decode("data", &data); err != nil || data.ActorUUID == "" {
+		return "", notFound
+	}
+	doc, ok, err := w.gmActor(ctx, data.ActorUUID)
+	if err != nil || !ok {
+		return "", notFound
+	}
+	if world.LevelOf(user, "Actor", doc) < world.LevelLimited {
+		return "", notFound
+	}
+	return data.ActorUUID, nil
 }
 
 // selectedActor returns the actor of the first selected token that user
@@ -821,6 +868,17 @@ func (w rulesLinked) TransferCurrency(ctx context.Context, user *world.User, p w
 	}
 	if len(coins) == 0 {
 		return world.TransferResult{}, invalid("currency must move at least one coin")
+	}
+	for _, ref := range []*world.ActorRef{&p.Source, &p.Target} {
+		if ref.UUID == "" {
+			uuid, err := w.actorNamed(ctx, user, ref.Name)
+			if err != nil {
+				return world.TransferResult{}, err
+			}
+			if uuid != "" {
+				ref.UUID, ref.Name = uuid, ""
+			}
+		}
 	}
 	// The module would move coins from an actor to itself; an embedded
 	// world refuses, after its permission checks.

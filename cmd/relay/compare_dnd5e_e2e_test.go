@@ -174,6 +174,13 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(get, "concentration", 200, "", map[string]any{"actorName": "aria vale"}, effectIDs...),
 		dnd(get, "concentration", 403, "Bob", aria()),
 		dnd(get, "concentration", 403, "Tess", aria()),
+		// By name, an actor the user cannot see is not found, as one that
+		// does not exist (the module would find it).
+		dnd(get, "concentration", 404, "Tess", map[string]any{"actorName": "aria vale"}),
+		dnd(post, "break-concentration", 404, "Tess", map[string]any{"actorName": "Aria Vale"}),
+		dnd(post, "equip-item", 404, "Tess", map[string]any{"actorName": "Aria Vale", "itemName": "Ring of Protection", "equipped": true}),
+		dnd(post, "transfer-currency", 404, "Tess", map[string]any{"sourceActorName": "Aria Vale", "targetActorUuid": relaytest.BromUUID, "currency": map[string]any{"gp": 1}}),
+		dnd(get, "concentration", 200, "Bob", map[string]any{"actorName": "brom ironfist"}),
 		dnd(post, "concentration-save", 403, "Bob", aria("damage", 12)),
 		// The module rolls a plain Constitution save (reference §9.7): the
 		// relay adds the actor's concentration bonus.
