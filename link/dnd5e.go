@@ -1316,7 +1316,8 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 	if p.SlotLevel != 0 {
 		return world.UseResult{}, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer dnd5e/%s with slotLevel", w.clientID, requestType)
 	}
-	if err := w.checkUse(ctx, user, p); err != nil {
+	actor, err := w.checkUse(ctx, user, p)
+	if err != nil {
 		return world.UseResult{}, err
 	}
 	params := map[string]any{"actorUuid": p.ActorUUID}
@@ -1360,7 +1361,7 @@ func (w rulesLinked) Use(ctx context.Context, user *world.User, p world.UseParam
 		}
 		out.Damage = append(out.Damage, dr)
 	}
-	w.usedItem(ctx, p, &out)
+	usedItem(actor, p, &out)
 	return out, nil
 }
 
@@ -1373,34 +1374,35 @@ var useNouns = map[world.UseKind]string{world.UseAbility: "an ability", world.Us
 // could use another's item, spending its uses. So, for an actor named by
 // a world actor's uuid, the relay requires OWNER, an abilityUuid among
 // that actor's items and of the use's kind, and an abilityName that names
-// one, with the embedded world's texts.
-func (w rulesLinked) checkUse(ctx context.Context, user *world.User, p world.UseParams) error {
+// one, with the embedded world's texts. It returns the actor as it read
+// it (nil for an actor it leaves to the module).
+func (w rulesLinked) checkUse(ctx context.Context, user *world.User, p world.UseParams) (world.Document, error) {
 	actor, ok, err := w.gmActor(ctx, p.ActorUUID)
 	if err != nil || !ok {
-		return err
+		return nil, err
 	}
 	if err := levelError(user, actor, p.ActorUUID, world.LevelOwner, "use abilities on"); err != nil {
-		return err
+		return nil, err
 	}
 	if p.Ability.UUID != "" {
 		it, err := findItem(p.ActorUUID, actor, world.ItemRef{UUID: p.Ability.UUID})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if typ, _ := it["type"].(string); !kindAccepts(p.Kind, typ) {
-			return invalid("'%s' (%s) is not %s", it["name"], typ, useNouns[p.Kind])
+			return nil, invalid("'%s' (%s) is not %s", it["name"], typ, useNouns[p.Kind])
 		}
-		return nil
+		return actor, nil
 	}
 	items, _ := actor["items"].([]any)
 	for _, x := range items {
 		it, _ := x.(map[string]any)
 		typ, _ := it["type"].(string)
 		if name, _ := it["name"].(string); strings.EqualFold(name, p.Ability.Name) && kindAccepts(p.Kind, typ) {
-			return nil
+			return actor, nil
 		}
 	}
-	return world.Errorf(world.ErrNotFound, "Ability not found on actor %s: %s", actor["name"], p.Ability.Name)
+	return nil, world.Errorf(world.ErrNotFound, "Ability not found on actor %s: %s", actor["name"], p.Ability.Name)
 }
 
 // featureTypes are the item types the module's use-feature looks for
@@ -1411,31 +1413,20 @@ var featureTypes = []string{"feat", "class", "subclass", "background"}
 // reported: the item's uuid, and whether the use started concentration (a
 // spell with the concentration property, which the system concentrates on
 // when it is cast). The item is the one asked for by uuid, else the first
-// of the actor's items of the use's kind with the name the module used.
-// When the actor cannot be read, both stay unknown.
-func (w rulesLinked) usedItem(ctx context.Context, p world.UseParams, out *world.UseResult) {
-	doc, ok, err := w.gmActor(ctx, p.ActorUUID)
-	if err != nil || !ok {
-		return
-	}
-	items, _ := doc["items"].([]any)
-	var id string
-	if p.Ability.UUID != "" {
-		prefix := p.ActorUUID + ".Item."
-		if !strings.HasPrefix(p.Ability.UUID, prefix) {
-			return
-		}
-		id = strings.TrimPrefix(p.Ability.UUID, prefix)
-	}
+// of the actor's items of the use's kind with the name the module used;
+// the actor is as checkUse read it before the use (nil when it could not:
+// both stay unknown).
+func usedItem(actor world.Document, p world.UseParams, out *world.UseResult) {
+	items, _ := actor["items"].([]any)
 	for _, x := range items {
 		it, _ := x.(map[string]any)
 		itemID, _ := it["_id"].(string)
 		name, _ := it["name"].(string)
 		typ, _ := it["type"].(string)
 		switch {
-		case id != "" && itemID != id:
+		case p.Ability.UUID != "" && p.ActorUUID+".Item."+itemID != p.Ability.UUID:
 			continue
-		case id == "" && (!strings.EqualFold(name, out.Ability) || !kindAccepts(p.Kind, typ)):
+		case p.Ability.UUID == "" && (!strings.EqualFold(name, out.Ability) || !kindAccepts(p.Kind, typ)):
 			continue
 		}
 		out.ItemUUID = p.ActorUUID + ".Item." + itemID
