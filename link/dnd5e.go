@@ -119,7 +119,7 @@ func (w rulesLinked) actorNamed(ctx context.Context, user *world.User, name stri
 	if err := r.decode("data", &data); err != nil || data.ActorUUID == "" {
 		return "", notFound
 	}
-	doc, ok, err := w.gmActor(ctx, data.ActorUUID)
+	doc, ok, err := w.gmAccess(ctx, data.ActorUUID)
 	if err != nil || !ok {
 		return "", notFound
 	}
@@ -172,6 +172,32 @@ func (w rulesLinked) data(r moduleReply, requestType string, v any) error {
 // not a world actor's (a token's actor, say), which the relay leaves to
 // the module.
 func (w rulesLinked) gmActor(ctx context.Context, uuid string) (doc world.Document, ok bool, err error) {
+	return w.readActor(ctx, uuid, &doc, func() world.Document { return doc })
+}
+
+// gmAccess is gmActor for the permission checks alone: it decodes only the
+// actor's name and ownership (an actor's JSON is mostly its items, which
+// the checks do not need), and returns them as a document.
+func (w rulesLinked) gmAccess(ctx context.Context, uuid string) (world.Document, bool, error) {
+	var access struct {
+		Name      *string        `json:"name"`
+		Ownership map[string]any `json:"ownership"`
+	}
+	return w.readActor(ctx, uuid, &access, func() world.Document {
+		doc := world.Document{}
+		if access.Name != nil {
+			doc["name"] = *access.Name
+		}
+		if access.Ownership != nil {
+			doc["ownership"] = access.Ownership
+		}
+		return doc
+	})
+}
+
+// readActor reads a world actor as the game master sees it into v, and
+// returns result() (see gmActor).
+func (w rulesLinked) readActor(ctx context.Context, uuid string, v any, result func() world.Document) (world.Document, bool, error) {
 	if parts := strings.Split(uuid, "."); len(parts) != 2 || parts[0] != "Actor" || parts[1] == "" {
 		return nil, false, nil
 	}
@@ -182,10 +208,11 @@ func (w rulesLinked) gmActor(ctx context.Context, uuid string) (doc world.Docume
 		}
 		return nil, false, err
 	}
-	if err := r.decode("data", &doc); err != nil || doc == nil {
+	data := r["data"]
+	if len(data) == 0 || data[0] != '{' || json.Unmarshal(data, v) != nil {
 		return nil, false, world.Errorf(world.ErrNotFound, "Actor not found with UUID: %s", uuid)
 	}
-	return doc, true, nil
+	return result(), true, nil
 }
 
 // requireLevel refuses a user below need on an actor the way the embedded
@@ -195,7 +222,7 @@ func (w rulesLinked) requireLevel(ctx context.Context, user *world.User, uuid st
 	if user == nil || user.IsGM() {
 		return nil
 	}
-	doc, ok, err := w.gmActor(ctx, uuid)
+	doc, ok, err := w.gmAccess(ctx, uuid)
 	if err != nil || !ok {
 		return err
 	}
@@ -219,7 +246,7 @@ func (w rulesLinked) send(ctx context.Context, user *world.User, requestType str
 		if uuid == "" {
 			continue
 		}
-		doc, ok, derr := w.gmActor(ctx, uuid)
+		doc, ok, derr := w.gmAccess(ctx, uuid)
 		if derr != nil || !ok || world.LevelOf(user, "Actor", doc) != world.LevelNone {
 			continue
 		}
@@ -886,7 +913,7 @@ func (w rulesLinked) TransferCurrency(ctx context.Context, user *world.User, p w
 		if err := w.requireLevel(ctx, user, p.Source.UUID, world.LevelOwner, "transfer currency from"); err != nil {
 			return world.TransferResult{}, err
 		}
-		if _, _, err := w.gmActor(ctx, p.Source.UUID); err != nil {
+		if _, _, err := w.gmAccess(ctx, p.Source.UUID); err != nil {
 			return world.TransferResult{}, err
 		}
 		return world.TransferResult{}, invalid("The source and target actors are the same")

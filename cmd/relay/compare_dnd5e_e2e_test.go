@@ -362,3 +362,25 @@ func TestLinkedDnd5eOnlyInDnd5eWorlds(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLinkedSkillCheck measures POST /dnd5e/skill-check as a player
+// (without a chat card) on the embedded demo world and on a copy of it
+// linked through the simulator, one request at a time: the linked call
+// makes two round trips to the tabletop (the relay's read of the actor
+// for its OBSERVER check, then the roll).
+func BenchmarkLinkedSkillCheck(b *testing.B) {
+	r, key := benchRelay(b)
+	linked := linkDemoCopy(b, r)
+	c := benchClient()
+	body := []byte(`{"actorUuid":"` + relaytest.AriaUUID + `","skill":"arc","userId":"Alice","createChatMessage":false}`)
+	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}} {
+		b.Run(w.name, func(b *testing.B) {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+r.Addr()+"/dnd5e/skill-check?clientId="+w.clientID, nil)
+			req.Header.Set("x-api-key", key)
+			req.Header.Set("Content-Type", "application/json")
+			for b.Loop() {
+				doBench(b, c, req, body)
+			}
+		})
+	}
+}
