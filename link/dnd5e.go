@@ -618,6 +618,16 @@ func (w rulesLinked) rest(ctx context.Context, user *world.User, requestType str
 	if p.Actor.UUID == "" && !p.Actor.Selected {
 		return world.RestResult{}, invalid("Either actorUuid or selected must be provided")
 	}
+	if p.Actor.UUID == "" {
+		// The module takes the first controlled token's actor, whoever
+		// may see it; the relay finds it as an embedded world does and
+		// sends its uuid.
+		uuid, err := w.selectedActor(ctx, user)
+		if err != nil {
+			return world.RestResult{}, err
+		}
+		p.Actor = world.ActorRef{UUID: uuid}
+	}
 	param(params, "actorUuid", p.Actor.UUID)
 	param(params, "selected", p.Actor.Selected)
 	r, err := w.send(ctx, user, requestType, params)
@@ -764,7 +774,15 @@ func (w rulesLinked) ModifyExperience(ctx context.Context, user *world.User, act
 	if actor.UUID == "" && !actor.Selected {
 		return world.ExperienceChange{}, invalid("Either actorUuid or selected must be provided")
 	}
-	if amount < 0 && actor.UUID != "" {
+	if actor.UUID == "" {
+		// The selection's actor, found as for a rest.
+		uuid, err := w.selectedActor(ctx, user)
+		if err != nil {
+			return world.ExperienceChange{}, err
+		}
+		actor = world.ActorRef{UUID: uuid}
+	}
+	if amount < 0 {
 		doc, ok, err := w.gmActor(ctx, actor.UUID)
 		if err != nil {
 			return world.ExperienceChange{}, err

@@ -165,6 +165,14 @@ func TestLinkedDnd5eMatchesEmbedded(t *testing.T) {
 		dnd(post, "prepare-spell", 403, "Bob", aria("spellName", "Fireball", "prepared", false)),
 		dnd(post, "prepare-spell", 403, "Tess", aria("spellName", "Fireball", "prepared", false)),
 		dnd(post, "prepare-spell", 404, "", aria("spellName", "Wish", "prepared", true)),
+		// The selection: an actor found through it is one the user can
+		// see (the module would take any).
+		{name: "select Aria's token", status: 200, method: http.MethodPost, path: "/select", body: map[string]any{"uuids": []string{ariaTokenUUID}, "overwrite": true}},
+		dnd(post, "modify-experience", 200, "Alice", map[string]any{"selected": true, "amount": 100}),
+		dnd(post, "modify-experience", 403, "Bob", map[string]any{"selected": true, "amount": 100}),
+		dnd(post, "short-rest", 400, "Tess", map[string]any{"selected": true}),
+		dnd(get, "concentration", 200, "Alice", map[string]any{"selected": true}),
+		dnd(post, "equip-item", 400, "Tess", map[string]any{"selected": true, "itemName": "Ring of Protection", "equipped": true}),
 		// Uses, concentration.
 		{name: "heal Aria", status: 200, method: http.MethodPut, path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID),
 			body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
