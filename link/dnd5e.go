@@ -27,15 +27,17 @@ import (
 // Each operation is sent as the module's request type with its parameters,
 // and the module's reply is converted into the world's result types, so
 // that the services answer exactly as for an embedded world. Where the
-// module is laxer than the relay's rules (reference §9: it lets LIMITED
-// users read sheets and roll for actors, changes coins and prepares spells
-// without any permission check, clamps coins at zero, ignores negative
-// transfer amounts and lets experience go negative), the relay checks
-// first, from the actor as the module sends it to the game master, and
-// refuses with the embedded world's texts; nothing is sent then. Fields of
-// our answers the module does not report are derived where its reply
-// allows (a roll's mode from its formula, a death save's outcome from the
-// counters), else left empty (see the README's linked-worlds section).
+// module applies fewer rules than the relay (reference §3, §9: it lets
+// LIMITED users read sheets and roll, changes coins and prepares spells
+// without a permission check, clamps coins at zero, lets experience go
+// negative, uses any item by uuid, equips and attunes anything, finds
+// actors by name or through the selection whoever may see them), the
+// relay checks first, from the actor as the module sends it to the game
+// master, and refuses with the embedded world's texts; nothing is sent
+// then. Fields of our answers the module does not report are derived
+// where its reply or the actor allows (a roll's mode from its formula, a
+// death save's outcome from the counters, a use's concentration from the
+// item), else left empty (see the README's linked-worlds section).
 
 // rulesLinked is a linked world of the dnd5e system: a [Linked] that also
 // offers the fifth-edition operations.
