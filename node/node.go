@@ -209,22 +209,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
 	}
-	var linkStore link.Store = r.linkDB
-	var ticketStore server.TicketStore // nil: in memory
-	if r.shared != nil {
-		r.shared.ShareLimits(authFailures, pairAttempts, rateLimit)
-		if err := importLinks(ctx, r.shared, r.linkDB, log); err != nil {
-			return fail(fmt.Errorf("bring this node's linked worlds into the cluster: %w", err))
-		}
-		linkStore, ticketStore = r.shared.Links, r.shared.Tickets
-	}
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
-	if r.shared != nil {
-		// In a cluster the linked worlds' events reach the other nodes,
-		// and their numbering continues across nodes.
-		r.shared.Events.AttachLinked(linkEvents)
+	// The stores of relay.db and memory, or the cluster's (shared.go).
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
+	if err != nil {
+		return fail(err)
 	}
 	if r.links, err = link.New(link.Config{
 		Store: linkStore,
@@ -251,13 +242,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
-	if r.shared != nil {
-		// A world unpaired on another node loses its socket here too.
-		if err := r.shared.DisconnectUnpaired(ctx, func(clientID string) {
-			r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
-		}); err != nil {
-			return fail(err)
-		}
+	if err := r.watchUnpaired(ctx); err != nil {
+		return fail(err)
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:        r.keys,

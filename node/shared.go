@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world/events"
 )
@@ -105,4 +106,34 @@ func importLinks(ctx context.Context, a *shared.Attached, local *link.SQLiteStor
 		}
 	}
 	return err
+}
+
+// sharedStores returns the stores of the linked worlds and of the stream
+// tickets: relay.db's and memory (nil) for a node alone; in a cluster the
+// cluster's, after the node's linked worlds came along (importLinks), the
+// limiters took their share of the live nodes and the linked worlds'
+// events were connected to the other nodes (their numbering continues
+// across nodes, and their subscribers follow them wherever their socket
+// is).
+func (r *Node) sharedStores(ctx context.Context, linkEvents *link.Events, log *slog.Logger, limiters ...*server.RateLimiter) (link.Store, server.TicketStore, error) {
+	if r.shared == nil {
+		return r.linkDB, nil, nil
+	}
+	r.shared.ShareLimits(limiters...)
+	if err := importLinks(ctx, r.shared, r.linkDB, log); err != nil {
+		return nil, nil, fmt.Errorf("bring this node's linked worlds into the cluster: %w", err)
+	}
+	r.shared.Events.AttachLinked(linkEvents)
+	return r.shared.Links, r.shared.Tickets, nil
+}
+
+// watchUnpaired makes a world unpaired on another node lose its socket
+// here too (in a cluster; a node alone closes it as it unpairs).
+func (r *Node) watchUnpaired(ctx context.Context) error {
+	if r.shared == nil {
+		return nil
+	}
+	return r.shared.DisconnectUnpaired(ctx, func(clientID string) {
+		r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
+	})
 }
