@@ -48,6 +48,22 @@ import (
 // StreamName is the JetStream stream of the worlds' events.
 const StreamName = "RELAY_EVENTS"
 
+// subjectToken reports whether a clientId may be a subject's last token:
+// letters, digits, '-' and '_', as every client id is (keys.ValidClientID
+// and linked worlds' ids); anything else (dots, wildcards) would reach
+// other subjects.
+func subjectToken(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Subject prefixes: each embedded world's events (as a hub encodes them)
 // and each linked world's (as package link encodes them) go to the prefix
 // and the world's clientId.
@@ -249,6 +265,9 @@ func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
 
 // enqueue is the hub's publish tap: it queues and never blocks the world.
 func (b *Bus) enqueue(prefix, clientID string, records []world.JournalRecord) {
+	if !subjectToken(clientID) {
+		return
+	}
 	for _, r := range records {
 		select {
 		case b.queue <- outgoing{subject: prefix + clientID, clientID: clientID, record: r}:
@@ -353,6 +372,9 @@ type remoteEvents struct {
 
 // Subscribe implements world.Events.
 func (r remoteEvents) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
+	if !subjectToken(r.clientID) {
+		return nil, world.Errorf(world.ErrNotFound, "World not found: %q", r.clientID)
+	}
 	if r.sink == nil {
 		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams on this node", r.clientID)
 	}

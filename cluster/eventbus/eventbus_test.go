@@ -247,6 +247,11 @@ func TestFeedStartsFromKeptEvents(t *testing.T) {
 	update(t, e, aria, world.Document{"system.attributes.hp.value": 3})
 	waitHead(second, 3)
 
+	for _, id := range []string{"*", ">", "demo.x", "", "a b"} {
+		if _, err := second.bus.Subscribe(context.Background(), id, nil, world.EventRequest{Channel: world.ChannelActor}); !errors.Is(err, world.ErrNotFound) {
+			t.Fatalf("Subscribe(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
 	second.bus.Close()
 	if _, err := second.bus.Subscribe(context.Background(), demo.ClientID, nil, world.EventRequest{Channel: world.ChannelActor}); !errors.Is(err, world.ErrUnavailable) {
 		t.Fatalf("Subscribe on a closed bus: %v, want ErrUnavailable", err)
