@@ -66,6 +66,7 @@ func TestRelaysShareKeysTicketsAndLimits(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	allowed := 0
+	began := time.Now()
 	for range 1000 {
 		if resp := a.Do("GET", "/get", limited, get, nil); resp.Status == http.StatusOK {
 			allowed++
@@ -77,8 +78,8 @@ func TestRelaysShareKeysTicketsAndLimits(t *testing.T) {
 	}
 	// 300 is the share; the bucket refills meanwhile by 10 tokens a
 	// second (600 a minute), 5 requests at two tokens each.
-	if allowed < 300 || allowed > 350 {
-		t.Fatalf("node a allowed %d requests of a burst of 600 shared by two nodes, want about 300", allowed)
+	if most := 300 + 5*int(time.Since(began).Seconds()+1); allowed < 300 || allowed > most {
+		t.Fatalf("node a allowed %d requests of a burst of 600 shared by two nodes, want 300 to %d", allowed, most)
 	}
 
 	// Revoked on a (REST): refused on b within a second.
