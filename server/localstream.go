@@ -129,7 +129,7 @@ func (s *localServerStream) SetHeader(md metadata.MD) error {
 	if s.sentHdr {
 		return fmt.Errorf("local stream %s: header already sent", s.method)
 	}
-	s.header = metadata.Join(s.header, md)
+	s.header = joinMD(s.header, md)
 	return nil
 }
 
@@ -139,7 +139,7 @@ func (s *localServerStream) SendHeader(md metadata.MD) error {
 	if s.sentHdr {
 		return fmt.Errorf("local stream %s: header already sent", s.method)
 	}
-	s.header = metadata.Join(s.header, md)
+	s.header = joinMD(s.header, md)
 	s.sentHdr = true
 	close(s.ready)
 	return nil
@@ -148,7 +148,7 @@ func (s *localServerStream) SendHeader(md metadata.MD) error {
 func (s *localServerStream) SetTrailer(md metadata.MD) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.trailer = metadata.Join(s.trailer, md)
+	s.trailer = joinMD(s.trailer, md)
 }
 
 // SendMsg hands a message to the caller, waiting while the caller is
