@@ -133,9 +133,17 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 		}
 	}
 	rep.addPhase(cfg.mix, phase)
+	if rep.RelayCPUSeconds > 0 && rep.Total.Requests > 0 {
+		rep.RelayCPUMicrosPerRequest = rep.RelayCPUSeconds * 1e6 / float64(rep.Total.Requests)
+	}
 
 	if cfg.baseline {
 		if err := runBaseline(ctx, cfg, base, keys, rep, progress); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.fsyncFloor {
+		if err := runFsyncFloor(ctx, cfg, rep, progress); err != nil {
 			return nil, err
 		}
 	}
