@@ -42,6 +42,11 @@ func (c *LocalConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 		ready:  make(chan struct{}),
 		cancel: cancel,
 	}
+	for _, o := range opts {
+		if d, ok := o.(DirectSender); ok {
+			ss.direct = d
+		}
+	}
 	ss.ctx = grpc.NewContextWithServerTransportStream(sctx, localTransport{ss})
 	cs := &localClientStream{ctx: ctx, server: ss, opts: opts}
 	info := &grpc.StreamServerInfo{FullMethod: method, IsClientStream: m.desc.ClientStreams, IsServerStream: m.desc.ServerStreams}
@@ -71,11 +76,38 @@ func callStreamChain(interceptors []grpc.StreamServerInterceptor, i int, srv any
 	})
 }
 
+// DirectSender is a call option of a local stream (it embeds
+// grpc.EmptyCallOption, so a network connection ignores it) that takes the
+// handler's messages in the handler's own goroutine, instead of queueing
+// them for the caller's RecvMsg: a caller that writes each message out
+// (the SSE bridge) then does so without a goroutine handoff per message,
+// and its RecvMsg returns only when the stream ends. SendDirect gets the
+// stream's header with the first message (nil with the others), and more
+// when the handler said it has more messages to send at once (see
+// HoldSends), so that it may write them together. Its error fails the
+// handler's SendMsg with Canceled: the caller is gone.
+type DirectSender interface {
+	grpc.CallOption
+	SendDirect(msg proto.Message, header metadata.MD, more bool) error
+}
+
+// SendHolder is implemented by the transport stream of a local stream
+// (grpc.ServerTransportStreamFromContext): a handler that knows it has
+// more messages to send at once says so before each send, and a direct
+// caller then writes them together.
+type SendHolder interface {
+	HoldSends(more bool)
+}
+
 // localServerStream is the server's side of a local stream.
 type localServerStream struct {
 	method string
 	ctx    context.Context
 	cancel context.CancelFunc
+	// direct, when set, takes the handler's messages instead of down;
+	// more is the handler's last HoldSends (used by its goroutine only).
+	direct DirectSender
+	more   bool
 
 	// up carries the caller's messages to the handler and is closed by
 	// CloseSend; down carries the handler's messages to the caller and is
@@ -163,11 +195,24 @@ func (s *localServerStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return status.Errorf(codes.Internal, "local stream %s: message sent after the handler returned", s.method)
 	}
+	var first metadata.MD
 	if !s.sentHdr {
 		s.sentHdr = true
 		close(s.ready)
+		if first = s.header.Copy(); first == nil {
+			first = metadata.MD{}
+		}
 	}
 	s.mu.Unlock()
+	if s.direct != nil {
+		if err := s.ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		if err := s.direct.SendDirect(msg, first, s.more); err != nil {
+			return status.Errorf(codes.Canceled, "local stream %s: the caller stopped taking messages: %v", s.method, err)
+		}
+		return nil
+	}
 	// Most sends find room at once: try that before the full select.
 	select {
 	case s.down <- msg:
@@ -211,6 +256,10 @@ func (t localTransport) Method() string                  { return t.s.method }
 func (t localTransport) SetHeader(md metadata.MD) error  { return t.s.SetHeader(md) }
 func (t localTransport) SendHeader(md metadata.MD) error { return t.s.SendHeader(md) }
 func (t localTransport) SetTrailer(md metadata.MD) error { t.s.SetTrailer(md); return nil }
+
+// HoldSends implements SendHolder; it is called by the handler's goroutine
+// only, as SendMsg is.
+func (t localTransport) HoldSends(more bool) { t.s.more = more }
 
 // receive moves a received message into the receiver's.
 func receive(method string, dst any, src proto.Message) error {
