@@ -36,11 +36,23 @@ func encodeFull(reg *embeddedJSON, t *docType, uuid string, doc Document) (full,
 	w := jsonWriters.Get().(*jsonWriter)
 	defer w.release()
 	d := docWriter{w: w, reg: reg, prev: reg.partsOf(uuid)}
+	pooled := w.buf
+	if d.prev != nil {
+		// The size of the version before is known: serialise into a
+		// buffer of about that size, which becomes data, instead of into
+		// the pooled one and copying it out.
+		w.buf = make([]byte, 0, len(d.prev.data)+512)
+	}
 	at, err := d.document(t, doc, true)
 	if err != nil {
+		w.buf = pooled
 		return nil, nil, nil, err
 	}
-	data = slices.Clone(w.buf)
+	if d.prev != nil {
+		data, w.buf = w.buf, pooled
+	} else {
+		data = slices.Clone(w.buf)
+	}
 	reg.keepParts(uuid, doc, data, d.parts)
 	// The member, with the comma that separates it from its neighbour.
 	member := append([]byte(nil), `"uuid":`...)
