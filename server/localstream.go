@@ -50,12 +50,20 @@ func (c *LocalConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 	ss.ctx = grpc.NewContextWithServerTransportStream(sctx, localTransport{ss})
 	cs := &localClientStream{ctx: ctx, server: ss, opts: opts}
 	info := &grpc.StreamServerInfo{FullMethod: method, IsClientStream: m.desc.ClientStreams, IsServerStream: m.desc.ServerStreams}
-	go ss.run(func() error {
+	handler := func() error {
 		if c.stream == nil {
 			return m.desc.Handler(m.impl, ss)
 		}
 		return c.stream(m.impl, ss, info, m.desc.Handler)
-	})
+	}
+	if ss.direct != nil && !m.desc.ClientStreams {
+		// The caller takes the messages in the handler's goroutine: let
+		// that be its own, at its first RecvMsg, which would only wait for
+		// the end otherwise; one goroutine less per open stream.
+		cs.inline = func() { ss.run(handler) }
+		return cs, nil
+	}
+	go ss.run(handler)
 	return cs, nil
 }
 
@@ -81,7 +89,10 @@ func callStreamChain(interceptors []grpc.StreamServerInterceptor, i int, srv any
 // handler's messages in the handler's own goroutine, instead of queueing
 // them for the caller's RecvMsg: a caller that writes each message out
 // (the SSE bridge) then does so without a goroutine handoff per message,
-// and its RecvMsg returns only when the stream ends. SendDirect gets the
+// and its RecvMsg returns only when the stream ends. On a server-streaming
+// method the handler then runs in the caller's goroutine, called by its
+// first RecvMsg: the caller sends the request and CloseSend first.
+// SendDirect gets the
 // stream's header with the first message (nil with the others), and more
 // when the handler said it has more messages to send at once (see
 // HoldSends), so that it may write them together. Its error fails the
@@ -276,6 +287,9 @@ type localClientStream struct {
 	ctx    context.Context
 	server *localServerStream
 	opts   []grpc.CallOption
+	// inline, when set, runs the handler; the first RecvMsg calls it (a
+	// server-streaming call with a DirectSender).
+	inline func()
 
 	finishOnce sync.Once
 }
@@ -346,6 +360,10 @@ func (c *localClientStream) SendMsg(m any) error {
 // RecvMsg takes the handler's next message; after the last one it reports
 // the stream's status (io.EOF for success).
 func (c *localClientStream) RecvMsg(m any) error {
+	if run := c.inline; run != nil {
+		c.inline = nil
+		run()
+	}
 	var (
 		msg proto.Message
 		ok  bool

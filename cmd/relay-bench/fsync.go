@@ -94,3 +94,12 @@ func runFsyncFloor(ctx context.Context, cfg config, rep *report, progress io.Wri
 	}
 	return nil
 }
+
+// selfCPU is this process's user and system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

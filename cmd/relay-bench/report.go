@@ -49,6 +49,11 @@ type report struct {
 	// RelayCPUMicrosPerRequest is the relay's CPU time per answered
 	// request of the measured phase.
 	RelayCPUMicrosPerRequest float64 `json:"relayCpuMicrosPerRequest,omitempty"`
+	// GeneratorCPUMicrosPerRequest is this load generator's own CPU time
+	// per answered request of the measured phase: with the relay's, what a
+	// request costs the machine, which bounds the rate two shared cores
+	// can reach at all.
+	GeneratorCPUMicrosPerRequest float64 `json:"generatorCpuMicrosPerRequest,omitempty"`
 	// Fsync is one writer's fdatasync rate, with --fsync-floor.
 	Fsync *fsyncResult `json:"fsync,omitempty"`
 	// UpdateTimesFsync is the update requests/s divided by Fsync's rate.
@@ -142,6 +147,7 @@ func (r *report) writeTable(w io.Writer) {
 	if r.RelayPID != 0 {
 		fmt.Fprintf(w, "relay CPU: %.2f s in %.1f s (%.0f%% of one core), %.0f µs per request, peak RSS %.1f MiB\n",
 			r.RelayCPUSeconds, r.ElapsedSeconds, 100*r.RelayCPUSeconds/r.ElapsedSeconds, r.RelayCPUMicrosPerRequest, float64(r.RelayPeakRSSBytes)/(1<<20))
+		fmt.Fprintf(w, "load generator CPU: %.0f µs per request\n", r.GeneratorCPUMicrosPerRequest)
 	} else {
 		fmt.Fprintln(w, "relay CPU and peak RSS: unknown (give --pid with --addr)")
 	}
