@@ -66,3 +66,21 @@ func TestPairingsWorldsFollowChanges(t *testing.T) {
 		t.Fatalf("worlds after pairing again: %+v", ws)
 	}
 }
+
+// BenchmarkPairingsWorlds is what every call naming no world asks of the
+// pairings: the list of linked worlds, kept between pairings.
+func BenchmarkPairingsWorlds(b *testing.B) {
+	ctx := context.Background()
+	store, err := link.OpenSQLite(filepath.Join(b.TempDir(), "relay.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	p := link.NewPairings(store, nil, nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Worlds(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

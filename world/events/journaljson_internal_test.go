@@ -2,6 +2,8 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
 	"testing"
 
@@ -44,6 +46,43 @@ func TestJournalJSONReadsBackAsMarshal(t *testing.T) {
 		_ = json.Unmarshal(got, &mb)
 		if !reflect.DeepEqual(ma, mb) {
 			t.Errorf("event %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+// BenchmarkJournalJSON writes an update event's journal record.
+func BenchmarkJournalJSON(b *testing.B) {
+	ev := &event{Seq: 12345, Channel: "hooks", Name: "updateActor", Key: "Actor.ariaVale00000001",
+		Access: access{Type: "Actor", Doc: world.Document{"_id": "ariaVale00000001", "ownership": map[string]any{"default": 0.0, "alice": 3.0}}},
+		Full:   json.RawMessage(`{"_id":"ariaVale00000001","system":{"attributes":{"hp":{"value":7}}},"uuid":"Actor.ariaVale00000001"}`),
+		Format: eventFormat}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ev.journalJSON(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDiff diffs two versions of a big document that share all but
+// the path an update changed, as an update event's payload is made.
+func BenchmarkDiff(b *testing.B) {
+	system := map[string]any{}
+	for i := range 50 {
+		system[fmt.Sprint("k", i)] = map[string]any{"a": float64(i), "b": []any{"x", "y"}, "c": map[string]any{"d": "e"}}
+	}
+	hp := map[string]any{"value": 5.0, "max": 10.0}
+	system["attributes"] = map[string]any{"hp": hp, "ac": 12.0}
+	before := map[string]any{"name": "n", "system": system}
+	system2 := maps.Clone(system)
+	attrs2 := maps.Clone(system["attributes"].(map[string]any))
+	attrs2["hp"] = map[string]any{"value": 6.0, "max": 10.0}
+	system2["attributes"] = attrs2
+	after := map[string]any{"name": "n", "system": system2}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := diff(before, after, nil); len(d) != 1 {
+			b.Fatalf("diff: %v", d)
 		}
 	}
 }
