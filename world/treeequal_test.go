@@ -1,6 +1,7 @@
 package world
 
 import (
+	"context"
 	"reflect"
 	"testing"
 )
@@ -27,6 +28,32 @@ func TestTreeEqualAgreesWithDeepEqual(t *testing.T) {
 			if got, want := treeEqual(a, b), reflect.DeepEqual(a, b); got != want {
 				t.Errorf("treeEqual(values[%d], values[%d]) = %v, reflect.DeepEqual says %v", i, j, got, want)
 			}
+		}
+	}
+}
+
+// TestUpdateAnswersWithCommitJSON: an update answers with the JSON its
+// commit made, also when it set the values already there (nothing is
+// written then), and that JSON is what a read gives afterwards.
+func TestUpdateAnswersWithCommitJSON(t *testing.T) {
+	t.Parallel()
+	tw := newTestWorld(t)
+	ctx := context.Background()
+	for i, name := range []string{"Renamed", "Renamed"} {
+		stored, req, err := tw.update(ctx, nil, actorOwner, Document{"name": name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, ok := req.committedJSON(stored)
+		if !ok {
+			t.Fatalf("update %d: the commit made no JSON for the stored version", i)
+		}
+		read, err := tw.GetJSON(ctx, nil, actorOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(raw) != string(read) {
+			t.Fatalf("update %d answered\n%s\nbut a read gives\n%s", i, raw, read)
 		}
 	}
 }

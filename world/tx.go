@@ -207,6 +207,11 @@ func (req *commitReq) prepare(e *Engine) {
 				return
 			}
 			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, data, prev) {
+				// Nothing to write or report; the JSON still is that of
+				// the version published, for the writer's answer and the
+				// readers' cache (an update that set the values already
+				// there would serialise the document again otherwise).
+				req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 				continue
 			}
 			r.data = data
