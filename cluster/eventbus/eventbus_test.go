@@ -35,12 +35,18 @@ type node struct {
 // world and returns its engine.
 func startNodes(t *testing.T, c *jstest.Cluster) (*world.Engine, []node) {
 	t.Helper()
+	return startNodesRing(t, c, ringSize)
+}
+
+// startNodesRing is startNodes with hubs and a stream keeping ring events.
+func startNodesRing(t *testing.T, c *jstest.Cluster, ring int) (*world.Engine, []node) {
+	t.Helper()
 	ctx := context.Background()
 	var nodes []node
 	var engine *world.Engine
 	for i := range c.Servers {
-		hub := events.New(events.Options{RingSize: ringSize})
-		bus, err := eventbus.New(ctx, c.JetStream(i), hub, eventbus.Options{Replicas: c.Replicas(), RingSize: ringSize, Linger: 100 * time.Millisecond})
+		hub := events.New(events.Options{RingSize: ring})
+		bus, err := eventbus.New(ctx, c.JetStream(i), hub, eventbus.Options{Replicas: c.Replicas(), RingSize: ring, Linger: 100 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
