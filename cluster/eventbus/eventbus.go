@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,7 @@ const (
 	DefaultLinger       = time.Minute
 	DefaultCatchUp      = 2 * time.Second
 	DefaultPublishQueue = 1 << 16
+	DefaultGapWait      = 10 * time.Second
 )
 
 // Options configure a Bus. The zero value works.
@@ -108,6 +110,12 @@ type Options struct {
 	// and the other nodes' subscribers get the reset event.
 	// DefaultPublishQueue when 0.
 	PublishQueue int
+	// GapWait is how long a feed holds events that arrived after a
+	// missing one, for the missing one to arrive (a publication retried
+	// after later ones was stored after them); then the events are lost,
+	// and the node's subscribers get the reset event. DefaultGapWait
+	// when 0.
+	GapWait time.Duration
 	// Log receives warnings; discarded when nil.
 	Log *slog.Logger
 }
@@ -122,6 +130,7 @@ type Bus struct {
 
 	queue   chan outgoing
 	dropped atomic.Uint64
+	retries atomic.Uint64
 	stop    chan struct{}
 	wg      sync.WaitGroup
 
@@ -170,6 +179,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	}
 	if opts.PublishQueue <= 0 {
 		opts.PublishQueue = DefaultPublishQueue
+	}
+	if opts.GapWait <= 0 {
+		opts.GapWait = DefaultGapWait
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -297,24 +309,60 @@ func (b *Bus) publish() {
 				return
 			}
 		}
-		msg := nats.NewMsg(o.subject)
-		msg.Data = o.record.Data
-		seq := strconv.FormatUint(o.record.Seq, 10)
-		msg.Header.Set(seqHeader, seq)
-		msg.Header.Set(jetstream.MsgIDHeader, o.subject+"."+seq)
-		ack, err := b.js.PublishMsgAsync(msg)
-		if err != nil {
-			b.opts.Log.Warn("an event could not be published to the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
-			continue
+		b.send(o, 0)
+	}
+}
+
+// Publication retries: an event JetStream did not acknowledge (its stream
+// electing a leader after a lost server, say) is sent again, with the same
+// message id (stored once), up to publishRetries times, publishBackoff
+// apart. It may then be stored after later events of its world; the
+// feeds put them back in order (see reorder).
+const (
+	publishRetries = 20
+	publishBackoff = 250 * time.Millisecond
+	publishAckWait = 2 * time.Second
+)
+
+// send publishes one event without waiting for its acknowledgement, and
+// sends it again when it is not acknowledged.
+func (b *Bus) send(o outgoing, attempt int) {
+	msg := nats.NewMsg(o.subject)
+	msg.Data = o.record.Data
+	seq := strconv.FormatUint(o.record.Seq, 10)
+	msg.Header.Set(seqHeader, seq)
+	msg.Header.Set(jetstream.MsgIDHeader, o.subject+"."+seq)
+	retry := func(err error) {
+		if attempt+1 >= publishRetries {
+			b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
+			return
 		}
+		b.retries.Add(1)
 		go func() {
 			select {
-			case <-ack.Ok():
-			case err := <-ack.Err():
-				b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
+			case <-time.After(publishBackoff):
+				b.send(o, attempt+1)
+			case <-b.stop:
 			}
 		}()
 	}
+	ack, err := b.js.PublishMsgAsync(msg)
+	if err != nil {
+		retry(err)
+		return
+	}
+	go func() {
+		t := time.NewTimer(publishAckWait)
+		defer t.Stop()
+		select {
+		case <-ack.Ok():
+		case err := <-ack.Err():
+			retry(err)
+		case <-t.C:
+			// A stream that lost its leader may never answer.
+			retry(errors.New("no acknowledgement"))
+		}
+	}()
 }
 
 // Close stops publishing and every feed; subscriptions fed by the bus get
@@ -455,6 +503,7 @@ type feed struct {
 	started chan struct{}
 	cancel  context.CancelFunc
 	consume jetstream.ConsumeContext
+	order   *reorder
 	once    sync.Once
 }
 
@@ -524,6 +573,9 @@ func (f *feed) halt() {
 		if f.consume != nil {
 			f.consume.Stop()
 		}
+		if f.order != nil {
+			f.order.stop()
+		}
 		if f.cancel != nil {
 			f.cancel()
 		}
@@ -564,10 +616,12 @@ func (b *Bus) run(f *feed) {
 		// The stream starts here, with nothing kept.
 		f.sink.Feed(f.clientID, nil)
 	}
+	order := &reorder{sink: f.sink, clientID: f.clientID, wait: b.opts.GapWait, head: f.sink.Head(f.clientID)}
+	f.order = order
 	consume, err := cons.Consume(func(msg jetstream.Msg) {
 		seq, err := strconv.ParseUint(msg.Headers().Get(seqHeader), 10, 64)
 		if err == nil {
-			f.sink.Feed(f.clientID, []world.JournalRecord{{Seq: seq, Data: msg.Data()}})
+			order.add(world.JournalRecord{Seq: seq, Data: msg.Data()})
 		}
 		if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
 			f.markReady(nil)
@@ -581,4 +635,102 @@ func (b *Bus) run(f *feed) {
 	if empty {
 		f.markReady(nil)
 	}
+}
+
+// reorder puts a world's events back in order before they are fed: one
+// that arrives after a missing one waits, with the ones after it, until
+// the missing one arrives or GapWait passed (then the sink sees the gap).
+// A publication retried after later ones is stored after them, which is
+// the only way events arrive out of order.
+type reorder struct {
+	sink     sink
+	clientID string
+	wait     time.Duration
+
+	mu      sync.Mutex
+	started bool   // an event was fed
+	head    uint64 // the last event fed
+	waiting map[uint64]world.JournalRecord
+	timer   *time.Timer
+	stopped bool
+}
+
+// add takes one event as it arrived.
+func (r *reorder) add(rec world.JournalRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.stopped || rec.Seq <= r.head:
+		return
+	case !r.started || rec.Seq == r.head+1:
+		// The first event the feed sees (the oldest kept, which the sink
+		// judges) or the next.
+		r.started = true
+		r.feedLocked([]world.JournalRecord{rec})
+		r.drainLocked()
+		return
+	}
+	if r.waiting == nil {
+		r.waiting = map[uint64]world.JournalRecord{}
+	}
+	r.waiting[rec.Seq] = rec
+	if r.timer == nil {
+		r.timer = time.AfterFunc(r.wait, r.giveUp)
+	}
+}
+
+// feedLocked hands records, in order, to the sink.
+func (r *reorder) feedLocked(recs []world.JournalRecord) {
+	r.sink.Feed(r.clientID, recs)
+	r.head = recs[len(recs)-1].Seq
+}
+
+// drainLocked feeds the waiting events that follow on now.
+func (r *reorder) drainLocked() {
+	for {
+		rec, ok := r.waiting[r.head+1]
+		if !ok {
+			break
+		}
+		delete(r.waiting, rec.Seq)
+		r.feedLocked([]world.JournalRecord{rec})
+	}
+	if len(r.waiting) == 0 && r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+}
+
+// giveUp feeds the waiting events after the wait: the missing ones are
+// lost.
+func (r *reorder) giveUp() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timer = nil
+	if r.stopped || len(r.waiting) == 0 {
+		return
+	}
+	seqs := make([]uint64, 0, len(r.waiting))
+	for seq := range r.waiting {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	recs := make([]world.JournalRecord, 0, len(seqs))
+	for _, seq := range seqs {
+		recs = append(recs, r.waiting[seq])
+	}
+	clear(r.waiting)
+	r.feedLocked(recs)
+}
+
+// stop drops what waits; the feed is ending.
+func (r *reorder) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	clear(r.waiting)
 }
