@@ -1,0 +1,118 @@
+package jsonvalue
+
+import (
+	"bytes"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// valueName is the full name of google.protobuf.Value.
+const valueName = "google.protobuf.Value"
+
+// MayHoldRaw reports whether a message of type md can hold a raw Value:
+// whether it has a google.protobuf.Value field, or a field of a message
+// type that can (google.protobuf's own types aside: a raw Value is never
+// put inside a Value tree). Only such messages need Externalize.
+func MayHoldRaw(md protoreflect.MessageDescriptor) bool {
+	if v, ok := holdsRaw.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	v := mayHoldRaw(md, map[protoreflect.FullName]bool{})
+	holdsRaw.Store(md.FullName(), v)
+	return v
+}
+
+// holdsRaw caches MayHoldRaw by message name.
+var holdsRaw sync.Map
+
+func mayHoldRaw(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		sub := fd.Message()
+		switch {
+		case sub == nil:
+		case sub.FullName() == valueName:
+			return true
+		case sub.ParentFile().Package() == "google.protobuf":
+		case mayHoldRaw(sub, seen):
+			return true
+		}
+	}
+	return false
+}
+
+// Externalize appends to dst the protobuf encoding of a message of type
+// md whose encoding is src, with every raw Value replaced by the real
+// Value tree its JSON stands for (see AppendValue): what a gRPC caller
+// must receive. src is what proto.Marshal wrote for the message, in which
+// a raw Value appears as its string_value and its marker; everything else
+// is copied as it is.
+func Externalize(dst, src []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
+	fields := md.Fields()
+	for len(src) > 0 {
+		num, typ, n := protowire.ConsumeTag(src)
+		if n < 0 {
+			return dst, protowire.ParseError(n)
+		}
+		m := protowire.ConsumeFieldValue(num, typ, src[n:])
+		if m < 0 {
+			return dst, protowire.ParseError(m)
+		}
+		field := src[:n+m]
+		src = src[n+m:]
+		fd := fields.ByNumber(num)
+		if typ != protowire.BytesType || fd == nil || fd.Kind() != protoreflect.MessageKind {
+			dst = append(dst, field...)
+			continue
+		}
+		content, _ := protowire.ConsumeBytes(field[n:])
+		sub := fd.Message()
+		if sub.FullName() == valueName {
+			raw, ok := rawValueWire(content)
+			if !ok {
+				dst = append(dst, field...)
+				continue
+			}
+			t, size, err := measured(raw)
+			if err != nil {
+				return dst, err
+			}
+			dst = append(dst, field[:n]...) // the tag
+			dst = protowire.AppendVarint(dst, uint64(size))
+			dst = t.write(dst)
+			putTranscoder(t)
+			continue
+		}
+		if !MayHoldRaw(sub) {
+			dst = append(dst, field...)
+			continue
+		}
+		inner, err := Externalize(nil, content, sub)
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, field[:n]...)
+		dst = protowire.AppendBytes(dst, inner)
+	}
+	return dst, nil
+}
+
+// rawValueWire reads the encoding of a raw Value (its string_value, then
+// its marker, as proto.Marshal writes them) and returns the JSON text.
+func rawValueWire(b []byte) ([]byte, bool) {
+	if len(b) == 0 || b[0] != tagString {
+		return nil, false
+	}
+	raw, n := protowire.ConsumeBytes(b[1:])
+	if n < 0 || !bytes.Equal(b[1+n:], valueMarker) {
+		return nil, false
+	}
+	return raw, true
+}
