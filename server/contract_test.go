@@ -152,7 +152,9 @@ func TestResponsesPrintEveryField(t *testing.T) {
 	}
 }
 
-// TestRawJSONFields: the raw_json option only marks bytes fields, and a
+// TestRawJSONFields: the raw_json option only marks singular
+// google.protobuf.Value fields (the JSON values the services fill with raw
+// Values, see package jsonvalue), at every depth of the messages, and a
 // rule's response_body names a raw_json field or a message, the two shapes
 // the gateway's envelope knows how to write.
 func TestRawJSONFields(t *testing.T) {
@@ -168,14 +170,26 @@ func TestRawJSONFields(t *testing.T) {
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
-			for _, msg := range []protoreflect.MessageDescriptor{md.Input(), md.Output()} {
+			seen := map[protoreflect.FullName]bool{}
+			var check func(msg protoreflect.MessageDescriptor)
+			check = func(msg protoreflect.MessageDescriptor) {
+				if seen[msg.FullName()] || msg.ParentFile().Package() != "relay.v1" {
+					return
+				}
+				seen[msg.FullName()] = true
 				fields := msg.Fields()
 				for j := range fields.Len() {
-					if fd := fields.Get(j); isRaw(fd) && (fd.Kind() != protoreflect.BytesKind || fd.IsList()) {
-						t.Errorf("%s: raw_json on a field that is not singular bytes", fd.FullName())
+					fd := fields.Get(j)
+					if isRaw(fd) && (fd.Message() == nil || fd.Message().FullName() != "google.protobuf.Value" || fd.IsList() || fd.IsMap()) {
+						t.Errorf("%s: raw_json on a field that is not a singular google.protobuf.Value", fd.FullName())
+					}
+					if fd.Message() != nil {
+						check(fd.Message())
 					}
 				}
 			}
+			check(md.Input())
+			check(md.Output())
 			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
 			if body := rule.GetResponseBody(); body != "" {
 				fd := md.Output().Fields().ByName(protoreflect.Name(body))
