@@ -211,7 +211,12 @@ func appendWellKnown(buf []byte, m protoreflect.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return appendRawJSON(buf, raw)
+	// protojson varies its spacing on purpose; answers stay compact.
+	out := bytes.NewBuffer(buf)
+	if err := json.Compact(out, raw); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // appendString writes a JSON string, replacing invalid UTF-8.

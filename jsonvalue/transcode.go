@@ -1,6 +1,7 @@
 package jsonvalue
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -148,6 +149,7 @@ func (t *transcoder) measure() (int, error) {
 			return 0, err
 		}
 		t.sizes = append(t.sizes, n)
+		n = decodedLen(n)
 		size = 1 + protowire.SizeBytes(n)
 	case c == '-' || (c >= '0' && c <= '9'):
 		if _, err := t.number(); err != nil {
@@ -210,6 +212,7 @@ func (t *transcoder) measureObject() (int, error) {
 			return 0, err
 		}
 		t.sizes = append(t.sizes, k)
+		k = decodedLen(k)
 		t.skipSpace()
 		if t.pos >= len(t.src) || t.src[t.pos] != ':' {
 			return 0, errSyntax
@@ -329,17 +332,18 @@ func (t *transcoder) number() ([]byte, error) {
 }
 
 // measureString checks one JSON string and returns the length of its
-// UTF-8 text once decoded.
+// UTF-8 text once decoded, as sizes records it: the length for a string
+// with escapes or invalid UTF-8, its complement (^n, below zero) for a
+// plain string, whose text is its decoded text and is copied as it is.
 func (t *transcoder) measureString() (int, error) {
 	s := t.src
 	i := t.pos + 1
 	n := 0
+	plain := true
 	for {
 		// The common run of plain ASCII.
 		start := i
-		for i < len(s) && s[i] >= 0x20 && s[i] < utf8.RuneSelf && s[i] != '"' && s[i] != '\\' {
-			i++
-		}
+		i = plainRun(s, i)
 		n += i - start
 		if i >= len(s) {
 			return 0, errSyntax
@@ -347,6 +351,9 @@ func (t *transcoder) measureString() (int, error) {
 		switch c := s[i]; {
 		case c == '"':
 			t.pos = i + 1
+			if plain {
+				return ^n, nil
+			}
 			return n, nil
 		case c < 0x20:
 			return 0, errSyntax
@@ -357,16 +364,49 @@ func (t *transcoder) measureString() (int, error) {
 			}
 			n += utf8.RuneLen(r)
 			i += size
+			plain = false
 		default:
 			r, size := utf8.DecodeRune(s[i:])
 			if r == utf8.RuneError && size == 1 {
 				n += 3 // U+FFFD
+				plain = false
 			} else {
 				n += size
 			}
 			i += size
 		}
 	}
+}
+
+// plainRun returns the index of the first byte of s from i on that ends a
+// run of plain string text (a quote, a backslash, a control character or
+// a byte outside ASCII), or len(s). It looks at eight bytes at a time:
+// strings are most of a document's text.
+func plainRun(s []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(s); i += 8 {
+		x := binary.LittleEndian.Uint64(s[i:])
+		quote := x ^ (ones * '"')
+		backslash := x ^ (ones * '\\')
+		// A byte is flagged when it is zero after the xor (the quote or
+		// the backslash), below 0x20, or has its high bit set.
+		special := ((quote - ones) &^ quote) | ((backslash - ones) &^ backslash) | (x - ones*0x20) | x
+		if special&highs != 0 {
+			break
+		}
+	}
+	for i < len(s) && s[i] >= 0x20 && s[i] < utf8.RuneSelf && s[i] != '"' && s[i] != '\\' {
+		i++
+	}
+	return i
+}
+
+// decodedLen is the decoded length of a string as sizes records it.
+func decodedLen(recorded int) int {
+	if recorded < 0 {
+		return ^recorded
+	}
+	return recorded
 }
 
 // unescape reads one escape sequence at the start of s (a backslash and
@@ -472,14 +512,21 @@ func (t *transcoder) write(dst []byte) []byte {
 
 // writeString writes a string's length and decoded text.
 func (t *transcoder) writeString(dst []byte) []byte {
-	dst = protowire.AppendVarint(dst, uint64(t.take()))
+	recorded := t.take()
+	if recorded < 0 {
+		// A plain string: its text as it is, without a second look.
+		n := ^recorded
+		dst = protowire.AppendVarint(dst, uint64(n))
+		dst = append(dst, t.src[t.pos+1:t.pos+1+n]...)
+		t.pos += n + 2
+		return dst
+	}
+	dst = protowire.AppendVarint(dst, uint64(recorded))
 	s := t.src
 	i := t.pos + 1
 	for {
 		start := i
-		for i < len(s) && s[i] >= 0x20 && s[i] < utf8.RuneSelf && s[i] != '"' && s[i] != '\\' {
-			i++
-		}
+		i = plainRun(s, i)
 		dst = append(dst, s[start:i]...)
 		switch c := s[i]; {
 		case c == '"':
@@ -513,7 +560,7 @@ func (t *transcoder) writeObject(dst []byte) []byte {
 		}
 		// A key's decoded length is recorded just before its value's
 		// length (measureObject).
-		k, v := t.sizes[t.next], t.sizes[t.next+1]
+		k, v := decodedLen(t.sizes[t.next]), t.sizes[t.next+1]
 		dst = append(dst, tagEntry)
 		dst = protowire.AppendVarint(dst, uint64(entrySize(k, v)))
 		dst = append(dst, tagKey)
