@@ -51,10 +51,16 @@ func mayHoldRaw(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNam
 // Externalize appends to dst the protobuf encoding of a message of type
 // md whose encoding is src, with every raw Value replaced by the real
 // Value tree its JSON stands for (see AppendValue): what a gRPC caller
-// must receive. src is what proto.Marshal wrote for the message, in which
+// must receive. The encodings of large texts are kept for the next time
+// the same text comes (see wireCache). src is what proto.Marshal wrote for the message, in which
 // a raw Value appears as its string_value and its marker; everything else
 // is copied as it is.
 func Externalize(dst, src []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
+	return externalize(dst, src, md, transcoded)
+}
+
+// externalize is Externalize with the given cache (none when nil).
+func externalize(dst, src []byte, md protoreflect.MessageDescriptor, cache *wireCache) ([]byte, error) {
 	fields := md.Fields()
 	for len(src) > 0 {
 		num, typ, n := protowire.ConsumeTag(src)
@@ -80,21 +86,28 @@ func Externalize(dst, src []byte, md protoreflect.MessageDescriptor) ([]byte, er
 				dst = append(dst, field...)
 				continue
 			}
+			dst = append(dst, field[:n]...) // the tag
+			wire, key, ok := cache.get(raw)
+			if ok {
+				dst = protowire.AppendBytes(dst, wire)
+				continue
+			}
 			t, size, err := measured(raw)
 			if err != nil {
 				return dst, err
 			}
-			dst = append(dst, field[:n]...) // the tag
 			dst = protowire.AppendVarint(dst, uint64(size))
+			start := len(dst)
 			dst = t.write(dst)
 			putTranscoder(t)
+			cache.put(key, raw, dst[start:])
 			continue
 		}
 		if !MayHoldRaw(sub) {
 			dst = append(dst, field...)
 			continue
 		}
-		inner, err := Externalize(nil, content, sub)
+		inner, err := externalize(nil, content, sub, cache)
 		if err != nil {
 			return dst, err
 		}
