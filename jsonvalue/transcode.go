@@ -36,10 +36,18 @@ const (
 	tagValue  = 2<<3 | byte(protowire.BytesType)
 )
 
-// maxDepth bounds how deeply the transcoder follows nested JSON: far
-// deeper than anything the relay stores or a script may return (5,000
-// levels), and shallow enough for its recursion.
-const maxDepth = 10000
+// maxDepth bounds how deeply the transcoder follows nested JSON. A JSON
+// object level is three levels of protobuf messages (Value, Struct, map
+// entry) and an array level two, and protobuf's Go decoder refuses more
+// than 10,000 levels: 3,000 JSON levels always decode. The relay stores
+// nothing deeper than --max-json-depth (64 by default); only a script's
+// result may nest deeper (up to 5,000 levels), and such a result is
+// refused to a gRPC caller rather than sent undecodable.
+const maxDepth = 3000
+
+// ErrTooDeep is returned for JSON nested deeper than the transcoder
+// follows (see maxDepth).
+var ErrTooDeep = fmt.Errorf("jsonvalue: JSON nested deeper than %d levels, more than a gRPC caller can decode", maxDepth)
 
 // errSyntax is returned for text that is not one JSON value.
 var errSyntax = errors.New("jsonvalue: invalid JSON")
@@ -182,7 +190,7 @@ func (t *transcoder) measure() (int, error) {
 // enter and leave count nesting.
 func (t *transcoder) enter() error {
 	if t.depth++; t.depth > maxDepth {
-		return fmt.Errorf("jsonvalue: JSON nested deeper than %d levels", maxDepth)
+		return ErrTooDeep
 	}
 	return nil
 }
