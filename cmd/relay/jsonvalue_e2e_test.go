@@ -213,3 +213,20 @@ func TestBufCurlPrintsJSON(t *testing.T) {
 		t.Fatalf("hp after the update = %v, want 9\n%s", hp, out)
 	}
 }
+
+// TestGRPCCannotForgeRawJSON: the in-process form of a REST parameter (a
+// Struct carrying JSON text in a private field) means nothing when a gRPC
+// caller sends it: the relay drops unknown fields of gRPC requests, so the
+// update sees empty data and changes nothing.
+func TestGRPCCannotForgeRawJSON(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	ctx := tr.grpcAdmin(t)
+	forged := jsonvalue.RawStruct([]byte(`{"name":"Forged"}`))
+	if _, err := relayv1.NewDocumentServiceClient(tr.conn).UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: forged}); err != nil && status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("forged update: %v", err)
+	}
+	if name := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)["name"]; name != "Aria Vale" {
+		t.Fatalf("the forged JSON was applied: name %v", name)
+	}
+}
