@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // BenchmarkGRPCExternalGet is GetDocument over the relay's port, as an
@@ -26,7 +27,7 @@ import (
 // does.
 func BenchmarkGRPCExternalGet(b *testing.B) {
 	r, key := benchRelay(b)
-	for _, doc := range []struct{ name, uuid string }{{"brom", bromUUID}, {"aria", ariaUUID}} {
+	for _, doc := range []struct{ name, uuid string }{{"brom", relaytest.BromUUID}, {"aria", relaytest.AriaUUID}} {
 		for _, decode := range []bool{false, true} {
 			name := doc.name + "/server"
 			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
@@ -36,7 +37,7 @@ func BenchmarkGRPCExternalGet(b *testing.B) {
 				opts = append(opts, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(undecoded{encoding.GetCodecV2("proto")})))
 			}
 			b.Run(name, func(b *testing.B) {
-				conn, err := grpc.NewClient(r.addr, opts...)
+				conn, err := grpc.NewClient(r.Addr(), opts...)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -71,9 +72,9 @@ func BenchmarkGRPCExternalGet(b *testing.B) {
 func BenchmarkRESTGetCPU(b *testing.B) {
 	r, key := benchRelay(b)
 	c := benchClient()
-	for _, doc := range []struct{ name, uuid string }{{"brom", bromUUID}, {"aria", ariaUUID}} {
+	for _, doc := range []struct{ name, uuid string }{{"brom", relaytest.BromUUID}, {"aria", relaytest.AriaUUID}} {
 		b.Run(doc.name, func(b *testing.B) {
-			url := fmt.Sprintf("http://%s/get?uuid=%s&userId=Alice", r.addr, doc.uuid)
+			url := fmt.Sprintf("http://%s/get?uuid=%s&userId=Alice", r.Addr(), doc.uuid)
 			b.ReportAllocs()
 			b.SetParallelism(4)
 			start := processCPU()

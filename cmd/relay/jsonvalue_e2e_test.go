@@ -19,6 +19,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // valueJSON is the JSON text of a Value tree a gRPC caller received, in
@@ -36,12 +37,13 @@ func valueJSON(t *testing.T, v *structpb.Value) []byte {
 	return raw
 }
 
-// grpcAdmin is a context carrying the admin key, for calls over tr.conn.
-func (tr *testRelay) grpcAdmin(t *testing.T) context.Context {
+// grpcAdmin is a context carrying the relay's admin key, for calls over
+// its Conn.
+func grpcAdmin(t *testing.T, tr *relaytest.Relay) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
-	return metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.adminKey)
+	return metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.AdminKey)
 }
 
 // TestGRPCValuesAreJSON: a gRPC caller on the relay's port receives the
@@ -50,11 +52,11 @@ func (tr *testRelay) grpcAdmin(t *testing.T) context.Context {
 // update data as a Struct tree.
 func TestGRPCValuesAreJSON(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t)
-	ctx := tr.grpcAdmin(t)
-	docs := relayv1.NewDocumentServiceClient(tr.conn)
+	tr := relaytest.Start(t)
+	ctx := grpcAdmin(t, tr)
+	docs := relayv1.NewDocumentServiceClient(tr.Conn)
 
-	got, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID})
+	got, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +67,11 @@ func TestGRPCValuesAreJSON(t *testing.T) {
 	if _, ok := jsonvalue.RawJSON(doc); ok {
 		t.Fatal("a raw Value reached a gRPC caller")
 	}
-	rest := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil)
-	if rest.status != http.StatusOK {
-		t.Fatalf("GET /get: %d %s", rest.status, rest.body)
+	rest := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil)
+	if rest.Status != http.StatusOK {
+		t.Fatalf("GET /get: %d %s", rest.Status, rest.Body)
 	}
-	if want := rest.data(t); !reflect.DeepEqual(doc.AsInterface(), want) {
+	if want := rest.Data(t); !reflect.DeepEqual(doc.AsInterface(), want) {
 		t.Fatalf("gRPC and REST documents differ:\ngRPC %s\nREST %s", valueJSON(t, doc), mustJSON(t, want))
 	}
 
@@ -78,7 +80,7 @@ func TestGRPCValuesAreJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: data})
+	up, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: data})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestGRPCValuesAreJSON(t *testing.T) {
 	if hp.GetNumberValue() != 7 {
 		t.Fatalf("updated hp = %v, want 7", hp)
 	}
-	after := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)
+	after := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t)
 	if note := after["flags"].(map[string]any)["test"].(map[string]any)["note"]; note != "é \"quoted\" <b>\n" {
 		t.Fatalf("note over REST = %q", note)
 	}
@@ -99,13 +101,13 @@ func TestGRPCValuesAreJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	restFound := tr.do(http.MethodGet, "/search", tr.adminKey, q("query", "Aria"), nil).data(t)
+	restFound := tr.Do(http.MethodGet, "/search", tr.AdminKey, relaytest.Q("query", "Aria"), nil).Data(t)
 	if found.GetResults().GetListValue() == nil || !reflect.DeepEqual(found.GetResults().AsInterface(), restFound["results"]) {
 		t.Fatalf("search results differ:\ngRPC %s\nREST %s", valueJSON(t, found.GetResults()), mustJSON(t, restFound["results"]))
 	}
 
 	// Details not asked for are unset over gRPC and absent over REST.
-	details, err := relayv1.NewDnd5EServiceClient(tr.conn).GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{ActorUuid: ariaUUID, Details: []string{"stats"}})
+	details, err := relayv1.NewDnd5EServiceClient(tr.Conn).GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{ActorUuid: relaytest.AriaUUID, Details: []string{"stats"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +121,10 @@ func TestGRPCValuesAreJSON(t *testing.T) {
 // over REST (JSON text), with the same message, and nothing changes.
 func TestGRPCValueLimitsMatchREST(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t)
-	ctx := tr.grpcAdmin(t)
-	docs := relayv1.NewDocumentServiceClient(tr.conn)
-	before := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).body
+	tr := relaytest.Start(t)
+	ctx := grpcAdmin(t, tr)
+	docs := relayv1.NewDocumentServiceClient(tr.Conn)
+	before := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Body
 
 	deep := map[string]any{"x": 1.0}
 	for range 70 {
@@ -140,25 +142,25 @@ func TestGRPCValueLimitsMatchREST(t *testing.T) {
 		{"over the size limit", map[string]any{"flags.big": strings.Repeat("x", 70<<10)}, http.StatusRequestEntityTooLarge, codes.ResourceExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rest := tr.do(http.MethodPut, "/update", tr.adminKey, q("uuid", ariaUUID), map[string]any{"data": tc.data})
-			if rest.status != tc.status {
-				t.Fatalf("REST: %d %s, want %d", rest.status, rest.body, tc.status)
+			rest := tr.Do(http.MethodPut, "/update", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), map[string]any{"data": tc.data})
+			if rest.Status != tc.status {
+				t.Fatalf("REST: %d %s, want %d", rest.Status, rest.Body, tc.status)
 			}
 			data, err := structpb.NewStruct(tc.data)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: data})
+			_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: data})
 			st := status.Convert(err)
 			if st.Code() != tc.code {
 				t.Fatalf("gRPC: %v, want %v", err, tc.code)
 			}
-			if tc.code == codes.InvalidArgument && st.Message() != rest.errorText(t) {
-				t.Fatalf("gRPC says %q, REST %q", st.Message(), rest.errorText(t))
+			if tc.code == codes.InvalidArgument && st.Message() != rest.ErrorText(t) {
+				t.Fatalf("gRPC says %q, REST %q", st.Message(), rest.ErrorText(t))
 			}
 		})
 	}
-	if after := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).body; stripRequestID(before) != stripRequestID(after) {
+	if after := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Body; stripRequestID(before) != stripRequestID(after) {
 		t.Fatalf("the document changed:\n%s\n%s", before, after)
 	}
 }
@@ -176,14 +178,14 @@ func TestBufCurlPrintsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := startTestRelay(t)
+	tr := relaytest.Start(t)
 	bufCurl := func(method, body string) []byte {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		// The README's command, flag for flag.
 		cmd := exec.CommandContext(ctx, "go", "tool", "-modfile=tools/go.mod", "buf", "curl", "--protocol", "grpc", "--http2-prior-knowledge",
-			"-H", "x-api-key: "+tr.adminKey, "-d", body, "http://"+tr.addr+"/relay.v1.DocumentService/"+method)
+			"-H", "x-api-key: "+tr.AdminKey, "-d", body, "http://"+tr.Addr()+"/relay.v1.DocumentService/"+method)
 		cmd.Dir = repo
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -196,15 +198,15 @@ func TestBufCurlPrintsJSON(t *testing.T) {
 	var got struct {
 		Document map[string]any `json:"document"`
 	}
-	out := bufCurl("GetDocument", `{"uuid":"`+ariaUUID+`"}`)
+	out := bufCurl("GetDocument", `{"uuid":"`+relaytest.AriaUUID+`"}`)
 	if err := json.Unmarshal(out, &got); err != nil || got.Document == nil {
 		t.Fatalf("buf curl did not print the document as a JSON object (%v):\n%s", err, out)
 	}
-	rest := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)
+	rest := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t)
 	if !reflect.DeepEqual(got.Document, rest) {
 		t.Fatalf("buf curl and REST differ:\n%s\n%s", out, mustJSON(t, rest))
 	}
-	out = bufCurl("UpdateDocument", `{"uuid":"`+ariaUUID+`","data":{"system.attributes.hp.value":9}}`)
+	out = bufCurl("UpdateDocument", `{"uuid":"`+relaytest.AriaUUID+`","data":{"system.attributes.hp.value":9}}`)
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("update: %v\n%s", err, out)
 	}
@@ -220,13 +222,13 @@ func TestBufCurlPrintsJSON(t *testing.T) {
 // update sees empty data and changes nothing.
 func TestGRPCCannotForgeRawJSON(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t)
-	ctx := tr.grpcAdmin(t)
+	tr := relaytest.Start(t)
+	ctx := grpcAdmin(t, tr)
 	forged := jsonvalue.RawStruct([]byte(`{"name":"Forged"}`))
-	if _, err := relayv1.NewDocumentServiceClient(tr.conn).UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: forged}); err != nil && status.Code(err) != codes.InvalidArgument {
+	if _, err := relayv1.NewDocumentServiceClient(tr.Conn).UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: forged}); err != nil && status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("forged update: %v", err)
 	}
-	if name := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t)["name"]; name != "Aria Vale" {
+	if name := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t)["name"]; name != "Aria Vale" {
 		t.Fatalf("the forged JSON was applied: name %v", name)
 	}
 }
