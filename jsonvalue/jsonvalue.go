@@ -59,9 +59,18 @@ func Raw(raw []byte) *structpb.Value {
 	if len(raw) == 0 {
 		return nil
 	}
-	v := &structpb.Value{Kind: &structpb.Value_StringValue{StringValue: unsafe.String(&raw[0], len(raw))}}
-	v.ProtoReflect().SetUnknown(valueMarker)
-	return v
+	// The Value and its oneof wrapper in one allocation: every REST read
+	// makes one.
+	r := &rawValue{kind: structpb.Value_StringValue{StringValue: unsafe.String(&raw[0], len(raw))}}
+	r.value.Kind = &r.kind
+	r.value.ProtoReflect().SetUnknown(valueMarker)
+	return &r.value
+}
+
+// rawValue holds a raw Value and its kind together.
+type rawValue struct {
+	value structpb.Value
+	kind  structpb.Value_StringValue
 }
 
 // RawJSON returns the JSON text of a raw Value or raw Struct and true, or
