@@ -145,8 +145,8 @@ func RawStruct(raw []byte) *structpb.Struct {
 }
 
 // JSON returns the JSON text of a Value whatever its form: the text of a
-// raw Value as it is (not to be changed), a real tree encoded by protojson.
-// A nil Value is null.
+// raw Value as it is (not to be changed), a real tree encoded by
+// AppendJSON. A nil Value is null.
 func JSON(v *structpb.Value) ([]byte, error) {
 	if v == nil {
 		return []byte("null"), nil
@@ -154,7 +154,7 @@ func JSON(v *structpb.Value) ([]byte, error) {
 	if raw, ok := RawJSON(v); ok {
 		return raw, nil
 	}
-	return protojson.Marshal(v)
+	return AppendJSON(nil, v)
 }
 
 // StructJSON returns the JSON text of a Struct whatever its form, and
