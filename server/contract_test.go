@@ -200,3 +200,50 @@ func TestRawJSONFields(t *testing.T) {
 		}
 	}
 }
+
+// TestResponsesCarryJSONAsValues: no response message holds a
+// google.protobuf.Struct or ListValue field, at any depth. JSON reaches
+// callers in Value fields only, which the gRPC codec transcodes from the
+// relay's raw form (package jsonvalue); a raw Struct in a response would
+// reach a gRPC caller empty.
+func TestResponsesCarryJSONAsValues(t *testing.T) {
+	t.Parallel()
+	services, err := ServiceDescriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[protoreflect.FullName]bool{}
+	var check func(md protoreflect.MessageDescriptor)
+	check = func(md protoreflect.MessageDescriptor) {
+		if seen[md.FullName()] || md.ParentFile().Package() != "relay.v1" {
+			return
+		}
+		seen[md.FullName()] = true
+		fields := md.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			sub := fd.Message()
+			if sub == nil {
+				continue
+			}
+			if name := sub.FullName(); name == "google.protobuf.Struct" || name == "google.protobuf.ListValue" {
+				t.Errorf("%s is a %s in a response; use google.protobuf.Value", fd.FullName(), name)
+			}
+			if fd.IsMap() {
+				sub = fd.MapValue().Message()
+				if sub == nil {
+					continue
+				}
+			}
+			check(sub)
+		}
+	}
+	for _, sd := range services {
+		for i := range sd.Methods().Len() {
+			check(sd.Methods().Get(i).Output())
+		}
+	}
+	if len(seen) < 50 {
+		t.Fatalf("only %d response messages found", len(seen))
+	}
+}
