@@ -47,7 +47,7 @@ func TestAppendJSONMatchesProtojson(t *testing.T) {
 
 // FuzzNumbers: numbers are written exactly as encoding/json writes them.
 func FuzzNumbers(f *testing.F) {
-	for _, x := range []float64{0, -0.0, 1, -1.5, 1e-6, 1e-7, 123456789, 1e20, 1e21, 1.5e300, math.SmallestNonzeroFloat64} {
+	for _, x := range []float64{0, math.Copysign(0, -1), 1, -1.5, 1e-6, 1e-7, 123456789, 1e20, 1e21, 1.5e300, math.SmallestNonzeroFloat64} {
 		f.Add(math.Float64bits(x))
 	}
 	f.Fuzz(func(t *testing.T, bits uint64) {
