@@ -2,9 +2,12 @@ package jsonvalue
 
 import (
 	"bytes"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -128,4 +131,68 @@ func rawValueWire(b []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return raw, true
+}
+
+// Sanitized returns a copy of m in which the text of every raw Value that
+// is not valid UTF-8 has each invalid sequence replaced by U+FFFD, at any
+// depth. protobuf refuses to encode a string_value that is not UTF-8, and
+// a raw Value's text comes from elsewhere (a linked tabletop's reply, for
+// one), so the gRPC codec falls back on this when encoding fails: the
+// caller gets the value with U+FFFD where its text was broken, as the
+// transcoder and encoding/json would read it.
+func Sanitized(m proto.Message) proto.Message {
+	c := proto.Clone(m)
+	sanitize(c.ProtoReflect())
+	return c
+}
+
+func sanitize(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Message() == nil:
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if fixed, ok := sanitizedValue(fd.Message(), l.Get(i)); ok {
+					l.Set(i, fixed)
+				} else if fd.Message().FullName() != valueName {
+					sanitize(l.Get(i).Message())
+				}
+			}
+		case fd.IsMap():
+			mv := fd.MapValue()
+			if mv.Message() == nil {
+				break
+			}
+			mp := v.Map()
+			mp.Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+				if fixed, ok := sanitizedValue(mv.Message(), e); ok {
+					mp.Set(k, fixed)
+				} else if mv.Message().FullName() != valueName {
+					sanitize(e.Message())
+				}
+				return true
+			})
+		default:
+			if fixed, ok := sanitizedValue(fd.Message(), v); ok {
+				m.Set(fd, fixed)
+			} else if fd.Message().FullName() != valueName {
+				sanitize(v.Message())
+			}
+		}
+		return true
+	})
+}
+
+// sanitizedValue returns a raw Value with valid text for a raw Value of md
+// whose text is not UTF-8, and false for anything else.
+func sanitizedValue(md protoreflect.MessageDescriptor, v protoreflect.Value) (protoreflect.Value, bool) {
+	if md.FullName() != valueName {
+		return v, false
+	}
+	raw, ok := RawJSON(v.Message().Interface())
+	if !ok || utf8.Valid(raw) {
+		return v, false
+	}
+	return protoreflect.ValueOfMessage(Raw([]byte(strings.ToValidUTF8(string(raw), "\uFFFD"))).ProtoReflect()), true
 }

@@ -66,7 +66,12 @@ func marshalExternal(m proto.Message) (mem.BufferSlice, error) {
 	defer responses.Put(scratch)
 	encoded, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*scratch)[:0], m)
 	if err != nil {
-		return nil, err
+		// A raw Value whose text is not UTF-8 (from a linked tabletop)
+		// cannot be a string_value: encode a copy with the text repaired.
+		// Nothing else in a response fails to encode.
+		if encoded, err = proto.Marshal(jsonvalue.Sanitized(m)); err != nil {
+			return nil, err
+		}
 	}
 	// A Value tree is larger than its JSON (every number takes nine
 	// bytes); twice the size is a generous first guess.
