@@ -247,10 +247,24 @@ func (b *Bus) AttachLinked(e *link.Events) {
 	e.ContinueFrom(func(clientID string) uint64 {
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.CatchUp)
 		defer cancel()
+		// The node the tabletop left may still be publishing its last
+		// events: the last one is taken once it stays the same for a
+		// moment (a number taken twice would be stored once, the second
+		// event lost).
 		seq, err := b.lastSeq(ctx, linkedSubjectPrefix+clientID)
-		if err != nil {
-			b.opts.Log.Warn("could not read the cluster's last event of a linked world; its numbering starts from what this node has", "world", clientID, "error", err)
+		for err == nil {
+			select {
+			case <-time.After(settleWait):
+			case <-ctx.Done():
+				return seq
+			}
+			var again uint64
+			if again, err = b.lastSeq(ctx, linkedSubjectPrefix+clientID); err == nil && again == seq {
+				return seq
+			}
+			seq = max(seq, again)
 		}
+		b.opts.Log.Warn("could not read the cluster's last event of a linked world; its numbering starts from what this node has", "world", clientID, "error", err)
 		return seq
 	})
 }
@@ -318,6 +332,10 @@ func (b *Bus) publish() {
 // message id (stored once), up to publishRetries times, publishBackoff
 // apart. It may then be stored after later events of its world; the
 // feeds put them back in order (see reorder).
+// settleWait is how long the last event of a linked world must stay the
+// last before a node it moved to numbers on after it.
+const settleWait = 50 * time.Millisecond
+
 const (
 	publishRetries = 20
 	publishBackoff = 250 * time.Millisecond
