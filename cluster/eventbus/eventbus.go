@@ -373,7 +373,12 @@ func (b *Bus) send(o outgoing, attempt int) {
 		t := time.NewTimer(publishAckWait)
 		defer t.Stop()
 		select {
-		case <-ack.Ok():
+		case pa := <-ack.Ok():
+			if pa != nil && pa.Duplicate && attempt == 0 {
+				// Not a retry of ours: another node numbered an event of
+				// this world the same, and this one was not stored.
+				b.opts.Log.Warn("an event's id was taken already; the other nodes do not get it", "subject", o.subject, "seq", o.record.Seq)
+			}
 		case err := <-ack.Err():
 			retry(err)
 		case <-t.C:
