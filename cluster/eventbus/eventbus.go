@@ -16,12 +16,22 @@
 // A feed stops a while (Options.Linger) after the world's last subscriber
 // on the node left.
 //
+// Publication is asynchronous and never holds a world's writer up; an
+// event JetStream does not acknowledge (while a stream elects a leader
+// after a lost server, say) is sent again with the same message id, so it
+// is stored once, perhaps after later ones: a feed puts events back in
+// order, waiting up to Options.GapWait for a missing one before its
+// subscribers get the reset.
+//
 // Linked worlds' events travel the same way (subject
 // relay.linkevents.<clientId>, encoded by package link) once
 // Bus.AttachLinked connected the node's link.Events: the node holding a
 // tabletop's socket publishes its events, other nodes feed their own
 // link.Events, and a node the tabletop reconnects to continues the
 // world's numbering after the cluster's last event, so ids never repeat.
+// Every subscription to a linked world, on its host too, follows it
+// through the bus, so it keeps receiving the world's events when the
+// tabletop moves.
 // The modules send every channel's events in a cluster
 // (link.HubOptions.AllChannels), since no node knows the subscribers of
 // the others.
