@@ -2,9 +2,9 @@ package link
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tabletop-relay/relay/world"
 )
@@ -17,6 +17,9 @@ const (
 	// DefaultEventQueue is how many events a subscriber may fall behind
 	// before its stream ends with world.ErrSubscriberBehind.
 	DefaultEventQueue = 256
+	// DefaultEventInbox is how many of a world's event messages may wait
+	// to be turned into events; more are dropped (and counted).
+	DefaultEventInbox = 4096
 )
 
 // Events turns the event messages of linked worlds into the relay's event
@@ -28,6 +31,15 @@ const (
 // leaves. Give [Events.Publish] to [HubOptions].OnEvent.
 type Events struct {
 	hub *Hub
+
+	// undecided counts the deliveries left out because the relay could
+	// not tell whether the subscriber may read the event.
+	undecided atomic.Uint64
+	// dropped counts the messages dropped because the world's inbox was
+	// full.
+	dropped atomic.Uint64
+	// fetched counts the documents the relay asked the module for.
+	fetched atomic.Uint64
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
@@ -46,17 +58,14 @@ type worldEvents struct {
 	seq  uint64
 	ring []linkedEvent // the retained events, oldest first
 	subs map[*subscription]struct{}
-}
-
-// linkedEvent is one event with what the filters and read rules read.
-type linkedEvent struct {
-	world.Event
-	channel world.EventChannel
-	// filter is the value a subscription's filter compares (the hook
-	// name, encounter id, actor uuid or scene id).
-	filter string
-	// ownership is the ownership map the payload carries, if any.
-	ownership map[string]float64
+	// known is what the relay saw of the world's documents' ownership;
+	// lastRound the round each running combat was last seen at.
+	known     knownDocs
+	lastRound map[string]any
+	// inbox holds the messages not turned into events yet; working is
+	// set while a goroutine does that.
+	inbox   []Event
+	working bool
 }
 
 // moduleChannels maps our channels to the module's.
@@ -67,24 +76,70 @@ var moduleChannels = map[world.EventChannel]string{
 
 // Publish takes one event message of a linked world (the hub's OnEvent
 // callback). Messages of channels the relay does not stream (rolls and
-// chat) and malformed ones are dropped.
+// chat) and malformed ones are dropped. Publish does not block: each
+// world's messages are queued (at most DefaultEventInbox) and turned into
+// events in order by a goroutine of the world's, which may first ask the
+// module who may read a document (see [Events.Undecided]).
 func (e *Events) Publish(clientID string, ev Event) {
-	le, ok := translate(ev)
-	if !ok {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	w := e.world(clientID)
-	w.seq++
-	le.Seq = w.seq
-	w.ring = append(w.ring, le)
-	if len(w.ring) > DefaultEventRetention {
-		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
+	if len(w.inbox) >= DefaultEventInbox {
+		e.dropped.Add(1)
+		return
 	}
+	w.inbox = append(w.inbox, ev)
+	if !w.working {
+		w.working = true
+		go e.work(clientID, w)
+	}
+}
+
+// work turns the world's queued messages into events until none is left.
+func (e *Events) work(clientID string, w *worldEvents) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(w.inbox) > 0 {
+		ev := w.inbox[0]
+		w.inbox[0] = Event{}
+		w.inbox = w.inbox[1:]
+		le, ok := translator{w: w}.translate(ev)
+		if !ok {
+			continue
+		}
+		if need := le.unknown(); len(need) > 0 && e.hub != nil && w.hasPlayer(le.channel) {
+			// A player follows the channel and the relay does not know
+			// who may read the document: ask the module, as a GM.
+			e.mu.Unlock()
+			for _, uuid := range need {
+				e.fetch(clientID, uuid)
+			}
+			e.mu.Lock()
+			le.fill(&w.known)
+		}
+		w.seq++
+		le.Seq = w.seq
+		w.ring = append(w.ring, le)
+		if len(w.ring) > DefaultEventRetention {
+			w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
+		}
+		for s := range w.subs {
+			s.offer(le)
+		}
+	}
+	w.inbox = nil
+	w.working = false
+}
+
+// hasPlayer reports whether a subscriber who is not a GM follows the
+// module channel of ch; e.mu is held.
+func (w *worldEvents) hasPlayer(ch world.EventChannel) bool {
 	for s := range w.subs {
-		s.offer(le)
+		if s.channel == moduleChannels[ch] && !s.user.IsGM() {
+			return true
+		}
 	}
+	return false
 }
 
 // world returns the world's state; e.mu is held.
@@ -95,47 +150,6 @@ func (e *Events) world(clientID string) *worldEvents {
 		e.worlds[clientID] = w
 	}
 	return w
-}
-
-// translate reads a module event message (reference §7): its channel, our
-// event name, the filter field the module nests under `data` (§7.7) and
-// the ownership the payload carries.
-func translate(ev Event) (linkedEvent, bool) {
-	var outer struct {
-		Data json.RawMessage `json:"data"`
-	}
-	var msg struct{ Data map[string]json.RawMessage }
-	if json.Unmarshal(ev.Message, &outer) != nil || json.Unmarshal(outer.Data, &msg.Data) != nil || msg.Data == nil {
-		return linkedEvent{}, false
-	}
-	str := func(key string) string {
-		var s string
-		_ = json.Unmarshal(msg.Data[key], &s)
-		return s
-	}
-	// The payload is the module's `data`, as it sent it.
-	le := linkedEvent{}
-	le.Data = outer.Data
-	switch ev.Type {
-	case "hook-event":
-		le.channel, le.Name, le.filter = world.ChannelHooks, str("hook"), str("hook")
-		var args []map[string]json.RawMessage
-		if json.Unmarshal(msg.Data["args"], &args) == nil && len(args) > 0 {
-			_ = json.Unmarshal(args[0]["ownership"], &le.ownership)
-		}
-	case "combat-event":
-		le.channel, le.Name, le.filter = world.ChannelCombat, "combat-"+str("eventType"), str("encounterId")
-	case "actor-event":
-		le.channel, le.Name, le.filter = world.ChannelActor, "actor-"+str("eventType"), str("actorUuid")
-	case "scene-event":
-		le.channel, le.Name, le.filter = world.ChannelScene, "scene-"+str("eventType"), str("sceneId")
-	default:
-		return linkedEvent{}, false
-	}
-	if le.Name == "" || strings.HasSuffix(le.Name, "-") {
-		return linkedEvent{}, false
-	}
-	return le, true
 }
 
 // Subscribe implements [world.Events] for a linked world.
@@ -169,9 +183,11 @@ func (e *Events) subscribe(clientID string, user *world.User, req world.EventReq
 			}
 			s.reset, s.isReset = world.EventReset{LastEventID: req.After, Oldest: o, Head: w.seq}, true
 		} else {
-			for _, le := range w.ring {
-				if le.Seq > req.After && s.wants(le) {
-					s.replay = append(s.replay, le.Event)
+			for i := range w.ring {
+				if le := &w.ring[i]; le.Seq > req.After {
+					if ev, ok := s.view(le); ok {
+						s.replay = append(s.replay, ev)
+					}
 				}
 			}
 		}
@@ -211,19 +227,39 @@ type subscription struct {
 
 // offer queues le when the subscriber wants it; e.mu is held.
 func (s *subscription) offer(le linkedEvent) {
-	if s.fell || !s.wants(le) {
+	if s.fell {
+		return
+	}
+	ev, ok := s.view(&le)
+	if !ok {
 		return
 	}
 	select {
-	case s.queue <- le.Event:
+	case s.queue <- ev:
 	default:
 		s.fell = true
 		close(s.behind)
 	}
 }
 
-// wants applies the subscription's channel, filters and read rules.
-func (s *subscription) wants(le linkedEvent) bool {
+// view returns the event as the subscriber receives it, when its channel,
+// filters and read rules let it through.
+func (s *subscription) view(le *linkedEvent) (world.Event, bool) {
+	if !s.wants(le) {
+		return world.Event{}, false
+	}
+	data, undecided := le.viewFor(s.user)
+	if undecided {
+		s.e.undecided.Add(1)
+	}
+	if data == nil {
+		return world.Event{}, false
+	}
+	return world.Event{Seq: le.Seq, Name: le.Name, Data: data}, true
+}
+
+// wants applies the subscription's channel and filters.
+func (s *subscription) wants(le *linkedEvent) bool {
 	if moduleChannels[le.channel] != s.channel {
 		return false
 	}
@@ -245,26 +281,7 @@ func (s *subscription) wants(le linkedEvent) bool {
 			return false
 		}
 	}
-	return s.mayRead(le)
-}
-
-// mayRead applies the read rules: a GM reads every event; anyone else
-// only an event whose payload carries the document's ownership and grants
-// the user at least OBSERVER. The module does not filter by permission,
-// and an event without ownership cannot be decided, so a non-GM does not
-// get it.
-func (s *subscription) mayRead(le linkedEvent) bool {
-	if s.user.IsGM() {
-		return true
-	}
-	if le.ownership == nil {
-		return false
-	}
-	level, ok := le.ownership[s.user.ID]
-	if !ok {
-		level = le.ownership["default"]
-	}
-	return world.Level(level) >= world.LevelObserver
+	return true
 }
 
 func contains(list []string, s string) bool {
@@ -275,6 +292,12 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Undecided counts the deliveries of linked worlds' events left out
+// because the relay could not tell whether the subscriber, not a GM, may
+// read them (the module said nothing of the document's ownership and the
+// relay had not seen it).
+func (e *Events) Undecided() uint64 { return e.undecided.Load() }
 
 // Reset implements [world.EventSubscription].
 func (s *subscription) Reset() (world.EventReset, bool) { return s.reset, s.isReset }

@@ -300,6 +300,7 @@ func (w *Linked) GetJSON(ctx context.Context, user *world.User, uuid string) ([]
 	if len(data) == 0 || data[0] != '{' {
 		return nil, world.Errorf(world.ErrNotFound, "Entity not found: %s", uuid)
 	}
+	w.events.Observe(w.clientID, uuid, data)
 	return data, nil
 }
 
@@ -314,6 +315,7 @@ func (w *Linked) Update(ctx context.Context, user *world.User, uuid string, data
 	if err := r.decode("entity", &docs); err != nil || len(docs) == 0 || docs[0] == nil {
 		return nil, badReply(w.clientID, "update", "no entity")
 	}
+	w.events.observeDoc(w.clientID, uuid, docs[0])
 	return docs[0], nil
 }
 
@@ -346,6 +348,9 @@ func (w *Linked) Create(ctx context.Context, user *world.User, p world.CreatePar
 	var doc world.Document
 	if err := r.decode("entity", &doc); err != nil || doc == nil {
 		return nil, badReply(w.clientID, "create", "no entity")
+	}
+	if id, _ := doc["_id"].(string); id != "" {
+		w.events.observeDoc(w.clientID, p.Type+"."+id, doc)
 	}
 	return doc, nil
 }
