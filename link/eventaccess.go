@@ -18,11 +18,17 @@ import (
 //   - the ownership of the document when the relay has seen it: in an
 //     earlier event, or in a reply of the module to any caller (`entity`,
 //     `update`, `create`), kept per world in a bounded table (knownDocs);
+//   - an update's changes to the ownership, applied to what it knew;
+//   - when a player follows the channel and the relay knows nothing of
+//     the document, the module's answer to an `entity` request made as a
+//     GM (once per document, within fetchTimeout; the world's events wait
+//     meanwhile, in order);
 //   - the users' roles from the module's `player-list` (GMs read
 //     everything).
 //
-// Where it still cannot decide, the subscriber does not get the event, and
-// the miss is counted (Events.Undecided).
+// Where it still cannot decide (the module cannot find the document, or
+// does not answer), the subscriber does not get the event, and the miss is
+// counted (Events.Undecided).
 
 // DefaultKnownDocuments is how many documents' ownership each linked world
 // keeps for deciding who may read its events.

@@ -317,6 +317,25 @@ func (t translator) deltaParts(token map[string]any, update bool, path ...string
 	return []part{p}
 }
 
+// withOwnership returns access with an update's ownership changes applied
+// (keys set, `-=key` removed), leaving access itself as it was.
+func withOwnership(access world.Document, changes map[string]any) world.Document {
+	out := maps.Clone(access)
+	own := maps.Clone(asMap(out["ownership"]))
+	if own == nil {
+		own = map[string]any{}
+	}
+	for k, v := range changes {
+		if after, ok := strings.CutPrefix(k, "-="); ok {
+			delete(own, after)
+			continue
+		}
+		own[k] = v
+	}
+	out["ownership"] = own
+	return out
+}
+
 // cleanChanges is an update's changes as the relay reports them: without
 // the document's `_id` (the module's changes repeat it), its bookkeeping
 // (`_stats`) and its embedded collections, which report their own changes.
@@ -357,6 +376,11 @@ func (t translator) actor(d map[string]any) (linkedEvent, bool) {
 		changes := cleanChanges(asMap(d["changes"]), events.EmbeddedKeys("Actor"))
 		if len(changes) == 0 {
 			return le, false
+		}
+		if own := asMap(changes["ownership"]); own != nil && le.access != nil && le.accessUUID == actorUUID {
+			// The event is judged by the actor as the change left it.
+			le.access = withOwnership(le.access, own)
+			t.w.known.put(actorUUID, le.access)
 		}
 		var limited map[string]any
 		if lc := events.LimitedChanges(changes); lc != nil {
