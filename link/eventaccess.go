@@ -118,19 +118,39 @@ const fetchTimeout = 5 * time.Second
 // fetch asks the module for a top-level document, as a GM, and keeps its
 // ownership (see Observe). A failure leaves the document unknown.
 func (e *Events) fetch(clientID, uuid string) {
+	doc := e.fetchDoc(clientID, uuid)
+	if doc == nil {
+		return
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return
+	}
+	if access := observed(uuid, b); access != nil {
+		// The world's goroutine waits for this: at once, not queued.
+		e.mu.Lock()
+		e.world(clientID).known.put(uuid, access)
+		e.mu.Unlock()
+	}
+}
+
+// fetchDoc asks the module for a document, as a GM (within fetchTimeout);
+// nil when it has none or does not answer.
+func (e *Events) fetchDoc(clientID, uuid string) world.Document {
 	ctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
 	defer cancel()
 	raw, err := e.hub.Call(ctx, clientID, "entity", map[string]any{"uuid": uuid, "data": map[string]any{}})
 	if err != nil {
-		return
+		return nil
 	}
 	var reply struct {
-		Data json.RawMessage `json:"data"`
+		Data world.Document `json:"data"`
 	}
-	if json.Unmarshal(raw, &reply) == nil && len(reply.Data) > 0 && reply.Data[0] == '{' {
-		e.fetched.Add(1)
-		e.Observe(clientID, uuid, reply.Data)
+	if json.Unmarshal(raw, &reply) != nil || reply.Data == nil {
+		return nil
 	}
+	e.fetched.Add(1)
+	return reply.Data
 }
 
 // noteRound records the last round seen of a combat (bounded like the
@@ -149,25 +169,36 @@ func (w *worldEvents) noteRound(id string, round any) {
 // a linked world: its uuid and the fields that decide who may read it,
 // when the document carries its `ownership`. Linked worlds call it with
 // the documents the module returns, so that later events about them can
-// be judged for players.
+// be judged for players. It takes effect in order with the world's event
+// messages: the module sends the events of a change before its reply, and
+// those are judged by the document as it was before the reply.
 func (e *Events) Observe(clientID, uuid string, doc json.RawMessage) {
-	typ, top := topOf(uuid)
-	if e == nil || top != uuid || typ == "" {
-		return
-	}
-	var fields struct {
-		Ownership map[string]any `json:"ownership"`
-	}
-	if json.Unmarshal(doc, &fields) != nil || fields.Ownership == nil {
-		return
-	}
-	var m map[string]any
-	if json.Unmarshal(doc, &m) != nil {
+	access := observed(uuid, doc)
+	if e == nil || access == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.world(clientID).known.put(uuid, accessOf(m))
+	w := e.world(clientID)
+	if len(w.inbox) >= DefaultEventInbox {
+		return
+	}
+	w.inbox = append(w.inbox, inboxItem{seenUUID: uuid, seenAccess: access})
+	e.startWork(clientID, w)
+}
+
+// observed returns the access fields of a top-level document that carries
+// its ownership, else nil.
+func observed(uuid string, doc json.RawMessage) world.Document {
+	typ, top := topOf(uuid)
+	if top != uuid || typ == "" {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(doc, &m) != nil || asMap(m["ownership"]) == nil {
+		return nil
+	}
+	return accessOf(m)
 }
 
 // observeDoc is Observe for a decoded document.

@@ -62,9 +62,13 @@ type worldEvents struct {
 	// lastRound the round each running combat was last seen at.
 	known     knownDocs
 	lastRound map[string]any
-	// inbox holds the messages not turned into events yet; working is
-	// set while a goroutine does that.
-	inbox   []Event
+	// combatants are the combatants of each running combat as the relay
+	// last saw them, by combat id and combatant id.
+	combatants map[string]map[string]world.Document
+	// inbox holds the messages not turned into events yet, and what
+	// replies showed of documents meanwhile (applied in the same order);
+	// working is set while a goroutine does that.
+	inbox   []inboxItem
 	working bool
 }
 
@@ -88,7 +92,19 @@ func (e *Events) Publish(clientID string, ev Event) {
 		e.dropped.Add(1)
 		return
 	}
-	w.inbox = append(w.inbox, ev)
+	w.inbox = append(w.inbox, inboxItem{ev: ev})
+	e.startWork(clientID, w)
+}
+
+// inboxItem is an event message, or what a reply showed of a document.
+type inboxItem struct {
+	ev         Event
+	seenUUID   string
+	seenAccess world.Document
+}
+
+// startWork starts the world's goroutine unless it runs; e.mu is held.
+func (e *Events) startWork(clientID string, w *worldEvents) {
 	if !w.working {
 		w.working = true
 		go e.work(clientID, w)
@@ -100,12 +116,26 @@ func (e *Events) work(clientID string, w *worldEvents) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for len(w.inbox) > 0 {
-		ev := w.inbox[0]
-		w.inbox[0] = Event{}
+		item := w.inbox[0]
+		w.inbox[0] = inboxItem{}
 		w.inbox = w.inbox[1:]
-		le, ok := translator{w: w}.translate(ev)
+		if item.seenUUID != "" {
+			w.known.put(item.seenUUID, item.seenAccess)
+			continue
+		}
+		le, ok := translator{w: w}.translate(item.ev)
 		if !ok {
 			continue
+		}
+		if le.combat != nil && e.hub != nil {
+			// The module's combat events lack what players' payloads
+			// and the relay's shape need: ask for the combat.
+			e.mu.Unlock()
+			doc := e.fetchDoc(clientID, "Combat."+le.combat.id)
+			e.mu.Lock()
+			le.completeCombat(w, doc)
+		} else if le.combat != nil {
+			le.completeCombat(w, nil)
 		}
 		if need := le.unknown(); len(need) > 0 && e.hub != nil && w.hasPlayer(le.channel) {
 			// A player follows the channel and the relay does not know

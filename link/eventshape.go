@@ -55,6 +55,9 @@ type linkedEvent struct {
 	access     world.Document
 	// accessUUID is the uuid of that document, when the relay knows it.
 	accessUUID string
+	// combat, for a combat event, is what its payloads are rebuilt from
+	// once the relay has the combat's document (see completeCombat).
+	combat *combatParts
 	// parts are the places in the payloads that hold another document's
 	// data (an unlinked token's `delta` belongs to its actor): they are
 	// removed for readers below OBSERVER on that document.
@@ -281,6 +284,11 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 	default:
 		le.accessType, le.accessUUID = topOf(parent)
 		le.access = t.know(le.accessUUID)
+		if le.accessType == "Combat" {
+			// A combat's level is the same for every player (it has
+			// no ownership): nothing to learn.
+			le.access = world.Document{"_id": strings.TrimPrefix(le.accessUUID, "Combat.")}
+		}
 	}
 	switch {
 	case docName == "Token" && verb == "create":
@@ -507,18 +515,109 @@ func (t translator) combat(d map[string]any) (linkedEvent, bool) {
 			"started": d["started"] == true, "combatants": summaries()}
 		le.set(name, full, nil, nil)
 		le.noPlayerView = true
+		le.combat = &combatParts{id: id, payload: full}
 	case "end":
 		delete(t.w.lastRound, id)
+		delete(t.w.combatants, id)
 		le.set("combat-end", map[string]any{"encounterId": id, "uuid": uuid, "round": numberOr(d["round"])}, nil, nil)
 	case "combatant-add", "combatant-remove":
 		c := moduleCombatant(uuid, asMap(d["combatant"]))
-		le.set("combat-"+kind, map[string]any{"encounterId": id, "uuid": c["uuid"], "combatant": c}, nil, nil)
+		full := map[string]any{"encounterId": id, "uuid": c["uuid"], "combatant": c}
+		le.set("combat-"+kind, full, nil, nil)
 		le.noPlayerView = true
+		le.combat = &combatParts{id: id, payload: full, one: true}
 	default:
 		le.set("combat-"+kind, with(without(d, "eventType"), "uuid", uuid), nil, nil)
 		le.gmOnly = true
 	}
 	return le, true
+}
+
+// combatParts is a combat event's payload as rebuilt from the module's
+// message, waiting for what the combat's document adds.
+type combatParts struct {
+	id      string
+	payload map[string]any
+	// one: the payload is about one combatant (`combatant`), not the
+	// combat's state (`combatants`).
+	one bool
+}
+
+// completeCombat adds to a combat event what the module's message lacks
+// and the combat's document has: each combatant's `hidden`, `actorUuid`
+// and `tokenUuid` (from the combatants the relay saw last, kept in w, so a
+// removed one is still known), and the combat's `active` when doc, the
+// combat as the module just gave it, is not nil. With every combatant
+// known, the event gets its players' payload: the hidden combatants left
+// out, and an event about a hidden one for GMs only.
+func (le *linkedEvent) completeCombat(w *worldEvents, doc world.Document) {
+	cp := le.combat
+	uuid := "Combat." + cp.id
+	if doc != nil {
+		known := w.combatants[cp.id]
+		if known == nil {
+			if len(w.combatants) >= 256 {
+				clear(w.combatants)
+			}
+			if w.combatants == nil {
+				w.combatants = map[string]map[string]world.Document{}
+			}
+			known = map[string]world.Document{}
+			w.combatants[cp.id] = known
+		}
+		scene, _ := doc["scene"].(string)
+		list, _ := doc["combatants"].([]any)
+		for _, c := range list {
+			if cb := asMap(c); str(cb["_id"]) != "" {
+				cb = maps.Clone(cb)
+				if cb["sceneId"] == nil && scene != "" {
+					cb["sceneId"] = scene
+				}
+				known[str(cb["_id"])] = cb
+			}
+		}
+	}
+	known := w.combatants[cp.id]
+	complete := func(s map[string]any) (map[string]any, bool) {
+		cb := known[str(s["id"])]
+		if cb == nil {
+			return s, false
+		}
+		out := events.CombatantSummary(uuid, "", cb)
+		for _, k := range []string{"id", "uuid", "name", "initiative", "defeated"} {
+			out[k] = s[k]
+		}
+		return out, true
+	}
+	if cp.one {
+		c, ok := complete(asMap(cp.payload["combatant"]))
+		if !ok {
+			return
+		}
+		full := with(cp.payload, "combatant", c)
+		le.Data = encodeMap(full)
+		le.gmOnly, le.noPlayerView = c["hidden"] == true, false
+		return
+	}
+	list, _ := cp.payload["combatants"].([]any)
+	all, visible, resolved := make([]any, 0, len(list)), make([]any, 0, len(list)), true
+	for _, s := range list {
+		c, ok := complete(asMap(s))
+		resolved = resolved && ok
+		all = append(all, c)
+		if c["hidden"] != true {
+			visible = append(visible, c)
+		}
+	}
+	full := with(cp.payload, "combatants", all)
+	if doc != nil {
+		full["active"] = doc["active"] == true
+	}
+	le.Data = encodeMap(full)
+	if resolved {
+		le.player = encodeMap(with(full, "combatants", visible))
+		le.noPlayerView = false
+	}
 }
 
 // moduleCombatant is a combatant of a module's combat event in the

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tabletop-relay/relay/world"
 )
@@ -54,13 +55,19 @@ func (t *Tabletop) MirrorEvents(ctx context.Context, w world.World) (stop func()
 	docs, _ := world.Capability[world.Documents](w, "")
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for _, m := range mirrored {
+	// The world numbers its events across channels; the module sends
+	// them in the order the tabletop's hooks fire. So every channel's
+	// events go through one queue and out in the world's order.
+	in := make(chan mirroredEvent, 1024)
+	var next uint64
+	for i, m := range mirrored {
 		sub, err := evs.Subscribe(ctx, nil, world.EventRequest{Channel: m.channel})
 		if err != nil {
 			cancel()
 			wg.Wait()
 			return nil, err
 		}
+		next = max(next, sub.Start()+1)
 		wg.Go(func() {
 			defer sub.Close()
 			for {
@@ -68,20 +75,129 @@ func (t *Tabletop) MirrorEvents(ctx context.Context, w world.World) (stop func()
 				if err != nil {
 					return
 				}
-				if !t.channelOn(m.moduleCh) {
-					continue
-				}
-				data, ok := moduleEvent(ctx, docs, m.channel, ev)
-				if !ok {
-					continue
-				}
-				if err := t.Emit(m.typeName, data); err != nil {
-					t.cfg.Log.Debug("event not sent", "type", m.typeName, "error", err)
+				select {
+				case in <- mirroredEvent{m: i, ev: ev}:
+				case <-ctx.Done():
+					return
 				}
 			}
 		})
 	}
-	return func() { cancel(); wg.Wait() }, nil
+	prog := &progress{done: next - 1, wake: make(chan struct{})}
+	wg.Go(func() { t.emitInOrder(ctx, docs, in, next, prog) })
+	// The module sends a change's events before its reply (reference
+	// §9.14): each reply waits until the events of the world so far are
+	// sent.
+	t.setBeforeReply(func(rctx context.Context) {
+		sub, err := evs.Subscribe(rctx, nil, world.EventRequest{Channel: world.ChannelHooks})
+		if err != nil {
+			return
+		}
+		head := sub.Start()
+		sub.Close()
+		wait, cancelWait := context.WithTimeout(rctx, 2*time.Second)
+		defer cancelWait()
+		prog.waitFor(wait, head)
+	})
+	return func() { t.setBeforeReply(nil); cancel(); wg.Wait() }, nil
+}
+
+// progress is how far the emitter got in the world's sequence.
+type progress struct {
+	mu   sync.Mutex
+	done uint64
+	wake chan struct{} // closed and replaced when done moves
+}
+
+// advance records that every event up to seq was handled.
+func (p *progress) advance(seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq > p.done {
+		p.done = seq
+		close(p.wake)
+		p.wake = make(chan struct{})
+	}
+}
+
+// waitFor waits until every event up to seq was handled, or ctx ends.
+func (p *progress) waitFor(ctx context.Context, seq uint64) {
+	for {
+		p.mu.Lock()
+		done, wake := p.done, p.wake
+		p.mu.Unlock()
+		if done >= seq {
+			return
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// mirroredEvent is one of the world's events and the channel it came on
+// (an index into mirrored).
+type mirroredEvent struct {
+	m  int
+	ev world.Event
+}
+
+// emitInOrder sends the events of in in the world's order, from the
+// sequence next on. An event missing for longer than a moment (dropped by
+// a subscription that fell behind) is given up on.
+func (t *Tabletop) emitInOrder(ctx context.Context, docs world.Documents, in <-chan mirroredEvent, next uint64, prog *progress) {
+	// The documents as the hooks last showed them, for the deletions,
+	// whose hooks get the document as it was.
+	seen := map[string]map[string]any{}
+	pending := map[uint64]mirroredEvent{}
+	gap := time.NewTimer(time.Hour)
+	gap.Stop()
+	emit := func(me mirroredEvent) {
+		m := mirrored[me.m]
+		if !t.channelOn(m.moduleCh) {
+			return
+		}
+		data, ok := moduleEvent(ctx, docs, seen, m.channel, me.ev)
+		if !ok {
+			return
+		}
+		if err := t.Emit(m.typeName, data); err != nil {
+			t.cfg.Log.Debug("event not sent", "type", m.typeName, "error", err)
+		}
+	}
+	flush := func() {
+		for {
+			me, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			emit(me)
+			prog.advance(next - 1)
+		}
+		if len(pending) > 0 {
+			gap.Reset(200 * time.Millisecond)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case me := <-in:
+			if me.ev.Seq >= next {
+				pending[me.ev.Seq] = me
+				flush()
+			}
+		case <-gap.C:
+			if len(pending) > 0 {
+				next = slices.Min(slices.Collect(maps.Keys(pending)))
+				flush()
+			}
+		}
+	}
 }
 
 // channelOn reports whether the relay turned the module channel on.
@@ -93,14 +209,14 @@ func (t *Tabletop) channelOn(ch string) bool {
 
 // moduleEvent is the `data` of the module's message for one of the world's
 // events (GM payload), or false when the module sends nothing for it.
-func moduleEvent(ctx context.Context, docs world.Documents, ch world.EventChannel, ev world.Event) (map[string]any, bool) {
+func moduleEvent(ctx context.Context, docs world.Documents, seen map[string]map[string]any, ch world.EventChannel, ev world.Event) (map[string]any, bool) {
 	var p map[string]any
 	if json.Unmarshal(ev.Data, &p) != nil {
 		return nil, false
 	}
 	switch ch {
 	case world.ChannelHooks:
-		return hookEvent(ctx, docs, ev.Name, p)
+		return hookEvent(ctx, docs, seen, ev.Name, p)
 	case world.ChannelActor:
 		return actorEvent(ev.Name, p)
 	case world.ChannelScene:
@@ -115,8 +231,13 @@ func moduleEvent(ctx context.Context, docs world.Documents, ch world.EventChanne
 // (§7.2), each as the tabletop's `toObject` gives it: the document (without
 // a uuid, which the tabletop does not store), then for an update the
 // changes (with the document's `_id`), then the operation's options, whose
-// `parentUuid` places an embedded document.
-func hookEvent(ctx context.Context, docs world.Documents, name string, p map[string]any) (map[string]any, bool) {
+// `parentUuid` places an embedded document. seen keeps the documents as
+// the hooks last showed them (a deletion's hook gets the document as it
+// was, which the world's event does not carry).
+func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[string]any, name string, p map[string]any) (map[string]any, bool) {
+	if len(seen) > 10000 {
+		clear(seen)
+	}
 	if !slices.Contains(moduleHooks, name) {
 		return nil, false
 	}
@@ -133,8 +254,9 @@ func hookEvent(ctx context.Context, docs world.Documents, name string, p map[str
 	id := uuid[strings.LastIndexByte(uuid, '.')+1:]
 	switch {
 	case strings.HasPrefix(name, "create"):
-		doc, _ := p["data"].(map[string]any)
-		return map[string]any{"hook": name, "args": []any{without(doc, "uuid"), options}}, true
+		doc := without(asMap(p["data"]), "uuid")
+		seen[uuid] = doc
+		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	case strings.HasPrefix(name, "update"):
 		// The hook gets the document as it is after the change.
 		doc := world.Document{"_id": id}
@@ -146,11 +268,17 @@ func hookEvent(ctx context.Context, docs world.Documents, name string, p map[str
 		changes, _ := p["changes"].(map[string]any)
 		changes = maps.Clone(changes)
 		changes["_id"] = id
-		return map[string]any{"hook": name, "args": []any{without(doc, "uuid"), changes, options}}, true
+		seen[uuid] = without(doc, "uuid")
+		return map[string]any{"hook": name, "args": []any{seen[uuid], changes, options}}, true
 	default:
-		// The document is gone: the simulator sends what the world's
-		// event kept of it.
-		return map[string]any{"hook": name, "args": []any{map[string]any{"_id": id, "name": p["name"]}, options}}, true
+		// The document is gone: as the hooks last showed it, else what
+		// the world's event kept of it.
+		doc := seen[uuid]
+		delete(seen, uuid)
+		if doc == nil {
+			doc = map[string]any{"_id": id, "name": p["name"]}
+		}
+		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	}
 }
 
