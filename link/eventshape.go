@@ -22,11 +22,13 @@ import (
 // kind of reader (GM, OBSERVER or OWNER, LIMITED) and what the relay knows
 // of who may read them.
 //
-// What the module's messages do not carry cannot be rebuilt: its combat
-// events list combatants without `hidden`, `actorUuid` and `tokenUuid`
-// and say nothing of the combat's `active`; it tells a round change from a
-// turn change only by the round (see Events.lastRound); its scene channel
-// has no `scene-update`; its hooks are a fixed list (§7.2).
+// Some of it the module's messages do not carry: its combat events list
+// combatants without `hidden`, `actorUuid` and `tokenUuid` and say nothing
+// of the combat's `active` (the relay asks the module for the combat, see
+// completeCombat); it tells a round change from a turn change only by the
+// round (see worldEvents.lastRound). What cannot be rebuilt is missing:
+// its scene channel has no `scene-update`, and its hooks are a fixed list
+// (§7.2).
 
 // linkedEvent is one event of a linked world: its payloads and what the
 // channel filters and the read rules look at.
@@ -481,7 +483,8 @@ func (t translator) scene(d map[string]any) (linkedEvent, bool) {
 
 // combat rebuilds a combat event: `{eventType, encounterId, …}` (§7.3).
 // The module's combatants carry no `hidden` flag, so what a player may see
-// of a combat's list is unknown: those events reach GMs only. The module
+// of a combat's list is unknown until the relay has the combat (see
+// completeCombat); until then those events reach GMs only. The module
 // reports a turn and a round change alike (`turn`): the relay tells them
 // apart by the round it saw last for the combat.
 func (t translator) combat(d map[string]any) (linkedEvent, bool) {
