@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +16,8 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/embedded"
@@ -25,7 +28,7 @@ import (
 // simulated tabletop sends the copy's events in the module's shapes for
 // the channels the relay turns on. It returns the linked world's clientId
 // and the tabletop.
-func linkDemoCopyWithEvents(tb testing.TB, r *relay) (string, *linktest.Tabletop) {
+func linkDemoCopyWithEvents(tb testing.TB, r *node.Node) (string, *linktest.Tabletop) {
 	tb.Helper()
 	ctx := context.Background()
 	dir := tb.TempDir()
@@ -44,7 +47,7 @@ func linkDemoCopyWithEvents(tb testing.TB, r *relay) (string, *linktest.Tabletop
 	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
 		tb.Fatal(err)
 	}
-	if err := copyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
+	if err := os.CopyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
 		tb.Fatal(err)
 	}
 	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir, Hub: hub}).World(ctx, demo.ClientID)
@@ -55,11 +58,11 @@ func linkDemoCopyWithEvents(tb testing.TB, r *relay) (string, *linktest.Tabletop
 	if err != nil {
 		tb.Fatal(err)
 	}
-	code, _, err := r.links.CreatePairingCode(ctx, "", "test")
+	code, _, err := r.Links().CreatePairingCode(ctx, "", "test")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.addr, WorldID: "demo-copy", WorldTitle: w.Info().Title,
+	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.Addr(), WorldID: "demo-copy", WorldTitle: w.Info().Title,
 		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-demo-copy-events",
 		Players: players, Handler: linktest.WorldHandler(w)})
 	stop, err := tt.MirrorEvents(ctx, w)
@@ -76,7 +79,7 @@ func linkDemoCopyWithEvents(tb testing.TB, r *relay) (string, *linktest.Tabletop
 	tb.Cleanup(tt.Drop)
 	clientID, _ := tt.Credentials()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if info, _ := r.links.Hub().Info(clientID); len(info.Players) == len(players) {
+		if info, _ := r.Links().Hub().Info(clientID); len(info.Players) == len(players) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -105,13 +108,13 @@ func hpIs(ev streamEvent, v float64) bool {
 	system, _ := changes["system"].(map[string]any)
 	attrs, _ := system["attributes"].(map[string]any)
 	hp, _ := attrs["hp"].(map[string]any)
-	return hp["value"] == v && ev.data["uuid"] == ariaUUID
+	return hp["value"] == v && ev.data["uuid"] == relaytest.AriaUUID
 }
 
 // sseStream opens an SSE stream for the comparison.
 func sseStream(path string, pairs ...string) func(*testRelay, *grpc.ClientConn, string) eventSource {
 	return func(tr *testRelay, _ *grpc.ClientConn, clientID string) eventSource {
-		s := sseSource{tr.openStream(path, tr.adminKey, q(append([]string{"clientId", clientID}, pairs...)...), nil)}
+		s := sseSource{tr.openStream(path, tr.AdminKey, relaytest.Q(append([]string{"clientId", clientID}, pairs...)...), nil)}
 		if ev := s.next(tr.t); ev.name != "connected" {
 			tr.t.Fatalf("%s: first event %s", path, ev.name)
 		}
@@ -122,7 +125,7 @@ func sseStream(path string, pairs ...string) func(*testRelay, *grpc.ClientConn, 
 // grpcActors opens a gRPC actor stream for the comparison.
 func grpcActors(userID, actorUUID string) func(*testRelay, *grpc.ClientConn, string) eventSource {
 	return func(tr *testRelay, conn *grpc.ClientConn, clientID string) eventSource {
-		s := openGRPCStream(tr.t, tr.adminKey, func(ctx context.Context) (func() (*relayv1.Event, error), error) {
+		s := openGRPCStream(tr.t, tr.AdminKey, func(ctx context.Context) (func() (*relayv1.Event, error), error) {
 			st, err := relayv1.NewEventServiceClient(conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ClientId: clientID, UserId: userID, ActorUuid: actorUUID})
 			if err != nil {
 				return nil, err
@@ -139,7 +142,7 @@ func grpcActors(userID, actorUUID string) func(*testRelay, *grpc.ClientConn, str
 // grpcHooks opens a gRPC hooks stream for the comparison.
 func grpcHooks(userID, hooks string) func(*testRelay, *grpc.ClientConn, string) eventSource {
 	return func(tr *testRelay, conn *grpc.ClientConn, clientID string) eventSource {
-		s := openGRPCStream(tr.t, tr.adminKey, func(ctx context.Context) (func() (*relayv1.Event, error), error) {
+		s := openGRPCStream(tr.t, tr.AdminKey, func(ctx context.Context) (func() (*relayv1.Event, error), error) {
 			st, err := relayv1.NewEventServiceClient(conn).SubscribeHooks(ctx, &relayv1.SubscribeHooksRequest{ClientId: clientID, UserId: userID, Hooks: hooks})
 			if err != nil {
 				return nil, err
@@ -163,7 +166,7 @@ func grpcHooks(userID, hooks string) func(*testRelay, *grpc.ClientConn, string) 
 func TestLinkedEventsMatchEmbedded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	linked, tt := linkDemoCopyWithEvents(t, tr.relay)
+	linked, tt := linkDemoCopyWithEvents(t, tr.Node)
 	conn := tr.h2cConn()
 	hooks := "updateActor,createItem,updateItem,deleteItem,updateToken,updateScene,createCombat,createCombatant,updateCombatant,deleteCombatant,deleteCombat,combatStart,combatTurn,combatRound"
 	lastHook := func(ev streamEvent) bool { return ev.name == "updateActor" && hpIs(ev, 7) }
@@ -176,7 +179,7 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 	cases := []eventStreamCase{
 		{name: "GM hooks, by name", open: sseStream("/hooks/subscribe", "hooks", hooks), last: lastHook},
 		{name: "GM hooks over gRPC", open: grpcHooks("", hooks), last: lastHook},
-		{name: "GM actor, by actorUuid", open: sseStream("/actor/subscribe", "actorUuid", ariaUUID), last: lastActor},
+		{name: "GM actor, by actorUuid", open: sseStream("/actor/subscribe", "actorUuid", relaytest.AriaUUID), last: lastActor},
 		{name: "GM actors over gRPC", open: grpcActors("", ""), last: lastActor},
 		{name: "GM scene, by sceneId", open: sseStream("/scene/subscribe", "sceneId", "tavernScene00001"), last: lastScene},
 		{name: "GM combat", open: sseStream("/encounters/subscribe"), last: lastCombat},
@@ -207,7 +210,7 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 		fresh[i] = map[string]string{}
 		call := func(method, path string, query map[string]string, body map[string]any) map[string]any {
 			t.Helper()
-			qv := q("clientId", clientID)
+			qv := relaytest.Q("clientId", clientID)
 			for k, v := range query {
 				qv.Set(k, v)
 			}
@@ -215,11 +218,11 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 			if body != nil {
 				b = body
 			}
-			r := tr.do(method, path, tr.adminKey, qv, b)
-			if r.status != http.StatusOK {
-				t.Fatalf("%s %s on %s: %d %s", method, path, clientID, r.status, r.body)
+			r := tr.Do(method, path, tr.AdminKey, qv, b)
+			if r.Status != http.StatusOK {
+				t.Fatalf("%s %s on %s: %d %s", method, path, clientID, r.Status, r.Body)
 			}
-			return r.data(t)
+			return r.Data(t)
 		}
 		hp := func(uuid string, v float64) {
 			call("PUT", "/update", map[string]string{"uuid": uuid}, map[string]any{"data": map[string]any{"system.attributes.hp.value": v}})
@@ -228,11 +231,11 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 		// to ask the module later, it would judge the first token move
 		// by the scene as it is then, after Alice was let in.
 		call("GET", "/get", map[string]string{"uuid": "Scene.tavernScene00001"}, nil)
-		hp(ariaUUID, 20)
-		call("PUT", "/update", map[string]string{"uuid": guardUUID}, map[string]any{"data": map[string]any{"name": "Captain of the Guard"}})
-		hp(guardUUID, 5)
-		hp(goblinUUID, 3)
-		g := call("POST", "/give", nil, map[string]any{"fromUuid": bromUUID, "toUuid": ariaUUID, "itemName": "Longsword"})
+		hp(relaytest.AriaUUID, 20)
+		call("PUT", "/update", map[string]string{"uuid": relaytest.GuardUUID}, map[string]any{"data": map[string]any{"name": "Captain of the Guard"}})
+		hp(relaytest.GuardUUID, 5)
+		hp(relaytest.GoblinUUID, 3)
+		g := call("POST", "/give", nil, map[string]any{"fromUuid": relaytest.BromUUID, "toUuid": relaytest.AriaUUID, "itemName": "Longsword"})
 		newItem, _ := g["newItemUuid"].(string)
 		if newItem == "" {
 			t.Fatalf("give answered %v", g)
@@ -278,7 +281,7 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 		call("POST", "/remove-from-encounter", nil, map[string]any{"encounterId": id, "uuids": []string{goblinTokenUUID}})
 		call("POST", "/end-encounter", nil, map[string]any{"encounterId": id})
 		move(ariaTokenUUID, map[string]any{"x": 600})
-		hp(ariaUUID, 7)
+		hp(relaytest.AriaUUID, 7)
 	}
 	cases = append(cases, eventStreamCase{name: "GM combat, by encounterId", last: lastCombat})
 	got[0] = append(got[0], filtered[0])
@@ -314,8 +317,8 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 				changes, _ := json.Marshal(d["changes"])
 				got = append(got, d["uuid"].(string)+" "+string(changes))
 			}
-			want := []string{ariaUUID + ` {"system":{"attributes":{"hp":{"value":20}}}}`, guardUUID + ` {"name":"Captain of the Guard"}`,
-				ariaUUID + ".Item.<new item> null", bromUUID + ".Item.bromLongsword001 null", ariaUUID + ` {"system":{"attributes":{"hp":{"value":7}}}}`}
+			want := []string{relaytest.AriaUUID + ` {"system":{"attributes":{"hp":{"value":20}}}}`, relaytest.GuardUUID + ` {"name":"Captain of the Guard"}`,
+				relaytest.AriaUUID + ".Item.<new item> null", relaytest.BromUUID + ".Item.bromLongsword001 null", relaytest.AriaUUID + ` {"system":{"attributes":{"hp":{"value":7}}}}`}
 			if !slices.Equal(got, want) {
 				t.Errorf("%s: %q, want %q", c.name, got, want)
 			}
