@@ -323,6 +323,26 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// EventStats counts what the linked worlds' event streams did since the
+// relay started.
+type EventStats struct {
+	// Undecided counts the deliveries withheld from subscribers who are
+	// not GMs because the relay could not tell whether they may read the
+	// event (see Undecided).
+	Undecided uint64
+	// Fetched counts the documents the relay asked the modules for: to
+	// decide who may read an event, or to complete a combat event.
+	Fetched uint64
+	// Dropped counts the event messages dropped because DefaultEventInbox
+	// of a world's messages already waited.
+	Dropped uint64
+}
+
+// Stats returns the counters.
+func (e *Events) Stats() EventStats {
+	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load()}
+}
+
 // Undecided counts the deliveries of linked worlds' events left out
 // because the relay could not tell whether the subscriber, not a GM, may
 // read them (the module said nothing of the document's ownership and the
