@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tabletop-relay/relay/world"
 )
@@ -12,7 +13,7 @@ import (
 // Defaults of the linked worlds' event streams.
 const (
 	// DefaultEventRetention is how many events of each linked world are
-	// kept for resume.
+	// kept for resume, in memory and in the journal.
 	DefaultEventRetention = 1024
 	// DefaultEventQueue is how many events a subscriber may fall behind
 	// before its stream ends with world.ErrSubscriberBehind.
@@ -24,9 +25,10 @@ const (
 
 // Events turns the event messages of linked worlds into the relay's event
 // streams: each world's events get their sequence numbers here (from 1,
-// for as long as the relay runs), the last DefaultEventRetention are kept
-// for resume, and each subscriber gets those of its channel that pass its
-// filters and its read rules. While a module channel has subscribers it
+// and on from where they were after a restart when a journal keeps them,
+// see SetJournal), the last DefaultEventRetention are kept for resume, and
+// each subscriber gets those of its channel that pass its filters and its
+// read rules. While a module channel has subscribers it
 // is turned on in the module ([Hub.SetChannel]), and off when the last
 // leaves. Give [Events.Publish] to [HubOptions].OnEvent.
 type Events struct {
@@ -40,6 +42,10 @@ type Events struct {
 	dropped atomic.Uint64
 	// fetched counts the documents the relay asked the module for.
 	fetched atomic.Uint64
+	// journal, when set, keeps the retained events across restarts;
+	// journalErrors counts its failures.
+	journal       EventJournal
+	journalErrors atomic.Uint64
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
@@ -70,6 +76,8 @@ type worldEvents struct {
 	// working is set while a goroutine does that.
 	inbox   []inboxItem
 	working bool
+	// noJournal is set when the world's stored events could not be read.
+	noJournal bool
 }
 
 // moduleChannels maps our channels to the module's.
@@ -116,6 +124,24 @@ func (e *Events) work(clientID string, w *worldEvents) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for len(w.inbox) > 0 {
+		fresh := e.drain(clientID, w)
+		if e.journal != nil && !w.noJournal && len(fresh) > 0 {
+			// Subscribers have the events already; the journal keeps
+			// them for resumes after a restart.
+			e.mu.Unlock()
+			e.store(clientID, fresh)
+			e.mu.Lock()
+		}
+	}
+	w.inbox = nil
+	w.working = false
+}
+
+// drain turns the world's queued messages into events and returns them;
+// e.mu is held (and let go while the module is asked about a document).
+func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
+	var fresh []linkedEvent
+	for len(w.inbox) > 0 {
 		item := w.inbox[0]
 		w.inbox[0] = inboxItem{}
 		w.inbox = w.inbox[1:]
@@ -156,10 +182,39 @@ func (e *Events) work(clientID string, w *worldEvents) {
 		for s := range w.subs {
 			s.offer(le)
 		}
+		fresh = append(fresh, le)
 	}
-	w.inbox = nil
-	w.working = false
+	return fresh
 }
+
+// store writes a world's new events to the journal and forgets those
+// past the retention.
+func (e *Events) store(clientID string, fresh []linkedEvent) {
+	out := make([]JournalEvent, 0, len(fresh))
+	for i := range fresh {
+		data, err := fresh[i].encode()
+		if err != nil {
+			e.journalErrors.Add(1)
+			continue
+		}
+		out = append(out, JournalEvent{Seq: fresh[i].Seq, Data: data})
+	}
+	var forget uint64
+	if last := fresh[len(fresh)-1].Seq; last > DefaultEventRetention {
+		forget = last - DefaultEventRetention
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.journal.AppendEvents(ctx, clientID, out, forget); err != nil {
+		e.journalErrors.Add(1)
+	}
+}
+
+// SetJournal makes the event streams keep each linked world's retained
+// events in j, and start from what j holds: a relay that restarts goes on
+// numbering each world's events where it stopped, and streams resume
+// across the restart. Call it before the first event.
+func (e *Events) SetJournal(j EventJournal) { e.journal = j }
 
 // hasPlayer reports whether a subscriber who is not a GM follows the
 // module channel of ch; e.mu is held.
@@ -178,8 +233,37 @@ func (e *Events) world(clientID string) *worldEvents {
 	if w == nil {
 		w = &worldEvents{subs: map[*subscription]struct{}{}}
 		e.worlds[clientID] = w
+		if e.journal != nil {
+			e.load(clientID, w)
+		}
 	}
 	return w
+}
+
+// load reads a world's retained events from the journal; e.mu is held. A
+// world whose events cannot be read starts afresh and is not written
+// either, so that what the journal has is not overwritten.
+func (e *Events) load(clientID string, w *worldEvents) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stored, err := e.journal.LoadEvents(ctx, clientID)
+	if err != nil {
+		e.journalErrors.Add(1)
+		w.noJournal = true
+		return
+	}
+	for _, je := range stored {
+		le, err := decodeEvent(je)
+		if err != nil {
+			e.journalErrors.Add(1)
+			continue
+		}
+		w.ring = append(w.ring, le)
+		w.seq = max(w.seq, je.Seq)
+	}
+	if len(w.ring) > DefaultEventRetention {
+		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
+	}
 }
 
 // Subscribe implements [world.Events] for a linked world.
@@ -336,11 +420,13 @@ type EventStats struct {
 	// Dropped counts the event messages dropped because DefaultEventInbox
 	// of a world's messages already waited.
 	Dropped uint64
+	// JournalErrors counts the failures to store or load events.
+	JournalErrors uint64
 }
 
 // Stats returns the counters.
 func (e *Events) Stats() EventStats {
-	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load()}
+	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load(), JournalErrors: e.journalErrors.Load()}
 }
 
 // Undecided counts the deliveries of linked worlds' events left out

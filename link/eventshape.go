@@ -263,6 +263,11 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 	}
 	le.set(name, full, player, limited)
 	le.gmOnly = docName == "Combatant" && doc["hidden"] == true
+	if docName == "Combatant" && verb != "delete" && strings.HasPrefix(parent, "Combat.") && id != "" {
+		// The combatant as it is now, for the combat events to come
+		// (kept after a deletion, for the event of its removal).
+		t.w.noteCombatant(strings.TrimPrefix(parent, "Combat."), doc)
+	}
 	switch {
 	case id == "" || parent == "" && embeddedTypes[docName]:
 		// The document cannot be placed: GMs only.
@@ -548,35 +553,26 @@ type combatParts struct {
 
 // completeCombat adds to a combat event what the module's message lacks
 // and the combat's document has: each combatant's `hidden`, `actorUuid`
-// and `tokenUuid` (from the combatants the relay saw last, kept in w, so a
-// removed one is still known), and the combat's `active` when doc, the
-// combat as the module just gave it, is not nil. With every combatant
+// and `tokenUuid` (from the combatants the relay saw last, in combatant
+// hooks or in the combat the module gave, kept in w, so a removed one is
+// still known), and the combat's `active` when doc, the combat as the
+// module just gave it, is not nil. The module gives the combat as it is
+// when asked, just after the event: a combatant hidden or shown in that
+// moment is judged as it is then. With every combatant
 // known, the event gets its players' payload: the hidden combatants left
 // out, and an event about a hidden one for GMs only.
 func (le *linkedEvent) completeCombat(w *worldEvents, doc world.Document) {
 	cp := le.combat
 	uuid := "Combat." + cp.id
 	if doc != nil {
-		known := w.combatants[cp.id]
-		if known == nil {
-			if len(w.combatants) >= 256 {
-				clear(w.combatants)
-			}
-			if w.combatants == nil {
-				w.combatants = map[string]map[string]world.Document{}
-			}
-			known = map[string]world.Document{}
-			w.combatants[cp.id] = known
-		}
 		scene, _ := doc["scene"].(string)
 		list, _ := doc["combatants"].([]any)
 		for _, c := range list {
 			if cb := asMap(c); str(cb["_id"]) != "" {
-				cb = maps.Clone(cb)
 				if cb["sceneId"] == nil && scene != "" {
-					cb["sceneId"] = scene
+					cb = with(cb, "sceneId", scene)
 				}
-				known[str(cb["_id"])] = cb
+				w.noteCombatant(cp.id, cb)
 			}
 		}
 	}
@@ -621,6 +617,22 @@ func (le *linkedEvent) completeCombat(w *worldEvents, doc world.Document) {
 		le.player = encodeMap(with(full, "combatants", visible))
 		le.noPlayerView = false
 	}
+}
+
+// noteCombatant records a combatant of a combat as the relay saw it last.
+func (w *worldEvents) noteCombatant(combatID string, cb map[string]any) {
+	known := w.combatants[combatID]
+	if known == nil {
+		if len(w.combatants) >= 256 {
+			clear(w.combatants)
+		}
+		if w.combatants == nil {
+			w.combatants = map[string]map[string]world.Document{}
+		}
+		known = map[string]world.Document{}
+		w.combatants[combatID] = known
+	}
+	known[str(cb["_id"])] = cb
 }
 
 // moduleCombatant is a combatant of a module's combat event in the

@@ -79,6 +79,8 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts *server.Rat
 			func(s link.EventStats) uint64 { return s.Fetched }},
 		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many (4096) waited to be processed.",
 			func(s link.EventStats) uint64 { return s.Dropped }},
+		{"relay_linked_event_journal_errors_total", "Failures to store linked worlds' events in relay.db for resumes across restarts, or to load them.",
+			func(s link.EventStats) uint64 { return s.JournalErrors }},
 	} {
 		m.CounterFunc(c.name, c.help, nil, func() float64 { return float64(c.get(r.linkEvents.Stats())) })
 	}

@@ -201,6 +201,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,

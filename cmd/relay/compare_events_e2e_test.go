@@ -276,9 +276,15 @@ func TestLinkedEventsMatchEmbedded(t *testing.T) {
 			t.Fatal("the goblin did not join")
 		}
 		fresh[i][goblin] = "<goblin combatant>"
+		// The relay completes a combat event with the combat as the
+		// module gives it when asked, which is the combat as it is then:
+		// each change of the combat waits for the event of the last.
+		got[i][gmCombat].waitFor(t, "combat-combatant-add")
 		call("PUT", "/update", map[string]string{"uuid": "Combat." + id + ".Combatant." + goblin}, map[string]any{"data": map[string]any{"hidden": true}})
 		call("POST", "/next-turn", nil, map[string]any{})
+		got[i][gmCombat].waitFor(t, "combat-turn")
 		call("POST", "/remove-from-encounter", nil, map[string]any{"encounterId": id, "uuids": []string{goblinTokenUUID}})
+		got[i][gmCombat].waitFor(t, "combat-combatant-remove")
 		call("POST", "/end-encounter", nil, map[string]any{"encounterId": id})
 		move(ariaTokenUUID, map[string]any{"x": 600})
 		hp(relaytest.AriaUUID, 7)
