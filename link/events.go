@@ -49,6 +49,10 @@ type Events struct {
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
+	// running counts the worlds' goroutines at work; idle, when not nil,
+	// is closed when it drops to zero (see Drain).
+	running int
+	idle    chan struct{}
 }
 
 // NewEvents returns the event streams of hub's worlds. hub may be set
@@ -115,6 +119,7 @@ type inboxItem struct {
 func (e *Events) startWork(clientID string, w *worldEvents) {
 	if !w.working {
 		w.working = true
+		e.running++
 		go e.work(clientID, w)
 	}
 }
@@ -135,6 +140,11 @@ func (e *Events) work(clientID string, w *worldEvents) {
 	}
 	w.inbox = nil
 	w.working = false
+	e.running--
+	if e.running == 0 && e.idle != nil {
+		close(e.idle)
+		e.idle = nil
+	}
 }
 
 // drain turns the world's queued messages into events and returns them;
@@ -207,6 +217,28 @@ func (e *Events) store(clientID string, fresh []linkedEvent) {
 	defer cancel()
 	if err := e.journal.AppendEvents(ctx, clientID, out, forget); err != nil {
 		e.journalErrors.Add(1)
+	}
+}
+
+// Drain waits until every event message received so far is processed and
+// stored in the journal, or ctx ends. The relay calls it on stopping, once
+// the modules are disconnected, before it closes the journal.
+func (e *Events) Drain(ctx context.Context) error {
+	e.mu.Lock()
+	if e.running == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	if e.idle == nil {
+		e.idle = make(chan struct{})
+	}
+	idle := e.idle
+	e.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

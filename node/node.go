@@ -415,6 +415,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 		// and their waiting requests fail now.
 		r.links.Close(ctx)
 	}
+	if r.linkEvents != nil {
+		// The events the modules sent before they went are stored
+		// before relay.db closes.
+		_ = r.linkEvents.Drain(ctx)
+	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
 	}
