@@ -173,13 +173,27 @@ func (w *worldEvents) noteRound(id string, round any) {
 // messages: the module sends the events of a change before its reply, and
 // those are judged by the document as it was before the reply.
 func (e *Events) Observe(clientID, uuid string, doc json.RawMessage) {
+	if e == nil {
+		return
+	}
+	if typ, top := topOf(uuid); top != uuid || typ == "" {
+		return
+	}
+	// Only players' streams need it: reading a large document costs, and
+	// a relay whose linked worlds no player follows pays nothing.
+	e.mu.Lock()
+	w := e.worlds[clientID]
+	players := w != nil && w.hasAnyPlayer()
+	e.mu.Unlock()
+	if !players {
+		return
+	}
 	access := observed(uuid, doc)
-	if e == nil || access == nil {
+	if access == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	w := e.world(clientID)
 	if len(w.inbox) >= DefaultEventInbox {
 		return
 	}
@@ -187,26 +201,60 @@ func (e *Events) Observe(clientID, uuid string, doc json.RawMessage) {
 	e.startWork(clientID, w)
 }
 
+// hasAnyPlayer reports whether a subscriber who is not a GM follows any
+// of the world's channels; e.mu is held.
+func (w *worldEvents) hasAnyPlayer() bool {
+	for s := range w.subs {
+		if !s.user.IsGM() {
+			return true
+		}
+	}
+	return false
+}
+
 // observed returns the access fields of a top-level document that carries
-// its ownership, else nil.
+// its ownership, else nil. Only those fields are decoded.
 func observed(uuid string, doc json.RawMessage) world.Document {
-	typ, top := topOf(uuid)
-	if top != uuid || typ == "" {
+	if typ, top := topOf(uuid); top != uuid || typ == "" {
 		return nil
 	}
-	var m map[string]any
-	if json.Unmarshal(doc, &m) != nil || asMap(m["ownership"]) == nil {
+	var f struct {
+		ID        *string        `json:"_id"`
+		Ownership map[string]any `json:"ownership"`
+		Author    any            `json:"author"`
+		User      any            `json:"user"`
+		Whisper   any            `json:"whisper"`
+		Blind     any            `json:"blind"`
+	}
+	if json.Unmarshal(doc, &f) != nil || f.Ownership == nil {
 		return nil
 	}
-	return accessOf(m)
+	out := world.Document{"ownership": f.Ownership}
+	if f.ID != nil {
+		out["_id"] = *f.ID
+	}
+	for k, v := range map[string]any{"author": f.Author, "user": f.User, "whisper": f.Whisper, "blind": f.Blind} {
+		if v != nil {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // observeDoc is Observe for a decoded document.
 func (e *Events) observeDoc(clientID, uuid string, doc world.Document) {
-	if e == nil || doc == nil {
+	if e == nil || doc == nil || asMap(doc["ownership"]) == nil {
 		return
 	}
-	if b, err := json.Marshal(doc); err == nil {
-		e.Observe(clientID, uuid, b)
+	if typ, top := topOf(uuid); top != uuid || typ == "" {
+		return
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.worlds[clientID]
+	if w == nil || !w.hasAnyPlayer() || len(w.inbox) >= DefaultEventInbox {
+		return
+	}
+	w.inbox = append(w.inbox, inboxItem{seenUUID: uuid, seenAccess: accessOf(doc)})
+	e.startWork(clientID, w)
 }

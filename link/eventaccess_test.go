@@ -58,10 +58,6 @@ func TestLinkedEventsForPlayers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	// A reply the relay relays shows it Seen's ownership.
-	if _, err := w.GetJSON(ctx, nil, "Actor.seen0000000000001"); err != nil {
-		t.Fatal(err)
-	}
 	alice := &world.User{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer}
 	subscribe := func(user *world.User, ch world.EventChannel) world.EventSubscription {
 		s, err := w.Subscribe(ctx, user, world.EventRequest{Channel: ch})
@@ -73,6 +69,11 @@ func TestLinkedEventsForPlayers(t *testing.T) {
 	}
 	aliceActors, gmActors, aliceHooks := subscribe(alice, world.ChannelActor), subscribe(nil, world.ChannelActor), subscribe(alice, world.ChannelHooks)
 	e.wait("the module's channels", func() bool { c := tt.Channels(); return c["actor-events"] && c["hooks"] })
+	// A reply the relay relays shows it Seen's ownership (it keeps it
+	// while players follow the world's events).
+	if _, err := w.GetJSON(ctx, nil, "Actor.seen0000000000001"); err != nil {
+		t.Fatal(err)
+	}
 
 	update := func(actor, name string) {
 		t.Helper()
