@@ -16,8 +16,9 @@ import (
 //
 //   - the ownership a payload carries (a hook's document);
 //   - the ownership of the document when the relay has seen it: in an
-//     earlier event, or in a reply of the module to any caller (`entity`,
-//     `update`, `create`), kept per world in a bounded table (knownDocs);
+//     earlier event, or, while players follow the world's events, in a
+//     reply of the module to any caller (`entity`, `update`, `create`),
+//     kept per world in a bounded table (knownDocs);
 //   - an update's changes to the ownership, applied to what it knew;
 //   - when a player follows the channel and the relay knows nothing of
 //     the document, the module's answer to an `entity` request made as a
