@@ -142,6 +142,18 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 	}
 	defer sub.Close()
 
+	// A local caller that writes each message out (the SSE bridge) is told
+	// when more follow at once, so that it writes them together.
+	holder, _ := grpc.ServerTransportStreamFromContext(ctx).(SendHolder)
+	hold := func(more bool) {
+		if holder != nil {
+			holder.HoldSends(more)
+		}
+	}
+	pending, _ := sub.(interface{ Pending() int })
+	replay := sub.Replay()
+	_, hasReset := sub.Reset()
+	hold(hasReset || len(replay) > 0)
 	if err := send(&relayv1.Event{Name: wire.EventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
 		return err
 	}
@@ -153,11 +165,13 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 			"currentEventId": strconv.FormatUint(r.Head, 10),
 			"message":        fmt.Sprintf("Events after %d are no longer available: reload what you follow; live events resume after %d", r.LastEventID, r.Head),
 		}
+		hold(len(replay) > 0)
 		if err := send(&relayv1.Event{Name: wire.EventReset, Data: eventJSON(reset)}); err != nil {
 			return err
 		}
 	}
-	for _, ev := range sub.Replay() {
+	for i, ev := range replay {
+		hold(i < len(replay)-1)
 		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: ev.Data}); err != nil {
 			return err
 		}
@@ -169,6 +183,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		ev, err := sub.Next(ctx)
 		switch {
 		case errors.Is(err, world.ErrSubscriberBehind):
+			hold(false)
 			_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: eventJSON(map[string]any{
 				"lastEventId": strconv.FormatUint(last, 10),
 				"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
@@ -179,6 +194,8 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		case err != nil:
 			return err
 		}
+		// Events already queued for this subscriber go out with this one.
+		hold(pending != nil && pending.Pending() > 0)
 		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: ev.Data}); err != nil {
 			return err
 		}

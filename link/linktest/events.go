@@ -401,11 +401,6 @@ func withID(changes any, id string) map[string]any {
 	return out
 }
 
-func str(v any) string {
-	s, _ := v.(string)
-	return s
-}
-
 func asMap(v any) map[string]any {
 	m, _ := v.(map[string]any)
 	return m
