@@ -161,8 +161,12 @@ func grpcHooks(userID, hooks string) func(*testRelay, *grpc.ClientConn, string) 
 // the copy's events in the module's shapes, and requires every subscriber
 // (SSE and gRPC, GM and the player Alice, with hook-name, actorUuid,
 // sceneId and encounterId filters) to receive the same events: the same
-// names and payloads, ids and times aside, and, in combat events, aside
-// from what the module's combat messages do not carry.
+// names and payloads, ids and times aside. The changes cover actors (hit
+// points, a name a LIMITED reader sees, an actor Alice cannot see, items
+// given), tokens (one whose changes belong to an actor Alice cannot see),
+// a scene opened to Alice, and an encounter from its start to its end with
+// a hidden combatant. The one difference allowed: the module has no event
+// for a change of the scene itself (scene-update).
 func TestLinkedEventsMatchEmbedded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
