@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -428,7 +429,16 @@ func appendMessageFrame(dst []byte, msg proto.Message) ([]byte, error) {
 	var data []byte
 	if c, ok := msg.(eventCarrier); ok && c.GetEvent() != nil {
 		e := c.GetEvent()
-		seq, name, data = e.GetSequence(), e.GetName(), e.GetData()
+		seq, name = e.GetSequence(), e.GetName()
+		if d := e.GetData(); d != nil {
+			// The relay's payloads are raw Values, whose JSON is copied;
+			// a Value tree is encoded.
+			raw, err := jsonvalue.JSON(d)
+			if err != nil {
+				return nil, fmt.Errorf("event data: %w", err)
+			}
+			data = raw
+		}
 	} else {
 		raw, err := appendMessage(nil, msg.ProtoReflect())
 		if err != nil {
