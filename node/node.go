@@ -50,9 +50,11 @@ type Node struct {
 	scripts  *script.Pool
 	links    *link.Service
 	linkDB   *link.SQLiteStore
-	served   chan error
-	log      *slog.Logger
-	adminKey string
+	// linkEvents are the linked worlds' event streams.
+	linkEvents *link.Events
+	served     chan error
+	log        *slog.Logger
+	adminKey   string
 	// metrics is nil unless Config.MetricsListen is set; metricsStop
 	// stops its server.
 	metrics     *observe.Metrics
@@ -199,6 +201,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	linkEvents.SetJournal(r.linkDB)
+	r.linkEvents = linkEvents
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,
 		// A new linked world never takes the id of an embedded one.
@@ -410,6 +414,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 		// sees them: close them first, so the modules reconnect later
 		// and their waiting requests fail now.
 		r.links.Close(ctx)
+	}
+	if r.linkEvents != nil {
+		// The events the modules sent before they went are stored
+		// before relay.db closes.
+		_ = r.linkEvents.Drain(ctx)
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
