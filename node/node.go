@@ -48,15 +48,17 @@ type Node struct {
 	keys     keys.Backend
 	// shared is the node's part of a cluster's state; nil for a node
 	// alone (see shared.go).
-	shared   *shared.Attached
-	worlds   *world.Host
-	hub      *events.Hub
-	scripts  *script.Pool
-	links    *link.Service
-	linkDB   *link.SQLiteStore
-	served   chan error
-	log      *slog.Logger
-	adminKey string
+	shared  *shared.Attached
+	worlds  *world.Host
+	hub     *events.Hub
+	scripts *script.Pool
+	links   *link.Service
+	linkDB  *link.SQLiteStore
+	// linkEvents are the linked worlds' event streams.
+	linkEvents *link.Events
+	served     chan error
+	log        *slog.Logger
+	adminKey   string
 	// metrics is nil unless Config.MetricsListen is set; metricsStop
 	// stops its server.
 	metrics     *observe.Metrics
@@ -212,6 +214,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	linkEvents.SetJournal(r.linkDB)
+	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
 	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
 	if err != nil {
@@ -434,6 +438,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 		// sees them: close them first, so the modules reconnect later
 		// and their waiting requests fail now.
 		r.links.Close(ctx)
+	}
+	if r.linkEvents != nil {
+		// The events the modules sent before they went are stored
+		// before relay.db closes.
+		_ = r.linkEvents.Drain(ctx)
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))

@@ -71,12 +71,16 @@ func TestLinkedEventsAcrossNodes(t *testing.T) {
 	}
 	defer hooks.Close()
 
-	hook := func(owner float64) link.Event {
-		return moduleEvent(t, "hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"ownership": map[string]any{"default": 0, "u1": owner}}}})
+	hook := func(id string, owner float64) link.Event {
+		doc := map[string]any{"_id": id, "name": id, "ownership": map[string]any{"default": 0, "u1": owner}}
+		return moduleEvent(t, "hook-event", map[string]any{"hook": "updateActor", "args": []any{doc, map[string]any{"name": id}, map[string]any{}}})
 	}
-	nodes[0].events.Publish(clientID, moduleEvent(t, "actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update"}))
-	nodes[0].events.Publish(clientID, hook(0)) // NONE for the player
-	nodes[0].events.Publish(clientID, hook(3)) // OWNER
+	update := func(name string) link.Event {
+		return moduleEvent(t, "actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update", "changes": map[string]any{"name": name}})
+	}
+	nodes[0].events.Publish(clientID, update("one"))
+	nodes[0].events.Publish(clientID, hook("none", 0))  // NONE for the player
+	nodes[0].events.Publish(clientID, hook("owned", 3)) // OWNER
 
 	if ev, err := gm.Next(ctx); err != nil || ev.Seq != 1 || ev.Name != "actor-update" {
 		t.Fatalf("actor event on node 2: %+v %v", ev, err)
@@ -87,8 +91,8 @@ func TestLinkedEventsAcrossNodes(t *testing.T) {
 
 	// The tabletop reconnects to node 3, which never saw the world: its
 	// first event is number 4.
-	nodes[2].events.Publish(clientID, moduleEvent(t, "actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "delete"}))
-	if ev, err := gm.Next(ctx); err != nil || ev.Seq != 4 || ev.Name != "actor-delete" {
+	nodes[2].events.Publish(clientID, update("two"))
+	if ev, err := gm.Next(ctx); err != nil || ev.Seq != 4 || ev.Name != "actor-update" {
 		t.Fatalf("event from node 3 on node 2: %+v %v; want event 4", ev, err)
 	}
 	// A subscriber resumes on node 2 from event 1: 4 follows without a gap

@@ -3,6 +3,7 @@ package shared_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		}
 		return sseEvent{}
 	}
-	if err := onA.Emit("actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update"}); err != nil {
+	if err := onA.Emit("actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update", "changes": map[string]any{"name": "One"}}); err != nil {
 		t.Fatal(err)
 	}
 	first := next("the event from node a")
@@ -68,12 +69,12 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 	if err := onB.Connect(ctx); err != nil {
 		t.Fatalf("connect to node b: %v", err)
 	}
-	if err := onB.Emit("actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "delete"}); err != nil {
+	if err := onB.Emit("actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update", "changes": map[string]any{"name": "Two"}}); err != nil {
 		t.Fatal(err)
 	}
 	moved := next("the event from node b, on node a's stream")
-	if moved.id != first.id+1 || moved.name != "actor-delete" {
-		t.Fatalf("after the move node a's stream got %d %s, want %d actor-delete", moved.id, moved.name, first.id+1)
+	if moved.id != first.id+1 || moved.name != "actor-update" || !strings.Contains(moved.data, "Two") {
+		t.Fatalf("after the move node a's stream got %d %s %s, want %d actor-update to Two", moved.id, moved.name, moved.data, first.id+1)
 	}
 
 	// Resume on node b from the first event.
@@ -86,8 +87,8 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 	}
 	select {
 	case ev := <-resumed:
-		if ev.id != moved.id || ev.name != "actor-delete" {
-			t.Fatalf("resumed on node b with %d %s, want %d actor-delete", ev.id, ev.name, moved.id)
+		if ev.id != moved.id || ev.data != moved.data {
+			t.Fatalf("resumed on node b with %d %s, want %d %s", ev.id, ev.data, moved.id, moved.data)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing replayed on node b")
