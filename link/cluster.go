@@ -134,3 +134,16 @@ func (e *Events) Head(clientID string) uint64 {
 func (e *Events) SubscribeFed(_ context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
 	return e.subscribe(clientID, user, req)
 }
+
+// Connected tells the events that a world's tabletop connected here (give
+// it to [HubOptions].OnConnect). In a cluster the tabletop may have been
+// connected to another node since this one last numbered the world's
+// events, so the numbering is settled with the cluster again before the
+// world's next event; on a node alone it changes nothing.
+func (e *Events) Connected(info ConnInfo) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w := e.worlds[info.ClientID]; w != nil {
+		w.numbered = false
+	}
+}

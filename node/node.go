@@ -238,6 +238,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
+			OnConnect:       linkEvents.Connected,
 			// Subscribers on other nodes cannot be counted here.
 			AllChannels: r.shared != nil,
 		},

@@ -109,6 +109,14 @@ func TestLinkedEventsAcrossNodes(t *testing.T) {
 		t.Fatalf("replay %+v, want event 4", r)
 	}
 
+	// Back to node 1, which numbered the world before and missed event 4:
+	// connecting settles the numbering with the cluster again.
+	nodes[0].events.Connected(link.ConnInfo{ClientID: clientID})
+	nodes[0].events.Publish(clientID, update("three"))
+	if ev, err := gm.Next(ctx); err != nil || ev.Seq != 5 {
+		t.Fatalf("event from node 1 again, on node 2: %+v %v; want event 5", ev, err)
+	}
+
 	// A node without AttachLinked has no linked streams.
 	hub := events.New(events.Options{})
 	defer hub.Close()
