@@ -113,8 +113,8 @@ func importLinks(ctx context.Context, a *shared.Attached, local *link.SQLiteStor
 // cluster's, after the node's linked worlds came along (importLinks), the
 // limiters took their share of the live nodes and the linked worlds'
 // events were connected to the other nodes (their numbering continues
-// across nodes, and their subscribers follow them wherever their socket
-// is).
+// across nodes, their subscribers follow them wherever their socket is,
+// and the cluster's events stream, not relay.db, keeps them).
 func (r *Node) sharedStores(ctx context.Context, linkEvents *link.Events, log *slog.Logger, limiters ...*server.RateLimiter) (link.Store, server.TicketStore, error) {
 	if r.shared == nil {
 		return r.linkDB, nil, nil
@@ -123,6 +123,11 @@ func (r *Node) sharedStores(ctx context.Context, linkEvents *link.Events, log *s
 	if err := importLinks(ctx, r.shared, r.linkDB, log); err != nil {
 		return nil, nil, fmt.Errorf("bring this node's linked worlds into the cluster: %w", err)
 	}
+	// The cluster's events stream keeps the linked worlds' events, for
+	// every node: relay.db's journal would only know what happened while
+	// the world's socket was here, and a resume from it could skip what
+	// another node numbered meanwhile.
+	linkEvents.SetJournal(nil)
 	r.shared.Events.AttachLinked(linkEvents)
 	return r.shared.Links, r.shared.Tickets, nil
 }
