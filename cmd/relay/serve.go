@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/connroute"
 	"github.com/tabletop-relay/relay/console"
 	"github.com/tabletop-relay/relay/gateway"
@@ -109,6 +110,9 @@ type serveConfig struct {
 	// metricsListen, when set, serves the Prometheus metrics at /metrics
 	// on this separate address.
 	metricsListen string
+	// cluster joins a cluster of relay nodes (cluster_flags.go); its zero
+	// value is a relay alone, without NATS.
+	cluster cluster.Config
 }
 
 func (c *serveConfig) flags(fs *flag.FlagSet) {
@@ -156,6 +160,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.pairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", defaultPairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
 	fs.StringVar(&c.corsOrigins, "cors-origins", envOr("RELAY_CORS_ORIGINS", ""), "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
 	fs.BoolVar(&c.console, "console", envBool("RELAY_CONSOLE", true), "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
+	clusterFlags(fs, &c.cluster)
 	fs.DurationVar(&c.requestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", 30*time.Second), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -206,7 +211,7 @@ func (c *serveConfig) check() error {
 	if _, err := gateway.ParseCORSOrigins(c.corsOrigins); err != nil {
 		return fmt.Errorf("--cors-origins: %w", err)
 	}
-	return nil
+	return c.cluster.Check()
 }
 
 func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -274,6 +279,8 @@ type relay struct {
 	scripts  *script.Pool
 	links    *link.Service
 	linkDB   *link.SQLiteStore
+	// node is the relay's membership of a cluster; nil for a relay alone.
+	node     *cluster.Node
 	served   chan error
 	log      *slog.Logger
 	adminKey string
@@ -334,6 +341,13 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	}
 	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
 		return fail(fmt.Errorf("create the upload spool: %w", err))
+	}
+	if cfg.cluster.Enabled() {
+		ccfg := cfg.cluster
+		ccfg.DataDir = cfg.dataDir
+		if r.node, err = cluster.Start(ctx, ccfg, log); err != nil {
+			return fail(err)
+		}
 	}
 	if cfg.demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.dataDir, log); err != nil {
@@ -612,6 +626,9 @@ func (r *relay) shutdown(ctx context.Context) error {
 	}
 	if r.linkDB != nil {
 		errs = append(errs, r.linkDB.Close())
+	}
+	if r.node != nil {
+		r.node.Close()
 	}
 	return errors.Join(errs...)
 }
