@@ -149,7 +149,11 @@ func (n *Node) startEmbedded() error {
 		JetStream:     true,
 		StoreDir:      storeDir,
 		NoSigs:        true,
-		Routes:        routes,
+		// Forwarded calls carry whole requests and answers: room for a
+		// request of the largest body (--max-body-bytes) and a large
+		// document.
+		MaxPayload: maxPayload,
+		Routes:     routes,
 	}
 	// A node without peers runs JetStream alone: JetStream refuses to
 	// start clustered without routes.
@@ -179,6 +183,9 @@ func (n *Node) startEmbedded() error {
 	}
 	return nil
 }
+
+// maxPayload is the embedded NATS server's largest message.
+const maxPayload = 8 << 20
 
 // routeUser is the user name of the routes between nodes that share a
 // cluster secret.

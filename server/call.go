@@ -27,6 +27,9 @@ type Call struct {
 	// caller is what worlds learn about the caller (the key's scopes),
 	// carried in the call's context for the worlds that forward it.
 	caller world.Caller
+	// forwarded is set when another node forwarded the call here with the
+	// key it authenticated (forward.go).
+	forwarded bool
 	// ticket is the stream ticket the call was authenticated with, if
 	// any: an event stream binds it to itself when it opens.
 	ticket *TicketUse

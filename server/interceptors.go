@@ -53,6 +53,9 @@ type Worlds interface {
 //     is refused (fail closed);
 //  8. world resolution: `clientId`, or the key's only world, or the relay's
 //     only world; a key bound to worlds can reach only those;
+//     forwarding: in a cluster, a unary call for a world another node
+//     hosts goes to that node, which runs the steps from here on and
+//     answers (forward.go);
 //  9. user resolution: the key's injected user, or `userId`, by id then by
 //     case-insensitive name; no user means GM-level access;
 //  10. policy: GM-only methods and world permissions (FILES_BROWSE, ...);
@@ -91,6 +94,7 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		unaryStep(c.rateLimit),
 		unaryStep(c.checkScope),
 		unaryStep(c.resolveWorld),
+		c.forwardUnary,
 		unaryStep(c.resolveUser),
 		unaryStep(c.checkPolicy),
 		unaryStep(refuseInvalidParams),
@@ -165,7 +169,14 @@ func (c *Chain) newCall(method string) *Call {
 }
 
 func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	call := c.newCall(info.FullMethod)
+	var call *Call
+	if fc := forwardedFrom(ctx); fc != nil {
+		// A call forwarded by another node keeps the id that node issued
+		// and sent its caller.
+		call = &Call{Method: info.FullMethod, Policy: c.Policies[info.FullMethod], RequestID: fc.RequestID, forwarded: true}
+	} else {
+		call = c.newCall(info.FullMethod)
+	}
 	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = grpc.SetHeader(ctx, md)
 	_ = grpc.SetTrailer(ctx, md)
@@ -272,6 +283,12 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	if isPublic(call.Method) {
 		return nil
 	}
+	if call.forwarded {
+		// The edge node authenticated the key (forward.go).
+		call.Key = forwardedFrom(ctx).Key
+		call.caller.Scopes = call.Key.Scopes
+		return nil
+	}
 	// ValueFromIncomingContext reads one key without copying the whole
 	// metadata, as FromIncomingContext does.
 	var plaintext string
@@ -354,6 +371,11 @@ func (c *Chain) resolveWorld(ctx context.Context, call *Call, req any) error {
 	w, err := c.Worlds.World(ctx, clientID)
 	if err != nil {
 		return toStatus(ctx, c.Log, err)
+	}
+	if _, remote := w.(RemoteWorld); remote && call.forwarded {
+		// Never forward a forwarded call again: the edge and this node
+		// disagree on the host, which is moving.
+		return errNotHostedHere(clientID)
 	}
 	call.World = w
 	return nil

@@ -279,11 +279,14 @@ type relay struct {
 	scripts  *script.Pool
 	links    *link.Service
 	linkDB   *link.SQLiteStore
-	// node is the relay's membership of a cluster; nil for a relay alone.
-	node     *cluster.Node
-	served   chan error
-	log      *slog.Logger
-	adminKey string
+	// node is the relay's membership of a cluster, registry its world
+	// registry; nil for a relay alone.
+	node          *cluster.Node
+	registry      *cluster.Registry
+	clusterWiring clusterWiring
+	served        chan error
+	log           *slog.Logger
+	adminKey      string
 	// metrics is nil unless --metrics-listen is set; metricsStop stops
 	// its server.
 	metrics     *observe.Metrics
@@ -394,6 +397,11 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	var onConnect func(link.ConnInfo)
+	var onDisconnect func(string)
+	if r.node != nil {
+		onConnect, onDisconnect = r.clusterWiring.linkHooks()
+	}
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,
 		// A new linked world never takes the id of an embedded one.
@@ -411,16 +419,26 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 			MaxMessageBytes: cfg.linkMaxMessageBytes,
 			MaxPending:      cfg.linkMaxPending,
 			OnEvent:         linkEvents.Publish,
+			OnConnect:       onConnect,
+			OnDisconnect:    onDisconnect,
 		},
 		Log: log,
 	}); err != nil {
 		return fail(usageError{err.Error()})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	// Embedded worlds first, then the linked ones; in a cluster, the
+	// registry of the whole cluster in front of them.
+	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
+	if r.node != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.node, allWorlds, r.worlds); err != nil {
+			return fail(err)
+		}
+		allWorlds = r.registry
+	}
 	if r.grpc, err = server.New(server.Config{
-		Keys: keyStore,
-		// Embedded worlds first, then the linked ones.
-		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
+		Keys:          keyStore,
+		Worlds:        allWorlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -529,6 +547,7 @@ func startRelay(ctx context.Context, cfg serveConfig, log *slog.Logger, stdout i
 			return fail(err)
 		}
 	}
+	r.clusterWiring.server.Store(r.grpc)
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.dataDir, "version", buildInfo().Version)
 	return r, nil
@@ -593,6 +612,10 @@ func (r *relay) shutdown(ctx context.Context) error {
 	var errs []error
 	if r.grpc != nil {
 		r.grpc.SetServing(false)
+	}
+	if r.registry != nil {
+		// The other nodes answer 503 for this node's worlds at once.
+		r.registry.Close(ctx)
 	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop

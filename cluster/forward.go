@@ -1,0 +1,215 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// Forwarding over NATS request/reply.
+//
+// Each node answers on the subject relay.node.<name>.call the calls other
+// nodes forward to it for the worlds it hosts. A request carries the
+// request message as its data and the rest of server.ForwardedCall in
+// headers; the reply carries the response message as its data, or the
+// status, and the handler's metadata in headers. The host's node must
+// hold the world when the call arrives: its chain resolves the world again
+// and never forwards a forwarded call.
+
+// Headers of forwarded calls and their replies.
+const (
+	hdrMethod    = "Relay-Method"
+	hdrRequestID = "Relay-Request-Id"
+	hdrClientID  = "Relay-Client-Id"
+	hdrKey       = "Relay-Key"
+	hdrMetadata  = "Relay-Metadata"
+	hdrDeadline  = "Relay-Deadline"
+	hdrStatus    = "Relay-Status"
+	hdrHeader    = "Relay-Header"
+	hdrTrailer   = "Relay-Trailer"
+)
+
+// callSubject is the subject on which a node answers forwarded calls.
+func callSubject(node string) string { return "relay.node." + node + ".call" }
+
+// serveForwarded subscribes to the node's call subject.
+func (r *Registry) serveForwarded() error {
+	sub, err := r.node.nc.Subscribe(callSubject(r.node.Name()), func(m *nats.Msg) {
+		// Each call runs on its own: the subscription hands messages over
+		// one at a time.
+		go r.answer(m)
+	})
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answer serves one forwarded call and replies.
+func (r *Registry) answer(m *nats.Msg) {
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	reply := nats.NewMsg(m.Reply)
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil {
+		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
+		return
+	}
+	if md := m.Header.Get(hdrMetadata); md != "" {
+		_ = json.Unmarshal([]byte(md), &fc.Metadata)
+	}
+	ctx := context.Background()
+	if d, err := strconv.ParseInt(m.Header.Get(hdrDeadline), 10, 64); err == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
+		defer cancel()
+	}
+	r.reply(m, reply, r.opts.Serve(ctx, fc))
+}
+
+// failed is the reply of a call that failed before it was served.
+func failed(err error) *server.ForwardedReply {
+	st, _ := status.FromError(err)
+	b, _ := protoMarshalStatus(st)
+	return &server.ForwardedReply{Status: b}
+}
+
+// reply sends a forwarded call's answer.
+func (r *Registry) reply(m, out *nats.Msg, rep *server.ForwardedReply) {
+	if rep.Status != nil {
+		out.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	} else {
+		out.Data = rep.Response
+	}
+	if len(rep.Header) > 0 {
+		b, _ := json.Marshal(rep.Header)
+		out.Header.Set(hdrHeader, string(b))
+	}
+	if len(rep.Trailer) > 0 {
+		b, _ := json.Marshal(rep.Trailer)
+		out.Header.Set(hdrTrailer, string(b))
+	}
+	if err := m.RespondMsg(out); err != nil {
+		r.log.Warn("could not answer a forwarded call", "method", m.Header.Get(hdrMethod), "clientId", m.Header.Get(hdrClientID), "error", err)
+		// A reply over the size limit: answer with the error instead, so
+		// that the edge does not wait for its time-out.
+		if errors.Is(err, nats.ErrMaxPayload) {
+			fail := nats.NewMsg(m.Reply)
+			b, _ := protoMarshalStatus(status.New(codes.ResourceExhausted, "The answer is too large to be forwarded between nodes"))
+			fail.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(b))
+			_ = m.RespondMsg(fail)
+		}
+	}
+}
+
+// remoteWorld is a world another node hosts: its calls are forwarded
+// there.
+type remoteWorld struct {
+	reg   *Registry
+	id    string
+	entry Entry
+}
+
+var _ server.RemoteWorld = (*remoteWorld)(nil)
+
+// Info describes the world from its registry entry.
+func (w *remoteWorld) Info() world.Info {
+	return world.Info{ClientID: w.id, Kind: w.entry.Kind, Title: w.entry.Title, Name: w.entry.Title, Online: true}
+}
+
+// errNotForwarded answers what only unary calls, forwarded whole, can do
+// on a remote world: streams reach ResolveUser here.
+func (w *remoteWorld) errNotForwarded() error {
+	return world.Errorf(world.ErrUnavailable, "World %s is hosted by node %s: connect to that node for this stream", w.id, w.entry.Node)
+}
+
+// ResolveUser is unavailable on a remote world (see errNotForwarded).
+func (w *remoteWorld) ResolveUser(context.Context, string) (*world.User, error) {
+	return nil, w.errNotForwarded()
+}
+
+// Users is unavailable on a remote world (see errNotForwarded).
+func (w *remoteWorld) Users(context.Context) ([]world.User, error) {
+	return nil, w.errNotForwarded()
+}
+
+// Can grants nothing on a remote world: the host decides.
+func (w *remoteWorld) Can(*world.User, string) bool { return false }
+
+// Host is the name of the node hosting the world.
+func (w *remoteWorld) Host() string { return w.entry.Node }
+
+// Forward implements server.RemoteWorld: the call goes to the host over
+// NATS; the answer comes back within the caller's deadline and the
+// cluster's forward time-out. A host that is gone or silent is
+// Unavailable naming the world, never a wait beyond that.
+func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*server.ForwardedReply, error) {
+	timeout := w.reg.node.cfg.ForwardTimeout
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg := nats.NewMsg(callSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	if len(fc.Metadata) > 0 {
+		b, _ := json.Marshal(fc.Metadata)
+		msg.Header.Set(hdrMetadata, string(b))
+	}
+	if d, ok := fctx.Deadline(); ok {
+		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
+	}
+	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			// The caller's own deadline or cancellation.
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case errors.Is(err, nats.ErrNoResponders):
+			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s does not answer", w.id, w.entry.Node)
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s did not answer within %v", w.id, w.entry.Node, timeout)
+		case errors.Is(err, nats.ErrMaxPayload):
+			return nil, status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
+		default:
+			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s cannot be reached", w.id, w.entry.Node)
+		}
+	}
+	rep := &server.ForwardedReply{Response: res.Data}
+	if s := res.Header.Get(hdrStatus); s != "" {
+		if rep.Status, err = base64.StdEncoding.DecodeString(s); err != nil {
+			return nil, status.Errorf(codes.Internal, "forward: bad status from node %s", w.entry.Node)
+		}
+		rep.Response = nil
+	}
+	if h := res.Header.Get(hdrHeader); h != "" {
+		_ = json.Unmarshal([]byte(h), &rep.Header)
+	}
+	if t := res.Header.Get(hdrTrailer); t != "" {
+		_ = json.Unmarshal([]byte(t), &rep.Trailer)
+	}
+	return rep, nil
+}
+
+// protoMarshalStatus encodes a status as a google.rpc.Status.
+func protoMarshalStatus(st *status.Status) ([]byte, error) { return proto.Marshal(st.Proto()) }

@@ -1,0 +1,514 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// RegistryBucket is the JetStream key-value bucket of the world registry:
+// one key per client id, whose value is an [Entry].
+const RegistryBucket = "relay_worlds"
+
+// Entry is a world's record in the registry: which node hosts it, and
+// until when its lease holds unless renewed.
+type Entry struct {
+	// Node is the host node's name.
+	Node string `json:"node"`
+	// Kind is world.KindEmbedded or world.KindLinked.
+	Kind string `json:"kind"`
+	// Title is the world's title, for listings on other nodes.
+	Title string `json:"title,omitempty"`
+	// Expires is when the lease ends unless renewed, on the host's clock.
+	Expires time.Time `json:"expires"`
+	// Released is set by a host that stopped hosting the world (a
+	// stopping node, a linked world whose socket closed).
+	Released bool `json:"released,omitempty"`
+}
+
+// Live reports whether the entry's host still holds the world at now.
+func (e Entry) Live(now time.Time) bool { return !e.Released && now.Before(e.Expires) }
+
+// LocalWorlds is what the registry needs of the node's own worlds: the
+// relay's registry of embedded and linked worlds (link.Registry).
+type LocalWorlds interface {
+	World(ctx context.Context, clientID string) (world.World, error)
+	List(ctx context.Context) ([]world.Info, error)
+	IDs(ctx context.Context) ([]string, error)
+}
+
+// RegistryOptions configure a [Registry].
+type RegistryOptions struct {
+	// Local resolves the worlds this node can serve itself.
+	Local LocalWorlds
+	// EmbeddedIDs lists the embedded worlds of the node's data directory,
+	// which the node claims at start and whenever new ones appear.
+	EmbeddedIDs func(ctx context.Context) ([]string, error)
+	// Serve answers the calls other nodes forward here
+	// (server.Server.ServeForwarded); without it the node forwards but
+	// serves no forwarded call.
+	Serve func(ctx context.Context, call *server.ForwardedCall) *server.ForwardedReply
+}
+
+// Registry is the cluster's world registry as one node sees it, and the
+// node's [server.Worlds]: a world this node holds the lease of resolves to
+// the local world; a world another live node holds resolves to a remote
+// world whose calls are forwarded there; a world whose host is gone is
+// Unavailable (503) naming it; anything else is the local registry's
+// answer (ErrNotFound for an unknown world).
+//
+// Leases: every lease lasts Config.LeaseTTL and is renewed every third of
+// it. A node holds a world only while its last renewal is recent enough;
+// one that cannot renew (cut off from the cluster) answers 503 for its
+// worlds once its lease ran out, rather than serve a world that another
+// node might serve too. An embedded world found in the registry under a
+// live lease of another node is a duplicate client id: this node refuses
+// to host it, says so in its log and in the cluster's status, and
+// forwards its calls to the holder.
+type Registry struct {
+	node  *Node
+	log   *slog.Logger
+	kv    jetstream.KeyValue
+	opts  RegistryOptions
+	ttl   time.Duration
+	watch jetstream.KeyWatcher
+
+	mu      sync.RWMutex
+	entries map[string]Entry  // the bucket as last seen, by client id
+	owned   map[string]*lease // the worlds this node holds
+	refused map[string]string // embedded worlds held by another node: their holder
+	// remotes caches the remote worlds handed out, by client id.
+	remotes map[string]*remoteWorld
+
+	stop chan struct{}
+	done chan struct{}
+	// now is the clock (tests may shift it).
+	now func() time.Time
+}
+
+// lease is a world this node holds.
+type lease struct {
+	kind, title string
+	rev         uint64
+	// validUntil is when this node stops serving the world unless the
+	// lease is renewed first: the start of the last successful write
+	// plus nine tenths of the lease, on the monotonic clock, so that it
+	// stops before any other node may see the lease as expired.
+	validUntil time.Time
+}
+
+// ErrHeldElsewhere is returned by claims of worlds another live node
+// holds.
+var ErrHeldElsewhere = errors.New("held by another node")
+
+// NewRegistry opens the registry bucket, follows it, claims the node's
+// embedded worlds and renews its leases until Close.
+func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
+	r := &Registry{
+		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
+		entries: map[string]Entry{}, owned: map[string]*lease{}, refused: map[string]string{},
+		remotes: map[string]*remoteWorld{},
+		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
+	}
+	kv, err := createBucket(ctx, node, jetstream.KeyValueConfig{
+		Bucket:      RegistryBucket,
+		Description: "relay world registry: client id -> host node and lease",
+		History:     1,
+		Replicas:    node.Replicas(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.kv = kv
+	if r.watch, err = kv.WatchAll(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: watch the world registry: %w", err)
+	}
+	// The watcher first replays every key, then a nil marks the present.
+	for up := range r.watch.Updates() {
+		if up == nil {
+			break
+		}
+		r.apply(up)
+	}
+	go r.follow()
+	if opts.Serve != nil {
+		if err := r.serveForwarded(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	r.claimEmbedded(ctx)
+	go r.renewLoop()
+	return r, nil
+}
+
+// createBucket creates (or updates) a key-value bucket, retrying while
+// JetStream is still placing its first streams.
+func createBucket(ctx context.Context, node *Node, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	wait, cancel := context.WithTimeout(ctx, node.cfg.StartTimeout)
+	defer cancel()
+	for {
+		attempt, cancelAttempt := context.WithTimeout(wait, 5*time.Second)
+		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
+		cancelAttempt()
+		if err == nil {
+			return kv, nil
+		}
+		select {
+		case <-wait.Done():
+			return nil, fmt.Errorf("cluster: create the %s bucket: %w", cfg.Bucket, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// follow applies the bucket's changes until the watcher stops.
+func (r *Registry) follow() {
+	for up := range r.watch.Updates() {
+		if up != nil {
+			r.apply(up)
+		}
+	}
+}
+
+// apply records one change of the bucket.
+func (r *Registry) apply(up jetstream.KeyValueEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := up.Key()
+	if up.Operation() != jetstream.KeyValuePut {
+		delete(r.entries, id)
+		delete(r.remotes, id)
+		return
+	}
+	var e Entry
+	if err := json.Unmarshal(up.Value(), &e); err != nil {
+		r.log.Warn("ignoring a bad world registry entry", "clientId", id, "error", err)
+		return
+	}
+	r.entries[id] = e
+	if rw := r.remotes[id]; rw != nil && rw.entry != e {
+		delete(r.remotes, id)
+	}
+	// Another node took a world this node holds (a linked world that
+	// reconnected elsewhere): it is no longer ours.
+	if l := r.owned[id]; l != nil && e.Node != r.node.Name() {
+		delete(r.owned, id)
+		r.log.Info("world moved to another node", "clientId", id, "host", e.Node)
+	}
+}
+
+// claimEmbedded claims the embedded worlds of the data directory not yet
+// held or refused.
+func (r *Registry) claimEmbedded(ctx context.Context) {
+	if r.opts.EmbeddedIDs == nil {
+		return
+	}
+	ids, err := r.opts.EmbeddedIDs(ctx)
+	if err != nil {
+		r.log.Warn("could not list the embedded worlds to claim them", "error", err)
+		return
+	}
+	for _, id := range ids {
+		r.mu.RLock()
+		_, held := r.owned[id]
+		_, refused := r.refused[id]
+		r.mu.RUnlock()
+		if held || refused {
+			continue
+		}
+		title := ""
+		if w, err := r.opts.Local.World(ctx, id); err == nil {
+			title = w.Info().Title
+		}
+		if err := r.Claim(ctx, id, world.KindEmbedded, title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+			r.log.Warn("could not claim a world", "clientId", id, "error", err)
+		}
+	}
+}
+
+// Claim takes the lease of a world for this node: a world no one holds,
+// this node's own (after a restart), or one whose lease expired; with
+// force (a linked world whose tabletop connected here), whoever holds it.
+// A world another live node holds is ErrHeldElsewhere, and an embedded
+// one is then refused for good: the same client id on two nodes' disks
+// is two different worlds, never one world to serve from either.
+func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	self := r.node.Name()
+	start := time.Now()
+	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl)}
+	val, _ := json.Marshal(e)
+	var rev uint64
+	cur, err := r.kv.Get(ctx, clientID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err = r.kv.Create(ctx, clientID, val)
+	case err != nil:
+	default:
+		var old Entry
+		_ = json.Unmarshal(cur.Value(), &old)
+		if old.Node != self && old.Live(r.now()) && !force {
+			if kind == world.KindEmbedded {
+				r.mu.Lock()
+				r.refused[clientID] = old.Node
+				r.mu.Unlock()
+				r.log.Error("refusing to host a world another node hosts: the same client id is in two nodes' data directories", "clientId", clientID, "host", old.Node)
+			}
+			return fmt.Errorf("world %s: %w (%s)", clientID, ErrHeldElsewhere, old.Node)
+		}
+		rev, err = r.kv.Update(ctx, clientID, val, cur.Revision())
+	}
+	if err != nil {
+		return fmt.Errorf("claim world %s: %w", clientID, err)
+	}
+	r.mu.Lock()
+	r.owned[clientID] = &lease{kind: kind, title: title, rev: rev, validUntil: start.Add(r.ttl * 9 / 10)}
+	r.entries[clientID] = e
+	delete(r.remotes, clientID)
+	r.mu.Unlock()
+	r.log.Debug("hosting world", "clientId", clientID, "kind", kind)
+	return nil
+}
+
+// Release gives up this node's lease of a world (a linked world whose
+// socket closed, a stopping node): the world is unavailable until a node
+// claims it again.
+func (r *Registry) Release(ctx context.Context, clientID string) {
+	r.mu.Lock()
+	l := r.owned[clientID]
+	delete(r.owned, clientID)
+	r.mu.Unlock()
+	if l == nil {
+		return
+	}
+	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
+	if _, err := r.kv.Update(ctx, clientID, val, l.rev); err != nil && !errors.Is(err, context.Canceled) {
+		r.log.Debug("could not release a world's lease (another node may hold it now)", "clientId", clientID, "error", err)
+	}
+}
+
+// renewLoop renews the leases every third of their length, and claims
+// embedded worlds created since the last round.
+func (r *Registry) renewLoop() {
+	defer close(r.done)
+	t := time.NewTicker(r.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/3)
+		r.renew(ctx)
+		r.claimEmbedded(ctx)
+		cancel()
+	}
+}
+
+// renew renews every lease this node holds. A lease another node took
+// meanwhile is dropped; one that could not be written stays, and runs
+// out unless a later round succeeds.
+func (r *Registry) renew(ctx context.Context) {
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	r.mu.RUnlock()
+	for _, id := range ids {
+		r.mu.RLock()
+		l := r.owned[id]
+		r.mu.RUnlock()
+		if l == nil {
+			continue
+		}
+		start := time.Now()
+		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl)}
+		val, _ := json.Marshal(e)
+		rev, err := r.kv.Update(ctx, id, val, l.rev)
+		r.mu.Lock()
+		switch {
+		case err == nil:
+			if cur := r.owned[id]; cur == l {
+				l.rev, l.validUntil = rev, start.Add(r.ttl*9/10)
+			}
+		case errors.Is(err, jetstream.ErrKeyExists):
+			// Someone else wrote the key: the world is theirs now.
+			if r.owned[id] == l {
+				delete(r.owned, id)
+			}
+			r.log.Warn("lost the lease of a world to another node", "clientId", id)
+		default:
+			if time.Now().After(l.validUntil) {
+				r.log.Warn("cannot renew the lease of a world: not serving it", "clientId", id, "error", err)
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Close releases the node's leases, so that the other nodes answer 503 at
+// once for its worlds rather than forward to a node that is gone, and
+// stops following the registry.
+func (r *Registry) Close(ctx context.Context) {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	<-r.done
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	r.mu.RUnlock()
+	for _, id := range ids {
+		r.Release(ctx, id)
+	}
+	r.watch.Stop()
+}
+
+// World implements server.Worlds.
+func (r *Registry) World(ctx context.Context, clientID string) (world.World, error) {
+	self := r.node.Name()
+	now := time.Now()
+	r.mu.RLock()
+	l := r.owned[clientID]
+	e, known := r.entries[clientID]
+	rw := r.remotes[clientID]
+	r.mu.RUnlock()
+	switch {
+	case l != nil:
+		if now.After(l.validUntil) {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
+		}
+		return r.opts.Local.World(ctx, clientID)
+	case known && e.Node != self:
+		if e.Live(r.now()) {
+			if rw != nil {
+				return rw, nil
+			}
+			return r.remote(clientID, e), nil
+		}
+		if e.Released {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped hosting it", clientID, e.Node)
+		}
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
+	}
+	w, err := r.opts.Local.World(ctx, clientID)
+	if err != nil {
+		return nil, err
+	}
+	// A world of this node that it does not hold yet (created since the
+	// last round, or a linked world whose claim is under way): claim it
+	// before serving it.
+	info := w.Info()
+	kind := cmp.Or(info.Kind, world.KindEmbedded)
+	if err := r.Claim(ctx, clientID, kind, info.Title, kind == world.KindLinked); err != nil {
+		if errors.Is(err, ErrHeldElsewhere) {
+			return r.World(ctx, clientID)
+		}
+		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
+	}
+	return w, nil
+}
+
+// remote returns the remote world of an entry, made once per entry.
+func (r *Registry) remote(clientID string, e Entry) *remoteWorld {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rw := r.remotes[clientID]; rw != nil && rw.entry == e {
+		return rw
+	}
+	rw := &remoteWorld{reg: r, id: clientID, entry: e}
+	r.remotes[clientID] = rw
+	return rw
+}
+
+// List implements server.Worlds: this node's worlds and the other nodes',
+// by client id; a world another node hosts is described from the registry.
+func (r *Registry) List(ctx context.Context) ([]world.Info, error) {
+	infos, err := r.opts.Local.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	self, now := r.node.Name(), r.now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := map[string]bool{}
+	out := infos[:0]
+	for _, info := range infos {
+		if e, ok := r.entries[info.ClientID]; ok && e.Node != self && e.Live(now) {
+			continue // described below, from its host's entry
+		}
+		seen[info.ClientID] = true
+		out = append(out, info)
+	}
+	for id, e := range r.entries {
+		if seen[id] || e.Node == self || (e.Released && e.Kind == world.KindLinked) {
+			continue
+		}
+		out = append(out, world.Info{ClientID: id, Kind: e.Kind, Title: e.Title, Name: e.Title, Online: e.Live(now)})
+	}
+	slices.SortFunc(out, func(a, b world.Info) int { return cmp.Compare(a.ClientID, b.ClientID) })
+	return out, nil
+}
+
+// IDs implements server.Worlds: the client ids of this node's worlds and
+// of every world in the registry.
+func (r *Registry) IDs(ctx context.Context) ([]string, error) {
+	ids, err := r.opts.Local.IDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	for id := range r.entries {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.RUnlock()
+	return ids, nil
+}
+
+// Hosted is one world in [Registry.Snapshot].
+type Hosted struct {
+	ClientID string
+	Entry
+	// Refused is set on this node's embedded worlds that another node
+	// holds under the same client id.
+	Refused bool
+}
+
+// Snapshot returns the registry as this node sees it, by client id, with
+// the duplicates this node refused.
+func (r *Registry) Snapshot() []Hosted {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Hosted, 0, len(r.entries)+len(r.refused))
+	for id, e := range r.entries {
+		out = append(out, Hosted{ClientID: id, Entry: e})
+	}
+	for id, holder := range r.refused {
+		out = append(out, Hosted{ClientID: id, Entry: Entry{Node: r.node.Name(), Kind: world.KindEmbedded}, Refused: true})
+		_ = holder
+	}
+	slices.SortFunc(out, func(a, b Hosted) int {
+		return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.Node, b.Node))
+	})
+	return out
+}

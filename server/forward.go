@@ -1,0 +1,253 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// Calls for worlds hosted by another relay node.
+//
+// In a cluster (package cluster) the registry resolves a world hosted by
+// another node to a [RemoteWorld]. The edge node (the one the caller
+// reached) runs its interceptors up to world resolution: the key is
+// authenticated, its rate limit spent, its scope and its binding to the
+// world checked. The chain's forward step then sends the call, with the
+// resolved key and the request message as it was received, to the host,
+// whose [Server.ServeForwarded] runs the rest of the very same chain
+// (world, user and policy checks, the handler) with that key, without
+// authenticating it again or spending its rate limit twice. The host's
+// answer (response message or status with its details, header and
+// trailer) comes back as it is, so that the caller cannot tell a
+// forwarded call from a local one except by speed.
+//
+// Only unary calls are forwarded; a stream for a remote world meets the
+// world's own answer (see the cluster's remote world).
+
+// RemoteWorld is a world that another node hosts.
+type RemoteWorld interface {
+	world.World
+	// Forward sends a call to the world's host and returns its answer. A
+	// host that cannot be reached is an Unavailable status naming the
+	// world.
+	Forward(ctx context.Context, call *ForwardedCall) (*ForwardedReply, error)
+}
+
+// ForwardedCall is a unary call sent to the node that hosts its world.
+type ForwardedCall struct {
+	// Method is the full gRPC method name.
+	Method string
+	// RequestID is the id the edge node issued; the host answers with it.
+	RequestID string
+	// ClientID is the world the edge resolved.
+	ClientID string
+	// Key is the caller's API key as the edge authenticated it.
+	Key keys.Key
+	// Metadata is the incoming metadata the host's chain reads (never the
+	// API key or a ticket).
+	Metadata map[string][]string
+	// Request is the request message, in protobuf's binary form.
+	Request []byte
+}
+
+// ForwardedReply is the host's answer to a [ForwardedCall].
+type ForwardedReply struct {
+	// Response is the response message in protobuf's binary form, when
+	// Status is nil.
+	Response []byte
+	// Status is the call's failure as a google.rpc.Status in protobuf's
+	// binary form (details included); nil for a success.
+	Status []byte
+	// Header and Trailer are the metadata the host's handler set.
+	Header, Trailer map[string][]string
+}
+
+// forwardedMetadata lists the incoming metadata a forwarded call carries:
+// what the chain after world resolution reads.
+var forwardedMetadata = []string{wire.InvalidParamsHeader}
+
+// forwardedKey is the context key of the [ForwardedCall] a host serves.
+type forwardedKey struct{}
+
+// forwardedFrom returns the forwarded call ctx serves, if any. Only
+// ServeForwarded puts one there: no caller can claim to be forwarded.
+func forwardedFrom(ctx context.Context) *ForwardedCall {
+	fc, _ := ctx.Value(forwardedKey{}).(*ForwardedCall)
+	return fc
+}
+
+// forwardUnary is the chain's step after world resolution on the edge
+// node: a call for a remote world goes to its host, which answers it.
+func (c *Chain) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	call := CallFrom(ctx)
+	remote, ok := call.World.(RemoteWorld)
+	if !ok || call.forwarded {
+		return handler(ctx, req)
+	}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", info.FullMethod, req)
+	}
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward %s: %v", info.FullMethod, err)
+	}
+	fc := &ForwardedCall{
+		Method:    info.FullMethod,
+		RequestID: call.RequestID,
+		ClientID:  remote.Info().ClientID,
+		Key:       call.Key,
+		Request:   body,
+	}
+	for _, name := range forwardedMetadata {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			if fc.Metadata == nil {
+				fc.Metadata = map[string][]string{}
+			}
+			fc.Metadata[name] = v
+		}
+	}
+	reply, err := remote.Forward(ctx, fc)
+	if err != nil {
+		return nil, err
+	}
+	if hdr := withoutRequestID(reply.Header); len(hdr) > 0 {
+		_ = grpc.SetHeader(ctx, hdr)
+	}
+	if tr := withoutRequestID(reply.Trailer); len(tr) > 0 {
+		_ = grpc.SetTrailer(ctx, tr)
+	}
+	if reply.Status != nil {
+		st := new(spb.Status)
+		if err := proto.Unmarshal(reply.Status, st); err != nil {
+			return nil, status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", info.FullMethod, err)
+		}
+		return nil, status.ErrorProto(st)
+	}
+	_, out, err := methodTypes(info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	resp := out.New().Interface()
+	if err := proto.Unmarshal(reply.Response, resp); err != nil {
+		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", info.FullMethod, err)
+	}
+	return resp, nil
+}
+
+// withoutRequestID drops the request id from forwarded metadata: the edge
+// already sent the same one.
+func withoutRequestID(md map[string][]string) metadata.MD {
+	out := metadata.MD{}
+	for k, v := range md {
+		if k != wire.RequestIDHeader {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ServeForwarded answers a call another node forwarded for a world this
+// node hosts: it runs the interceptor chain and the handler as for a
+// local call, with the key the edge authenticated (no second
+// authentication, no second rate limit), and returns the answer for the
+// edge to send. ctx bounds the call.
+func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *ForwardedReply {
+	in, out, err := methodTypes(fc.Method)
+	if err != nil {
+		return FailedReply(err)
+	}
+	req := in.New().Interface()
+	if err := proto.Unmarshal(fc.Request, req); err != nil {
+		return FailedReply(status.Errorf(codes.InvalidArgument, "forwarded %s: bad request: %v", fc.Method, err))
+	}
+	resp := out.New().Interface()
+	ctx = context.WithValue(ctx, forwardedKey{}, fc)
+	// The local connection turns outgoing metadata into the handler's
+	// incoming metadata, as after a network hop.
+	ctx = metadata.NewOutgoingContext(ctx, metadata.MD(fc.Metadata))
+	var header, trailer metadata.MD
+	err = s.Local.Invoke(ctx, fc.Method, req, resp, grpc.Header(&header), grpc.Trailer(&trailer))
+	reply := &ForwardedReply{Header: header, Trailer: trailer}
+	if err != nil {
+		reply.Status = FailedReply(err).Status
+		return reply
+	}
+	if reply.Response, err = proto.Marshal(resp); err != nil {
+		return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
+	}
+	return reply
+}
+
+// FailedReply is the reply of a call that failed with err.
+func FailedReply(err error) *ForwardedReply {
+	st, _ := status.FromError(err)
+	b, merr := proto.Marshal(st.Proto())
+	if merr != nil {
+		b, _ = proto.Marshal(status.New(codes.Internal, "Internal error").Proto())
+	}
+	return &ForwardedReply{Status: b}
+}
+
+// methodTypes returns a method's request and response message types, from
+// the generated descriptors, remembered by method.
+func methodTypes(method string) (protoreflect.MessageType, protoreflect.MessageType, error) {
+	if t, ok := methodTypeCache.Load(method); ok {
+		mt := t.([2]protoreflect.MessageType)
+		return mt[0], mt[1], nil
+	}
+	svc, name, ok := splitMethod(method)
+	if !ok {
+		return nil, nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if err != nil || !ok {
+		return nil, nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
+	md := sd.Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		return nil, nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
+	in, err1 := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+	out, err2 := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err1 != nil || err2 != nil {
+		return nil, nil, status.Errorf(codes.Internal, "method %s: message types not linked in: %v %v", method, err1, err2)
+	}
+	methodTypeCache.Store(method, [2]protoreflect.MessageType{in, out})
+	return in, out, nil
+}
+
+var methodTypeCache sync.Map // full method name → [2]protoreflect.MessageType
+
+// splitMethod splits "/pkg.Service/Method".
+func splitMethod(method string) (svc, name string, ok bool) {
+	if len(method) < 4 || method[0] != '/' {
+		return "", "", false
+	}
+	for i := len(method) - 1; i > 0; i-- {
+		if method[i] == '/' {
+			return method[1:i], method[i+1:], i > 1 && i < len(method)-1
+		}
+	}
+	return "", "", false
+}
+
+// errNotHostedHere is the answer of a host asked for a world it no longer
+// hosts (it moved between the edge's lookup and the call).
+func errNotHostedHere(clientID string) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("World %s is unavailable: its host changed, try again", clientID))
+}
