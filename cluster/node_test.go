@@ -53,7 +53,7 @@ func TestNodesShareJetStream(t *testing.T) {
 			t.Fatalf("%s: replicas %d, want 3", n.Name(), n.Replicas())
 		}
 	}
-	kv, err := nodes[0].JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test", Replicas: nodes[0].Replicas()})
+	kv, err := nodes[0].KeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test", Replicas: nodes[0].Replicas()})
 	if err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
@@ -83,7 +83,7 @@ func TestSingleEmbeddedNode(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := nodes[0].JetStream().CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test"}); err != nil {
+	if _, err := nodes[0].KeyValue(ctx, jetstream.KeyValueConfig{Bucket: "test"}); err != nil {
 		t.Fatalf("create bucket: %v", err)
 	}
 }
@@ -113,12 +113,12 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-// testLog is the nodes' log in tests: warnings and errors only, unless
-// RELAY_TEST_NATS_LOG asks for everything.
+// testLog is the nodes' log in tests: nothing, unless RELAY_TEST_NATS_LOG
+// asks for everything.
 func testLog(t *testing.T) *slog.Logger {
-	level := slog.LevelWarn
-	if os.Getenv("RELAY_TEST_NATS_LOG") != "" {
-		level = slog.LevelDebug
+	if os.Getenv("RELAY_TEST_NATS_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
 	}
+	level := slog.LevelDebug
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

@@ -121,7 +121,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		remotes: map[string]*remoteWorld{},
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
 	}
-	kv, err := createBucket(ctx, node, jetstream.KeyValueConfig{
+	kv, err := node.KeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RegistryBucket,
 		Description: "relay world registry: client id -> host node and lease",
 		History:     1,
@@ -153,13 +153,16 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	return r, nil
 }
 
-// createBucket creates (or updates) a key-value bucket, retrying while
-// JetStream is still placing its first streams.
-func createBucket(ctx context.Context, node *Node, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// KeyValue creates (or updates) a key-value bucket and returns it,
+// retrying until the node's start time-out while JetStream cannot place it
+// yet: in a new cluster, a bucket kept three ways can be placed only once
+// three nodes are up. Set cfg.Replicas to [Node.Replicas] for state the
+// cluster shares.
+func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	wait, cancel := context.WithTimeout(ctx, node.cfg.StartTimeout)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, 5*time.Second)
+		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
 		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
 		cancelAttempt()
 		if err == nil {
@@ -310,7 +313,9 @@ func (r *Registry) renewLoop() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/3)
+		// A round may take up to half a lease: a slow write still renews
+		// in time, and the next round starts on time.
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/2)
 		r.renew(ctx)
 		r.claimEmbedded(ctx)
 		cancel()
@@ -351,9 +356,7 @@ func (r *Registry) renew(ctx context.Context) {
 			}
 			r.log.Warn("lost the lease of a world to another node", "clientId", id)
 		default:
-			if time.Now().After(l.validUntil) {
-				r.log.Warn("cannot renew the lease of a world: not serving it", "clientId", id, "error", err)
-			}
+			r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
 		}
 		r.mu.Unlock()
 	}
@@ -370,6 +373,10 @@ func (r *Registry) Close(ctx context.Context) {
 	}
 	close(r.stop)
 	<-r.done
+	// A cluster that lost its quorum cannot take the releases: the leases
+	// then run out on their own.
+	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
+	defer cancel()
 	r.mu.RLock()
 	ids := make([]string, 0, len(r.owned))
 	for id := range r.owned {

@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/world/demo"
 )
@@ -68,8 +70,8 @@ func rawResponse(t *testing.T, addr, method, target string, header http.Header) 
 // revokedKey creates a key and revokes it.
 func (tr *testRelay) revokedKey(t *testing.T) string {
 	t.Helper()
-	key, id := tr.newKey(&relayv1.CreateKeyRequest{Name: "revoked", Scopes: []string{"all"}})
-	if _, err := tr.keys.Revoke(context.Background(), id); err != nil {
+	key, id := tr.NewKey(&relayv1.CreateKeyRequest{Name: "revoked", Scopes: []string{"all"}})
+	if _, err := tr.Keys().Revoke(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
 	return key
@@ -97,7 +99,7 @@ func TestAdmissionBeforeBody(t *testing.T) {
 			if key != "" {
 				header.Set("X-Api-Key", key)
 			}
-			resp := rawResponse(t, tr.addr, ep.method, ep.path+"?clientId=demo", header)
+			resp := rawResponse(t, tr.Addr(), ep.method, ep.path+"?clientId=demo", header)
 			if resp.StatusCode != http.StatusUnauthorized {
 				body, _ := io.ReadAll(resp.Body)
 				t.Errorf("%s with %s: status %d, want 401: %s", ep, name, resp.StatusCode, body)
@@ -110,13 +112,13 @@ func TestAdmissionBeforeBody(t *testing.T) {
 	}
 	// A browser's stream ticket is checked the same way on the event
 	// streams.
-	resp := rawResponse(t, tr.addr, http.MethodGet, "/hooks/subscribe?ticket=st_forged", nil)
+	resp := rawResponse(t, tr.Addr(), http.MethodGet, "/hooks/subscribe?ticket=st_forged", nil)
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("event stream with a forged ticket: status %d, want 401", resp.StatusCode)
 	}
 	// Public routes need no key.
-	if r := tr.do(http.MethodGet, "/healthz", "", nil, nil); r.status != http.StatusOK {
-		t.Errorf("/healthz without a key: %d", r.status)
+	if r := tr.Do(http.MethodGet, "/healthz", "", nil, nil); r.Status != http.StatusOK {
+		t.Errorf("/healthz without a key: %d", r.Status)
 	}
 	t.Logf("%d REST routes refused before their bodies, four ways each", len(endpoints))
 }
@@ -139,7 +141,7 @@ func TestAdmissionBeforeBodyGRPC(t *testing.T) {
 			md := sd.Methods().Get(i)
 			method := fmt.Sprintf("/%s/%s", sd.FullName(), md.Name())
 			for _, key := range []string{"", "rk_bogus", revoked} {
-				code := grpcWithoutMessage(t, client, tr.addr, method, key)
+				code := grpcWithoutMessage(t, client, tr.Addr(), method, key)
 				if code != codes.Unauthenticated {
 					t.Errorf("%s with key %q: %v, want Unauthenticated", method, key, code)
 				}
@@ -148,7 +150,7 @@ func TestAdmissionBeforeBodyGRPC(t *testing.T) {
 		}
 	}
 	// The health service stays public.
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,39 +202,39 @@ func grpcWithoutMessage(t *testing.T, client *http.Client, addr, method, key str
 // across REST and gRPC; past the limit they get 429 with Retry-After, while
 // a valid key from the same address keeps working.
 func TestAuthFailureLimit(t *testing.T) {
-	tr := startTestRelay(t, func(c *serveConfig) { c.authFailureLimit = 4 })
+	tr := startTestRelay(t, func(c *node.Config) { c.AuthFailureLimit = 4 })
 	for i := range 3 {
-		if r := tr.do(http.MethodGet, "/get", "rk_bogus", q("uuid", ariaUUID), nil); r.status != http.StatusUnauthorized {
-			t.Fatalf("failure %d: status %d, want 401", i+1, r.status)
+		if r := tr.Do(http.MethodGet, "/get", "rk_bogus", relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: status %d, want 401", i+1, r.Status)
 		}
 	}
 	// The fourth failure comes over gRPC.
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "rk_bogus")
 	docs := relayv1.NewDocumentServiceClient(conn)
-	if _, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID}); status.Code(err) != codes.Unauthenticated {
+	if _, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("fourth failure over gRPC: %v, want Unauthenticated", err)
 	}
-	r := tr.do(http.MethodGet, "/get", "", q("uuid", ariaUUID), nil)
-	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
-		t.Fatalf("fifth failure: status %d, Retry-After %q; want 429 with Retry-After: %s", r.status, r.header.Get("Retry-After"), r.body)
+	r := tr.Do(http.MethodGet, "/get", "", relaytest.Q("uuid", relaytest.AriaUUID), nil)
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("fifth failure: status %d, Retry-After %q; want 429 with Retry-After: %s", r.Status, r.Header.Get("Retry-After"), r.Body)
 	}
-	if !strings.Contains(r.errorText(t), "failed authentications") {
-		t.Errorf("429 text: %q", r.errorText(t))
+	if !strings.Contains(r.ErrorText(t), "failed authentications") {
+		t.Errorf("429 text: %q", r.ErrorText(t))
 	}
-	if _, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID}); status.Code(err) != codes.ResourceExhausted {
+	if _, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("failure over gRPC past the limit: %v, want ResourceExhausted", err)
 	}
 	// A valid key is never held back by its address's failures.
-	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
-		t.Errorf("valid key after the failures: status %d", r.status)
+	if r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+		t.Errorf("valid key after the failures: status %d", r.Status)
 	}
-	good := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-	if _, err := docs.GetDocument(good, &relayv1.GetDocumentRequest{Uuid: ariaUUID}); err != nil {
+	good := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+	if _, err := docs.GetDocument(good, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); err != nil {
 		t.Errorf("valid key over gRPC after the failures: %v", err)
 	}
 }
@@ -243,12 +245,12 @@ func TestAuthFailureLimit(t *testing.T) {
 // and both kinds of upload.
 func TestStatusOrder(t *testing.T) {
 	tr := startTestRelay(t)
-	key := tr.adminKey
-	unknown := tr.do(http.MethodGet, "/get", key, q("clientId", "nowhere", "uuid", ariaUUID), nil)
-	if unknown.status != http.StatusNotFound {
-		t.Fatalf("unknown world: %d %s", unknown.status, unknown.body)
+	key := tr.AdminKey
+	unknown := tr.Do(http.MethodGet, "/get", key, relaytest.Q("clientId", "nowhere", "uuid", relaytest.AriaUUID), nil)
+	if unknown.Status != http.StatusNotFound {
+		t.Fatalf("unknown world: %d %s", unknown.Status, unknown.Body)
 	}
-	notFound := unknown.errorText(t)
+	notFound := unknown.ErrorText(t)
 
 	multipart := func(fields string) (string, string) {
 		body := "--b\r\nContent-Disposition: form-data; name=\"overwrite\"\r\n\r\n" + fields + "\r\n" +
@@ -264,19 +266,19 @@ func TestStatusOrder(t *testing.T) {
 		body        string
 		contentType string
 	}{
-		{"get with a bad array", http.MethodGet, "/dnd5e/get-actor-details", q("actorUuid", ariaUUID, "details", "[1,"), "", ""},
+		{"get with a bad array", http.MethodGet, "/dnd5e/get-actor-details", relaytest.Q("actorUuid", relaytest.AriaUUID, "details", "[1,"), "", ""},
 		{"update with a bad body", http.MethodPut, "/update", nil, `{"uuid":1`, "application/json"},
 		{"update with a wrong type", http.MethodPut, "/update", nil, `{"uuid":5,"data":{}}`, "application/json"},
-		{"short rest with a wrong type", http.MethodPost, "/dnd5e/short-rest", q("actorUuid", ariaUUID), `{"autoHD":"x"}`, "application/json"},
-		{"event stream with a bad parameter", http.MethodGet, "/hooks/subscribe", q("lastEventId", "x"), "", ""},
-		{"download with a bad format", http.MethodGet, "/download", q("path", "a.txt", "format", "zip"), "", ""},
+		{"short rest with a wrong type", http.MethodPost, "/dnd5e/short-rest", relaytest.Q("actorUuid", relaytest.AriaUUID), `{"autoHD":"x"}`, "application/json"},
+		{"event stream with a bad parameter", http.MethodGet, "/hooks/subscribe", relaytest.Q("lastEventId", "x"), "", ""},
+		{"download with a bad format", http.MethodGet, "/download", relaytest.Q("path", "a.txt", "format", "zip"), "", ""},
 		{"JSON upload without data", http.MethodPost, "/upload", nil, `{"filename":"a.txt","path":"x"}`, "application/json"},
 		{"JSON upload that is not an object", http.MethodPost, "/upload", nil, `[1]`, "application/json"},
 		{"multipart upload with a bad field", http.MethodPost, "/upload", nil, mpBody, mpType},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			send := func(key, clientID string) response {
+			send := func(key, clientID string) relaytest.Response {
 				query := url.Values{}
 				for k, v := range c.query {
 					query[k] = v
@@ -288,15 +290,15 @@ func TestStatusOrder(t *testing.T) {
 				}
 				return tr.send(c.method, c.path, key, query, body, c.contentType)
 			}
-			if r := send("rk_bogus", "nowhere"); r.status != http.StatusUnauthorized {
-				t.Errorf("bad key: %d, want 401: %s", r.status, r.body)
+			if r := send("rk_bogus", "nowhere"); r.Status != http.StatusUnauthorized {
+				t.Errorf("bad key: %d, want 401: %s", r.Status, r.Body)
 			}
 			r := send(key, "nowhere")
-			if r.status != http.StatusNotFound || r.errorText(t) != notFound {
-				t.Errorf("unknown world: %d %q, want 404 %q", r.status, r.body, notFound)
+			if r.Status != http.StatusNotFound || r.ErrorText(t) != notFound {
+				t.Errorf("unknown world: %d %q, want 404 %q", r.Status, r.Body, notFound)
 			}
-			if r := send(key, demo.ClientID); r.status != http.StatusBadRequest {
-				t.Errorf("known world: %d, want 400: %s", r.status, r.body)
+			if r := send(key, demo.ClientID); r.Status != http.StatusBadRequest {
+				t.Errorf("known world: %d, want 400: %s", r.Status, r.Body)
 			}
 		})
 	}
@@ -308,9 +310,9 @@ func TestStatusOrder(t *testing.T) {
 // either way, leaves nothing in the file area or the spool.
 func TestUploadJSONStreaming(t *testing.T) {
 	const limit = 256 << 10
-	tr := startTestRelay(t, func(c *serveConfig) { c.maxUploadBytes = limit })
-	admin := tr.adminKey
-	post := func(body string) response {
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxUploadBytes = limit })
+	admin := tr.AdminKey
+	post := func(body string) relaytest.Response {
 		return tr.send(http.MethodPost, "/upload", admin, nil, strings.NewReader(body), "application/json")
 	}
 	content := strings.Repeat("relay ", 20000) // 120,000 bytes: several chunks
@@ -319,22 +321,22 @@ func TestUploadJSONStreaming(t *testing.T) {
 	// Name first: streamed straight through. JSON escapes in the data URL
 	// are decoded.
 	r := post(`{"path":"direct","filename":"a.txt","fileData":"data:text\/plain;base64,` + encoded + `","note":{"x":[1,2]}}`)
-	if r.status != http.StatusOK || r.data(t)["path"] != "direct/a.txt" || r.data(t)["size"] != float64(len(content)) {
-		t.Fatalf("direct: %d %s", r.status, r.body)
+	if r.Status != http.StatusOK || r.Data(t)["path"] != "direct/a.txt" || r.Data(t)["size"] != float64(len(content)) {
+		t.Fatalf("direct: %d %s", r.Status, r.Body)
 	}
 	if onDisk, _ := os.ReadFile(filepath.Join(tr.filesDir(), "direct", "a.txt")); string(onDisk) != content {
 		t.Fatalf("direct upload stored %d bytes", len(onDisk))
 	}
 	// Data first: spooled, then sent with the parameters that followed.
 	r = post(`{"fileData":"` + encoded + `","filename":"b.txt","path":"spooled","overwrite":false}`)
-	if r.status != http.StatusOK || r.data(t)["path"] != "spooled/b.txt" {
-		t.Fatalf("spooled: %d %s", r.status, r.body)
+	if r.Status != http.StatusOK || r.Data(t)["path"] != "spooled/b.txt" {
+		t.Fatalf("spooled: %d %s", r.Status, r.Body)
 	}
 	if onDisk, _ := os.ReadFile(filepath.Join(tr.filesDir(), "spooled", "b.txt")); string(onDisk) != content {
 		t.Fatalf("spooled upload stored %d bytes", len(onDisk))
 	}
 
-	before := filesTree(t, tr.dataDir)
+	before := filesTree(t, tr.DataDir)
 	half := len(encoded) / 2
 	corrupt := encoded[:half] + "!!!!" + encoded[half:]
 	huge := base64.StdEncoding.EncodeToString(make([]byte, limit+1))
@@ -360,10 +362,10 @@ func TestUploadJSONStreaming(t *testing.T) {
 			wantError(t, post(c.body), c.status, c.msg)
 		})
 	}
-	if after := filesTree(t, tr.dataDir); !slices.Equal(before, after) {
+	if after := filesTree(t, tr.DataDir); !slices.Equal(before, after) {
 		t.Fatalf("refused uploads left files:\nbefore %v\nafter  %v", before, after)
 	}
-	if spooled, _ := os.ReadDir(filepath.Join(tr.dataDir, "spool")); len(spooled) != 0 {
+	if spooled, _ := os.ReadDir(filepath.Join(tr.DataDir, "spool")); len(spooled) != 0 {
 		t.Fatalf("the spool keeps %d files", len(spooled))
 	}
 }

@@ -14,18 +14,20 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // benchRelay starts a relay for a benchmark.
-func benchRelay(b *testing.B) (*relay, string) {
+func benchRelay(b *testing.B) (*node.Node, string) {
 	b.Helper()
-	cfg := serveConfig{listen: "127.0.0.1:0", dataDir: b.TempDir(), demo: true, nodeID: 1, maxBodyBytes: 1 << 20, scriptTimeout: time.Second}
-	r, err := startRelay(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
+	cfg := node.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Demo: true, NodeID: 1, MaxBodyBytes: 1 << 20, ScriptTimeout: time.Second}
+	r, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = r.close(context.Background()) })
-	return r, r.adminKey
+	b.Cleanup(func() { _ = r.Close(context.Background()) })
+	return r, r.AdminKey()
 }
 
 // benchClient keeps enough idle connections for the parallel goroutines.
@@ -54,7 +56,7 @@ func doBench(b *testing.B, c *http.Client, req *http.Request, body []byte) {
 func BenchmarkRESTGet(b *testing.B) {
 	r, key := benchRelay(b)
 	c := benchClient()
-	url := fmt.Sprintf("http://%s/get?uuid=%s&userId=Alice", r.addr, ariaUUID)
+	url := fmt.Sprintf("http://%s/get?uuid=%s&userId=Alice", r.Addr(), relaytest.AriaUUID)
 	b.SetParallelism(8)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -72,7 +74,7 @@ func BenchmarkRESTGet(b *testing.B) {
 func BenchmarkRESTUpdate(b *testing.B) {
 	r, key := benchRelay(b)
 	c := benchClient()
-	url := fmt.Sprintf("http://%s/update?uuid=%s", r.addr, bromUUID)
+	url := fmt.Sprintf("http://%s/update?uuid=%s", r.Addr(), relaytest.BromUUID)
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ResetTimer()
@@ -93,13 +95,13 @@ func BenchmarkRESTUpdate(b *testing.B) {
 // (what the gateway uses), without HTTP.
 func BenchmarkGRPCGet(b *testing.B) {
 	r, key := benchRelay(b)
-	client := relayv1.NewDocumentServiceClient(r.grpc.Local)
+	client := relayv1.NewDocumentServiceClient(r.GRPC().Local)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
 	b.SetParallelism(8)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := client.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID, UserId: "Alice"}); err != nil {
+			if _, err := client.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID, UserId: "Alice"}); err != nil {
 				b.Error(err)
 			}
 		}

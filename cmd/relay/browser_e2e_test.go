@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // TestBrowserEventSource runs a web page of another origin in headless
@@ -29,10 +31,10 @@ func TestBrowserEventSource(t *testing.T) {
 		_, _ = w.Write([]byte(pageHTML))
 	}))
 	t.Cleanup(site.Close)
-	tr := startTestRelay(t, func(c *serveConfig) { c.corsOrigins = site.URL })
+	tr := startTestRelay(t, func(c *node.Config) { c.CORSOrigins = site.URL })
 	// The page reaches the relay through a proxy the test can cut.
-	proxy := startCutProxy(t, tr.addr)
-	key, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	proxy := startCutProxy(t, tr.Addr())
+	key, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
 
 	pageHTML = `<!doctype html><html><body><pre id="out">starting</pre><script>
 const relay = ` + strconv.Quote("http://"+proxy.addr()) + `;
@@ -46,7 +48,7 @@ const show = () => { document.getElementById("out").textContent = JSON.stringify
   const r = await fetch(relay + "/stream-tickets", {method: "POST", headers: {"x-api-key": key, "content-type": "application/json"}, body: "{}"});
   state.ticketStatus = r.status;
   const ticket = (await r.json()).data.ticket;
-  const es = new EventSource(relay + "/actor/subscribe?actorUuid=` + ariaUUID + `&ticket=" + encodeURIComponent(ticket));
+  const es = new EventSource(relay + "/actor/subscribe?actorUuid=` + relaytest.AriaUUID + `&ticket=" + encodeURIComponent(ticket));
   es.onopen = () => { state.opens++; show(); };
   es.addEventListener("actor-update", (e) => {
     state.events.push({id: Number(e.lastEventId), hp: JSON.parse(e.data).changes.system.attributes.hp.value});
@@ -71,7 +73,7 @@ const show = () => { document.getElementById("out").textContent = JSON.stringify
 	}
 
 	for hp := 1; hp <= 3; hp++ {
-		tr.setHP(ariaUUID, hp)
+		tr.setHP(relaytest.AriaUUID, hp)
 	}
 	p.waitFor("three events", `state.events.length === 3`)
 
@@ -80,11 +82,11 @@ const show = () => { document.getElementById("out").textContent = JSON.stringify
 	proxy.cut()
 	p.waitFor("the page to see the drop", `state.errors >= 1`)
 	for hp := 4; hp <= 6; hp++ {
-		tr.setHP(ariaUUID, hp)
+		tr.setHP(relaytest.AriaUUID, hp)
 	}
 	proxy.hold(false)
 	p.waitFor("the EventSource to reconnect and resume", `state.opens === 2 && state.events.length === 6`)
-	tr.setHP(ariaUUID, 7)
+	tr.setHP(relaytest.AriaUUID, 7)
 	p.waitFor("a live event after the reconnect", `state.events.length === 7`)
 	p.screenshot("eventsource-resumed")
 
@@ -114,10 +116,10 @@ const show = () => { document.getElementById("out").textContent = JSON.stringify
 func TestConsole(t *testing.T) {
 	requireChromium(t)
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.console = true })
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true })
 	b := startBrowser(t)
 	p := b.newPage()
-	p.navigate(tr.base + "/console")
+	p.navigate(tr.Base + "/console")
 	p.screenshot("01-sign-in")
 
 	// A wrong key is refused with the relay's own words.
@@ -125,7 +127,7 @@ func TestConsole(t *testing.T) {
 	p.click("#signin-button")
 	p.waitFor("the refusal", `document.getElementById("signin-error").textContent === "Invalid API key"`)
 
-	p.typeInto("#signin-key", tr.adminKey)
+	p.typeInto("#signin-key", tr.AdminKey)
 	p.click("#signin-button")
 	p.waitFor("the worlds", `document.querySelector('#worlds-table tr[data-client="demo"]')`)
 	if row := p.text(`#worlds-table tr[data-client="demo"]`); !strings.Contains(row, "Demo Tavern") || !strings.Contains(row, "online") {
@@ -133,7 +135,7 @@ func TestConsole(t *testing.T) {
 	}
 	// The worlds render before the key's own record is read: wait for it.
 	p.waitFor("the signed-in name", `document.getElementById("who-name").textContent !== ""`)
-	if who := p.text("#who-name"); who != "Signed in as admin ("+tr.adminKey[3:11]+"…)" {
+	if who := p.text("#who-name"); who != "Signed in as admin ("+tr.AdminKey[3:11]+"…)" {
 		t.Fatalf("signed in as %q", who)
 	}
 	// The key is kept in this tab only.
@@ -143,7 +145,7 @@ func TestConsole(t *testing.T) {
 		Cookie  string `json:"cookie"`
 	}
 	p.must(`({session: sessionStorage.getItem("relay-console-key"), local: localStorage.length, cookie: document.cookie})`, &kept)
-	if kept.Session != tr.adminKey || kept.Local != 0 || kept.Cookie != "" {
+	if kept.Session != tr.AdminKey || kept.Local != 0 || kept.Cookie != "" {
 		t.Fatalf("the key is kept as %+v", kept)
 	}
 	p.screenshot("02-worlds")
@@ -171,17 +173,17 @@ func TestConsole(t *testing.T) {
 	newKey := p.text("#new-key")
 	p.screenshot("04-keys")
 	// The key works, with what the form gave it and nothing more.
-	if r := tr.do("GET", "/get", newKey, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
-		t.Fatalf("the console's key reads: %d %s", r.status, r.body)
+	if r := tr.Do("GET", "/get", newKey, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("the console's key reads: %d %s", r.Status, r.Body)
 	}
-	if r := tr.do("GET", "/get", newKey, q("uuid", goblinUUID), nil); r.status != http.StatusForbidden {
-		t.Fatalf("the console's key, acting as Alice, reads the goblin: %d %s", r.status, r.body)
+	if r := tr.Do("GET", "/get", newKey, relaytest.Q("uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusForbidden {
+		t.Fatalf("the console's key, acting as Alice, reads the goblin: %d %s", r.Status, r.Body)
 	}
-	if r := tr.do("PUT", "/update", newKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"name": "x"}}); r.status != http.StatusForbidden {
-		t.Fatalf("the console's key writes: %d %s", r.status, r.body)
+	if r := tr.Do("PUT", "/update", newKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"name": "x"}}); r.Status != http.StatusForbidden {
+		t.Fatalf("the console's key writes: %d %s", r.Status, r.Body)
 	}
 	var listed []any
-	for _, k := range tr.do("GET", "/keys", tr.adminKey, nil, nil).data(t)["keys"].([]any) {
+	for _, k := range tr.Do("GET", "/keys", tr.AdminKey, nil, nil).Data(t)["keys"].([]any) {
 		if k.(map[string]any)["name"] == "console-bot" {
 			listed = append(listed, k)
 		}
@@ -197,16 +199,16 @@ func TestConsole(t *testing.T) {
 	p.waitFor("the armed revoke button", `document.querySelector('`+revoke+`').textContent === "Confirm revoke"`)
 	p.click(revoke)
 	p.waitFor("the key revoked", `document.querySelector('#keys-table tr[data-name="console-bot"]').textContent.includes("revoked")`)
-	if r := tr.do("GET", "/get", newKey, q("uuid", ariaUUID), nil); r.status != http.StatusUnauthorized {
-		t.Fatalf("the revoked key reads: %d %s", r.status, r.body)
+	if r := tr.Do("GET", "/get", newKey, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("the revoked key reads: %d %s", r.Status, r.Body)
 	}
 
 	// The demo world's hooks, live: a change through the API appears.
 	p.click(`.tab[data-view="events"]`)
 	p.click("#ev-start")
 	p.waitFor("the stream to be live", `document.getElementById("ev-dot").classList.contains("live")`)
-	tr.setHP(ariaUUID, 9)
-	p.waitFor("the update event", `[...document.querySelectorAll('#ev-log li[data-name="updateActor"]')].some((li) => li.textContent.includes("`+ariaUUID+`"))`)
+	tr.setHP(relaytest.AriaUUID, 9)
+	p.waitFor("the update event", `[...document.querySelectorAll('#ev-log li[data-name="updateActor"]')].some((li) => li.textContent.includes("`+relaytest.AriaUUID+`"))`)
 	p.screenshot("05-events")
 
 	// Signing out forgets the key.
@@ -223,12 +225,12 @@ func TestConsole(t *testing.T) {
 // path like any other.
 func TestConsoleCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.console = false })
-	if r := tr.do("GET", "/console", "", nil, nil); r.status != http.StatusNotFound || r.errorText(t) != "Not found: GET /console" {
-		t.Fatalf("GET /console with the console off: %d %s", r.status, r.body)
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = false })
+	if r := tr.Do("GET", "/console", "", nil, nil); r.Status != http.StatusNotFound || r.ErrorText(t) != "Not found: GET /console" {
+		t.Fatalf("GET /console with the console off: %d %s", r.Status, r.Body)
 	}
-	on := startTestRelay(t, func(c *serveConfig) { c.console = true })
-	if r := on.do("GET", "/console", "", nil, nil); r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") {
-		t.Fatalf("GET /console: %d %v", r.status, r.header)
+	on := startTestRelay(t, func(c *node.Config) { c.Console = true })
+	if r := on.Do("GET", "/console", "", nil, nil); r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /console: %d %v", r.Status, r.Header)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // cli runs the relay command line and returns stdout and stderr.
@@ -22,8 +24,8 @@ func cli(t *testing.T, args ...string) (string, string, error) {
 // TestKeysCLI is not parallel: a subtest sets RELAY_API_KEY.
 func TestKeysCLI(t *testing.T) {
 	tr := startTestRelay(t)
-	keyFile := filepath.Join(tr.dataDir, "admin.key")
-	common := []string{"--addr", tr.addr, "--admin-key-file", keyFile}
+	keyFile := filepath.Join(tr.DataDir, "admin.key")
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", keyFile}
 
 	out, errOut, err := cli(t, append([]string{"keys", "create", "--name", "bot", "--scopes", "dnd5e,events:subscribe,entity:read", "--client", "demo", "--user", "Alice"}, common...)...)
 	if err != nil {
@@ -37,11 +39,11 @@ func TestKeysCLI(t *testing.T) {
 		t.Fatalf("stderr %q", errOut)
 	}
 	// The key acts as Alice: the Goblin is hidden from it.
-	if r := tr.do(http.MethodGet, "/get", key, q("uuid", goblinUUID), nil); r.status != http.StatusForbidden {
-		t.Fatalf("bot key read the Goblin: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", key, relaytest.Q("uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusForbidden {
+		t.Fatalf("bot key read the Goblin: %d %s", r.Status, r.Body)
 	}
-	if r := tr.do(http.MethodGet, "/get", key, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
-		t.Fatalf("bot key read Aria: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", key, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("bot key read Aria: %d %s", r.Status, r.Body)
 	}
 
 	out, errOut, err = cli(t, append([]string{"keys", "list"}, common...)...)
@@ -70,19 +72,19 @@ func TestKeysCLI(t *testing.T) {
 		t.Fatalf("revoke: %v\n%s", err, errOut)
 	}
 	// Revocation takes effect on the very next request.
-	if r := tr.do(http.MethodGet, "/get", key, q("uuid", ariaUUID), nil); r.status != http.StatusUnauthorized {
-		t.Fatalf("revoked key: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", key, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("revoked key: %d %s", r.Status, r.Body)
 	}
 
 	// RELAY_API_KEY stands in for the key file; --scopes all grants every scope.
 	t.Run("env", func(t *testing.T) {
-		t.Setenv("RELAY_API_KEY", tr.adminKey)
-		out, errOut, err := cli(t, "keys", "create", "--addr", tr.addr, "--name", "everything", "--scopes", "all", "--client-user", "demo=Bob")
+		t.Setenv("RELAY_API_KEY", tr.AdminKey)
+		out, errOut, err := cli(t, "keys", "create", "--addr", tr.Addr(), "--name", "everything", "--scopes", "all", "--client-user", "demo=Bob")
 		if err != nil {
 			t.Fatalf("create: %v\n%s", err, errOut)
 		}
-		if r := tr.do(http.MethodGet, "/get", strings.TrimSpace(out), q("uuid", ariaUUID), nil); r.status != http.StatusOK || r.data(t)["name"] != "Aria Vale" || len(r.data(t)) != 4 {
-			t.Fatalf("Bob sees Aria as LIMITED: %d %s", r.status, r.body)
+		if r := tr.Do(http.MethodGet, "/get", strings.TrimSpace(out), relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK || r.Data(t)["name"] != "Aria Vale" || len(r.Data(t)) != 4 {
+			t.Fatalf("Bob sees Aria as LIMITED: %d %s", r.Status, r.Body)
 		}
 	})
 
@@ -96,7 +98,7 @@ func TestKeysCLI(t *testing.T) {
 	if err := os.WriteFile(boundFile, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = cli(t, "keys", "create", "--addr", tr.addr, "--admin-key-file", boundFile, "--name", "escape", "--scopes", "all")
+	_, _, err = cli(t, "keys", "create", "--addr", tr.Addr(), "--admin-key-file", boundFile, "--name", "escape", "--scopes", "all")
 	if err == nil || !strings.Contains(err.Error(), "API key may only create keys for its own worlds: demo") || !strings.Contains(err.Error(), "PermissionDenied") {
 		t.Fatalf("bound key created an unbound key: %v", err)
 	}
@@ -108,7 +110,7 @@ func TestKeysCLI(t *testing.T) {
 	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x", "--scopes", "wizardry"}, common...)...); err == nil || !strings.Contains(err.Error(), "wizardry") {
 		t.Fatalf("unknown scope: %v", err)
 	}
-	if _, _, err := cli(t, "keys", "list", "--addr", tr.addr, "--admin-key-file", filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, _, err := cli(t, "keys", "list", "--addr", tr.Addr(), "--admin-key-file", filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("missing key file accepted")
 	}
 }

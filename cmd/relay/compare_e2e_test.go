@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/embedded"
@@ -19,7 +22,7 @@ import (
 // linkDemoCopy links to r a simulated tabletop that answers from its own
 // copy of the demo world (an embedded engine in another data directory)
 // and returns the linked world's clientId.
-func linkDemoCopy(tb testing.TB, r *relay) string {
+func linkDemoCopy(tb testing.TB, r *node.Node) string {
 	tb.Helper()
 	ctx := context.Background()
 	dir := tb.TempDir()
@@ -35,7 +38,7 @@ func linkDemoCopy(tb testing.TB, r *relay) string {
 	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
 		tb.Fatal(err)
 	}
-	if err := copyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
+	if err := os.CopyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
 		tb.Fatal(err)
 	}
 	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
@@ -46,11 +49,11 @@ func linkDemoCopy(tb testing.TB, r *relay) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	code, _, err := r.links.CreatePairingCode(ctx, "", "test")
+	code, _, err := r.Links().CreatePairingCode(ctx, "", "test")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.addr, WorldID: "demo-copy", WorldTitle: w.Info().Title,
+	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.Addr(), WorldID: "demo-copy", WorldTitle: w.Info().Title,
 		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-demo-copy",
 		Players: players, Handler: linktest.WorldHandler(w)})
 	if _, err := tt.Pair(ctx, code); err != nil {
@@ -62,7 +65,7 @@ func linkDemoCopy(tb testing.TB, r *relay) string {
 	tb.Cleanup(tt.Drop)
 	clientID, _ := tt.Credentials()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if info, _ := r.links.Hub().Info(clientID); len(info.Players) == len(players) {
+		if info, _ := r.Links().Hub().Info(clientID); len(info.Players) == len(players) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -91,28 +94,28 @@ type comparison struct {
 func TestLinkedMatchesEmbedded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	linked := linkDemoCopy(t, tr.relay)
+	linked := linkDemoCopy(t, tr.Node)
 	actor := map[string]any{"name": "Bandit", "type": "npc"}
 	calls := []comparison{
-		{status: 200, name: "get as GM", method: "GET", path: "/get", query: q("uuid", ariaUUID)},
-		{status: 200, name: "get as a player", method: "GET", path: "/get", query: q("uuid", ariaUUID, "userId", "Alice")},
-		{status: 403, name: "get limited", method: "GET", path: "/get", query: q("uuid", goblinUUID, "userId", "Alice")},
-		{status: 404, name: "get missing", method: "GET", path: "/get", query: q("uuid", "Actor.missing000000001")},
-		{status: 200, name: "update", method: "PUT", path: "/update", query: q("uuid", ariaUUID), body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
-		{status: 403, name: "update refused", method: "PUT", path: "/update", query: q("uuid", goblinUUID, "userId", "Alice"), body: map[string]any{"data": map[string]any{"name": "x"}}},
-		{status: 200, name: "structure", method: "GET", path: "/structure", query: q("types", `["Actor"]`)},
-		{status: 200, name: "structure in the module's shape", method: "GET", path: "/structure", query: q("types", `["Actor"]`, "shape", "module")},
+		{status: 200, name: "get as GM", method: "GET", path: "/get", query: relaytest.Q("uuid", relaytest.AriaUUID)},
+		{status: 200, name: "get as a player", method: "GET", path: "/get", query: relaytest.Q("uuid", relaytest.AriaUUID, "userId", "Alice")},
+		{status: 403, name: "get limited", method: "GET", path: "/get", query: relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice")},
+		{status: 404, name: "get missing", method: "GET", path: "/get", query: relaytest.Q("uuid", "Actor.missing000000001")},
+		{status: 200, name: "update", method: "PUT", path: "/update", query: relaytest.Q("uuid", relaytest.AriaUUID), body: map[string]any{"data": map[string]any{"system.attributes.hp.value": 20}}, ignore: []string{"_stats"}},
+		{status: 403, name: "update refused", method: "PUT", path: "/update", query: relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), body: map[string]any{"data": map[string]any{"name": "x"}}},
+		{status: 200, name: "structure", method: "GET", path: "/structure", query: relaytest.Q("types", `["Actor"]`)},
+		{status: 200, name: "structure in the module's shape", method: "GET", path: "/structure", query: relaytest.Q("types", `["Actor"]`, "shape", "module")},
 		{status: 200, name: "create", method: "POST", path: "/create", body: map[string]any{"entityType": "Actor", "data": actor}, ignore: []string{"_id", "uuid", "_stats"}},
-		{status: 200, name: "search", method: "GET", path: "/search", query: q("query", "ar")},
-		{status: 200, name: "search as a player", method: "GET", path: "/search", query: q("query", "o", "userId", "Alice")},
-		{status: 200, name: "increase", method: "POST", path: "/increase", query: q("uuid", bromUUID), body: map[string]any{"attribute": "system.attributes.hp.value", "amount": 2}},
-		{status: 200, name: "give", method: "POST", path: "/give", query: q("userId", "Gamemaster"), body: map[string]any{"fromUuid": bromUUID, "toUuid": ariaUUID, "itemName": "Longsword"}, ignore: []string{"newItemUuid", "newItemId"}},
-		{status: 200, name: "delete", method: "DELETE", path: "/delete", query: q("uuid", maraUUID)},
+		{status: 200, name: "search", method: "GET", path: "/search", query: relaytest.Q("query", "ar")},
+		{status: 200, name: "search as a player", method: "GET", path: "/search", query: relaytest.Q("query", "o", "userId", "Alice")},
+		{status: 200, name: "increase", method: "POST", path: "/increase", query: relaytest.Q("uuid", relaytest.BromUUID), body: map[string]any{"attribute": "system.attributes.hp.value", "amount": 2}},
+		{status: 200, name: "give", method: "POST", path: "/give", query: relaytest.Q("userId", "Gamemaster"), body: map[string]any{"fromUuid": relaytest.BromUUID, "toUuid": relaytest.AriaUUID, "itemName": "Longsword"}, ignore: []string{"newItemUuid", "newItemId"}},
+		{status: 200, name: "delete", method: "DELETE", path: "/delete", query: relaytest.Q("uuid", relaytest.MaraUUID)},
 		{status: 200, name: "encounters", method: "GET", path: "/encounters"},
 		{status: 200, name: "start encounter", method: "POST", path: "/start-encounter", body: map[string]any{"name": "Brawl", "tokenUuids": []string{ariaTokenUUID, bromTokenUUID}}, ignore: []string{"id", "encounterId"}},
 		{status: 200, name: "next turn", method: "POST", path: "/next-turn", ignore: []string{"id", "encounterId"}},
-		{status: 403, name: "start encounter as a player", method: "POST", path: "/start-encounter", query: q("userId", "Alice"), body: map[string]any{"name": "Brawl"}},
-		{status: 200, name: "file listing", method: "GET", path: "/file-system", query: q("path", "maps"), ignore: []string{"size", "modified"}},
+		{status: 403, name: "start encounter as a player", method: "POST", path: "/start-encounter", query: relaytest.Q("userId", "Alice"), body: map[string]any{"name": "Brawl"}},
+		{status: 200, name: "file listing", method: "GET", path: "/file-system", query: relaytest.Q("path", "maps"), ignore: []string{"size", "modified"}},
 	}
 	for _, c := range calls {
 		var answers [2]any
@@ -127,11 +130,11 @@ func TestLinkedMatchesEmbedded(t *testing.T) {
 			if c.body != nil {
 				body = c.body
 			}
-			r := tr.do(c.method, c.path, tr.adminKey, query, body)
-			statuses[i] = r.status
+			r := tr.Do(c.method, c.path, tr.AdminKey, query, body)
+			statuses[i] = r.Status
 			var v any
-			if err := json.Unmarshal(r.body, &v); err != nil {
-				t.Fatalf("%s: %s", c.name, r.body)
+			if err := json.Unmarshal(r.Body, &v); err != nil {
+				t.Fatalf("%s: %s", c.name, r.Body)
 			}
 			answers[i] = normalise(v, append(c.ignore, "requestId"))
 		}
@@ -181,7 +184,7 @@ func BenchmarkLinkedGet(b *testing.B) {
 	c := benchClient()
 	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}} {
 		b.Run(w.name, func(b *testing.B) {
-			req, _ := http.NewRequest(http.MethodGet, "http://"+r.addr+"/get?uuid="+ariaUUID+"&userId=Alice&clientId="+w.clientID, nil)
+			req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/get?uuid="+relaytest.AriaUUID+"&userId=Alice&clientId="+w.clientID, nil)
 			req.Header.Set("x-api-key", key)
 			for b.Loop() {
 				doBench(b, c, req, nil)

@@ -10,11 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // sendWith sends a request with the given headers and returns the answer;
 // an event stream's answer is read up to its first frame only.
-func (tr *testRelay) sendWith(method, path string, header http.Header, body string) response {
+func (tr *testRelay) sendWith(method, path string, header http.Header, body string) relaytest.Response {
 	tr.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -22,14 +25,14 @@ func (tr *testRelay) sendWith(method, path string, header http.Header, body stri
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, tr.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, tr.Base+path, rd)
 	if err != nil {
 		tr.t.Fatal(err)
 	}
 	for k, v := range header {
 		req.Header[http.CanonicalHeaderKey(k)] = v
 	}
-	resp, err := tr.client.Do(req)
+	resp, err := tr.Client.Do(req)
 	if err != nil {
 		tr.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -42,7 +45,7 @@ func (tr *testRelay) sendWith(method, path string, header http.Header, body stri
 	} else if data, err = io.ReadAll(resp.Body); err != nil {
 		tr.t.Fatal(err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
+	return relaytest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 }
 
 // TestCORS: with allowed origins, a page of one of them gets its preflights
@@ -56,18 +59,18 @@ func TestCORS(t *testing.T) {
 		local = "http://localhost:5173"
 		other = "https://evil.example.net"
 	)
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.corsOrigins = "https://APP.example.org:443, " + local
-		c.authFailureLimit = 3
-		c.maxQueryBytes = 1024
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.CORSOrigins = "https://APP.example.org:443, " + local
+		c.AuthFailureLimit = 3
+		c.MaxQueryBytes = 1024
 	})
-	ticket := tr.do("POST", "/stream-tickets", tr.adminKey, nil, map[string]any{}).data(t)["ticket"].(string)
+	ticket := tr.Do("POST", "/stream-tickets", tr.AdminKey, nil, map[string]any{}).Data(t)["ticket"].(string)
 
 	// Preflights carry no key: they are answered before admission, and
 	// however many there are, they are not failed authentications.
 	doors := []struct{ method, path, headers string }{
 		{"PUT", "/update", "x-api-key, content-type"},
-		{"GET", "/get?uuid=" + ariaUUID, "x-api-key"},
+		{"GET", "/get?uuid=" + relaytest.AriaUUID, "x-api-key"},
 		{"DELETE", "/keys/abc", "x-api-key"},
 		{"POST", "/dnd5e/skill-check", "x-api-key, content-type"},
 		{"POST", "/upload", "x-api-key"},
@@ -85,33 +88,33 @@ func TestCORS(t *testing.T) {
 				h.Set("Access-Control-Request-Headers", d.headers)
 			}
 			r := tr.sendWith("OPTIONS", d.path, h, "")
-			if r.status != http.StatusNoContent || r.header.Get("Access-Control-Allow-Origin") != origin ||
-				r.header.Get("Access-Control-Allow-Methods") != "DELETE, GET, POST, PUT" ||
-				r.header.Get("Access-Control-Allow-Headers") != "X-Api-Key, Content-Type, Last-Event-ID" ||
-				r.header.Get("Access-Control-Max-Age") != "600" || r.header.Get("Access-Control-Allow-Credentials") != "" ||
-				!strings.Contains(strings.Join(r.header.Values("Vary"), ","), "Origin") {
-				t.Fatalf("preflight of %s %s from %s: %d %v %s", d.method, d.path, origin, r.status, r.header, r.body)
+			if r.Status != http.StatusNoContent || r.Header.Get("Access-Control-Allow-Origin") != origin ||
+				r.Header.Get("Access-Control-Allow-Methods") != "DELETE, GET, POST, PUT" ||
+				r.Header.Get("Access-Control-Allow-Headers") != "X-Api-Key, Content-Type, Last-Event-ID" ||
+				r.Header.Get("Access-Control-Max-Age") != "600" || r.Header.Get("Access-Control-Allow-Credentials") != "" ||
+				!strings.Contains(strings.Join(r.Header.Values("Vary"), ","), "Origin") {
+				t.Fatalf("preflight of %s %s from %s: %d %v %s", d.method, d.path, origin, r.Status, r.Header, r.Body)
 			}
 		}
 	}
 	h := http.Header{"Origin": {other}, "Access-Control-Request-Method": {"PUT"}, "Access-Control-Request-Headers": {"x-api-key"}}
-	if r := tr.sendWith("OPTIONS", "/update", h, ""); r.status != http.StatusForbidden || r.header.Get("Access-Control-Allow-Origin") != "" ||
-		r.errorText(t) != "Origin https://evil.example.net may not call this relay from a browser: the relay's --cors-origins must list it" {
-		t.Fatalf("preflight from another origin: %d %v %s", r.status, r.header, r.body)
+	if r := tr.sendWith("OPTIONS", "/update", h, ""); r.Status != http.StatusForbidden || r.Header.Get("Access-Control-Allow-Origin") != "" ||
+		r.ErrorText(t) != "Origin https://evil.example.net may not call this relay from a browser: the relay's --cors-origins must list it" {
+		t.Fatalf("preflight from another origin: %d %v %s", r.Status, r.Header, r.Body)
 	}
 
 	// Every answer to an allowed origin is readable, with the headers a
 	// page needs; nothing is, to another origin.
-	readable := func(what string, r response, status int) {
+	readable := func(what string, r relaytest.Response, status int) {
 		t.Helper()
-		if r.status != status || r.header.Get("Access-Control-Allow-Origin") != app ||
-			r.header.Get("Access-Control-Expose-Headers") != "X-Request-Id, Retry-After, Content-Disposition" {
-			t.Fatalf("%s: %d %v %s", what, r.status, r.header, r.body)
+		if r.Status != status || r.Header.Get("Access-Control-Allow-Origin") != app ||
+			r.Header.Get("Access-Control-Expose-Headers") != "X-Request-Id, Retry-After, Content-Disposition" {
+			t.Fatalf("%s: %d %v %s", what, r.Status, r.Header, r.Body)
 		}
 	}
-	withKey := http.Header{"Origin": {app}, "X-Api-Key": {tr.adminKey}}
-	readable("a read", tr.sendWith("GET", "/get?uuid="+ariaUUID, withKey, ""), http.StatusOK)
-	readable("an update", tr.sendWith("PUT", "/update", withKey, `{"uuid":"`+ariaUUID+`","data":{"name":"Aria"}}`), http.StatusOK)
+	withKey := http.Header{"Origin": {app}, "X-Api-Key": {tr.AdminKey}}
+	readable("a read", tr.sendWith("GET", "/get?uuid="+relaytest.AriaUUID, withKey, ""), http.StatusOK)
+	readable("an update", tr.sendWith("PUT", "/update", withKey, `{"uuid":"`+relaytest.AriaUUID+`","data":{"name":"Aria"}}`), http.StatusOK)
 	readable("a bad parameter", tr.sendWith("GET", "/get", withKey, ""), http.StatusBadRequest)
 	readable("an unknown route", tr.sendWith("GET", "/no/such/route", withKey, ""), http.StatusNotFound)
 	readable("a long query", tr.sendWith("GET", "/get?uuid="+strings.Repeat("a", 2000), withKey, ""), http.StatusRequestURITooLong)
@@ -121,16 +124,16 @@ func TestCORS(t *testing.T) {
 	readable("a download", tr.sendWith("GET", "/download?path=nothing.txt", withKey, ""), http.StatusNotFound)
 	noKey := http.Header{"Origin": {app}}
 	for range 3 {
-		readable("a call without a key", tr.sendWith("GET", "/get?uuid="+ariaUUID, noKey, ""), http.StatusUnauthorized)
+		readable("a call without a key", tr.sendWith("GET", "/get?uuid="+relaytest.AriaUUID, noKey, ""), http.StatusUnauthorized)
 	}
-	r := tr.sendWith("GET", "/get?uuid="+ariaUUID, noKey, "")
+	r := tr.sendWith("GET", "/get?uuid="+relaytest.AriaUUID, noKey, "")
 	readable("a refusal after too many failures", r, http.StatusTooManyRequests)
-	if r.header.Get("Retry-After") == "" || r.header.Get("X-Request-Id") == "" {
-		t.Fatalf("the 429 lacks Retry-After or X-Request-Id: %v", r.header)
+	if r.Header.Get("Retry-After") == "" || r.Header.Get("X-Request-Id") == "" {
+		t.Fatalf("the 429 lacks Retry-After or X-Request-Id: %v", r.Header)
 	}
-	for _, path := range []string{"/get?uuid=" + ariaUUID, "/hooks/subscribe", "/healthz"} {
-		if r := tr.sendWith("GET", path, http.Header{"Origin": {other}, "X-Api-Key": {tr.adminKey}}, ""); r.header.Get("Access-Control-Allow-Origin") != "" || r.header.Get("Access-Control-Expose-Headers") != "" {
-			t.Fatalf("GET %s from another origin is readable: %v", path, r.header)
+	for _, path := range []string{"/get?uuid=" + relaytest.AriaUUID, "/hooks/subscribe", "/healthz"} {
+		if r := tr.sendWith("GET", path, http.Header{"Origin": {other}, "X-Api-Key": {tr.AdminKey}}, ""); r.Header.Get("Access-Control-Allow-Origin") != "" || r.Header.Get("Access-Control-Expose-Headers") != "" {
+			t.Fatalf("GET %s from another origin is readable: %v", path, r.Header)
 		}
 	}
 }
@@ -143,31 +146,31 @@ func TestCORSDefaultsAndStar(t *testing.T) {
 	const app = "https://app.example.org"
 	none := startTestRelay(t)
 	h := http.Header{"Origin": {app}, "Access-Control-Request-Method": {"GET"}, "Access-Control-Request-Headers": {"x-api-key"}}
-	if r := none.sendWith("OPTIONS", "/hooks/subscribe", h, ""); r.status != http.StatusForbidden || r.header.Get("Access-Control-Allow-Origin") != "" {
-		t.Fatalf("a preflight without allowed origins: %d %v %s", r.status, r.header, r.body)
+	if r := none.sendWith("OPTIONS", "/hooks/subscribe", h, ""); r.Status != http.StatusForbidden || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("a preflight without allowed origins: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	for _, path := range []string{"/get?uuid=" + ariaUUID, "/hooks/subscribe"} {
-		r := none.sendWith("GET", path, http.Header{"Origin": {app}, "X-Api-Key": {none.adminKey}}, "")
-		if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != "" || len(r.header.Values("Vary")) != 0 {
-			t.Fatalf("GET %s from another origin without allowed origins: %d %v", path, r.status, r.header)
+	for _, path := range []string{"/get?uuid=" + relaytest.AriaUUID, "/hooks/subscribe"} {
+		r := none.sendWith("GET", path, http.Header{"Origin": {app}, "X-Api-Key": {none.AdminKey}}, "")
+		if r.Status != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "" || len(r.Header.Values("Vary")) != 0 {
+			t.Fatalf("GET %s from another origin without allowed origins: %d %v", path, r.Status, r.Header)
 		}
 	}
 
-	star := startTestRelay(t, func(c *serveConfig) { c.corsOrigins = "*" })
-	if r := star.sendWith("OPTIONS", "/hooks/subscribe", h, ""); r.status != http.StatusNoContent || r.header.Get("Access-Control-Allow-Origin") != "*" {
-		t.Fatalf("a preflight with every origin allowed: %d %v %s", r.status, r.header, r.body)
+	star := startTestRelay(t, func(c *node.Config) { c.CORSOrigins = "*" })
+	if r := star.sendWith("OPTIONS", "/hooks/subscribe", h, ""); r.Status != http.StatusNoContent || r.Header.Get("Access-Control-Allow-Origin") != "*" {
+		t.Fatalf("a preflight with every origin allowed: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	r := star.sendWith("GET", "/hooks/subscribe", http.Header{"Origin": {app}, "X-Api-Key": {star.adminKey}}, "")
-	if r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != "*" || len(r.header.Values("Vary")) != 0 {
-		t.Fatalf("a stream with every origin allowed: %d %v", r.status, r.header)
+	r := star.sendWith("GET", "/hooks/subscribe", http.Header{"Origin": {app}, "X-Api-Key": {star.AdminKey}}, "")
+	if r.Status != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "*" || len(r.Header.Values("Vary")) != 0 {
+		t.Fatalf("a stream with every origin allowed: %d %v", r.Status, r.Header)
 	}
 	// Without an Origin header (curl, servers) nothing changes.
-	if r := star.sendWith("GET", "/get?uuid="+ariaUUID, http.Header{"X-Api-Key": {star.adminKey}}, ""); r.status != http.StatusOK || r.header.Get("Access-Control-Allow-Origin") != "" {
-		t.Fatalf("a call without Origin: %d %v", r.status, r.header)
+	if r := star.sendWith("GET", "/get?uuid="+relaytest.AriaUUID, http.Header{"X-Api-Key": {star.AdminKey}}, ""); r.Status != http.StatusOK || r.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Fatalf("a call without Origin: %d %v", r.Status, r.Header)
 	}
 	// An OPTIONS request that is no preflight goes where it went before.
-	if r := star.sendWith("OPTIONS", "/get", http.Header{"X-Api-Key": {star.adminKey}}, ""); r.status == http.StatusNoContent {
-		t.Fatalf("a plain OPTIONS request was answered as a preflight: %v", r.header)
+	if r := star.sendWith("OPTIONS", "/get", http.Header{"X-Api-Key": {star.AdminKey}}, ""); r.Status == http.StatusNoContent {
+		t.Fatalf("a plain OPTIONS request was answered as a preflight: %v", r.Header)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world/demo"
 )
 
@@ -190,11 +192,11 @@ func crashFirstStart(t *testing.T, bin string) {
 			t.Fatalf("round %d (killed after %v): admin key: %v", round, delay, err)
 		}
 		c := &crashClient{base: p.base, key: strings.TrimSpace(string(keyBytes)), http: &http.Client{Timeout: 5 * time.Second}}
-		if coins, err := crashBalance(context.Background(), c, ariaUUID); err != nil || coins["gp"] != 85 {
+		if coins, err := crashBalance(context.Background(), c, relaytest.AriaUUID); err != nil || coins["gp"] != 85 {
 			t.Errorf("round %d (killed after %v): Aria's coins %v, %v", round, delay, coins, err)
 		}
-		if _, err := os.Stat(filepath.Join(dataDir, demoPendingFile)); err == nil {
-			t.Errorf("round %d: %s left behind", round, demoPendingFile)
+		if _, err := os.Stat(filepath.Join(dataDir, node.DemoPendingFile)); err == nil {
+			t.Errorf("round %d: %s left behind", round, node.DemoPendingFile)
 		}
 		if err := p.stop(10 * time.Second); err != nil {
 			t.Errorf("round %d: graceful stop: %v", round, err)

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // The crash test's workload: what the writers send, what they remember as
@@ -76,9 +78,9 @@ func newCrashState(t *testing.T, c *crashClient, dataDir string) *crashState {
 		fields: []*crashField{
 			// Aria and Brom also take part in the transfers: an update of
 			// another field must not undo or be undone by them.
-			{uuid: ariaUUID, field: "flags.crash.w0"},
-			{uuid: bromUUID, field: "flags.crash.w1"},
-			{uuid: guardUUID, field: "flags.crash.w2"},
+			{uuid: relaytest.AriaUUID, field: "flags.crash.w0"},
+			{uuid: relaytest.BromUUID, field: "flags.crash.w1"},
+			{uuid: relaytest.GuardUUID, field: "flags.crash.w2"},
 		},
 		uploadSeq: make([]int, crashUploadWriters),
 	}
@@ -86,10 +88,10 @@ func newCrashState(t *testing.T, c *crashClient, dataDir string) *crashState {
 		st.files = append(st.files, map[string]*crashFile{})
 	}
 	var err error
-	if st.aria, err = crashBalance(context.Background(), c, ariaUUID); err != nil {
+	if st.aria, err = crashBalance(context.Background(), c, relaytest.AriaUUID); err != nil {
 		t.Fatal(err)
 	}
-	if st.brom, err = crashBalance(context.Background(), c, bromUUID); err != nil {
+	if st.brom, err = crashBalance(context.Background(), c, relaytest.BromUUID); err != nil {
 		t.Fatal(err)
 	}
 	st.totals = crashCoins{}
@@ -195,9 +197,9 @@ func (st *crashState) transfer(ctx context.Context, c *crashClient, rng *rand.Ra
 			amount[d] = 1 + rng.IntN(min(src[d], 5))
 		}
 	}
-	source, target := bromUUID, ariaUUID
+	source, target := relaytest.BromUUID, relaytest.AriaUUID
 	if fromAria {
-		source, target = ariaUUID, bromUUID
+		source, target = relaytest.AriaUUID, relaytest.BromUUID
 	}
 	st.transferUnsure = &crashTransfer{fromAria: fromAria, amount: amount}
 	reply, err := c.sendJSON(ctx, http.MethodPost, "/dnd5e/transfer-currency", map[string]any{"sourceActorUuid": source, "targetActorUuid": target, "currency": amount})
@@ -361,8 +363,8 @@ func (st *crashState) verify(c *crashClient, cycle int) {
 	}
 
 	// Transfers: whole or not at all, and the last acknowledged one there.
-	aria, err1 := crashBalance(ctx, c, ariaUUID)
-	brom, err2 := crashBalance(ctx, c, bromUUID)
+	aria, err1 := crashBalance(ctx, c, relaytest.AriaUUID)
+	brom, err2 := crashBalance(ctx, c, relaytest.BromUUID)
 	if err1 != nil || err2 != nil {
 		t.Errorf("cycle %d: balances: %v %v", cycle, err1, err2)
 		return

@@ -22,11 +22,11 @@ import (
 func TestDocsPage(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	page := tr.do(http.MethodGet, "/docs", "", nil, nil)
-	if page.status != http.StatusOK || !strings.HasPrefix(page.header.Get("Content-Type"), "text/html") {
-		t.Fatalf("/docs: %d %s", page.status, page.header.Get("Content-Type"))
+	page := tr.Do(http.MethodGet, "/docs", "", nil, nil)
+	if page.Status != http.StatusOK || !strings.HasPrefix(page.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("/docs: %d %s", page.Status, page.Header.Get("Content-Type"))
 	}
-	html := string(page.body)
+	html := string(page.Body)
 	for _, want := range []string{`data-spec="openapi.json"`, `<script src="docs/docs.js"`, `href="docs/docs.css"`} {
 		if !strings.Contains(html, want) {
 			t.Errorf("/docs lacks %s", want)
@@ -41,25 +41,25 @@ func TestDocsPage(t *testing.T) {
 		{"/docs/docs.js", "text/javascript"},
 		{"/docs/docs.css", "text/css"},
 	} {
-		r := tr.do(http.MethodGet, f.path, "", nil, nil)
-		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), f.contentType) {
-			t.Errorf("%s: %d %q", f.path, r.status, r.header.Get("Content-Type"))
+		r := tr.Do(http.MethodGet, f.path, "", nil, nil)
+		if r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), f.contentType) {
+			t.Errorf("%s: %d %q", f.path, r.Status, r.Header.Get("Content-Type"))
 		}
-		if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") {
+		if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") {
 			t.Errorf("%s: Content-Security-Policy %q", f.path, csp)
 		}
-		if r.header.Get("X-Content-Type-Options") != "nosniff" {
+		if r.Header.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("%s: no nosniff", f.path)
 		}
 	}
-	if r := tr.do(http.MethodGet, "/docs/missing.js", "", nil, nil); r.status != http.StatusNotFound {
-		t.Errorf("/docs/missing.js: %d", r.status)
+	if r := tr.Do(http.MethodGet, "/docs/missing.js", "", nil, nil); r.Status != http.StatusNotFound {
+		t.Errorf("/docs/missing.js: %d", r.Status)
 	}
-	if r := tr.do(http.MethodGet, "/docs/..%2Fgateway.go", "", nil, nil); r.status != http.StatusNotFound {
-		t.Errorf("/docs/..%%2Fgateway.go: %d", r.status)
+	if r := tr.Do(http.MethodGet, "/docs/..%2Fgateway.go", "", nil, nil); r.Status != http.StatusNotFound {
+		t.Errorf("/docs/..%%2Fgateway.go: %d", r.Status)
 	}
-	if r := tr.do(http.MethodGet, "/openapi.json", "", nil, nil); r.status != http.StatusOK || r.header.Get("Content-Type") != "application/json" {
-		t.Errorf("/openapi.json: %d %q", r.status, r.header.Get("Content-Type"))
+	if r := tr.Do(http.MethodGet, "/openapi.json", "", nil, nil); r.Status != http.StatusOK || r.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("/openapi.json: %d %q", r.Status, r.Header.Get("Content-Type"))
 	}
 }
 
@@ -96,7 +96,7 @@ func TestDocsPageRenders(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--virtual-time-budget=10000", "--dump-dom", tr.base+"/docs")
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--virtual-time-budget=10000", "--dump-dom", tr.Base+"/docs")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("chromium: %v\n%s", err, out)

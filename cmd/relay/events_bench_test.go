@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world/events"
 )
 
@@ -67,15 +69,15 @@ func BenchmarkEventFanout(b *testing.B) {
 	inProcess := os.Getenv("RELAY_BENCH_CLIENTS") == "inprocess"
 	coalesce := envDuration("RELAY_BENCH_COALESCE", events.DefaultCoalesce)
 
-	cfg := serveConfig{listen: "127.0.0.1:0", dataDir: b.TempDir(), demo: true, nodeID: 1, maxBodyBytes: 1 << 20,
-		scriptTimeout: time.Second, maxStreamsPerKey: subscribers + 10, maxStreamsPerWorld: subscribers + 10,
-		eventCoalesce: coalesce}
-	r, err := startRelay(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
+	cfg := node.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Demo: true, NodeID: 1, MaxBodyBytes: 1 << 20,
+		ScriptTimeout: time.Second, MaxStreamsPerKey: subscribers + 10, MaxStreamsPerWorld: subscribers + 10,
+		EventCoalesce: coalesce}
+	r, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = r.close(context.Background()) })
-	base := "http://" + r.addr
+	b.Cleanup(func() { _ = r.Close(context.Background()) })
+	base := "http://" + r.Addr()
 	client := benchStreamClient(http1)
 
 	for range b.N {
@@ -84,9 +86,9 @@ func BenchmarkEventFanout(b *testing.B) {
 		start := time.Now()
 		var subs fanoutSubscribers
 		if inProcess {
-			subs = startInProcessSubscribers(client, base, r.adminKey, subscribers)
+			subs = startInProcessSubscribers(client, base, r.AdminKey(), subscribers)
 		} else {
-			subs = startSubscriberProcess(b, base, r.adminKey, subscribers, http1)
+			subs = startSubscriberProcess(b, base, r.AdminKey(), subscribers, http1)
 		}
 		b.Logf("%d subscribers connected in %v (%s, clients %s)", subscribers, time.Since(start).Round(time.Millisecond),
 			map[bool]string{true: "HTTP/1.1", false: "h2c"}[http1], map[bool]string{true: "in the relay's process", false: "in a child process"}[inProcess])
@@ -115,9 +117,9 @@ func BenchmarkEventFanout(b *testing.B) {
 			writes.Add(1)
 			go func() {
 				defer func() { <-inFlight; writes.Done() }()
-				body := fmt.Sprintf(`{"uuid":%q,"data":{"flags.bench.t":"%d","system.attributes.hp.value":%d}}`, ariaUUID, time.Now().UnixNano(), i%50)
+				body := fmt.Sprintf(`{"uuid":%q,"data":{"flags.bench.t":"%d","system.attributes.hp.value":%d}}`, relaytest.AriaUUID, time.Now().UnixNano(), i%50)
 				req, _ := http.NewRequest("PUT", base+"/update", strings.NewReader(body))
-				req.Header.Set("x-api-key", r.adminKey)
+				req.Header.Set("x-api-key", r.AdminKey())
 				sent := time.Now()
 				resp, err := writer.Do(req)
 				writeMu.Lock()
@@ -240,7 +242,7 @@ func benchPath(i int) string {
 	if i%2 == 1 {
 		return "/hooks/subscribe?hooks=updateActor"
 	}
-	return "/actor/subscribe?actorUuid=" + ariaUUID
+	return "/actor/subscribe?actorUuid=" + relaytest.AriaUUID
 }
 
 func summarize(latencies []time.Duration) fanoutResult {

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // sseFrame is one frame of an event stream: an event, or a comment.
@@ -65,7 +67,7 @@ func (tr *testRelay) openStream(path, key string, query url.Values, header http.
 func (tr *testRelay) startStream(path, key string, query url.Values, header http.Header) (*http.Response, context.CancelFunc) {
 	tr.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	u := tr.base + path
+	u := tr.Base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -172,11 +174,11 @@ func (c *sseClient) ended(timeout time.Duration) ([]sseFrame, bool) {
 // write sends a REST write with the admin key and checks it succeeded.
 func (tr *testRelay) write(method, path string, body map[string]any) map[string]any {
 	tr.t.Helper()
-	resp := tr.do(method, path, tr.adminKey, nil, body)
-	if resp.status != http.StatusOK {
-		tr.t.Fatalf("%s %s: %d %s", method, path, resp.status, resp.body)
+	resp := tr.Do(method, path, tr.AdminKey, nil, body)
+	if resp.Status != http.StatusOK {
+		tr.t.Fatalf("%s %s: %d %s", method, path, resp.Status, resp.Body)
 	}
-	return resp.data(tr.t)
+	return resp.Data(tr.t)
 }
 
 func (tr *testRelay) setHP(uuid string, hp int) {
@@ -215,16 +217,16 @@ func (c *sseClient) quiet(d time.Duration) {
 func TestEventChannelsAndFilters(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	key := tr.adminKey
+	key := tr.AdminKey
 	const combatID = "combatOne0000001"
 	allHooks := tr.openStream("/hooks/subscribe", key, nil, nil)
-	someHooks := tr.openStream("/hooks/subscribe", key, q("hooks", "createItem, deleteItem"), nil)
+	someHooks := tr.openStream("/hooks/subscribe", key, relaytest.Q("hooks", "createItem, deleteItem"), nil)
 	allActors := tr.openStream("/actor/subscribe", key, nil, nil)
-	aria := tr.openStream("/actor/subscribe", key, q("actorUuid", ariaUUID), nil)
-	tavern := tr.openStream("/scene/subscribe", key, q("sceneId", "tavernScene00001"), nil)
+	aria := tr.openStream("/actor/subscribe", key, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
+	tavern := tr.openStream("/scene/subscribe", key, relaytest.Q("sceneId", "tavernScene00001"), nil)
 	anyScene := tr.openStream("/scene/subscribe", key, nil, nil)
-	combat := tr.openStream("/encounters/subscribe", key, q("encounterId", combatID), nil)
-	otherCombat := tr.openStream("/encounters/subscribe", key, q("encounterId", "otherCombat00001"), nil)
+	combat := tr.openStream("/encounters/subscribe", key, relaytest.Q("encounterId", combatID), nil)
+	otherCombat := tr.openStream("/encounters/subscribe", key, relaytest.Q("encounterId", "otherCombat00001"), nil)
 	streams := []*sseClient{allHooks, someHooks, allActors, aria, tavern, anyScene, combat, otherCombat}
 	for _, c := range streams {
 		f := c.expect("connected")[0]
@@ -234,17 +236,17 @@ func TestEventChannelsAndFilters(t *testing.T) {
 	}
 	tavernToken := "Scene.tavernScene00001.Token.ariaToken0000001"
 
-	tr.setHP(bromUUID, 20)
-	tr.setHP(ariaUUID, 1)
-	item := tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Gem", "type": "loot"}})["uuid"].(string)
+	tr.setHP(relaytest.BromUUID, 20)
+	tr.setHP(relaytest.AriaUUID, 1)
+	item := tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": relaytest.AriaUUID, "data": map[string]any{"name": "Gem", "type": "loot"}})["uuid"].(string)
 	tr.write("PUT", "/update", map[string]any{"uuid": item, "data": map[string]any{"name": "Ruby"}})
 	tr.write("DELETE", "/delete", map[string]any{"uuid": item})
-	effect := tr.write("POST", "/create", map[string]any{"entityType": "ActiveEffect", "parentUuid": ariaUUID, "data": map[string]any{"name": "Blessed"}})["uuid"].(string)
+	effect := tr.write("POST", "/create", map[string]any{"entityType": "ActiveEffect", "parentUuid": relaytest.AriaUUID, "data": map[string]any{"name": "Blessed"}})["uuid"].(string)
 	tr.write("DELETE", "/delete", map[string]any{"uuid": effect})
 	tr.write("PUT", "/update", map[string]any{"uuid": tavernToken, "data": map[string]any{"x": 500}})
-	barrel := tr.write("POST", "/create", map[string]any{"entityType": "Token", "parentUuid": tavernScene, "data": map[string]any{"name": "Barrel"}})["uuid"].(string)
+	barrel := tr.write("POST", "/create", map[string]any{"entityType": "Token", "parentUuid": relaytest.TavernScene, "data": map[string]any{"name": "Barrel"}})["uuid"].(string)
 	tr.write("DELETE", "/delete", map[string]any{"uuid": barrel})
-	tr.write("PUT", "/update", map[string]any{"uuid": tavernScene, "data": map[string]any{"name": "The Tavern"}})
+	tr.write("PUT", "/update", map[string]any{"uuid": relaytest.TavernScene, "data": map[string]any{"name": "The Tavern"}})
 	cellar := tr.write("POST", "/create", map[string]any{"entityType": "Scene", "data": map[string]any{"name": "Cellar"}})["uuid"].(string)
 	tr.write("PUT", "/update", map[string]any{"uuid": cellar, "data": map[string]any{"active": true}})
 	tr.write("POST", "/create", map[string]any{"entityType": "Combat", "keepId": true, "data": map[string]any{"_id": combatID, "round": 0, "turn": 0, "started": false, "scene": "tavernScene00001"}})
@@ -269,7 +271,7 @@ func TestEventChannelsAndFilters(t *testing.T) {
 			t.Fatalf("%s payload without uuid: %s", f.event, f.data)
 		}
 	}
-	if got := hooks[1].json(t); got["uuid"] != ariaUUID || got["changes"].(map[string]any)["system"] == nil {
+	if got := hooks[1].json(t); got["uuid"] != relaytest.AriaUUID || got["changes"].(map[string]any)["system"] == nil {
 		t.Fatalf("updateActor payload %v", got)
 	}
 	if got := hooks[2].json(t)["data"].(map[string]any); got["name"] != "Gem" || got["uuid"] != item {
@@ -277,7 +279,7 @@ func TestEventChannelsAndFilters(t *testing.T) {
 	}
 	someHooks.expect("createItem", "deleteItem")
 	actorEvents := allActors.expect("actor-update", "actor-update", "actor-item-add", "actor-item-update", "actor-item-remove", "actor-effect-add", "actor-effect-remove")
-	if got := actorEvents[3].json(t); got["actorUuid"] != ariaUUID || got["itemName"] != "Ruby" || got["changes"].(map[string]any)["name"] != "Ruby" {
+	if got := actorEvents[3].json(t); got["actorUuid"] != relaytest.AriaUUID || got["itemName"] != "Ruby" || got["changes"].(map[string]any)["name"] != "Ruby" {
 		t.Fatalf("actor-item-update payload %v", got)
 	}
 	aria.expect("actor-update", "actor-item-add", "actor-item-update", "actor-item-remove", "actor-effect-add", "actor-effect-remove")
@@ -288,7 +290,7 @@ func TestEventChannelsAndFilters(t *testing.T) {
 	if start["encounterId"] != combatID || start["round"] != 1.0 || start["started"] != true {
 		t.Fatalf("combat-start payload %v", start)
 	}
-	if list := start["combatants"].([]any); len(list) != 1 || list[0].(map[string]any)["actorUuid"] != bromUUID ||
+	if list := start["combatants"].([]any); len(list) != 1 || list[0].(map[string]any)["actorUuid"] != relaytest.BromUUID ||
 		list[0].(map[string]any)["tokenUuid"] != "Scene.tavernScene00001.Token.bromToken0000001" {
 		t.Fatalf("combatants %v", list)
 	}
@@ -300,39 +302,39 @@ func TestEventChannelsAndFilters(t *testing.T) {
 func TestEventsFollowTheSubscribersPermissions(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	aliceKey, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
-	bobKey, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "bob", Scopes: []string{"events:subscribe"}})
+	aliceKey, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	bobKey, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "bob", Scopes: []string{"events:subscribe"}})
 	alice := tr.openStream("/actor/subscribe", aliceKey, nil, nil)
-	bob := tr.openStream("/hooks/subscribe", bobKey, q("userId", "Bob", "hooks", "createItem,updateActor"), nil)
+	bob := tr.openStream("/hooks/subscribe", bobKey, relaytest.Q("userId", "Bob", "hooks", "createItem,updateActor"), nil)
 	aliceCombat := tr.openStream("/encounters/subscribe", aliceKey, nil, nil)
 	alice.expect("connected")
 	bob.expect("connected")
 	aliceCombat.expect("connected")
 
-	tr.setHP(goblinUUID, 2)                                                                                  // NONE for both
-	tr.setHP(guardUUID, 3)                                                                                   // LIMITED: no limited field changed
-	tr.write("PUT", "/update", map[string]any{"uuid": guardUUID, "data": map[string]any{"name": "Captain"}}) // LIMITED: the name
-	tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Secret map", "type": "loot", "system": map[string]any{"description": map[string]any{"value": "X marks the spot"}}}})
-	tr.setHP(ariaUUID, 7) // Alice owns Aria; Bob is LIMITED on her
+	tr.setHP(relaytest.GoblinUUID, 2)                                                                                  // NONE for both
+	tr.setHP(relaytest.GuardUUID, 3)                                                                                   // LIMITED: no limited field changed
+	tr.write("PUT", "/update", map[string]any{"uuid": relaytest.GuardUUID, "data": map[string]any{"name": "Captain"}}) // LIMITED: the name
+	tr.write("POST", "/create", map[string]any{"entityType": "Item", "parentUuid": relaytest.AriaUUID, "data": map[string]any{"name": "Secret map", "type": "loot", "system": map[string]any{"description": map[string]any{"value": "X marks the spot"}}}})
+	tr.setHP(relaytest.AriaUUID, 7) // Alice owns Aria; Bob is LIMITED on her
 	combat := tr.write("POST", "/create", map[string]any{"entityType": "Combat", "data": map[string]any{"round": 1, "turn": 0, "started": false}})["uuid"].(string)
 	tr.write("POST", "/create", map[string]any{"entityType": "Combatant", "parentUuid": combat, "data": map[string]any{"name": "Lurker", "actorId": "goblin0000000001", "hidden": true}})
 	tr.write("POST", "/create", map[string]any{"entityType": "Combatant", "parentUuid": combat, "data": map[string]any{"name": "Brom", "actorId": "bromIronfist0001"}})
 	tr.write("PUT", "/update", map[string]any{"uuid": combat, "data": map[string]any{"started": true}})
 
 	got := alice.expect("actor-update", "actor-item-add", "actor-update")
-	if d := got[0].json(t); d["actorUuid"] != guardUUID || len(d["changes"].(map[string]any)) != 1 || d["changes"].(map[string]any)["name"] != "Captain" {
+	if d := got[0].json(t); d["actorUuid"] != relaytest.GuardUUID || len(d["changes"].(map[string]any)) != 1 || d["changes"].(map[string]any)["name"] != "Captain" {
 		t.Fatalf("LIMITED actor-update for Alice: %v", d)
 	}
 	if d := got[1].json(t)["item"].(map[string]any); d["system"] == nil {
 		t.Fatalf("Alice owns Aria and gets the whole item: %v", d)
 	}
-	if d := got[2].json(t); d["actorUuid"] != ariaUUID {
+	if d := got[2].json(t); d["actorUuid"] != relaytest.AriaUUID {
 		t.Fatalf("Alice's own actor: %v", d)
 	}
 	alice.quiet(200 * time.Millisecond)
 
 	got = bob.expect("updateActor", "createItem")
-	if d := got[0].json(t); d["uuid"] != guardUUID || len(d["changes"].(map[string]any)) != 1 {
+	if d := got[0].json(t); d["uuid"] != relaytest.GuardUUID || len(d["changes"].(map[string]any)) != 1 {
 		t.Fatalf("Bob's LIMITED updateActor: %v", d)
 	}
 	item := got[1].json(t)["data"].(map[string]any)
@@ -353,26 +355,26 @@ func TestEventsFollowTheSubscribersPermissions(t *testing.T) {
 
 func TestEventStreamRefusals(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.maxStreamsPerKey = 2; c.maxStreamsPerWorld = 3 })
-	elsewhere, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "elsewhere", Scopes: []string{"events:subscribe"}, ClientIds: []string{"elsewhere"}})
-	resp, cancel := tr.startStream("/actor/subscribe", elsewhere, q("clientId", "demo"), nil)
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxStreamsPerKey = 2; c.MaxStreamsPerWorld = 3 })
+	elsewhere, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "elsewhere", Scopes: []string{"events:subscribe"}, ClientIds: []string{"elsewhere"}})
+	resp, cancel := tr.startStream("/actor/subscribe", elsewhere, relaytest.Q("clientId", "demo"), nil)
 	cancel()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a key bound to another world: status %d, want 403", resp.StatusCode)
 	}
 
-	first, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "one", Scopes: []string{"events:subscribe"}})
-	second, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "two", Scopes: []string{"events:subscribe"}})
+	first, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "one", Scopes: []string{"events:subscribe"}})
+	second, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "two", Scopes: []string{"events:subscribe"}})
 	a := tr.openStream("/hooks/subscribe", first, nil, nil)
 	tr.openStream("/hooks/subscribe", first, nil, nil)
-	over := tr.do("GET", "/scene/subscribe", first, nil, nil)
-	if over.status != http.StatusTooManyRequests || over.errorText(t) != "Too many event streams for this API key: at most 2 may be open at once" {
-		t.Fatalf("third stream of a key: %d %s", over.status, over.body)
+	over := tr.Do("GET", "/scene/subscribe", first, nil, nil)
+	if over.Status != http.StatusTooManyRequests || over.ErrorText(t) != "Too many event streams for this API key: at most 2 may be open at once" {
+		t.Fatalf("third stream of a key: %d %s", over.Status, over.Body)
 	}
 	tr.openStream("/hooks/subscribe", second, nil, nil)
-	over = tr.do("GET", "/hooks/subscribe", second, nil, nil)
-	if over.status != http.StatusTooManyRequests || over.errorText(t) != "Too many event streams on world 'demo': at most 3 may be open at once" {
-		t.Fatalf("fourth stream of the world: %d %s", over.status, over.body)
+	over = tr.Do("GET", "/hooks/subscribe", second, nil, nil)
+	if over.Status != http.StatusTooManyRequests || over.ErrorText(t) != "Too many event streams on world 'demo': at most 3 may be open at once" {
+		t.Fatalf("fourth stream of the world: %d %s", over.Status, over.Body)
 	}
 	// Closing a stream gives its place back.
 	a.close()
@@ -394,13 +396,13 @@ func TestEventResumeWhileWritesContinue(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
 	const writes = 60
-	first := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	first := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
 	first.expect("connected")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 1; i <= writes; i++ {
-			tr.setHP(ariaUUID, i)
+			tr.setHP(relaytest.AriaUUID, i)
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
@@ -417,7 +419,7 @@ func TestEventResumeWhileWritesContinue(t *testing.T) {
 	}
 	first.close() // the caller goes away while writes go on
 	time.Sleep(30 * time.Millisecond)
-	second := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), http.Header{"Last-Event-Id": {lastID}})
+	second := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("actorUuid", relaytest.AriaUUID), http.Header{"Last-Event-Id": {lastID}})
 	second.expect("connected")
 	for len(seen) < writes {
 		seen = append(seen, hp(second.expect("actor-update")[0]))
@@ -431,40 +433,40 @@ func TestEventResumeWhileWritesContinue(t *testing.T) {
 	second.quiet(200 * time.Millisecond)
 
 	// An id older than the window, or from the future, is a reset.
-	third := tr.openStream("/actor/subscribe", tr.adminKey, q("lastEventId", "999999"), nil)
+	third := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("lastEventId", "999999"), nil)
 	third.expect("connected")
 	if d := third.expect("reset")[0].json(t); d["lastEventId"] != "999999" {
 		t.Fatalf("reset payload %v", d)
 	}
-	tr.setHP(ariaUUID, 1)
+	tr.setHP(relaytest.AriaUUID, 1)
 	third.expect("actor-update")
 }
 
 func TestEventSequencesSurviveARestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tr := startTestRelay(t, func(c *serveConfig) { c.dataDir = dir })
-	s := tr.openStream("/actor/subscribe", tr.adminKey, nil, nil)
+	tr := startTestRelay(t, func(c *node.Config) { c.DataDir = dir })
+	s := tr.openStream("/actor/subscribe", tr.AdminKey, nil, nil)
 	s.expect("connected")
-	tr.setHP(ariaUUID, 3)
+	tr.setHP(relaytest.AriaUUID, 3)
 	before, _ := strconv.ParseUint(s.expect("actor-update")[0].id, 10, 64)
 	s.close()
-	if err := tr.close(context.Background()); err != nil {
+	if err := tr.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 
-	again := startTestRelay(t, func(c *serveConfig) { c.dataDir = dir })
+	again := startTestRelay(t, func(c *node.Config) { c.DataDir = dir })
 	key, err := os.ReadFile(filepath.Join(dir, "admin.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again.adminKey = strings.TrimSpace(string(key))
-	resumed := again.openStream("/actor/subscribe", again.adminKey, q("lastEventId", strconv.FormatUint(before-1, 10)), nil)
+	again.AdminKey = strings.TrimSpace(string(key))
+	resumed := again.openStream("/actor/subscribe", again.AdminKey, relaytest.Q("lastEventId", strconv.FormatUint(before-1, 10)), nil)
 	resumed.expect("connected")
 	if f := resumed.expect("actor-update")[0]; f.id != strconv.FormatUint(before, 10) {
 		t.Fatalf("replayed id %s after a restart, want %d", f.id, before)
 	}
-	again.setHP(ariaUUID, 4)
+	again.setHP(relaytest.AriaUUID, 4)
 	if after, _ := strconv.ParseUint(resumed.expect("actor-update")[0].id, 10, 64); after <= before {
 		t.Fatalf("sequence %d after a restart, not above %d", after, before)
 	}
@@ -472,8 +474,8 @@ func TestEventSequencesSurviveARestart(t *testing.T) {
 
 func TestEventOverflow(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.eventQueueSize = 4; c.maxBodyBytes = 1 << 20 })
-	resp, cancel := tr.startStream("/hooks/subscribe", tr.adminKey, q("hooks", "updateActor"), nil)
+	tr := startTestRelay(t, func(c *node.Config) { c.EventQueueSize = 4; c.MaxBodyBytes = 1 << 20 })
+	resp, cancel := tr.startStream("/hooks/subscribe", tr.AdminKey, relaytest.Q("hooks", "updateActor"), nil)
 	defer cancel()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -482,7 +484,7 @@ func TestEventOverflow(t *testing.T) {
 	// buffers fill, then the gRPC window, then its queue.
 	blob := strings.Repeat("x", 256<<10)
 	for i := range 60 {
-		tr.write("PUT", "/update", map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.test.blob": fmt.Sprint(i, blob)}})
+		tr.write("PUT", "/update", map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"flags.test.blob": fmt.Sprint(i, blob)}})
 	}
 	c := &sseClient{t: t, resp: resp, cancel: cancel, frames: make(chan sseFrame, 10000)}
 	go c.read()
@@ -505,8 +507,8 @@ func TestEventOverflow(t *testing.T) {
 }
 
 func TestEventKeepalivesAndRelease(t *testing.T) {
-	tr := startTestRelay(t, func(c *serveConfig) { c.eventKeepalive = 40 * time.Millisecond })
-	s := tr.openStream("/scene/subscribe", tr.adminKey, nil, nil)
+	tr := startTestRelay(t, func(c *node.Config) { c.EventKeepalive = 40 * time.Millisecond })
+	s := tr.openStream("/scene/subscribe", tr.AdminKey, nil, nil)
 	s.expect("connected")
 	keepalives := 0
 	timeout := time.After(2 * time.Second)
@@ -533,7 +535,7 @@ func TestEventKeepalivesAndRelease(t *testing.T) {
 	base := settle()
 	var streams []*sseClient
 	for range 20 {
-		c := tr.openStream("/hooks/subscribe", tr.adminKey, nil, nil)
+		c := tr.openStream("/hooks/subscribe", tr.AdminKey, nil, nil)
 		c.expect("connected")
 		streams = append(streams, c)
 	}
@@ -555,26 +557,26 @@ func TestEventKeepalivesAndRelease(t *testing.T) {
 func TestStreamTickets(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	key, keyID := tr.newKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
-	noEvents, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read"}})
-	if r := tr.do("POST", "/stream-tickets", noEvents, nil, map[string]any{}); r.status != http.StatusForbidden {
-		t.Fatalf("ticket for a key without events:subscribe: %d %s", r.status, r.body)
+	key, keyID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "page", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	noEvents, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read"}})
+	if r := tr.Do("POST", "/stream-tickets", noEvents, nil, map[string]any{}); r.Status != http.StatusForbidden {
+		t.Fatalf("ticket for a key without events:subscribe: %d %s", r.Status, r.Body)
 	}
 	issue := func() string {
-		r := tr.do("POST", "/stream-tickets", key, nil, map[string]any{})
-		d := r.data(t)
-		if r.status != http.StatusOK || d["expiresIn"] != 60.0 || !strings.HasPrefix(d["ticket"].(string), "st_") {
-			t.Fatalf("ticket: %d %s", r.status, r.body)
+		r := tr.Do("POST", "/stream-tickets", key, nil, map[string]any{})
+		d := r.Data(t)
+		if r.Status != http.StatusOK || d["expiresIn"] != 60.0 || !strings.HasPrefix(d["ticket"].(string), "st_") {
+			t.Fatalf("ticket: %d %s", r.Status, r.Body)
 		}
 		return d["ticket"].(string)
 	}
 	ticket := issue()
-	s := tr.openStream("/actor/subscribe", "", q("ticket", ticket), nil)
+	s := tr.openStream("/actor/subscribe", "", relaytest.Q("ticket", ticket), nil)
 	s.expect("connected")
-	tr.setHP(goblinUUID, 1) // the ticket acts as the key's user: Alice sees nothing of the goblin
-	tr.setHP(ariaUUID, 2)
+	tr.setHP(relaytest.GoblinUUID, 1) // the ticket acts as the key's user: Alice sees nothing of the goblin
+	tr.setHP(relaytest.AriaUUID, 2)
 	first := s.expect("actor-update")[0]
-	if d := first.json(t); d["actorUuid"] != ariaUUID {
+	if d := first.json(t); d["actorUuid"] != relaytest.AriaUUID {
 		t.Fatalf("ticket stream got %v", d)
 	}
 	// The first stream binds the ticket: any other stream is refused, over
@@ -584,26 +586,26 @@ func TestStreamTickets(t *testing.T) {
 		path  string
 		query url.Values
 	}{
-		{"/actor/subscribe", q("ticket", ticket, "actorUuid", ariaUUID)},
-		{"/encounters/subscribe", q("ticket", ticket)},
-		{"/hooks/subscribe", q("ticket", ticket)},
-		{"/scene/subscribe", q("ticket", ticket)},
+		{"/actor/subscribe", relaytest.Q("ticket", ticket, "actorUuid", relaytest.AriaUUID)},
+		{"/encounters/subscribe", relaytest.Q("ticket", ticket)},
+		{"/hooks/subscribe", relaytest.Q("ticket", ticket)},
+		{"/scene/subscribe", relaytest.Q("ticket", ticket)},
 	} {
-		if r := tr.do("GET", other.path, "", other.query, nil); r.status != http.StatusUnauthorized || r.errorText(t) != otherStream {
-			t.Fatalf("the ticket on %s?%s: %d %s", other.path, other.query.Encode(), r.status, r.body)
+		if r := tr.Do("GET", other.path, "", other.query, nil); r.Status != http.StatusUnauthorized || r.ErrorText(t) != otherStream {
+			t.Fatalf("the ticket on %s?%s: %d %s", other.path, other.query.Encode(), r.Status, r.Body)
 		}
 	}
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-stream-ticket", ticket))
 	defer cancel()
-	if st, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID}); err == nil {
+	if st, err := relayv1.NewEventServiceClient(tr.Conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: relaytest.AriaUUID}); err == nil {
 		if _, err = st.Recv(); status.Convert(err).Message() != otherStream {
 			t.Fatalf("the ticket on another stream over gRPC: %v", err)
 		}
 	}
 	// The same stream reconnects with it and resumes after its last event,
 	// even while the server still holds the first one open.
-	tr.setHP(ariaUUID, 3)
-	again := tr.openStream("/actor/subscribe", "", q("ticket", ticket), http.Header{"Last-Event-Id": {first.id}})
+	tr.setHP(relaytest.AriaUUID, 3)
+	again := tr.openStream("/actor/subscribe", "", relaytest.Q("ticket", ticket), http.Header{"Last-Event-Id": {first.id}})
 	again.expect("connected")
 	if d := again.expect("actor-update")[0].json(t); d["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"] != 3.0 {
 		t.Fatalf("the reconnected stream resumed with %v", d)
@@ -611,21 +613,21 @@ func TestStreamTickets(t *testing.T) {
 	s.close()
 	again.close()
 	// Closed, the stream can still reopen for a while...
-	tr.openStream("/actor/subscribe", "", q("ticket", ticket, "lastEventId", first.id), nil).expect("connected", "actor-update")
+	tr.openStream("/actor/subscribe", "", relaytest.Q("ticket", ticket, "lastEventId", first.id), nil).expect("connected", "actor-update")
 	// ...but never once its key is revoked.
-	if r := tr.do("DELETE", "/keys/"+keyID, tr.adminKey, nil, nil); r.status != http.StatusOK {
-		t.Fatalf("revoke: %d %s", r.status, r.body)
+	if r := tr.Do("DELETE", "/keys/"+keyID, tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
 	}
-	if r := tr.do("GET", "/actor/subscribe", "", q("ticket", ticket), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key has been revoked" {
-		t.Fatalf("the ticket of a revoked key: %d %s", r.status, r.body)
+	if r := tr.Do("GET", "/actor/subscribe", "", relaytest.Q("ticket", ticket), nil); r.Status != http.StatusUnauthorized || r.ErrorText(t) != "API key has been revoked" {
+		t.Fatalf("the ticket of a revoked key: %d %s", r.Status, r.Body)
 	}
-	other, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "other", Scopes: []string{"events:subscribe", "entity:read"}})
-	if r := tr.do("POST", "/stream-tickets", other, nil, map[string]any{}); r.status == http.StatusOK {
-		if r := tr.do("GET", "/get", "", q("ticket", r.data(t)["ticket"].(string), "uuid", ariaUUID), nil); r.status != http.StatusUnauthorized || r.errorText(t) != "API key is required" {
-			t.Fatalf("a ticket outside the event streams: %d %s", r.status, r.body)
+	other, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "other", Scopes: []string{"events:subscribe", "entity:read"}})
+	if r := tr.Do("POST", "/stream-tickets", other, nil, map[string]any{}); r.Status == http.StatusOK {
+		if r := tr.Do("GET", "/get", "", relaytest.Q("ticket", r.Data(t)["ticket"].(string), "uuid", relaytest.AriaUUID), nil); r.Status != http.StatusUnauthorized || r.ErrorText(t) != "API key is required" {
+			t.Fatalf("a ticket outside the event streams: %d %s", r.Status, r.Body)
 		}
 	} else {
-		t.Fatalf("ticket: %d %s", r.status, r.body)
+		t.Fatalf("ticket: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -633,14 +635,14 @@ func TestEventCoalescedFramesStayWellFormedAndOrdered(t *testing.T) {
 	t.Parallel()
 	// A long window: the quick writes below reach each stream in a few
 	// batches of many frames, written together.
-	tr := startTestRelay(t, func(c *serveConfig) { c.eventCoalesce = 50 * time.Millisecond })
-	actors := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
-	hooks := tr.openStream("/hooks/subscribe", tr.adminKey, q("hooks", "updateActor"), nil)
+	tr := startTestRelay(t, func(c *node.Config) { c.EventCoalesce = 50 * time.Millisecond })
+	actors := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
+	hooks := tr.openStream("/hooks/subscribe", tr.AdminKey, relaytest.Q("hooks", "updateActor"), nil)
 	actors.expect("connected")
 	hooks.expect("connected")
 	const writes = 30
 	for i := 1; i <= writes; i++ {
-		tr.setHP(ariaUUID, i)
+		tr.setHP(relaytest.AriaUUID, i)
 	}
 	hp := func(f sseFrame) int {
 		v := f.json(t)["changes"].(map[string]any)["system"].(map[string]any)["attributes"].(map[string]any)["hp"].(map[string]any)["value"]
@@ -671,9 +673,9 @@ func TestEventStreamOverGRPC(t *testing.T) {
 	tr := startTestRelay(t)
 	// A gRPC caller on the relay's port gets the stream's events as gRPC
 	// messages, with the request id in the header.
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey))
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey))
 	defer cancel()
-	stream, err := relayv1.NewEventServiceClient(tr.conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID})
+	stream, err := relayv1.NewEventServiceClient(tr.Conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: relaytest.AriaUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,7 +685,7 @@ func TestEventStreamOverGRPC(t *testing.T) {
 	if header, err := stream.Header(); err != nil || !strings.HasPrefix(firstOf(header.Get("x-request-id")), "actor-subscribe_") {
 		t.Fatalf("header %v, %v: want the stream's request id", header, err)
 	}
-	tr.setHP(ariaUUID, 7)
+	tr.setHP(relaytest.AriaUUID, 7)
 	ev, err := stream.Recv()
 	if err != nil || ev.GetEvent().GetName() != "actor-update" || ev.GetEvent().GetSequence() == 0 {
 		t.Fatalf("event %v, %v", ev, err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // streamEvent is one event of a stream, whatever the transport.
@@ -90,7 +91,7 @@ func (s grpcSource) next(t *testing.T) streamEvent {
 // outside gRPC caller makes one.
 func (tr *testRelay) h2cConn() *grpc.ClientConn {
 	tr.t.Helper()
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tr.t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func (tr *testRelay) h2cConn() *grpc.ClientConn {
 // over gRPC, resuming after lastEventID unless it is "".
 func (tr *testRelay) hookStreams(conn *grpc.ClientConn, key, hooks, lastEventID string) map[string]eventSource {
 	tr.t.Helper()
-	query := q("hooks", hooks)
+	query := relaytest.Q("hooks", hooks)
 	if lastEventID != "" {
 		query.Set("lastEventId", lastEventID)
 	}
@@ -135,9 +136,9 @@ func TestChatEventsRevealNoMoreThanTheirReadersMaySee(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
 	conn := tr.h2cConn()
-	keys := map[string]string{"admin": tr.adminKey}
+	keys := map[string]string{"admin": tr.AdminKey}
 	for _, user := range []string{"Gamemaster", "Alice", "Bob", "Tess"} {
-		keys[user], _ = tr.newKey(&relayv1.CreateKeyRequest{Name: user, Scopes: []string{"events:subscribe"}, ScopedUserId: user})
+		keys[user], _ = tr.NewKey(&relayv1.CreateKeyRequest{Name: user, Scopes: []string{"events:subscribe"}, ScopedUserId: user})
 	}
 	readers := []string{"admin", "Gamemaster", "Alice", "Bob", "Tess"}
 	streams := map[string]map[string]eventSource{}
@@ -147,8 +148,8 @@ func TestChatEventsRevealNoMoreThanTheirReadersMaySee(t *testing.T) {
 
 	dnd := func(op string, params map[string]any) {
 		t.Helper()
-		if r := tr.dnd5eCall(http.MethodPost, op, "", params); r.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", op, r.status, r.body)
+		if r := tr.dnd5eCall(http.MethodPost, op, "", params); r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", op, r.Status, r.Body)
 		}
 	}
 	say := func(msg map[string]any) {
@@ -170,38 +171,38 @@ func TestChatEventsRevealNoMoreThanTheirReadersMaySee(t *testing.T) {
 		alice, bob, tess string
 	}{
 		{func() { // the Goblin attacks Aria
-			dnd("use-item", map[string]any{"actorUuid": goblinUUID, "abilityName": "Scimitar", "targetUuid": ariaUUID})
+			dnd("use-item", map[string]any{"actorUuid": relaytest.GoblinUUID, "abilityName": "Scimitar", "targetUuid": relaytest.AriaUUID})
 		}, "", "", ""},
 		// A roll's message is whispered to those who may read the actor
 		// in full (and the GMs), so a LIMITED reader gets nothing of it.
-		{func() { dnd("skill-check", map[string]any{"actorUuid": guardUUID, "skill": "prc"}) }, "", "", ""},
-		{func() { dnd("ability-save", map[string]any{"actorUuid": bromUUID, "ability": "con"}) }, "full", "full", ""},
-		{func() { dnd("skill-check", map[string]any{"actorUuid": ariaUUID, "skill": "arc"}) }, "full", "", ""},
+		{func() { dnd("skill-check", map[string]any{"actorUuid": relaytest.GuardUUID, "skill": "prc"}) }, "", "", ""},
+		{func() { dnd("ability-save", map[string]any{"actorUuid": relaytest.BromUUID, "ability": "con"}) }, "full", "full", ""},
+		{func() { dnd("skill-check", map[string]any{"actorUuid": relaytest.AriaUUID, "skill": "arc"}) }, "full", "", ""},
 		// A public message speaking for an actor is no more visible than
 		// the actor.
 		{func() {
-			say(map[string]any{"speaker": speaker(guardUUID), "flavor": "the guard speaks", "content": "halt"})
+			say(map[string]any{"speaker": speaker(relaytest.GuardUUID), "flavor": "the guard speaks", "content": "halt"})
 		}, "limited", "limited", "limited"},
 		{func() {
-			say(map[string]any{"speaker": speaker(ariaUUID), "flavor": "Aria speaks", "content": "hello"})
+			say(map[string]any{"speaker": speaker(relaytest.AriaUUID), "flavor": "Aria speaks", "content": "hello"})
 		}, "full", "limited", ""},
 		{func() { // Brom attacks the Goblin's token, in a scene players cannot see
-			dnd("use-item", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetUuid": goblinUUID})
+			dnd("use-item", map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Longsword", "targetUuid": relaytest.GoblinUUID})
 		}, "", "", ""},
 		{func() { // Brom attacks Mara, whom everyone may see
-			dnd("use-item", map[string]any{"actorUuid": bromUUID, "abilityName": "Handaxe", "targetUuid": maraUUID})
+			dnd("use-item", map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Handaxe", "targetUuid": relaytest.MaraUUID})
 		}, "full", "full", ""},
 		{func() {
-			say(map[string]any{"speaker": speaker(bromUUID), "flavor": "whispered to Alice", "content": "psst", "whisper": []any{aliceID}})
+			say(map[string]any{"speaker": speaker(relaytest.BromUUID), "flavor": "whispered to Alice", "content": "psst", "whisper": []any{relaytest.AliceID}})
 		}, "full", "", ""},
 		{func() {
-			say(map[string]any{"author": aliceID, "speaker": speaker(ariaUUID), "flavor": "blind", "content": "12", "whisper": []any{"gamemaster000001"}, "blind": true})
+			say(map[string]any{"author": relaytest.AliceID, "speaker": speaker(relaytest.AriaUUID), "flavor": "blind", "content": "12", "whisper": []any{"gamemaster000001"}, "blind": true})
 		}, "limited", "", ""},
 		{func() {
-			say(map[string]any{"speaker": speaker(goblinUUID), "flavor": "goblin speaks", "content": "grr"})
+			say(map[string]any{"speaker": speaker(relaytest.GoblinUUID), "flavor": "goblin speaks", "content": "grr"})
 		}, "", "", ""},
 		{func() {
-			say(map[string]any{"speaker": speaker(maraUUID), "flavor": "end", "content": "Mara says goodbye"})
+			say(map[string]any{"speaker": speaker(relaytest.MaraUUID), "flavor": "end", "content": "Mara says goodbye"})
 		}, "full", "full", "full"},
 	}
 	for _, s := range steps {
@@ -289,11 +290,11 @@ func TestTokenEventsWithholdTheirActorsData(t *testing.T) {
 	tr := startTestRelay(t)
 	conn := tr.h2cConn()
 	const goblinToken = "Scene.tavernScene00001.Token.goblinToken00001"
-	aliceKey, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
-	tr.write(http.MethodPut, "/update", map[string]any{"uuid": tavernScene, "data": map[string]any{"ownership.default": 2}})
+	aliceKey, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ScopedUserId: "Alice"})
+	tr.write(http.MethodPut, "/update", map[string]any{"uuid": relaytest.TavernScene, "data": map[string]any{"ownership.default": 2}})
 
 	open := func(key string) map[string]eventSource {
-		sse := tr.openStream("/scene/subscribe", key, q("sceneId", "tavernScene00001"), nil)
+		sse := tr.openStream("/scene/subscribe", key, relaytest.Q("sceneId", "tavernScene00001"), nil)
 		g := openGRPCStream(t, key, func(ctx context.Context) (func() (*relayv1.Event, error), error) {
 			st, err := relayv1.NewEventServiceClient(conn).SubscribeScenes(ctx, &relayv1.SubscribeScenesRequest{SceneId: "tavernScene00001"})
 			if err != nil {
@@ -312,10 +313,10 @@ func TestTokenEventsWithholdTheirActorsData(t *testing.T) {
 		}
 		return out
 	}
-	gm, alice := open(tr.adminKey), open(aliceKey)
+	gm, alice := open(tr.AdminKey), open(aliceKey)
 
-	if r := tr.do(http.MethodPost, "/kill", tr.adminKey, nil, map[string]any{"uuid": goblinToken}); r.status != http.StatusOK {
-		t.Fatalf("kill: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodPost, "/kill", tr.AdminKey, nil, map[string]any{"uuid": goblinToken}); r.Status != http.StatusOK {
+		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
 	tr.write(http.MethodPut, "/update", map[string]any{"uuid": goblinToken, "data": map[string]any{"x": 1200}})
 
@@ -335,7 +336,7 @@ func TestTokenEventsWithholdTheirActorsData(t *testing.T) {
 		}
 	}
 	// Nothing else comes to Alice: the kill was the Goblin's data alone.
-	tr.write(http.MethodPut, "/update", map[string]any{"uuid": tavernScene, "data": map[string]any{"name": "The Tavern"}})
+	tr.write(http.MethodPut, "/update", map[string]any{"uuid": relaytest.TavernScene, "data": map[string]any{"name": "The Tavern"}})
 	for transport, s := range alice {
 		if ev := s.next(t); ev.name != "scene-update" {
 			t.Fatalf("Alice over %s: %s %s, want the scene's new name next", transport, ev.name, ev.raw)

@@ -25,12 +25,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world/demo"
 )
 
 // filesDir is the demo world's file area of a test relay.
 func (tr *testRelay) filesDir() string {
-	return filepath.Join(tr.dataDir, "worlds", "demo", "files")
+	return filepath.Join(tr.DataDir, "worlds", "demo", "files")
 }
 
 // filesTree lists every path under the data directory with its size, to
@@ -84,9 +86,9 @@ func multipartBody(t *testing.T, fields [][2]string, fileName string, data []byt
 }
 
 // send sends a request with a ready body and content type.
-func (tr *testRelay) send(method, path, key string, query url.Values, body io.Reader, contentType string) response {
+func (tr *testRelay) send(method, path, key string, query url.Values, body io.Reader, contentType string) relaytest.Response {
 	tr.t.Helper()
-	u := tr.base + path
+	u := tr.Base + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
@@ -98,7 +100,7 @@ func (tr *testRelay) send(method, path, key string, query url.Values, body io.Re
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := tr.client.Do(req)
+	resp, err := tr.Client.Do(req)
 	if err != nil {
 		tr.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -107,44 +109,44 @@ func (tr *testRelay) send(method, path, key string, query url.Values, body io.Re
 	if err != nil {
 		tr.t.Fatal(err)
 	}
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
+	return relaytest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 }
 
-func wantError(t *testing.T, resp response, status int, msg string) {
+func wantError(t *testing.T, resp relaytest.Response, status int, msg string) {
 	t.Helper()
-	if resp.status != status {
-		t.Fatalf("status %d, want %d: %s", resp.status, status, resp.body)
+	if resp.Status != status {
+		t.Fatalf("status %d, want %d: %s", resp.Status, status, resp.Body)
 	}
-	if msg != "" && resp.errorText(t) != msg {
-		t.Fatalf("error %q, want %q", resp.errorText(t), msg)
+	if msg != "" && resp.ErrorText(t) != msg {
+		t.Fatalf("error %q, want %q", resp.ErrorText(t), msg)
 	}
 }
 
 func TestFilesListing(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	admin := tr.adminKey
-	resp := tr.do(http.MethodGet, "/file-system", admin, nil, nil)
-	if resp.status != http.StatusOK {
-		t.Fatalf("%d %s", resp.status, resp.body)
+	admin := tr.AdminKey
+	resp := tr.Do(http.MethodGet, "/file-system", admin, nil, nil)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
-	data := resp.data(t)
+	data := resp.Data(t)
 	var paths []string
 	for _, e := range data["results"].([]any) {
 		entry := e.(map[string]any)
 		paths = append(paths, entry["type"].(string)+":"+entry["path"].(string))
 	}
 	if !slices.Equal(paths, []string{"directory:handouts", "directory:maps", "directory:notes", "directory:tokens"}) || data["recursive"] != false || data["path"] != "" {
-		t.Fatalf("root listing %v / %s", paths, resp.body)
+		t.Fatalf("root listing %v / %s", paths, resp.Body)
 	}
 	// Recursive, as the trusted user Tess (FILES_BROWSE).
-	resp = tr.do(http.MethodGet, "/file-system", admin, q("recursive", "true", "userId", "Tess"), nil)
-	if resp.status != http.StatusOK {
-		t.Fatalf("%d %s", resp.status, resp.body)
+	resp = tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("recursive", "true", "userId", "Tess"), nil)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
-	results := resp.data(t)["results"].([]any)
+	results := resp.Data(t)["results"].([]any)
 	if len(results) != 4+7 {
-		t.Fatalf("recursive listing has %d entries: %s", len(results), resp.body)
+		t.Fatalf("recursive listing has %d entries: %s", len(results), resp.Body)
 	}
 	tavern := results[5].(map[string]any)
 	want, _ := fs.ReadFile(demo.Files(), "maps/tavern.svg")
@@ -155,71 +157,71 @@ func TestFilesListing(t *testing.T) {
 		t.Fatalf("modified: %v", err)
 	}
 	// A sub-directory; the depth limit.
-	resp = tr.do(http.MethodGet, "/file-system", admin, q("path", "tokens", "userId", "tess"), nil)
-	if got := len(resp.data(t)["results"].([]any)); got != 3 {
+	resp = tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("path", "tokens", "userId", "tess"), nil)
+	if got := len(resp.Data(t)["results"].([]any)); got != 3 {
 		t.Fatalf("tokens: %d entries", got)
 	}
-	wantError(t, tr.do(http.MethodGet, "/file-system", admin, q("recursive", "true", "depth", "50"), nil), 400, "'depth' must be at most 10")
-	wantError(t, tr.do(http.MethodGet, "/file-system", admin, q("path", "nowhere"), nil), 404, "Path not found: nowhere")
+	wantError(t, tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("recursive", "true", "depth", "50"), nil), 400, "'depth' must be at most 10")
+	wantError(t, tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("path", "nowhere"), nil), 404, "Path not found: nowhere")
 	// Players have no FILES_BROWSE.
 	for _, user := range []string{"Alice", "Bob"} {
-		wantError(t, tr.do(http.MethodGet, "/file-system", admin, q("userId", user), nil), 403,
+		wantError(t, tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("userId", user), nil), 403,
 			"User '"+user+"' does not have 'FILES_BROWSE' permission required to browse the file system")
 	}
-	readOnly, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "ro", Scopes: []string{"entity:read"}})
-	wantError(t, tr.do(http.MethodGet, "/file-system", readOnly, nil, nil), 403, "API key lacks required scope: file:read")
+	readOnly, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "ro", Scopes: []string{"entity:read"}})
+	wantError(t, tr.Do(http.MethodGet, "/file-system", readOnly, nil, nil), 403, "API key lacks required scope: file:read")
 }
 
 func TestFilesDownload(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	admin := tr.adminKey
+	admin := tr.AdminKey
 	want, _ := fs.ReadFile(demo.Files(), "maps/tavern.svg")
 	for _, user := range []string{"", "Tess", "Gamemaster"} {
-		resp := tr.do(http.MethodGet, "/download", admin, q("path", "maps/tavern.svg", "userId", user), nil)
-		if resp.status != http.StatusOK || !bytes.Equal(resp.body, want) {
-			t.Fatalf("as %q: %d %.200s", user, resp.status, resp.body)
+		resp := tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps/tavern.svg", "userId", user), nil)
+		if resp.Status != http.StatusOK || !bytes.Equal(resp.Body, want) {
+			t.Fatalf("as %q: %d %.200s", user, resp.Status, resp.Body)
 		}
-		h := resp.header
+		h := resp.Header
 		if h.Get("Content-Type") != "image/svg+xml" || h.Get("Content-Length") != strconv.Itoa(len(want)) ||
 			h.Get("Content-Disposition") != `attachment; filename=tavern.svg` || !requestIDPattern.MatchString(h.Get("X-Request-Id")) {
 			t.Fatalf("headers %v", h)
 		}
 	}
 	// The base64 form.
-	resp := tr.do(http.MethodGet, "/download", admin, q("path", "handouts/welcome.md", "format", "base64"), nil)
-	if resp.status != http.StatusOK {
-		t.Fatalf("%d %s", resp.status, resp.body)
+	resp := tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "handouts/welcome.md", "format", "base64"), nil)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
-	body := resp.json(t)
-	data := resp.data(t)
+	body := resp.JSON(t)
+	data := resp.Data(t)
 	md, _ := fs.ReadFile(demo.Files(), "handouts/welcome.md")
 	wantURL := "data:text/markdown;charset=utf-8;base64," + base64.StdEncoding.EncodeToString(md)
 	if body["type"] != "download-file-result" || !requestIDPattern.MatchString(body["requestId"].(string)) ||
 		data["path"] != "handouts/welcome.md" || data["filename"] != "welcome.md" || data["size"] != float64(len(md)) || data["fileData"] != wantURL {
-		t.Fatalf("base64 download: %.300s", resp.body)
+		t.Fatalf("base64 download: %.300s", resp.Body)
 	}
 	// An empty file.
 	if err := os.WriteFile(filepath.Join(tr.filesDir(), "empty.txt"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	resp = tr.do(http.MethodGet, "/download", admin, q("path", "empty.txt"), nil)
-	if resp.status != http.StatusOK || len(resp.body) != 0 || resp.header.Get("Content-Length") != "0" {
-		t.Fatalf("empty: %d %q %v", resp.status, resp.body, resp.header)
+	resp = tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "empty.txt"), nil)
+	if resp.Status != http.StatusOK || len(resp.Body) != 0 || resp.Header.Get("Content-Length") != "0" {
+		t.Fatalf("empty: %d %q %v", resp.Status, resp.Body, resp.Header)
 	}
 	// Failures before the first byte are the usual error bodies.
-	wantError(t, tr.do(http.MethodGet, "/download", admin, q("path", "maps/none.png"), nil), 404, "Path not found: maps/none.png")
-	wantError(t, tr.do(http.MethodGet, "/download", admin, q("path", "maps"), nil), 400, "Not a file: maps")
-	wantError(t, tr.do(http.MethodGet, "/download", admin, nil, nil), 400, "'path' is required")
-	wantError(t, tr.do(http.MethodGet, "/download", admin, q("path", "maps/tavern.svg", "format", "hex"), nil), 400, "'format' must be raw or base64")
-	wantError(t, tr.do(http.MethodGet, "/download", admin, q("path", "maps/tavern.svg", "userId", "Alice"), nil), 403,
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps/none.png"), nil), 404, "Path not found: maps/none.png")
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps"), nil), 400, "Not a file: maps")
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, nil, nil), 400, "'path' is required")
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps/tavern.svg", "format", "hex"), nil), 400, "'format' must be raw or base64")
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps/tavern.svg", "userId", "Alice"), nil), 403,
 		"User 'Alice' does not have 'FILES_BROWSE' permission required to download files")
-	wantError(t, tr.do(http.MethodGet, "/download", "", q("path", "maps/tavern.svg"), nil), 401, "API key is required")
-	wantError(t, tr.do(http.MethodGet, "/download", admin, q("path", "maps/tavern.svg", "userId", "Mallory"), nil), 400, "User not found: Mallory")
+	wantError(t, tr.Do(http.MethodGet, "/download", "", relaytest.Q("path", "maps/tavern.svg"), nil), 401, "API key is required")
+	wantError(t, tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "maps/tavern.svg", "userId", "Mallory"), nil), 400, "User not found: Mallory")
 
 	// gRPC: chunks, the first with the metadata.
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", admin)
-	stream, err := relayv1.NewFileServiceClient(tr.conn).DownloadFile(ctx, &relayv1.DownloadFileRequest{Path: "maps/tavern.svg"})
+	stream, err := relayv1.NewFileServiceClient(tr.Conn).DownloadFile(ctx, &relayv1.DownloadFileRequest{Path: "maps/tavern.svg"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,61 +248,61 @@ func TestFilesDownload(t *testing.T) {
 func TestFilesUpload(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	admin := tr.adminKey
+	admin := tr.AdminKey
 	content := []byte("<svg xmlns='http://www.w3.org/2000/svg'/>")
 
 	// Multipart, as Tess (FILES_UPLOAD), into a new directory.
 	body, ct := multipartBody(t, [][2]string{{"path", "uploads/new"}, {"userId", "Tess"}}, "orc.svg", content)
 	resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct)
-	if resp.status != http.StatusOK {
-		t.Fatalf("%d %s", resp.status, resp.body)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
-	if d := resp.data(t); d["path"] != "uploads/new/orc.svg" || d["size"] != float64(len(content)) || resp.json(t)["type"] != "upload-file-result" {
-		t.Fatalf("upload: %s", resp.body)
+	if d := resp.Data(t); d["path"] != "uploads/new/orc.svg" || d["size"] != float64(len(content)) || resp.JSON(t)["type"] != "upload-file-result" {
+		t.Fatalf("upload: %s", resp.Body)
 	}
 	onDisk, _ := os.ReadFile(filepath.Join(tr.filesDir(), "uploads", "new", "orc.svg"))
 	if !bytes.Equal(onDisk, content) {
 		t.Fatalf("on disk %q", onDisk)
 	}
 	// It downloads again.
-	if resp := tr.do(http.MethodGet, "/download", admin, q("path", "uploads/new/orc.svg"), nil); !bytes.Equal(resp.body, content) {
-		t.Fatalf("download after upload: %s", resp.body)
+	if resp := tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", "uploads/new/orc.svg"), nil); !bytes.Equal(resp.Body, content) {
+		t.Fatalf("download after upload: %s", resp.Body)
 	}
 
 	// Overwrite refusal, then overwrite; parameters from the query string.
 	body, ct = multipartBody(t, nil, "orc.svg", []byte("v2"))
-	wantError(t, tr.send(http.MethodPost, "/upload", admin, q("path", "uploads/new"), body, ct), 409,
+	wantError(t, tr.send(http.MethodPost, "/upload", admin, relaytest.Q("path", "uploads/new"), body, ct), 409,
 		"File already exists: uploads/new/orc.svg. Set overwrite to true to replace it.")
 	body, ct = multipartBody(t, [][2]string{{"overwrite", "true"}}, "orc.svg", []byte("v2"))
-	if resp := tr.send(http.MethodPost, "/upload", admin, q("path", "uploads/new"), body, ct); resp.status != http.StatusOK {
-		t.Fatalf("overwrite: %d %s", resp.status, resp.body)
+	if resp := tr.send(http.MethodPost, "/upload", admin, relaytest.Q("path", "uploads/new"), body, ct); resp.Status != http.StatusOK {
+		t.Fatalf("overwrite: %d %s", resp.Status, resp.Body)
 	}
 	if onDisk, _ := os.ReadFile(filepath.Join(tr.filesDir(), "uploads", "new", "orc.svg")); string(onDisk) != "v2" {
 		t.Fatalf("after overwrite %q", onDisk)
 	}
 	// A filename field wins over the part's name.
 	body, ct = multipartBody(t, [][2]string{{"filename", "renamed.txt"}}, "ignored.txt", []byte("x"))
-	if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.status != http.StatusOK || resp.data(t)["path"] != "renamed.txt" {
-		t.Fatalf("renamed: %d %s", resp.status, resp.body)
+	if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.Status != http.StatusOK || resp.Data(t)["path"] != "renamed.txt" {
+		t.Fatalf("renamed: %d %s", resp.Status, resp.Body)
 	}
 
 	// JSON with a data URL, and with plain base64.
-	resp = tr.do(http.MethodPost, "/upload", admin, nil, map[string]any{
+	resp = tr.Do(http.MethodPost, "/upload", admin, nil, map[string]any{
 		"path": "notes", "filename": "a.txt", "fileData": "data:text/plain;base64," + base64.StdEncoding.EncodeToString([]byte("hello")), "userId": "Tess",
 	})
-	if resp.status != http.StatusOK || resp.data(t)["path"] != "notes/a.txt" || resp.data(t)["size"] != 5.0 {
-		t.Fatalf("data URL: %d %s", resp.status, resp.body)
+	if resp.Status != http.StatusOK || resp.Data(t)["path"] != "notes/a.txt" || resp.Data(t)["size"] != 5.0 {
+		t.Fatalf("data URL: %d %s", resp.Status, resp.Body)
 	}
-	resp = tr.do(http.MethodPost, "/upload", admin, q("path", "notes"), map[string]any{"filename": "b.bin", "fileData": base64.StdEncoding.EncodeToString([]byte{0, 1, 2})})
-	if resp.status != http.StatusOK {
-		t.Fatalf("base64: %d %s", resp.status, resp.body)
+	resp = tr.Do(http.MethodPost, "/upload", admin, relaytest.Q("path", "notes"), map[string]any{"filename": "b.bin", "fileData": base64.StdEncoding.EncodeToString([]byte{0, 1, 2})})
+	if resp.Status != http.StatusOK {
+		t.Fatalf("base64: %d %s", resp.Status, resp.Body)
 	}
 	if onDisk, _ := os.ReadFile(filepath.Join(tr.filesDir(), "notes", "b.bin")); !bytes.Equal(onDisk, []byte{0, 1, 2}) {
 		t.Fatalf("b.bin %v", onDisk)
 	}
-	wantError(t, tr.do(http.MethodPost, "/upload", admin, nil, map[string]any{"path": "notes", "filename": "a.txt", "fileData": "aGk="}), 409, "")
+	wantError(t, tr.Do(http.MethodPost, "/upload", admin, nil, map[string]any{"path": "notes", "filename": "a.txt", "fileData": "aGk="}), 409, "")
 
-	before := filesTree(t, tr.dataDir)
+	before := filesTree(t, tr.DataDir)
 	// Refused uploads change nothing.
 	for _, tt := range []struct {
 		name   string
@@ -320,7 +322,7 @@ func TestFilesUpload(t *testing.T) {
 		{"not JSON", "", "{nope", 400, "The request body must be a JSON object"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			wantError(t, tr.do(http.MethodPost, "/upload", admin, q("userId", tt.user), tt.body), tt.status, tt.msg)
+			wantError(t, tr.Do(http.MethodPost, "/upload", admin, relaytest.Q("userId", tt.user), tt.body), tt.status, tt.msg)
 		})
 	}
 	body, ct = multipartBody(t, [][2]string{{"userId", "bob"}}, "x.txt", []byte("x"))
@@ -335,16 +337,16 @@ func TestFilesUpload(t *testing.T) {
 	mw.WriteField("path", "elsewhere")
 	mw.Close()
 	wantError(t, tr.send(http.MethodPost, "/upload", admin, nil, &late, mw.FormDataContentType()), 400, "Form field 'path' must come before the file")
-	readOnly, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "ro", Scopes: []string{"file:read"}})
+	readOnly, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "ro", Scopes: []string{"file:read"}})
 	body, ct = multipartBody(t, nil, "x.txt", []byte("x"))
 	wantError(t, tr.send(http.MethodPost, "/upload", readOnly, nil, body, ct), 403, "API key lacks required scope: file:write")
-	if after := filesTree(t, tr.dataDir); !slices.Equal(before, after) {
+	if after := filesTree(t, tr.DataDir); !slices.Equal(before, after) {
 		t.Fatalf("refused uploads changed the data directory:\nbefore %v\nafter  %v", before, after)
 	}
 
 	// gRPC: metadata first, then chunks.
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", admin)
-	up, err := relayv1.NewFileServiceClient(tr.conn).UploadFile(ctx)
+	up, err := relayv1.NewFileServiceClient(tr.Conn).UploadFile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestFilesUpload(t *testing.T) {
 	if err != nil || res.GetPath() != "grpc/g.bin" || res.GetSize() != 6 {
 		t.Fatalf("gRPC upload: %v %v", res, err)
 	}
-	up, _ = relayv1.NewFileServiceClient(tr.conn).UploadFile(ctx)
+	up, _ = relayv1.NewFileServiceClient(tr.Conn).UploadFile(ctx)
 	up.Send(&relayv1.UploadFileRequest{Path: "grpc", Filename: "g.bin"})
 	if _, err := up.CloseAndRecv(); status.Code(err) != codes.AlreadyExists {
 		t.Fatalf("gRPC overwrite refusal: %v", err)
@@ -367,27 +369,27 @@ func TestFilesUpload(t *testing.T) {
 func TestFilesUploadLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 256 << 10
-	tr := startTestRelay(t, func(c *serveConfig) { c.maxUploadBytes = limit })
-	admin := tr.adminKey
-	before := filesTree(t, tr.dataDir)
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxUploadBytes = limit })
+	admin := tr.AdminKey
+	before := filesTree(t, tr.DataDir)
 	msg := "File too large: the upload limit is 262144 bytes"
 	body, ct := multipartBody(t, [][2]string{{"path", "big/new"}}, "big.bin", make([]byte, limit+1))
 	wantError(t, tr.send(http.MethodPost, "/upload", admin, nil, body, ct), 413, msg)
 	// Far over the limit: the relay stops reading early.
 	body, ct = multipartBody(t, [][2]string{{"path", "big/new"}}, "big.bin", make([]byte, 4*limit))
 	resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct)
-	if resp.status != http.StatusRequestEntityTooLarge {
-		t.Fatalf("4x: %d %s", resp.status, resp.body)
+	if resp.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("4x: %d %s", resp.Status, resp.Body)
 	}
 	encoded := base64.StdEncoding.EncodeToString(make([]byte, limit+1))
-	wantError(t, tr.do(http.MethodPost, "/upload", admin, nil, map[string]any{"filename": "big.bin", "fileData": encoded}), 413, msg)
-	if after := filesTree(t, tr.dataDir); !slices.Equal(before, after) {
+	wantError(t, tr.Do(http.MethodPost, "/upload", admin, nil, map[string]any{"filename": "big.bin", "fileData": encoded}), 413, msg)
+	if after := filesTree(t, tr.DataDir); !slices.Equal(before, after) {
 		t.Fatalf("over-size uploads left files:\nbefore %v\nafter  %v", before, after)
 	}
 	// Exactly at the limit is fine.
 	body, ct = multipartBody(t, nil, "ok.bin", make([]byte, limit))
-	if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.status != http.StatusOK {
-		t.Fatalf("at the limit: %d %s", resp.status, resp.body)
+	if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.Status != http.StatusOK {
+		t.Fatalf("at the limit: %d %s", resp.Status, resp.Body)
 	}
 }
 
@@ -396,12 +398,12 @@ func TestFilesUploadLimit(t *testing.T) {
 func TestFilesTraversal(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	admin := tr.adminKey
+	admin := tr.AdminKey
 	// Links that point out of the area: to the admin key, to the data directory.
 	if err := os.Symlink("../../../admin.key", filepath.Join(tr.filesDir(), "key-link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(tr.dataDir, filepath.Join(tr.filesDir(), "data-link")); err != nil {
+	if err := os.Symlink(tr.DataDir, filepath.Join(tr.filesDir(), "data-link")); err != nil {
 		t.Fatal(err)
 	}
 	attempts := []string{
@@ -425,36 +427,36 @@ func TestFilesTraversal(t *testing.T) {
 		"data-link/admin.key",
 		"data-link/worlds/demo/world.db",
 	}
-	before := filesTree(t, tr.dataDir)
+	before := filesTree(t, tr.DataDir)
 	for _, p := range attempts {
-		if resp := tr.do(http.MethodGet, "/download", admin, q("path", p), nil); resp.status != http.StatusBadRequest {
-			t.Errorf("download %q: %d %.100s", p, resp.status, resp.body)
+		if resp := tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", p), nil); resp.Status != http.StatusBadRequest {
+			t.Errorf("download %q: %d %.100s", p, resp.Status, resp.Body)
 		}
-		if resp := tr.do(http.MethodGet, "/download", admin, q("path", p, "format", "base64"), nil); resp.status != http.StatusBadRequest {
-			t.Errorf("download base64 %q: %d %.100s", p, resp.status, resp.body)
+		if resp := tr.Do(http.MethodGet, "/download", admin, relaytest.Q("path", p, "format", "base64"), nil); resp.Status != http.StatusBadRequest {
+			t.Errorf("download base64 %q: %d %.100s", p, resp.Status, resp.Body)
 		}
-		if resp := tr.do(http.MethodGet, "/file-system", admin, q("path", p, "recursive", "true"), nil); resp.status != http.StatusBadRequest {
-			t.Errorf("file-system %q: %d %.100s", p, resp.status, resp.body)
+		if resp := tr.Do(http.MethodGet, "/file-system", admin, relaytest.Q("path", p, "recursive", "true"), nil); resp.Status != http.StatusBadRequest {
+			t.Errorf("file-system %q: %d %.100s", p, resp.Status, resp.Body)
 		}
 		body, ct := multipartBody(t, [][2]string{{"path", p}, {"overwrite", "true"}}, "x.txt", []byte("x"))
-		if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.status != http.StatusBadRequest {
-			t.Errorf("upload into %q: %d %.100s", p, resp.status, resp.body)
+		if resp := tr.send(http.MethodPost, "/upload", admin, nil, body, ct); resp.Status != http.StatusBadRequest {
+			t.Errorf("upload into %q: %d %.100s", p, resp.Status, resp.Body)
 		}
-		if resp := tr.do(http.MethodPost, "/upload", admin, nil, map[string]any{"filename": p, "fileData": "aGk=", "overwrite": true}); resp.status != http.StatusBadRequest {
-			t.Errorf("upload as %q: %d %.100s", p, resp.status, resp.body)
+		if resp := tr.Do(http.MethodPost, "/upload", admin, nil, map[string]any{"filename": p, "fileData": "aGk=", "overwrite": true}); resp.Status != http.StatusBadRequest {
+			t.Errorf("upload as %q: %d %.100s", p, resp.Status, resp.Body)
 		}
 	}
-	if after := filesTree(t, tr.dataDir); !slices.Equal(before, after) {
+	if after := filesTree(t, tr.DataDir); !slices.Equal(before, after) {
 		t.Fatalf("traversal attempts changed the data directory:\nbefore %v\nafter  %v", before, after)
 	}
-	key, _ := os.ReadFile(filepath.Join(tr.dataDir, "admin.key"))
+	key, _ := os.ReadFile(filepath.Join(tr.DataDir, "admin.key"))
 	if strings.TrimSpace(string(key)) != admin {
 		t.Fatal("admin.key changed")
 	}
 	// The listing leaves the outward links out.
-	resp := tr.do(http.MethodGet, "/file-system", admin, nil, nil)
-	if strings.Contains(string(resp.body), "link") {
-		t.Fatalf("listing shows outward links: %s", resp.body)
+	resp := tr.Do(http.MethodGet, "/file-system", admin, nil, nil)
+	if strings.Contains(string(resp.Body), "link") {
+		t.Fatalf("listing shows outward links: %s", resp.Body)
 	}
 }
 
@@ -496,8 +498,8 @@ func TestFilesLargeDownloadStreams(t *testing.T) {
 			}
 		}
 	}()
-	req, _ := http.NewRequest(http.MethodGet, tr.base+"/download?path=big.bin", nil)
-	req.Header.Set("x-api-key", tr.adminKey)
+	req, _ := http.NewRequest(http.MethodGet, tr.Base+"/download?path=big.bin", nil)
+	req.Header.Set("x-api-key", tr.AdminKey)
 	client := &http.Client{Timeout: 60 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {

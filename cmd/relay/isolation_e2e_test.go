@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world/demo"
 )
@@ -39,7 +40,7 @@ func TestIsolationTwoWorldsConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.worlds.Create(ctx, otherWorld, seed); err != nil {
+	if _, err := tr.Worlds().Create(ctx, otherWorld, seed); err != nil {
 		t.Fatal(err)
 	}
 	// Both worlds come from the same seed: mark Aria in each so that an
@@ -47,11 +48,11 @@ func TestIsolationTwoWorldsConcurrent(t *testing.T) {
 	marker := map[string]string{demo.ClientID: "Aria of the demo world", otherWorld: "Aria of the other world"}
 	worldKeys := map[string]string{}
 	for clientID, name := range marker {
-		resp := tr.do(http.MethodPut, "/update", tr.adminKey, q("clientId", clientID), map[string]any{"uuid": ariaUUID, "data": map[string]any{"name": name}})
-		if resp.status != http.StatusOK {
-			t.Fatalf("mark %s: %d %s", clientID, resp.status, resp.body)
+		resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"name": name}})
+		if resp.Status != http.StatusOK {
+			t.Fatalf("mark %s: %d %s", clientID, resp.Status, resp.Body)
 		}
-		plain, _, err := tr.keys.Create(ctx, keys.Spec{Name: clientID, Scopes: keys.AllScopes, ClientIDs: []string{clientID}})
+		plain, _, err := tr.Keys().Create(ctx, keys.Spec{Name: clientID, Scopes: keys.AllScopes, ClientIDs: []string{clientID}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,10 +70,10 @@ func TestIsolationTwoWorldsConcurrent(t *testing.T) {
 				query = "clientId=" + clientID + "&"
 			}
 			reqs = append(reqs,
-				&isolationRequest{world: clientID, op: "get", method: http.MethodGet, path: "/get?" + query + "uuid=" + ariaUUID},
+				&isolationRequest{world: clientID, op: "get", method: http.MethodGet, path: "/get?" + query + "uuid=" + relaytest.AriaUUID},
 				&isolationRequest{world: clientID, op: "search", method: http.MethodGet, path: "/search?" + query + "query=Aria"},
 				&isolationRequest{world: clientID, op: "update", method: http.MethodPut, path: "/update?" + query,
-					body: fmt.Sprintf(`{"uuid":%q,"data":{"flags.isolation.%s%d":%q}}`, ariaUUID, clientID, i, clientID)},
+					body: fmt.Sprintf(`{"uuid":%q,"data":{"flags.isolation.%s%d":%q}}`, relaytest.AriaUUID, clientID, i, clientID)},
 			)
 		}
 	}
@@ -85,7 +86,7 @@ func TestIsolationTwoWorldsConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, err := http.NewRequest(r.method, tr.base+r.path, strings.NewReader(r.body))
+			req, err := http.NewRequest(r.method, tr.Base+r.path, strings.NewReader(r.body))
 			if err != nil {
 				r.err = err
 				return
@@ -139,11 +140,11 @@ func TestIsolationTwoWorldsConcurrent(t *testing.T) {
 	}
 	// Every write is in its own world, none in the other.
 	for _, clientID := range []string{demo.ClientID, otherWorld} {
-		w, err := tr.worlds.World(ctx, clientID)
+		w, err := tr.Worlds().World(ctx, clientID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		doc, err := w.Get(ctx, nil, ariaUUID)
+		doc, err := w.Get(ctx, nil, relaytest.AriaUUID)
 		if err != nil {
 			t.Fatal(err)
 		}

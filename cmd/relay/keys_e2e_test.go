@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server/keys"
 )
 
@@ -56,7 +57,7 @@ type keyTransport struct {
 // CLI calls it.
 func keyTransports(t *testing.T, tr *testRelay) []keyTransport {
 	t.Helper()
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,16 +65,16 @@ func keyTransports(t *testing.T, tr *testRelay) []keyTransport {
 	svc := relayv1.NewKeyServiceClient(conn)
 
 	// restCall decodes the envelope's data into m.
-	restCall := func(t *testing.T, r response, m proto.Message) keyCall {
+	restCall := func(t *testing.T, r relaytest.Response, m proto.Message) keyCall {
 		t.Helper()
-		c := keyCall{status: r.status}
-		if r.status != http.StatusOK {
-			c.msg = r.errorText(t)
+		c := keyCall{status: r.Status}
+		if r.Status != http.StatusOK {
+			c.msg = r.ErrorText(t)
 			return c
 		}
 		var env struct{ Data json.RawMessage }
-		if err := json.Unmarshal(r.body, &env); err != nil {
-			t.Fatalf("%v: %s", err, r.body)
+		if err := json.Unmarshal(r.Body, &env); err != nil {
+			t.Fatalf("%v: %s", err, r.Body)
 		}
 		if err := protojson.Unmarshal(env.Data, m); err != nil {
 			t.Fatalf("%v: %s", err, env.Data)
@@ -100,21 +101,21 @@ func keyTransports(t *testing.T, tr *testRelay) []keyTransport {
 					t.Fatal(err)
 				}
 				var resp relayv1.CreateKeyResponse
-				c := restCall(t, tr.do(http.MethodPost, "/keys", key, nil, body), &resp)
+				c := restCall(t, tr.Do(http.MethodPost, "/keys", key, nil, body), &resp)
 				c.plaintext, c.key = resp.GetKey(), resp.GetApiKey()
 				return c
 			},
 			list: func(t *testing.T, key string) keyCall {
 				t.Helper()
 				var resp relayv1.ListKeysResponse
-				c := restCall(t, tr.do(http.MethodGet, "/keys", key, nil, nil), &resp)
+				c := restCall(t, tr.Do(http.MethodGet, "/keys", key, nil, nil), &resp)
 				c.keys = resp.GetKeys()
 				return c
 			},
 			revoke: func(t *testing.T, key, id string) keyCall {
 				t.Helper()
 				var resp relayv1.RevokeKeyResponse
-				c := restCall(t, tr.do(http.MethodDelete, "/keys/"+id, key, nil, nil), &resp)
+				c := restCall(t, tr.Do(http.MethodDelete, "/keys/"+id, key, nil, nil), &resp)
 				c.key = resp.GetApiKey()
 				return c
 			},
@@ -151,14 +152,14 @@ func keyTransports(t *testing.T, tr *testRelay) []keyTransport {
 
 // keyWorks reports whether a plaintext key still authenticates.
 func (tr *testRelay) keyWorks(plaintext string) bool {
-	_, err := tr.keys.Authenticate(context.Background(), plaintext)
+	_, err := tr.Keys().Authenticate(context.Background(), plaintext)
 	return err == nil
 }
 
 // keyCount is the number of stored keys, revoked ones included.
 func (tr *testRelay) keyCount(t *testing.T) int {
 	t.Helper()
-	n, err := tr.keys.Count(context.Background())
+	n, err := tr.Keys().Count(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +180,8 @@ func TestKeyAuthorityEveryCombination(t *testing.T) {
 			name, key, id string
 			bound         bool
 		}
-		unboundKey, unboundID := tr.newKey(&relayv1.CreateKeyRequest{Name: "unbound creator", Scopes: every})
-		boundKey, boundID := tr.newKey(&relayv1.CreateKeyRequest{Name: "bound creator", Scopes: every, ClientIds: []string{"demo"}})
+		unboundKey, unboundID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "unbound creator", Scopes: every})
+		boundKey, boundID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "bound creator", Scopes: every, ClientIds: []string{"demo"}})
 		creators := []creator{{"unbound creator", unboundKey, unboundID, false}, {"bound creator", boundKey, boundID, true}}
 		targets := []struct {
 			name    string
@@ -217,7 +218,7 @@ func TestKeyAuthorityEveryCombination(t *testing.T) {
 					// List: the admin makes a target key; the creator sees it
 					// only when it is inside its bindings, and always sees
 					// itself.
-					plain, id := tr.newKey(&relayv1.CreateKeyRequest{Name: "target", Scopes: every, ClientIds: tg.clients})
+					plain, id := tr.NewKey(&relayv1.CreateKeyRequest{Name: "target", Scopes: every, ClientIds: tg.clients})
 					l := tp.list(t, cr.key)
 					if l.status != http.StatusOK {
 						t.Fatalf("list: %d %s", l.status, l.msg)
@@ -261,10 +262,10 @@ func TestKeyAuthorityEveryCombination(t *testing.T) {
 func TestKeyAuthorityBoundAdminAttack(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	adminID := tr.keyID(t, tr.adminKey)
+	adminID := tr.keyID(t, tr.AdminKey)
 	for _, tp := range keyTransports(t, tr) {
 		t.Run(tp.name, func(t *testing.T) {
-			bound, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "demo admin " + tp.name, Scopes: []string{"all"}, ClientIds: []string{"demo"}})
+			bound, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "demo admin " + tp.name, Scopes: []string{"all"}, ClientIds: []string{"demo"}})
 			c := tp.create(t, bound, &relayv1.CreateKeyRequest{Name: "escape", Scopes: []string{"all"}})
 			if c.status != http.StatusForbidden || c.msg != "API key may only create keys for its own worlds: demo; name them in 'clientIds'" {
 				t.Fatalf("unbound GM key: %d %q", c.status, c.msg)
@@ -277,7 +278,7 @@ func TestKeyAuthorityBoundAdminAttack(t *testing.T) {
 			if r.status != http.StatusForbidden || !strings.Contains(r.msg, "is bound to no world") {
 				t.Fatalf("revoke admin: %d %q", r.status, r.msg)
 			}
-			if !tr.keyWorks(tr.adminKey) {
+			if !tr.keyWorks(tr.AdminKey) {
 				t.Fatal("the bootstrap admin key was revoked")
 			}
 			// An unknown id is still "not found".
@@ -291,7 +292,7 @@ func TestKeyAuthorityBoundAdminAttack(t *testing.T) {
 // keyID returns the id of a plaintext key.
 func (tr *testRelay) keyID(t *testing.T, plaintext string) string {
 	t.Helper()
-	k, err := tr.keys.Authenticate(context.Background(), plaintext)
+	k, err := tr.Keys().Authenticate(context.Background(), plaintext)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 	demoOnly := []string{"demo"}
 	for _, tp := range keyTransports(t, tr) {
 		t.Run(tp.name+"/scopes", func(t *testing.T) {
-			few, fewID := tr.newKey(&relayv1.CreateKeyRequest{Name: "few scopes", Scopes: []string{"entity:read,admin"}, ClientIds: demoOnly})
+			few, fewID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "few scopes", Scopes: []string{"entity:read,admin"}, ClientIds: demoOnly})
 			if c := tp.create(t, few, &relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read"}, ClientIds: demoOnly}); c.status != http.StatusOK || c.key.GetCreatedBy() != fewID {
 				t.Fatalf("subset of scopes: %d %s %v", c.status, c.msg, c.key)
 			}
@@ -327,9 +328,9 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 		})
 
 		t.Run(tp.name+"/user for every world", func(t *testing.T) {
-			alice, aliceID := tr.newKey(&relayv1.CreateKeyRequest{Name: "alice admin", Scopes: []string{"all"}, ClientIds: demoOnly, ScopedUserId: "Alice"})
-			gmPlain, gmID := tr.newKey(&relayv1.CreateKeyRequest{Name: "gm in demo", Scopes: []string{"all"}, ClientIds: demoOnly})
-			_, bobID := tr.newKey(&relayv1.CreateKeyRequest{Name: "bob in demo", Scopes: []string{"all"}, ClientIds: demoOnly, ScopedUserId: "Bob"})
+			alice, aliceKeyID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "alice admin", Scopes: []string{"all"}, ClientIds: demoOnly, ScopedUserId: "Alice"})
+			gmPlain, gmID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "gm in demo", Scopes: []string{"all"}, ClientIds: demoOnly})
+			_, bobID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "bob in demo", Scopes: []string{"all"}, ClientIds: demoOnly, ScopedUserId: "Bob"})
 			refused := []*relayv1.CreateKeyRequest{
 				{Name: "no user", Scopes: []string{"all"}, ClientIds: demoOnly},
 				{Name: "bob", Scopes: []string{"all"}, ClientIds: demoOnly, ScopedUserId: "Bob"},
@@ -347,19 +348,19 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 				{Name: "alice per world", Scopes: []string{"entity:read"}, ClientIds: demoOnly, ClientUsers: map[string]string{"demo": "Alice"}},
 			} {
 				c := tp.create(t, alice, req)
-				if c.status != http.StatusOK || c.key.GetCreatedBy() != aliceID {
+				if c.status != http.StatusOK || c.key.GetCreatedBy() != aliceKeyID {
 					t.Fatalf("%s: %d %q", req.GetName(), c.status, c.msg)
 				}
 				// The new key acts as Alice: the Goblin (NONE) is hidden, Aria (hers) is not.
-				if r := tr.do(http.MethodGet, "/get", c.plaintext, q("uuid", goblinUUID), nil); r.status != http.StatusForbidden {
-					t.Fatalf("%s read the Goblin: %d %s", req.GetName(), r.status, r.body)
+				if r := tr.Do(http.MethodGet, "/get", c.plaintext, relaytest.Q("uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusForbidden {
+					t.Fatalf("%s read the Goblin: %d %s", req.GetName(), r.Status, r.Body)
 				}
-				if r := tr.do(http.MethodGet, "/get", c.plaintext, q("uuid", ariaUUID), nil); r.status != http.StatusOK {
-					t.Fatalf("%s read Aria: %d %s", req.GetName(), r.status, r.body)
+				if r := tr.Do(http.MethodGet, "/get", c.plaintext, relaytest.Q("uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+					t.Fatalf("%s read Aria: %d %s", req.GetName(), r.Status, r.Body)
 				}
 			}
 			l := tp.list(t, alice)
-			if l.status != http.StatusOK || slices.Contains(l.ids(), gmID) || slices.Contains(l.ids(), bobID) || !slices.Contains(l.ids(), aliceID) {
+			if l.status != http.StatusOK || slices.Contains(l.ids(), gmID) || slices.Contains(l.ids(), bobID) || !slices.Contains(l.ids(), aliceKeyID) {
 				t.Fatalf("listing: %d %v", l.status, l.ids())
 			}
 			for _, k := range l.keys {
@@ -372,14 +373,14 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 				t.Fatalf("revoke GM key: %d %q", r.status, r.msg)
 			}
 			// A key may revoke itself.
-			if r := tp.revoke(t, alice, aliceID); r.status != http.StatusOK || tr.keyWorks(alice) {
+			if r := tp.revoke(t, alice, aliceKeyID); r.status != http.StatusOK || tr.keyWorks(alice) {
 				t.Fatalf("revoke itself: %d %q", r.status, r.msg)
 			}
 		})
 
 		t.Run(tp.name+"/user per world", func(t *testing.T) {
 			// Unbound, Alice in demo, GM-level everywhere else.
-			perWorld, perWorldID := tr.newKey(&relayv1.CreateKeyRequest{Name: "alice in demo", Scopes: []string{"all"}, ClientUsers: map[string]string{"demo": "Alice"}})
+			perWorld, perWorldID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "alice in demo", Scopes: []string{"all"}, ClientUsers: map[string]string{"demo": "Alice"}})
 			c := tp.create(t, perWorld, &relayv1.CreateKeyRequest{Name: "gm everywhere", Scopes: []string{"all"}})
 			if c.status != http.StatusForbidden || c.msg != `API key acts as user "Alice" in world "demo": keys it creates must act as "Alice" there too` {
 				t.Fatalf("GM everywhere: %d %q", c.status, c.msg)
@@ -397,7 +398,7 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 
 		t.Run(tp.name+"/expiry", func(t *testing.T) {
 			exp := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-			expiring, expiringID := tr.newKey(&relayv1.CreateKeyRequest{Name: "expiring", Scopes: []string{"all"}, ClientIds: demoOnly, ExpiresAt: exp.Format(time.RFC3339)})
+			expiring, expiringID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "expiring", Scopes: []string{"all"}, ClientIds: demoOnly, ExpiresAt: exp.Format(time.RFC3339)})
 			want := "API key expires at " + exp.Format(time.RFC3339) + ": keys it creates must expire no later ('expiresAt')"
 			for _, at := range []string{"", exp.Add(time.Second).Format(time.RFC3339)} {
 				if c := tp.create(t, expiring, &relayv1.CreateKeyRequest{Name: "longer", Scopes: []string{"all"}, ClientIds: demoOnly, ExpiresAt: at}); c.status != http.StatusForbidden || c.msg != want {
@@ -420,22 +421,22 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 func TestKeyCreatorRecorded(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	adminID := tr.keyID(t, tr.adminKey)
-	child, childID := tr.newKey(&relayv1.CreateKeyRequest{Name: "child", Scopes: []string{"admin"}})
-	grandchild := tr.do(http.MethodPost, "/keys", child, nil, map[string]any{"name": "grandchild", "scopes": []string{"admin"}})
-	if grandchild.status != http.StatusOK {
-		t.Fatalf("grandchild: %d %s", grandchild.status, grandchild.body)
+	adminID := tr.keyID(t, tr.AdminKey)
+	child, childID := tr.NewKey(&relayv1.CreateKeyRequest{Name: "child", Scopes: []string{"admin"}})
+	grandchild := tr.Do(http.MethodPost, "/keys", child, nil, map[string]any{"name": "grandchild", "scopes": []string{"admin"}})
+	if grandchild.Status != http.StatusOK {
+		t.Fatalf("grandchild: %d %s", grandchild.Status, grandchild.Body)
 	}
-	grandchildID, _ := grandchild.data(t)["apiKey"].(map[string]any)["id"].(string)
+	grandchildID, _ := grandchild.Data(t)["apiKey"].(map[string]any)["id"].(string)
 
-	r := tr.do(http.MethodGet, "/keys", tr.adminKey, nil, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("list: %d %s", r.status, r.body)
+	r := tr.Do(http.MethodGet, "/keys", tr.AdminKey, nil, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("list: %d %s", r.Status, r.Body)
 	}
 	want := map[string]string{adminID: keys.CreatedByBootstrap, childID: adminID, grandchildID: childID}
-	listed, _ := r.data(t)["keys"].([]any)
+	listed, _ := r.Data(t)["keys"].([]any)
 	if len(listed) != len(want) {
-		t.Fatalf("listing: %s", r.body)
+		t.Fatalf("listing: %s", r.Body)
 	}
 	for _, item := range listed {
 		k, _ := item.(map[string]any)

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -37,22 +39,22 @@ import (
 // and returns a context carrying the admin key.
 func (tr *testRelay) grpcClient(t *testing.T) (*grpc.ClientConn, context.Context) {
 	t.Helper()
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return conn, metadata.AppendToOutgoingContext(t.Context(), "x-api-key", tr.adminKey)
+	return conn, metadata.AppendToOutgoingContext(t.Context(), "x-api-key", tr.AdminKey)
 }
 
 // getDoc reads a document over REST with the admin key.
 func (tr *testRelay) getDoc(t *testing.T, uuid string) map[string]any {
 	t.Helper()
-	resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", uuid), nil)
-	if resp.status != http.StatusOK {
-		t.Fatalf("get %s: %d %s", uuid, resp.status, resp.body)
+	resp := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", uuid), nil)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("get %s: %d %s", uuid, resp.Status, resp.Body)
 	}
-	return resp.data(t)
+	return resp.Data(t)
 }
 
 // unchanged fails the test when a document differs from before.
@@ -112,10 +114,10 @@ func wantInvalid(t *testing.T, what string, err error, want string) {
 }
 
 // wantREST checks a REST answer's status and that its error names want.
-func wantREST(t *testing.T, what string, resp response, code int, want string) {
+func wantREST(t *testing.T, what string, resp relaytest.Response, code int, want string) {
 	t.Helper()
-	if resp.status != code || !strings.Contains(resp.errorText(t), want) {
-		t.Fatalf("%s: %d %.400s, want %d naming %q", what, resp.status, resp.body, code, want)
+	if resp.Status != code || !strings.Contains(resp.ErrorText(t), want) {
+		t.Fatalf("%s: %d %.400s, want %d naming %q", what, resp.Status, resp.Body, code, want)
 	}
 }
 
@@ -152,12 +154,12 @@ func TestRequestSizeLimitSameOnEveryTransport(t *testing.T) {
 	tr := startTestRelay(t)
 	conn, ctx := tr.grpcClient(t)
 	docs := relayv1.NewDocumentServiceClient(conn)
-	before := tr.getDoc(t, ariaUUID)
+	before := tr.getDoc(t, relaytest.AriaUUID)
 	big := strings.Repeat("x", 100<<10)
 
-	resp := tr.do(http.MethodPut, "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.big": big}})
+	resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"flags.big": big}})
 	wantREST(t, "REST update over the limit", resp, http.StatusRequestEntityTooLarge, "Request body too large: the limit is 65536 bytes")
-	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags.big": big})})
+	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags.big": big})})
 	wantGRPCTooLarge(t, "gRPC update over the limit", err, 65536)
 	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Actor", Data: mustStruct(t, map[string]any{"name": "Big", "type": "npc", "flags": map[string]any{"big": big}})})
 	wantGRPCTooLarge(t, "gRPC create over the limit", err, 65536)
@@ -167,24 +169,24 @@ func TestRequestSizeLimitSameOnEveryTransport(t *testing.T) {
 		_, err = relayv1.NewScriptServiceClient(conn).ExecuteJs(ctx, &relayv1.ExecuteJsRequest{Script: strings.Repeat(" ", n)})
 		wantGRPCTooLarge(t, fmt.Sprintf("gRPC script of %d bytes", n), err, 65536)
 	}
-	tr.unchanged(t, ariaUUID, before, "refused oversized requests")
+	tr.unchanged(t, relaytest.AriaUUID, before, "refused oversized requests")
 
 	// Within the limit, both transports write.
 	fits := strings.Repeat("y", 60<<10)
-	if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags.fits": fits})}); err != nil {
+	if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags.fits": fits})}); err != nil {
 		t.Fatalf("gRPC update within the limit: %v", err)
 	}
-	resp = tr.do(http.MethodPut, "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.fits2": fits}})
-	if resp.status != http.StatusOK {
-		t.Fatalf("REST update within the limit: %d %.300s", resp.status, resp.body)
+	resp = tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"flags.fits2": fits}})
+	if resp.Status != http.StatusOK {
+		t.Fatalf("REST update within the limit: %d %.300s", resp.Status, resp.Body)
 	}
 
 	// An upload is not bounded by the request limit: over REST the gateway
 	// sends it in chunks that fit; a gRPC client does the same.
 	file := bytes.Repeat([]byte("0123456789abcdef"), 20<<10) // 320 KiB
 	body, ct := multipartBody(t, [][2]string{{"path", "limits"}}, "rest.bin", file)
-	if resp := tr.send(http.MethodPost, "/upload", tr.adminKey, nil, body, ct); resp.status != http.StatusOK {
-		t.Fatalf("REST upload of 320 KiB: %d %s", resp.status, resp.body)
+	if resp := tr.send(http.MethodPost, "/upload", tr.AdminKey, nil, body, ct); resp.Status != http.StatusOK {
+		t.Fatalf("REST upload of 320 KiB: %d %s", resp.Status, resp.Body)
 	}
 	upload := func(name string, chunk int) error {
 		stream, err := relayv1.NewFileServiceClient(conn).UploadFile(ctx)
@@ -227,46 +229,46 @@ func TestRequestSizeLimitSameOnEveryTransport(t *testing.T) {
 func TestDocumentSizeLimitEveryEntry(t *testing.T) {
 	t.Parallel()
 	const limit = 48 << 10 // Aria is about 34 KB
-	tr := startTestRelay(t, func(c *serveConfig) { c.maxDocumentBytes = limit; c.maxBodyBytes = 1 << 20 })
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxDocumentBytes = limit; c.MaxBodyBytes = 1 << 20 })
 	conn, ctx := tr.grpcClient(t)
 	docs := relayv1.NewDocumentServiceClient(conn)
-	stream := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	stream := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
 	stream.expect("connected")
-	before := tr.getDoc(t, ariaUUID)
+	before := tr.getDoc(t, relaytest.AriaUUID)
 	pad := strings.Repeat("x", 20<<10)
 	want := fmt.Sprintf("over the document size limit of %d bytes", limit)
 
-	resp := tr.do(http.MethodPut, "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"flags.pad": pad}})
-	wantREST(t, "REST update", resp, http.StatusRequestEntityTooLarge, ariaUUID+" would be ")
+	resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"flags.pad": pad}})
+	wantREST(t, "REST update", resp, http.StatusRequestEntityTooLarge, relaytest.AriaUUID+" would be ")
 	wantREST(t, "REST update", resp, http.StatusRequestEntityTooLarge, want)
-	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags.pad": pad})})
+	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags.pad": pad})})
 	wantTooLarge(t, "gRPC update", err, want)
 	// An embedded document grows its parent.
-	resp = tr.do(http.MethodPost, "/create", tr.adminKey, nil, map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Tome", "system": map[string]any{"description": pad}}})
+	resp = tr.Do(http.MethodPost, "/create", tr.AdminKey, nil, map[string]any{"entityType": "Item", "parentUuid": relaytest.AriaUUID, "data": map[string]any{"name": "Tome", "system": map[string]any{"description": pad}}})
 	wantREST(t, "REST create of an item", resp, http.StatusRequestEntityTooLarge, want)
-	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Item", ParentUuid: ariaUUID, Data: mustStruct(t, map[string]any{"name": "Tome", "system": map[string]any{"description": pad}})})
+	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Item", ParentUuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"name": "Tome", "system": map[string]any{"description": pad}})})
 	wantTooLarge(t, "gRPC create of an item", err, want)
 	// A new document on its own.
 	huge := strings.Repeat("z", limit)
-	resp = tr.do(http.MethodPost, "/create", tr.adminKey, nil, map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Huge", "type": "npc", "flags": map[string]any{"pad": huge}}})
+	resp = tr.Do(http.MethodPost, "/create", tr.AdminKey, nil, map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Huge", "type": "npc", "flags": map[string]any{"pad": huge}}})
 	wantREST(t, "REST create of an actor", resp, http.StatusRequestEntityTooLarge, want)
 	// A script's write: the world's error reaches the script, which may
 	// catch it; uncaught, it is the call's error.
-	resp = tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `await game.update("` + ariaUUID + `", {"flags.pad": "x".repeat(20480)})`})
-	if resp.status == http.StatusOK || !strings.Contains(resp.errorText(t), want) {
-		t.Fatalf("script write: %d %s", resp.status, resp.body)
+	resp = tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `await game.update("` + relaytest.AriaUUID + `", {"flags.pad": "x".repeat(20480)})`})
+	if resp.Status == http.StatusOK || !strings.Contains(resp.ErrorText(t), want) {
+		t.Fatalf("script write: %d %s", resp.Status, resp.Body)
 	}
-	resp = tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `try { await game.update("` + ariaUUID + `", {"flags.pad": "x".repeat(20480)}) } catch (e) { return e.kind + ": " + e.message }`})
-	if resp.status != http.StatusOK || !strings.Contains(fmt.Sprint(resp.data(t)["result"]), "too large: ") {
-		t.Fatalf("script catching the refusal: %d %s", resp.status, resp.body)
+	resp = tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `try { await game.update("` + relaytest.AriaUUID + `", {"flags.pad": "x".repeat(20480)}) } catch (e) { return e.kind + ": " + e.message }`})
+	if resp.Status != http.StatusOK || !strings.Contains(fmt.Sprint(resp.Data(t)["result"]), "too large: ") {
+		t.Fatalf("script catching the refusal: %d %s", resp.Status, resp.Body)
 	}
-	tr.unchanged(t, ariaUUID, before, "refused writes")
+	tr.unchanged(t, relaytest.AriaUUID, before, "refused writes")
 	if n := len(tr.getDocs(t, "Huge")); n != 0 {
 		t.Fatalf("the refused actor exists %d times", n)
 	}
 
 	// The first event the stream sees is that of the next write that fits.
-	tr.setHP(ariaUUID, 7)
+	tr.setHP(relaytest.AriaUUID, 7)
 	if f := stream.next(5 * time.Second); !strings.Contains(f.data, `"value":7`) || strings.Contains(f.data, "pad") {
 		t.Fatalf("first event after the refused writes: %s %s", f.event, f.data)
 	}
@@ -275,11 +277,11 @@ func TestDocumentSizeLimitEveryEntry(t *testing.T) {
 // getDocs searches documents by name with the admin key.
 func (tr *testRelay) getDocs(t *testing.T, name string) []any {
 	t.Helper()
-	resp := tr.do(http.MethodGet, "/search", tr.adminKey, q("query", name), nil)
-	if resp.status != http.StatusOK {
-		t.Fatalf("search %s: %d %s", name, resp.status, resp.body)
+	resp := tr.Do(http.MethodGet, "/search", tr.AdminKey, relaytest.Q("query", name), nil)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("search %s: %d %s", name, resp.Status, resp.Body)
 	}
-	results, _ := resp.data(t)["results"].([]any)
+	results, _ := resp.Data(t)["results"].([]any)
 	var out []any
 	for _, r := range results {
 		if m, _ := r.(map[string]any); m["name"] == name {
@@ -296,28 +298,28 @@ func (tr *testRelay) getDocs(t *testing.T, name string) []any {
 // takes is refused as bad input too, never an internal error.
 func TestJSONDepthLimitEveryEntry(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.maxBodyBytes = 1 << 20 })
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxBodyBytes = 1 << 20 })
 	conn, ctx := tr.grpcClient(t)
 	docs := relayv1.NewDocumentServiceClient(conn)
-	before := tr.getDoc(t, ariaUUID)
+	before := tr.getDoc(t, relaytest.AriaUUID)
 	const want = "nests deeper than the limit of 64 levels"
 
-	body := `{"uuid":"` + ariaUUID + `","data":{"flags":` + nestedJSON(64) + `}}`
-	wantREST(t, "REST update 65 levels deep", tr.do(http.MethodPut, "/update", tr.adminKey, nil, body), http.StatusBadRequest, "'data' "+want+" (at data.flags.a.a.a")
+	body := `{"uuid":"` + relaytest.AriaUUID + `","data":{"flags":` + nestedJSON(64) + `}}`
+	wantREST(t, "REST update 65 levels deep", tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, body), http.StatusBadRequest, "'data' "+want+" (at data.flags.a.a.a")
 	for _, n := range []int{5000, 9000} {
-		body := `{"uuid":"` + ariaUUID + `","data":{"flags":` + nestedJSON(n) + `}}`
-		wantREST(t, fmt.Sprintf("REST update %d levels deep", n), tr.do(http.MethodPut, "/update", tr.adminKey, nil, body), http.StatusBadRequest, want)
+		body := `{"uuid":"` + relaytest.AriaUUID + `","data":{"flags":` + nestedJSON(n) + `}}`
+		wantREST(t, fmt.Sprintf("REST update %d levels deep", n), tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, body), http.StatusBadRequest, want)
 	}
-	body = `{"uuid":"` + ariaUUID + `","data":{"flags":` + nestedJSON(20000) + `}}`
-	wantREST(t, "REST update 20,000 levels deep", tr.do(http.MethodPut, "/update", tr.adminKey, nil, body), http.StatusBadRequest, "The request body nests deeper than 10000 levels")
+	body = `{"uuid":"` + relaytest.AriaUUID + `","data":{"flags":` + nestedJSON(20000) + `}}`
+	wantREST(t, "REST update 20,000 levels deep", tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, body), http.StatusBadRequest, "The request body nests deeper than 10000 levels")
 	dotted := map[string]any{"flags" + strings.Repeat(".b", 64): 1}
-	wantREST(t, "REST dotted keys", tr.do(http.MethodPut, "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": dotted}), http.StatusBadRequest, want+" once its dotted keys are expanded")
-	wantREST(t, "REST create", tr.do(http.MethodPost, "/create", tr.adminKey, nil, map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Deep", "type": "npc", "flags": nestedValue(64)}}), http.StatusBadRequest, want)
-	wantREST(t, "REST select", tr.do(http.MethodPost, "/select", tr.adminKey, nil, map[string]any{"data": map[string]any{"actor.flags": nestedValue(64)}}), http.StatusBadRequest, want)
-	resp := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `let v = 1; for (let i = 0; i < 100; i++) v = {a: v}; await game.update("` + ariaUUID + `", {flags: v})`})
+	wantREST(t, "REST dotted keys", tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": dotted}), http.StatusBadRequest, want+" once its dotted keys are expanded")
+	wantREST(t, "REST create", tr.Do(http.MethodPost, "/create", tr.AdminKey, nil, map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Deep", "type": "npc", "flags": nestedValue(64)}}), http.StatusBadRequest, want)
+	wantREST(t, "REST select", tr.Do(http.MethodPost, "/select", tr.AdminKey, nil, map[string]any{"data": map[string]any{"actor.flags": nestedValue(64)}}), http.StatusBadRequest, want)
+	resp := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `let v = 1; for (let i = 0; i < 100; i++) v = {a: v}; await game.update("` + relaytest.AriaUUID + `", {flags: v})`})
 	wantREST(t, "script", resp, http.StatusBadRequest, want)
 
-	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(64)})})
+	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(64)})})
 	wantInvalid(t, "gRPC update", err, "'data' "+want)
 	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Actor", Data: mustStruct(t, map[string]any{"name": "Deep", "type": "npc", "flags": nestedValue(64)})})
 	wantInvalid(t, "gRPC create", err, want)
@@ -325,20 +327,20 @@ func TestJSONDepthLimitEveryEntry(t *testing.T) {
 	wantInvalid(t, "gRPC select", err, want)
 	// Past protobuf's own recursion limit the message cannot be decoded:
 	// still the caller's fault, not the server's.
-	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(6000)})})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(6000)})})
 	wantInvalid(t, "gRPC update 6,000 levels deep", err, "The request message nests too deeply to be read")
-	tr.unchanged(t, ariaUUID, before, "refused deep values")
+	tr.unchanged(t, relaytest.AriaUUID, before, "refused deep values")
 	if n := len(tr.getDocs(t, "Deep")); n != 0 {
 		t.Fatalf("a refused actor exists %d times", n)
 	}
 
 	// At the limit: the data object is level 1.
-	if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(63)})}); err != nil {
+	if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"flags": nestedValue(63)})}); err != nil {
 		t.Fatalf("gRPC update at the limit: %v", err)
 	}
-	body = `{"uuid":"` + ariaUUID + `","data":{"flags":{"rest":` + nestedJSON(62) + `}}}`
-	if resp := tr.do(http.MethodPut, "/update", tr.adminKey, nil, body); resp.status != http.StatusOK {
-		t.Fatalf("REST update at the limit: %d %.300s", resp.status, resp.body)
+	body = `{"uuid":"` + relaytest.AriaUUID + `","data":{"flags":{"rest":` + nestedJSON(62) + `}}}`
+	if resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, body); resp.Status != http.StatusOK {
+		t.Fatalf("REST update at the limit: %d %.300s", resp.Status, resp.Body)
 	}
 }
 
@@ -351,34 +353,34 @@ func TestRefusedKeysEveryEntry(t *testing.T) {
 	tr := startTestRelay(t)
 	conn, ctx := tr.grpcClient(t)
 	docs := relayv1.NewDocumentServiceClient(conn)
-	before := tr.getDoc(t, ariaUUID)
+	before := tr.getDoc(t, relaytest.AriaUUID)
 	const want = "keys named __proto__, constructor and prototype are refused"
 
 	for _, body := range []string{
-		`{"uuid":"` + ariaUUID + `","data":{"__proto__":{"isGM":true}}}`,
-		`{"uuid":"` + ariaUUID + `","data":{"flags":{"x":[{"constructor":{"prototype":{"polluted":1}}}]}}}`,
-		`{"uuid":"` + ariaUUID + `","data":{"flags.__proto__.polluted":1}}`,
-		`{"uuid":"` + ariaUUID + `","data":{"constructor.prototype.polluted":1}}`,
+		`{"uuid":"` + relaytest.AriaUUID + `","data":{"__proto__":{"isGM":true}}}`,
+		`{"uuid":"` + relaytest.AriaUUID + `","data":{"flags":{"x":[{"constructor":{"prototype":{"polluted":1}}}]}}}`,
+		`{"uuid":"` + relaytest.AriaUUID + `","data":{"flags.__proto__.polluted":1}}`,
+		`{"uuid":"` + relaytest.AriaUUID + `","data":{"constructor.prototype.polluted":1}}`,
 	} {
-		wantREST(t, "REST update "+body, tr.do(http.MethodPut, "/update", tr.adminKey, nil, body), http.StatusBadRequest, want)
+		wantREST(t, "REST update "+body, tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, body), http.StatusBadRequest, want)
 	}
-	wantREST(t, "REST create", tr.do(http.MethodPost, "/create", tr.adminKey, nil, `{"entityType":"Actor","data":{"name":"Proto","type":"npc","__proto__":{"x":1}}}`), http.StatusBadRequest, want)
-	wantREST(t, "REST select", tr.do(http.MethodPost, "/select", tr.adminKey, nil, `{"data":{"actor.constructor":1}}`), http.StatusBadRequest, want)
-	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: mustStruct(t, map[string]any{"__proto__": map[string]any{"isGM": true}})})
+	wantREST(t, "REST create", tr.Do(http.MethodPost, "/create", tr.AdminKey, nil, `{"entityType":"Actor","data":{"name":"Proto","type":"npc","__proto__":{"x":1}}}`), http.StatusBadRequest, want)
+	wantREST(t, "REST select", tr.Do(http.MethodPost, "/select", tr.AdminKey, nil, `{"data":{"actor.constructor":1}}`), http.StatusBadRequest, want)
+	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: mustStruct(t, map[string]any{"__proto__": map[string]any{"isGM": true}})})
 	wantInvalid(t, "gRPC update", err, want)
 	_, err = docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Actor", Data: mustStruct(t, map[string]any{"name": "Proto", "type": "npc", "prototype": 1})})
 	wantInvalid(t, "gRPC create", err, want)
 	// A script's object literal sets the prototype (no key); JSON.parse
 	// and computed keys make real ones, which are refused.
 	for _, data := range []string{`JSON.parse('{"__proto__": {"x": 1}}')`, `{["constructor"]: 1}`} {
-		resp := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `await game.update("` + ariaUUID + `", ` + data + `)`})
+		resp := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `await game.update("` + relaytest.AriaUUID + `", ` + data + `)`})
 		wantREST(t, "script "+data, resp, http.StatusBadRequest, want)
 	}
-	tr.unchanged(t, ariaUUID, before, "refused keys")
+	tr.unchanged(t, relaytest.AriaUUID, before, "refused keys")
 
-	resp := tr.do(http.MethodPut, "/update", tr.adminKey, nil, `{"uuid":"`+ariaUUID+`","data":{"flags":{"constructors":1,"my_prototype":2}}}`)
-	if resp.status != http.StatusOK {
-		t.Fatalf("keys containing the words: %d %s", resp.status, resp.body)
+	resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, `{"uuid":"`+relaytest.AriaUUID+`","data":{"flags":{"constructors":1,"my_prototype":2}}}`)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("keys containing the words: %d %s", resp.Status, resp.Body)
 	}
 }
 
@@ -402,9 +404,9 @@ func TestDiceLimits(t *testing.T) {
 		{"1" + strings.Repeat(" + 1", 300), "longer than 1000 characters"},
 		{strings.Repeat("(", 40) + "1" + strings.Repeat(")", 40), "nested deeper than 32 levels"},
 	} {
-		resp := tr.do(http.MethodPost, "/dnd5e/skill-check", tr.adminKey, nil, map[string]any{"actorUuid": ariaUUID, "skill": "arc", "bonus": tc.bonus, "createChatMessage": false})
+		resp := tr.Do(http.MethodPost, "/dnd5e/skill-check", tr.AdminKey, nil, map[string]any{"actorUuid": relaytest.AriaUUID, "skill": "arc", "bonus": tc.bonus, "createChatMessage": false})
 		wantREST(t, "REST bonus "+tc.bonus[:min(len(tc.bonus), 30)], resp, http.StatusBadRequest, tc.want)
-		_, err := dnd.SkillCheck(ctx, &relayv1.SkillCheckRequest{ActorUuid: ariaUUID, Skill: "arc", Bonus: tc.bonus, CreateChatMessage: &noChat})
+		_, err := dnd.SkillCheck(ctx, &relayv1.SkillCheckRequest{ActorUuid: relaytest.AriaUUID, Skill: "arc", Bonus: tc.bonus, CreateChatMessage: &noChat})
 		wantInvalid(t, "gRPC bonus "+tc.bonus[:min(len(tc.bonus), 30)], err, tc.want)
 	}
 }
@@ -416,32 +418,32 @@ func TestErrorsHideServerPaths(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
 	conn, ctx := tr.grpcClient(t)
-	abs, err := filepath.Abs(tr.dataDir)
+	abs, err := filepath.Abs(tr.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaks := func(what, text string) {
 		t.Helper()
-		for _, secret := range []string{abs, tr.dataDir, "world.db", "relay.db", "sqlite", "SQL", ".relay-upload", "goroutine", ".go:"} {
+		for _, secret := range []string{abs, tr.DataDir, "world.db", "relay.db", "sqlite", "SQL", ".relay-upload", "goroutine", ".go:"} {
 			if strings.Contains(text, secret) {
 				t.Fatalf("%s: the answer shows %q: %s", what, secret, text)
 			}
 		}
 	}
 	// A world whose database is damaged.
-	broken := filepath.Join(tr.dataDir, "worlds", "broken")
+	broken := filepath.Join(tr.DataDir, "worlds", "broken")
 	if err := os.MkdirAll(broken, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(broken, "world.db"), bytes.Repeat([]byte("not a database "), 1000), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", "broken", "uuid", ariaUUID), nil)
-	if resp.status != http.StatusServiceUnavailable || resp.errorText(t) != "World broken could not be opened" {
-		t.Fatalf("damaged world: %d %s", resp.status, resp.body)
+	resp := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", "broken", "uuid", relaytest.AriaUUID), nil)
+	if resp.Status != http.StatusServiceUnavailable || resp.ErrorText(t) != "World broken could not be opened" {
+		t.Fatalf("damaged world: %d %s", resp.Status, resp.Body)
 	}
-	leaks("damaged world over REST", string(resp.body))
-	_, err = relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "broken", Uuid: ariaUUID})
+	leaks("damaged world over REST", string(resp.Body))
+	_, err = relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "broken", Uuid: relaytest.AriaUUID})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("damaged world over gRPC: %v", err)
 	}
@@ -451,15 +453,15 @@ func TestErrorsHideServerPaths(t *testing.T) {
 	// a file should be.
 	file := []byte("hello")
 	body, ct := multipartBody(t, [][2]string{{"path", "handouts/welcome.md/inside"}}, "x.txt", file)
-	resp = tr.send(http.MethodPost, "/upload", tr.adminKey, nil, body, ct)
-	if resp.status < 400 {
-		t.Fatalf("upload under a file: %d %s", resp.status, resp.body)
+	resp = tr.send(http.MethodPost, "/upload", tr.AdminKey, nil, body, ct)
+	if resp.Status < 400 {
+		t.Fatalf("upload under a file: %d %s", resp.Status, resp.Body)
 	}
-	leaks("upload under a file", string(resp.body))
+	leaks("upload under a file", string(resp.Body))
 	for _, path := range []string{"/download", "/file-system"} {
 		for _, p := range []string{"handouts", "handouts/welcome.md/x", "../../relay.db", "maps/tavern.svg/x"} {
-			resp := tr.do(http.MethodGet, path, tr.adminKey, q("path", p), nil)
-			leaks(path+" "+p, string(resp.body))
+			resp := tr.Do(http.MethodGet, path, tr.AdminKey, relaytest.Q("path", p), nil)
+			leaks(path+" "+p, string(resp.Body))
 		}
 	}
 	stream, err := relayv1.NewFileServiceClient(conn).UploadFile(ctx)
@@ -481,8 +483,8 @@ func TestErrorsHideServerPaths(t *testing.T) {
 	}
 	leaks("gRPC download of a directory", err.Error())
 	// Scripts see world errors as messages too.
-	resp = tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `try { await game.get("Actor.nope") } catch (e) { return JSON.stringify(e) + e.message + e.stack }`})
-	leaks("script", string(resp.body))
+	resp = tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `try { await game.get("Actor.nope") } catch (e) { return JSON.stringify(e) + e.message + e.stack }`})
+	leaks("script", string(resp.Body))
 }
 
 // TestLimitFlags: every limit of this file is a `relay serve` flag with a
@@ -506,7 +508,7 @@ func TestLimitFlags(t *testing.T) {
 	var cfg serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.flags(fs)
-	if err := fs.Parse(nil); err != nil || cfg.maxDocumentBytes != 4096 || cfg.maxJSONDepth != 12 || cfg.maxBodyBytes != 8192 || cfg.check() != nil {
+	if err := fs.Parse(nil); err != nil || cfg.MaxDocumentBytes != 4096 || cfg.MaxJSONDepth != 12 || cfg.MaxBodyBytes != 8192 || cfg.check() != nil {
 		t.Fatalf("from the environment: %+v %v", cfg, err)
 	}
 	for _, args := range [][]string{{"--max-body-bytes", "100"}, {"--max-document-bytes", "10"}, {"--max-json-depth", "2"}} {

@@ -19,6 +19,8 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -26,7 +28,7 @@ import (
 // tabletop returns an unpaired simulated tabletop for the relay whose
 // handler echoes every request's type.
 func (tr *testRelay) tabletop(mutate ...func(*linktest.Config)) *linktest.Tabletop {
-	cfg := linktest.Config{RelayURL: tr.base, WorldID: "tavern-tales", WorldTitle: "Tavern Tales",
+	cfg := linktest.Config{RelayURL: tr.Base, WorldID: "tavern-tales", WorldTitle: "Tavern Tales",
 		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-e2e",
 		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}},
 		Handler: func(_ context.Context, req linktest.Request) (any, bool) {
@@ -39,25 +41,25 @@ func (tr *testRelay) tabletop(mutate ...func(*linktest.Config)) *linktest.Tablet
 }
 
 // pairingCode creates a pairing code over REST with the given key.
-func (tr *testRelay) pairingCode(key, clientID string) response {
+func (tr *testRelay) pairingCode(key, clientID string) relaytest.Response {
 	tr.t.Helper()
 	body := map[string]any{}
 	if clientID != "" {
 		body["clientId"] = clientID
 	}
-	return tr.do(http.MethodPost, "/pairing-codes", key, nil, body)
+	return tr.Do(http.MethodPost, "/pairing-codes", key, nil, body)
 }
 
 // linkedTabletop pairs a tabletop with a code from the admin key and
 // connects it.
 func (tr *testRelay) linkedTabletop(mutate ...func(*linktest.Config)) *linktest.Tabletop {
 	tr.t.Helper()
-	r := tr.pairingCode(tr.adminKey, "")
-	if r.status != http.StatusOK {
-		tr.t.Fatalf("pairing code: %d %s", r.status, r.body)
+	r := tr.pairingCode(tr.AdminKey, "")
+	if r.Status != http.StatusOK {
+		tr.t.Fatalf("pairing code: %d %s", r.Status, r.Body)
 	}
 	tt := tr.tabletop(mutate...)
-	if _, err := tt.Pair(context.Background(), r.data(tr.t)["code"].(string)); err != nil {
+	if _, err := tt.Pair(context.Background(), r.Data(tr.t)["code"].(string)); err != nil {
 		tr.t.Fatal(err)
 	}
 	if err := tt.Connect(context.Background()); err != nil {
@@ -75,18 +77,18 @@ func TestLinkPairConnectCallUnpair(t *testing.T) {
 	t.Parallel()
 	// Short idle and header time-outs: the socket, once upgraded, is no
 	// longer the HTTP server's, and must outlive them.
-	tr := startTestRelay(t, func(c *serveConfig) { c.idleTimeout = 100 * time.Millisecond })
+	tr := startTestRelay(t, func(c *node.Config) { c.IdleTimeout = 100 * time.Millisecond })
 	ctx := context.Background()
 
-	r := tr.pairingCode(tr.adminKey, "")
-	if r.status != http.StatusOK {
-		t.Fatalf("POST /pairing-codes: %d %s", r.status, r.body)
+	r := tr.pairingCode(tr.AdminKey, "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("POST /pairing-codes: %d %s", r.Status, r.Body)
 	}
-	env := r.json(t)
-	d := r.data(t)
+	env := r.JSON(t)
+	d := r.Data(t)
 	code, _ := d["code"].(string)
 	if env["type"] != "create-pairing-code-result" || len(code) != link.CodeLength || d["expiresIn"] != float64(600) || d["clientId"] != "" {
-		t.Fatalf("pairing code answer %s", r.body)
+		t.Fatalf("pairing code answer %s", r.Body)
 	}
 	if exp, err := time.Parse(time.RFC3339, d["expiresAt"].(string)); err != nil || time.Until(exp) < 9*time.Minute {
 		t.Fatalf("expiresAt %v %v", d["expiresAt"], err)
@@ -97,14 +99,14 @@ func TestLinkPairConnectCallUnpair(t *testing.T) {
 	if err != nil {
 		t.Fatalf("POST /auth/pair: %v", err)
 	}
-	if res.RelayURL != "ws://"+tr.addr+"/relay" {
+	if res.RelayURL != "ws://"+tr.Addr()+"/relay" {
 		t.Fatalf("relayUrl %q", res.RelayURL)
 	}
 	if err := tt.Connect(ctx); err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	defer tt.Drop()
-	hub := tr.links.Hub()
+	hub := tr.Links().Hub()
 	if !hub.Online(res.ClientID) {
 		t.Fatal("the world is not online")
 	}
@@ -123,13 +125,13 @@ func TestLinkPairConnectCallUnpair(t *testing.T) {
 
 	// Unpair over REST: the token is revoked and the socket closed with
 	// 1008, after which the module forgets its token.
-	r = tr.do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.adminKey, nil, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("DELETE /linked-worlds: %d %s", r.status, r.body)
+	r = tr.Do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.AdminKey, nil, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("DELETE /linked-worlds: %d %s", r.Status, r.Body)
 	}
-	if d := r.data(t); r.json(t)["type"] != "unpair-world-result" || d["clientId"] != res.ClientID ||
+	if d := r.Data(t); r.JSON(t)["type"] != "unpair-world-result" || d["clientId"] != res.ClientID ||
 		d["revokedTokens"] != float64(1) || d["disconnected"] != true {
-		t.Fatalf("unpair answer %s", r.body)
+		t.Fatalf("unpair answer %s", r.Body)
 	}
 	waitFor(t, "the socket to close", func() bool { return !tt.Connected() })
 	if tt.LastClose() != link.CloseAuthFailed {
@@ -139,9 +141,9 @@ func TestLinkPairConnectCallUnpair(t *testing.T) {
 		t.Fatalf("call after unpair: %v", err)
 	}
 	// Again: nothing left to revoke.
-	r = tr.do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.adminKey, nil, nil)
-	if d := r.data(t); r.status != http.StatusOK || d["revokedTokens"] != float64(0) || d["disconnected"] != false {
-		t.Fatalf("second unpair %d %s", r.status, r.body)
+	r = tr.Do(http.MethodDelete, "/linked-worlds/"+res.ClientID, tr.AdminKey, nil, nil)
+	if d := r.Data(t); r.Status != http.StatusOK || d["revokedTokens"] != float64(0) || d["disconnected"] != false {
+		t.Fatalf("second unpair %d %s", r.Status, r.Body)
 	}
 	// Bad input names its parameter; an unknown world is a 404.
 	for _, c := range []struct {
@@ -152,13 +154,13 @@ func TestLinkPairConnectCallUnpair(t *testing.T) {
 		{"/linked-worlds/fvtt_0000000000000000", http.StatusNotFound, "Linked world not found: fvtt_0000000000000000"},
 		{"/linked-worlds/a%20b", http.StatusBadRequest, "'clientId' must be a world's id (letters, digits, '_' and '-', at most 64)"},
 	} {
-		r := tr.do(http.MethodDelete, c.path, tr.adminKey, nil, nil)
-		if r.status != c.status || r.errorText(t) != c.msg {
-			t.Errorf("DELETE %s: %d %s", c.path, r.status, r.body)
+		r := tr.Do(http.MethodDelete, c.path, tr.AdminKey, nil, nil)
+		if r.Status != c.status || r.ErrorText(t) != c.msg {
+			t.Errorf("DELETE %s: %d %s", c.path, r.Status, r.Body)
 		}
 	}
-	if r := tr.pairingCode(tr.adminKey, "demo"); r.status != http.StatusNotFound || r.errorText(t) != "Linked world not found: demo" {
-		t.Errorf("pairing code for an embedded world: %d %s", r.status, r.body)
+	if r := tr.pairingCode(tr.AdminKey, "demo"); r.Status != http.StatusNotFound || r.ErrorText(t) != "Linked world not found: demo" {
+		t.Errorf("pairing code for an embedded world: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -169,12 +171,12 @@ func TestLinkPairingOverGRPC(t *testing.T) {
 	tr := startTestRelay(t)
 	tt := tr.linkedTabletop()
 	clientID, _ := tt.Credentials()
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
 	svc := relayv1.NewLinkServiceClient(conn)
 	resp, err := svc.CreatePairingCode(ctx, &relayv1.CreatePairingCodeRequest{ClientId: clientID})
 	if err != nil || resp.GetClientId() != clientID || len(resp.GetCode()) != link.CodeLength || resp.GetExpiresIn() != 600 {
@@ -211,7 +213,7 @@ func TestLinkKeyBindings(t *testing.T) {
 	ctx := context.Background()
 	mk := func(spec keys.Spec) string {
 		spec.Name = "k"
-		plain, _, err := tr.keys.Create(ctx, spec)
+		plain, _, err := tr.Keys().Create(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +227,7 @@ func TestLinkKeyBindings(t *testing.T) {
 	aliceElsewhere := mk(keys.Spec{Scopes: admin, ClientUsers: map[string]string{"demo": "Alice"}})
 	noAdmin := mk(keys.Spec{Scopes: []string{keys.ScopeClientsRead}})
 
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +251,8 @@ func TestLinkKeyBindings(t *testing.T) {
 		{"user elsewhere only", aliceElsewhere, linked, http.StatusOK, ""},
 	} {
 		r := tr.pairingCode(c.key, c.clientID)
-		if r.status != c.status || (c.msg != "" && r.errorText(t) != c.msg) {
-			t.Errorf("REST %s: %d %s", c.name, r.status, r.body)
+		if r.Status != c.status || (c.msg != "" && r.ErrorText(t) != c.msg) {
+			t.Errorf("REST %s: %d %s", c.name, r.Status, r.Body)
 		}
 		gctx := metadata.AppendToOutgoingContext(ctx, "x-api-key", c.key)
 		_, err := svc.CreatePairingCode(gctx, &relayv1.CreatePairingCodeRequest{ClientId: c.clientID})
@@ -265,15 +267,15 @@ func TestLinkKeyBindings(t *testing.T) {
 	// Unpairing follows the same rule; refused unpairs leave the world
 	// connected.
 	for _, key := range []string{boundDemo, asAlice, boundLinkedAsUser, noAdmin} {
-		if r := tr.do(http.MethodDelete, "/linked-worlds/"+linked, key, nil, nil); r.status != http.StatusForbidden {
-			t.Errorf("unpair with a refused key: %d %s", r.status, r.body)
+		if r := tr.Do(http.MethodDelete, "/linked-worlds/"+linked, key, nil, nil); r.Status != http.StatusForbidden {
+			t.Errorf("unpair with a refused key: %d %s", r.Status, r.Body)
 		}
 	}
-	if !tt.Connected() || !tr.links.Hub().Online(linked) {
+	if !tt.Connected() || !tr.Links().Hub().Online(linked) {
 		t.Fatal("a refused unpair disconnected the world")
 	}
-	if r := tr.do(http.MethodDelete, "/linked-worlds/"+linked, boundLinked, nil, nil); r.status != http.StatusOK {
-		t.Fatalf("unpair with the world's own key: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodDelete, "/linked-worlds/"+linked, boundLinked, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("unpair with the world's own key: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -283,7 +285,7 @@ func TestLinkKeyBindings(t *testing.T) {
 // allowance of failed API keys.
 func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.pairRateLimit = 3; c.authFailureLimit = 3 })
+	tr := startTestRelay(t, func(c *node.Config) { c.PairRateLimit = 3; c.AuthFailureLimit = 3 })
 	ctx := context.Background()
 	tt := tr.linkedTabletop() // one pairing attempt
 	clientID, token := tt.Credentials()
@@ -294,8 +296,8 @@ func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
 	if _, err := tr.tabletop().Pair(ctx, "ZZZZZZ"); !errors.As(err, &he) || he.Status != http.StatusUnauthorized {
 		t.Fatalf("bad code: %v", err)
 	}
-	r := tr.pairingCode(tr.adminKey, "")
-	_, err := tr.tabletop().Pair(ctx, r.data(t)["code"].(string))
+	r := tr.pairingCode(tr.AdminKey, "")
+	_, err := tr.tabletop().Pair(ctx, r.Data(t)["code"].(string))
 	if !errors.As(err, &he) || he.Status != http.StatusTooManyRequests {
 		t.Fatalf("fourth pairing attempt with a good code: %v", err)
 	}
@@ -310,11 +312,11 @@ func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
 			t.Fatal("a bad token connected")
 		}
 	}
-	if r := tr.do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.status != http.StatusUnauthorized {
-		t.Fatalf("bad API key: %d", r.status)
+	if r := tr.Do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("bad API key: %d", r.Status)
 	}
-	if r := tr.do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("bad API key past the shared allowance: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/clients", "rk_notakey", nil, nil); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("bad API key past the shared allowance: %d %s", r.Status, r.Body)
 	}
 	tt.Drop()
 	again := tr.tabletop()
@@ -323,8 +325,8 @@ func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
 		t.Fatalf("good token from a blocked address: %v", err)
 	}
 	// The admin key still works: a valid key is never refused.
-	if r := tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil); r.status != http.StatusOK {
-		t.Fatalf("admin key from a blocked address: %d", r.status)
+	if r := tr.Do(http.MethodGet, "/clients", tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("admin key from a blocked address: %d", r.Status)
 	}
 }
 
@@ -333,7 +335,7 @@ func TestLinkEndpointsNeedNoKeyAndAreLimited(t *testing.T) {
 func TestLinkCLI(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	common := []string{"--addr", tr.addr, "--admin-key-file", filepath.Join(tr.dataDir, "admin.key")}
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", filepath.Join(tr.DataDir, "admin.key")}
 	out, errOut, err := cli(t, append([]string{"worlds", "pair-code"}, common...)...)
 	if err != nil {
 		t.Fatalf("pair-code: %v\n%s", err, errOut)
@@ -373,7 +375,7 @@ func TestLinkCLI(t *testing.T) {
 // reconnection brings the world back with its event channels.
 func TestLinkDisconnectAndReconnect(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.linkReplyTimeout = time.Minute })
+	tr := startTestRelay(t, func(c *node.Config) { c.LinkReplyTimeout = time.Minute })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	arrived := make(chan struct{}, 10)
@@ -385,12 +387,12 @@ func TestLinkDisconnectAndReconnect(t *testing.T) {
 			return nil, false
 		}
 	})
-	r := tr.pairingCode(tr.adminKey, "")
-	if _, err := tt.Pair(ctx, r.data(t)["code"].(string)); err != nil {
+	r := tr.pairingCode(tr.AdminKey, "")
+	if _, err := tt.Pair(ctx, r.Data(t)["code"].(string)); err != nil {
 		t.Fatal(err)
 	}
 	clientID, _ := tt.Credentials()
-	hub := tr.links.Hub()
+	hub := tr.Links().Hub()
 	if err := hub.SetChannel(clientID, "hooks", 1); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -45,23 +47,23 @@ func TestLinkedWorldCalls(t *testing.T) {
 		}
 	})
 	clientID, _ := tt.Credentials()
-	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) > 0 })
+	waitFor(t, "the player list", func() bool { info, _ := tr.Links().Hub().Info(clientID); return len(info.Players) > 0 })
 	last := func() map[string]any {
 		mu.Lock()
 		defer mu.Unlock()
 		return seen[len(seen)-1]
 	}
 
-	r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero", "userId", "Gamemaster"), nil)
-	if r.status != http.StatusOK || r.json(t)["type"] != "entity-result" || r.data(t)["name"] != "Hero" {
-		t.Fatalf("GET /get: %d %s", r.status, r.body)
+	r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hero", "userId", "Gamemaster"), nil)
+	if r.Status != http.StatusOK || r.JSON(t)["type"] != "entity-result" || r.Data(t)["name"] != "Hero" {
+		t.Fatalf("GET /get: %d %s", r.Status, r.Body)
 	}
 	if m := last(); m["type"] != "entity" || m["uuid"] != "Actor.hero" || m["userId"] != "gm000000000000001" {
 		t.Fatalf("the module got %v", m)
 	}
-	scoped, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read", "clients:read"}})
-	if r := tr.do(http.MethodGet, "/get", scoped, q("clientId", clientID, "uuid", "Actor.hero"), nil); r.status != http.StatusOK {
-		t.Fatalf("GET /get with a scoped key: %d %s", r.status, r.body)
+	scoped, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{"entity:read", "clients:read"}})
+	if r := tr.Do(http.MethodGet, "/get", scoped, relaytest.Q("clientId", clientID, "uuid", "Actor.hero"), nil); r.Status != http.StatusOK {
+		t.Fatalf("GET /get with a scoped key: %d %s", r.Status, r.Body)
 	}
 	if s, _ := last()["_scopes"].([]any); !slices.Contains(s, any("entity:read")) {
 		t.Fatalf("_scopes %v", last()["_scopes"])
@@ -74,26 +76,26 @@ func TestLinkedWorldCalls(t *testing.T) {
 		{"Actor.secret", http.StatusForbidden, "User 'Gamemaster' does not have permission to view this entity"},
 		{"Actor.gone", http.StatusNotFound, "Entity not found"},
 	} {
-		r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", c.uuid), nil)
-		if r.status != c.status || r.errorText(t) != c.msg {
-			t.Errorf("GET /get %s: %d %s", c.uuid, r.status, r.body)
+		r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", c.uuid), nil)
+		if r.Status != c.status || r.ErrorText(t) != c.msg {
+			t.Errorf("GET /get %s: %d %s", c.uuid, r.Status, r.Body)
 		}
 	}
 	// An unknown user is refused by our interceptors before the module.
 	n := len(seen)
-	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero", "userId", "Nobody"), nil); r.status != http.StatusBadRequest ||
-		r.errorText(t) != "User not found: Nobody" || len(seen) != n {
-		t.Errorf("unknown user: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hero", "userId", "Nobody"), nil); r.Status != http.StatusBadRequest ||
+		r.ErrorText(t) != "User not found: Nobody" || len(seen) != n {
+		t.Errorf("unknown user: %d %s", r.Status, r.Body)
 	}
 	// What the linked world does not offer names the operation.
-	if r := tr.do(http.MethodPost, "/dnd5e/short-rest", tr.adminKey, q("clientId", clientID), map[string]any{"actorUuid": "Actor.hero"}); r.status != http.StatusNotImplemented ||
-		r.errorText(t) != "World '"+clientID+"' does not offer dnd5e/short-rest" {
-		t.Errorf("short rest: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodPost, "/dnd5e/short-rest", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"actorUuid": "Actor.hero"}); r.Status != http.StatusNotImplemented ||
+		r.ErrorText(t) != "World '"+clientID+"' does not offer dnd5e/short-rest" {
+		t.Errorf("short rest: %d %s", r.Status, r.Body)
 	}
 
 	// GET /clients: both kinds, with what a caller needs to pick one.
-	r = tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil)
-	clients := r.data(t)["clients"].([]any)
+	r = tr.Do(http.MethodGet, "/clients", tr.AdminKey, nil, nil)
+	clients := r.Data(t)["clients"].([]any)
 	var demo, linked map[string]any
 	for _, c := range clients {
 		c := c.(map[string]any)
@@ -116,32 +118,32 @@ func TestLinkedWorldCalls(t *testing.T) {
 			t.Errorf("%s %v", f, linked[f])
 		}
 	}
-	bound, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "bound", Scopes: []string{"all"}, ClientIds: []string{"demo"}})
-	r = tr.do(http.MethodGet, "/clients", bound, nil, nil)
-	if cs := r.data(t)["clients"].([]any); len(cs) != 1 || cs[0].(map[string]any)["clientId"] != "demo" {
-		t.Errorf("bound key's /clients: %s", r.body)
+	bound, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "bound", Scopes: []string{"all"}, ClientIds: []string{"demo"}})
+	r = tr.Do(http.MethodGet, "/clients", bound, nil, nil)
+	if cs := r.Data(t)["clients"].([]any); len(cs) != 1 || cs[0].(map[string]any)["clientId"] != "demo" {
+		t.Errorf("bound key's /clients: %s", r.Body)
 	}
-	if r := tr.do(http.MethodGet, "/get", bound, q("clientId", clientID, "uuid", "Actor.hero"), nil); r.status != http.StatusForbidden {
-		t.Errorf("bound key on the linked world: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", bound, relaytest.Q("clientId", clientID, "uuid", "Actor.hero"), nil); r.Status != http.StatusForbidden {
+		t.Errorf("bound key on the linked world: %d %s", r.Status, r.Body)
 	}
 
 	// Not connected: 503 at once, and /clients shows it offline.
 	tt.Drop()
-	waitFor(t, "the world to go offline", func() bool { return !tr.links.Hub().Online(clientID) })
+	waitFor(t, "the world to go offline", func() bool { return !tr.Links().Hub().Online(clientID) })
 	start := time.Now()
-	r = tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hero"), nil)
-	if r.status != http.StatusServiceUnavailable || r.errorText(t) != "world "+clientID+" is not connected" || time.Since(start) > 5*time.Second {
-		t.Errorf("not connected: %d %s", r.status, r.body)
+	r = tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hero"), nil)
+	if r.Status != http.StatusServiceUnavailable || r.ErrorText(t) != "world "+clientID+" is not connected" || time.Since(start) > 5*time.Second {
+		t.Errorf("not connected: %d %s", r.Status, r.Body)
 	}
-	r = tr.do(http.MethodGet, "/clients", tr.adminKey, nil, nil)
-	for _, c := range r.data(t)["clients"].([]any) {
+	r = tr.Do(http.MethodGet, "/clients", tr.AdminKey, nil, nil)
+	for _, c := range r.Data(t)["clients"].([]any) {
 		if c := c.(map[string]any); c["clientId"] == clientID && (c["online"] != false || c["isOnline"] != false || c["connectedSince"] != "" || c["lastSeen"] == "") {
 			t.Errorf("offline world in /clients: %v", c)
 		}
 	}
 	// An id of neither kind is 404 as before.
-	if r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", "nowhere", "uuid", "Actor.hero"), nil); r.status != http.StatusNotFound {
-		t.Errorf("unknown world: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", "nowhere", "uuid", "Actor.hero"), nil); r.Status != http.StatusNotFound {
+		t.Errorf("unknown world: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -150,7 +152,7 @@ func TestLinkedWorldCalls(t *testing.T) {
 // requests in flight fails them at once with 503.
 func TestLinkedWorldFailures(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) { c.linkReplyTimeout = time.Second })
+	tr := startTestRelay(t, func(c *node.Config) { c.LinkReplyTimeout = time.Second })
 	got := make(chan string, 10)
 	tt := tr.linkedTabletop(func(c *linktest.Config) {
 		c.Handler = func(ctx context.Context, req linktest.Request) (any, bool) {
@@ -165,18 +167,18 @@ func TestLinkedWorldFailures(t *testing.T) {
 		}
 	})
 	clientID, _ := tt.Credentials()
-	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) > 0 })
+	waitFor(t, "the player list", func() bool { info, _ := tr.Links().Hub().Info(clientID); return len(info.Players) > 0 })
 
-	r := tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.slow"), nil)
-	if r.status != http.StatusGatewayTimeout || r.errorText(t) != "world "+clientID+" did not answer entity within 1s" {
-		t.Errorf("time-out: %d %s", r.status, r.body)
+	r := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.slow"), nil)
+	if r.Status != http.StatusGatewayTimeout || r.ErrorText(t) != "world "+clientID+" did not answer entity within 1s" {
+		t.Errorf("time-out: %d %s", r.Status, r.Body)
 	}
 	<-got
 
-	done := make(chan response, 3)
+	done := make(chan relaytest.Response, 3)
 	for range 3 {
 		go func() {
-			done <- tr.do(http.MethodGet, "/get", tr.adminKey, q("clientId", clientID, "uuid", "Actor.hang"), nil)
+			done <- tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hang"), nil)
 		}()
 	}
 	for range 3 {
@@ -185,8 +187,8 @@ func TestLinkedWorldFailures(t *testing.T) {
 	tt.Drop()
 	for range 3 {
 		r := <-done
-		if r.status != http.StatusServiceUnavailable || r.errorText(t) != "world "+clientID+" disconnected before answering entity" {
-			t.Errorf("disconnect in flight: %d %s", r.status, r.body)
+		if r.Status != http.StatusServiceUnavailable || r.ErrorText(t) != "world "+clientID+" disconnected before answering entity" {
+			t.Errorf("disconnect in flight: %d %s", r.Status, r.Body)
 		}
 	}
 }
@@ -203,10 +205,10 @@ func TestLinkedWorldEvents(t *testing.T) {
 		c.Players = append(c.Players, link.Player{ID: "alice00000000001", Name: "Alice", Role: world.RolePlayer})
 	})
 	clientID, _ := tt.Credentials()
-	waitFor(t, "the player list", func() bool { info, _ := tr.links.Hub().Info(clientID); return len(info.Players) == 2 })
+	waitFor(t, "the player list", func() bool { info, _ := tr.Links().Hub().Info(clientID); return len(info.Players) == 2 })
 
-	actor := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), nil)
-	alice := tr.openStream("/hooks/subscribe", tr.adminKey, q("clientId", clientID, "userId", "Alice"), nil)
+	actor := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("clientId", clientID, "actorUuid", "Actor.a"), nil)
+	alice := tr.openStream("/hooks/subscribe", tr.AdminKey, relaytest.Q("clientId", clientID, "userId", "Alice"), nil)
 	actor.expect("connected")
 	alice.expect("connected")
 	waitFor(t, "the module's channels", func() bool { c := tt.Channels(); return c["actor-events"] && c["hooks"] })
@@ -246,7 +248,7 @@ func TestLinkedWorldEvents(t *testing.T) {
 	}
 	before := turnedOn()
 	tt.Drop()
-	waitFor(t, "the world to go offline", func() bool { return !tr.links.Hub().Online(clientID) })
+	waitFor(t, "the world to go offline", func() bool { return !tr.Links().Hub().Online(clientID) })
 	if err := tt.Connect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,7 @@ func TestLinkedWorldEvents(t *testing.T) {
 	}
 
 	// Resume from before the actor event replays it.
-	again := tr.openStream("/actor/subscribe", tr.adminKey, q("clientId", clientID, "actorUuid", "Actor.a"), http.Header{"Last-Event-Id": {"1"}})
+	again := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("clientId", clientID, "actorUuid", "Actor.a"), http.Header{"Last-Event-Id": {"1"}})
 	again.expect("connected")
 	if r := again.expect("actor-update")[0]; r.id != "2" || r.json(t)["actorUuid"] != "Actor.a" {
 		t.Fatalf("replayed %+v", r)

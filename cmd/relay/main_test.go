@@ -1,16 +1,14 @@
 package main
 
 import (
-	"os"
 	"testing"
 
-	"github.com/tabletop-relay/relay/world/script"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // TestMain lets the test binary serve as an execute-js worker, as the
 // relay binary does in main: the relays these tests start in process run
 // their scripts by starting the test binary again (see script.Pool).
 func TestMain(m *testing.M) {
-	script.WorkerMain()
-	os.Exit(m.Run())
+	relaytest.Main(m)
 }

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // logSink is a log destination safe for the relay's goroutines.
@@ -109,18 +111,18 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	t.Parallel()
 	var logs logSink
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tr := startTestRelayLogged(t, log, func(c *serveConfig) {
-		c.metricsListen = "127.0.0.1:0"
-		c.corsOrigins = "https://app.example"
-		c.maxQueryBytes = 1024
-		c.rateLimit, c.rateLimitBurst = 600, 40
+	tr := startTestRelayLogged(t, log, func(c *node.Config) {
+		c.MetricsListen = "127.0.0.1:0"
+		c.CORSOrigins = "https://app.example"
+		c.MaxQueryBytes = 1024
+		c.RateLimit, c.RateLimitBurst = 600, 40
 	})
-	if tr.metricsAddr == "" {
+	if tr.MetricsAddr() == "" {
 		t.Fatal("metrics address not set")
 	}
 	// The metrics are not served on the API's address.
-	if resp := tr.do("GET", "/metrics", tr.adminKey, nil, nil); resp.status != http.StatusNotFound {
-		t.Fatalf("/metrics on the API's address: %d", resp.status)
+	if resp := tr.Do("GET", "/metrics", tr.AdminKey, nil, nil); resp.Status != http.StatusNotFound {
+		t.Fatalf("/metrics on the API's address: %d", resp.Status)
 	}
 
 	type want struct {
@@ -130,54 +132,54 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		rpc          string
 	}
 	var checks []struct {
-		resp response
+		resp relaytest.Response
 		want want
 	}
-	check := func(resp response, w want) {
+	check := func(resp relaytest.Response, w want) {
 		checks = append(checks, struct {
-			resp response
+			resp relaytest.Response
 			want want
 		}{resp, w})
 	}
 	// The admin key's id, from the key list.
-	keyList := tr.do("GET", "/keys", tr.adminKey, nil, nil)
-	if keyList.status != http.StatusOK {
-		t.Fatalf("GET /keys: %d %s", keyList.status, keyList.body)
+	keyList := tr.Do("GET", "/keys", tr.AdminKey, nil, nil)
+	if keyList.Status != http.StatusOK {
+		t.Fatalf("GET /keys: %d %s", keyList.Status, keyList.Body)
 	}
-	adminKeyID := regexp.MustCompile(`"id":"([^"]+)"`).FindStringSubmatch(string(keyList.body))[1]
+	adminKeyID := regexp.MustCompile(`"id":"([^"]+)"`).FindStringSubmatch(string(keyList.Body))[1]
 
-	check(tr.do("GET", "/get", tr.adminKey, q("uuid", ariaUUID), nil), want{"GET", "/get", 200, adminKeyID, "demo", "/relay.v1.DocumentService/GetDocument"})
-	check(tr.do("GET", "/get", "", q("uuid", ariaUUID), nil), want{"GET", "/get", 401, "", "", ""})
-	check(tr.do("GET", "/get", "not-a-key", q("uuid", ariaUUID), nil), want{"GET", "/get", 401, "", "", ""})
-	check(tr.do("GET", "/no-such-route", tr.adminKey, nil, nil), want{"GET", "/no-such-route", 404, "", "", ""})
-	check(tr.do("GET", "/get", tr.adminKey, q("uuid", strings.Repeat("x", 2000)), nil), want{"GET", "/get", 414, "", "", ""})
-	check(tr.do("POST", "/create", tr.adminKey, nil, strings.Repeat(" ", 70<<10)), want{"POST", "/create", 413, "", "", ""})
-	check(tr.do("PUT", "/update", tr.adminKey, nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"name": "Aria"}}), want{"PUT", "/update", 200, adminKeyID, "demo", "/relay.v1.DocumentService/UpdateDocument"})
+	check(tr.Do("GET", "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil), want{"GET", "/get", 200, adminKeyID, "demo", "/relay.v1.DocumentService/GetDocument"})
+	check(tr.Do("GET", "/get", "", relaytest.Q("uuid", relaytest.AriaUUID), nil), want{"GET", "/get", 401, "", "", ""})
+	check(tr.Do("GET", "/get", "not-a-key", relaytest.Q("uuid", relaytest.AriaUUID), nil), want{"GET", "/get", 401, "", "", ""})
+	check(tr.Do("GET", "/no-such-route", tr.AdminKey, nil, nil), want{"GET", "/no-such-route", 404, "", "", ""})
+	check(tr.Do("GET", "/get", tr.AdminKey, relaytest.Q("uuid", strings.Repeat("x", 2000)), nil), want{"GET", "/get", 414, "", "", ""})
+	check(tr.Do("POST", "/create", tr.AdminKey, nil, strings.Repeat(" ", 70<<10)), want{"POST", "/create", 413, "", "", ""})
+	check(tr.Do("PUT", "/update", tr.AdminKey, nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"name": "Aria"}}), want{"PUT", "/update", 200, adminKeyID, "demo", "/relay.v1.DocumentService/UpdateDocument"})
 	preflight := tr.sendWith("OPTIONS", "/get", http.Header{"Origin": {"https://app.example"}, "Access-Control-Request-Method": {"GET"}, "Access-Control-Request-Headers": {"x-api-key"}}, "")
 
 	// A gRPC-native call.
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
 	var hdr metadata.MD
-	if _, err := relayv1.NewDocumentServiceClient(tr.conn).GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID}, grpc.Header(&hdr)); err != nil {
+	if _, err := relayv1.NewDocumentServiceClient(tr.Conn).GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}, grpc.Header(&hdr)); err != nil {
 		t.Fatalf("gRPC GetDocument: %v", err)
 	}
 
-	if resp := tr.do("GET", "/healthz", "", nil, nil); resp.status != http.StatusOK {
-		t.Fatalf("/healthz: %d", resp.status)
+	if resp := tr.Do("GET", "/healthz", "", nil, nil); resp.Status != http.StatusOK {
+		t.Fatalf("/healthz: %d", resp.Status)
 	}
 
 	// An event stream, with an event delivered to it.
-	stream := tr.openStream("/actor/subscribe", tr.adminKey, q("actorUuid", ariaUUID), nil)
+	stream := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
 	streamID := stream.resp.Header.Get("X-Request-Id")
 	stream.expect("connected")
-	tr.setHP(ariaUUID, 3)
+	tr.setHP(relaytest.AriaUUID, 3)
 	stream.expect("actor-update")
 
 	// The rate limit refuses a key past its burst.
-	limited, _ := tr.newKey(&relayv1.CreateKeyRequest{Name: "limited", Scopes: []string{"entity:read"}})
+	limited, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "limited", Scopes: []string{"entity:read"}})
 	refused := 0
 	for range 60 {
-		if tr.do("GET", "/get", limited, q("uuid", ariaUUID), nil).status == http.StatusTooManyRequests {
+		if tr.Do("GET", "/get", limited, relaytest.Q("uuid", relaytest.AriaUUID), nil).Status == http.StatusTooManyRequests {
 			refused++
 		}
 	}
@@ -186,11 +188,11 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}
 
 	// The tabletop module's pairing endpoint, with a bad body.
-	if resp := tr.do("POST", "/auth/pair", "", nil, "{"); resp.status != http.StatusBadRequest {
-		t.Fatalf("POST /auth/pair: %d %s", resp.status, resp.body)
+	if resp := tr.Do("POST", "/auth/pair", "", nil, "{"); resp.Status != http.StatusBadRequest {
+		t.Fatalf("POST /auth/pair: %d %s", resp.Status, resp.Body)
 	}
 
-	m := scrape(t, tr.metricsAddr)
+	m := scrape(t, tr.MetricsAddr())
 	for series, min := range map[string]float64{
 		`relay_http_requests_total{method="GET",route="/get",status="200"}`:                   1,
 		`relay_http_requests_total{method="GET",route="/get",status="401"}`:                   2,
@@ -235,7 +237,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	// last request's.
 	var lines []map[string]any
 	deadline := time.Now().Add(10 * time.Second)
-	last := checks[len(checks)-1].resp.header.Get("X-Request-Id")
+	last := checks[len(checks)-1].resp.Header.Get("X-Request-Id")
 	for {
 		lines = logs.lines(t)
 		if h, _ := accessLines(lines, last); len(h) > 0 || time.Now().After(deadline) {
@@ -244,7 +246,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for _, c := range checks {
-		id := c.resp.header.Get("X-Request-Id")
+		id := c.resp.Header.Get("X-Request-Id")
 		if id == "" {
 			t.Errorf("%s %s: no request id in the answer", c.want.method, c.want.path)
 			continue
@@ -258,11 +260,11 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		if l["method"] != c.want.method || l["path"] != c.want.path || l["status"] != float64(c.want.status) {
 			t.Errorf("access line %v, want %+v", l, c.want)
 		}
-		if c.resp.status != c.want.status {
-			t.Errorf("%s %s answered %d, want %d", c.want.method, c.want.path, c.resp.status, c.want.status)
+		if c.resp.Status != c.want.status {
+			t.Errorf("%s %s answered %d, want %d", c.want.method, c.want.path, c.resp.Status, c.want.status)
 		}
-		if b, _ := l["bytes"].(float64); int(b) != len(c.resp.body) {
-			t.Errorf("access line bytes %v, the body had %d", l["bytes"], len(c.resp.body))
+		if b, _ := l["bytes"].(float64); int(b) != len(c.resp.Body) {
+			t.Errorf("access line bytes %v, the body had %d", l["bytes"], len(c.resp.Body))
 		}
 		if _, ok := l["duration"]; !ok {
 			t.Errorf("access line without duration: %v", l)
@@ -281,8 +283,8 @@ func TestAccessLogAndMetrics(t *testing.T) {
 			options = append(options, l)
 		}
 	}
-	if len(options) != 1 || options[0]["path"] != "/get" || options[0]["status"] != float64(preflight.status) || options[0]["route"] != "/get" {
-		t.Errorf("preflight (%d): access lines %v", preflight.status, options)
+	if len(options) != 1 || options[0]["path"] != "/get" || options[0]["status"] != float64(preflight.Status) || options[0]["route"] != "/get" {
+		t.Errorf("preflight (%d): access lines %v", preflight.Status, options)
 	}
 	// The event stream's line, once it ended.
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -307,7 +309,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}
 	// No line holds a key, nor a query string.
 	all := logs.String()
-	for _, secret := range []string{tr.adminKey, limited, "not-a-key", "uuid="} {
+	for _, secret := range []string{tr.AdminKey, limited, "not-a-key", "uuid="} {
 		if strings.Contains(all, secret) {
 			t.Errorf("the log holds %q", secret)
 		}
@@ -318,10 +320,10 @@ func TestAccessLogAndMetrics(t *testing.T) {
 func TestMetricsOffByDefault(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	if tr.metrics != nil || tr.metricsAddr != "" {
+	if tr.Metrics() != nil || tr.MetricsAddr() != "" {
 		t.Fatal("metrics on without --metrics-listen")
 	}
-	if resp := tr.do("GET", "/metrics", tr.adminKey, nil, nil); resp.status != http.StatusNotFound {
-		t.Fatalf("/metrics: %d", resp.status)
+	if resp := tr.Do("GET", "/metrics", tr.AdminKey, nil, nil); resp.Status != http.StatusNotFound {
+		t.Fatalf("/metrics: %d", resp.Status)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // contractCheck sends calls to a relay and checks every answer against the
@@ -39,14 +41,14 @@ type recordedCall struct {
 
 // call sends a JSON (or body-less) call with the admin key and checks its
 // answer.
-func (c *contractCheck) call(method, path string, query url.Values, body map[string]any) response {
+func (c *contractCheck) call(method, path string, query url.Values, body map[string]any) relaytest.Response {
 	c.t.Helper()
 	var b any
 	if body != nil {
 		b = body
 	}
-	resp := c.tr.do(method, path, c.tr.adminKey, query, b)
-	if op := c.check(method, path, resp); op != "" && resp.status == http.StatusOK {
+	resp := c.tr.Do(method, path, c.tr.AdminKey, query, b)
+	if op := c.check(method, path, resp); op != "" && resp.Status == http.StatusOK {
 		if _, seen := c.first[op]; !seen {
 			c.first[op] = recordedCall{method: method, path: path, query: query, body: body}
 		}
@@ -58,13 +60,13 @@ func (c *contractCheck) call(method, path string, query url.Values, body map[str
 func (c *contractCheck) ok(method, path string, query url.Values, body map[string]any) map[string]any {
 	c.t.Helper()
 	resp := c.call(method, path, query, body)
-	if resp.status != http.StatusOK {
-		c.t.Fatalf("%s %s: %d %s", method, path, resp.status, resp.body)
+	if resp.Status != http.StatusOK {
+		c.t.Fatalf("%s %s: %d %s", method, path, resp.Status, resp.Body)
 	}
 	var env struct {
 		Data any `json:"data"`
 	}
-	if err := json.Unmarshal(resp.body, &env); err != nil {
+	if err := json.Unmarshal(resp.Body, &env); err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	data, _ := env.Data.(map[string]any)
@@ -72,35 +74,35 @@ func (c *contractCheck) ok(method, path string, query url.Values, body map[strin
 }
 
 // check validates one answer and returns the operation id it reached.
-func (c *contractCheck) check(method, path string, resp response) string {
+func (c *contractCheck) check(method, path string, resp relaytest.Response) string {
 	c.t.Helper()
 	op, found := c.doc.find(method, path)
 	if !found {
 		c.t.Errorf("%s %s: no operation in the document", method, path)
 		return ""
 	}
-	contentType := resp.header.Get("Content-Type")
-	schema, ok := c.doc.responseSchema(op, resp.status, contentType)
+	contentType := resp.Header.Get("Content-Type")
+	schema, ok := c.doc.responseSchema(op, resp.Status, contentType)
 	mediaType, _, _ := mime.ParseMediaType(contentType)
-	if !ok && mediaType != "application/json" && resp.status == http.StatusOK {
+	if !ok && mediaType != "application/json" && resp.Status == http.StatusOK {
 		// A download's bytes come with the file's own type; the document
 		// describes them as application/octet-stream.
-		schema, ok = c.doc.responseSchema(op, resp.status, "application/octet-stream")
+		schema, ok = c.doc.responseSchema(op, resp.Status, "application/octet-stream")
 	}
 	if !ok {
-		c.t.Errorf("%s %s: the document has no %d %s answer: %s", method, path, resp.status, contentType, resp.body)
+		c.t.Errorf("%s %s: the document has no %d %s answer: %s", method, path, resp.Status, contentType, resp.Body)
 		return op.id
 	}
 	if mediaType == "application/json" {
 		var v any
-		if err := json.Unmarshal(resp.body, &v); err != nil {
+		if err := json.Unmarshal(resp.Body, &v); err != nil {
 			c.t.Errorf("%s %s: %v", method, path, err)
 		}
 		for _, e := range c.doc.validate(schema, v, "body") {
-			c.t.Errorf("%s %s (%d): %s", method, path, resp.status, e)
+			c.t.Errorf("%s %s (%d): %s", method, path, resp.Status, e)
 		}
 	}
-	if resp.status/100 == 2 {
+	if resp.Status/100 == 2 {
 		c.covered[op.id] = true
 	}
 	return op.id
@@ -169,84 +171,84 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	// the GM on every channel, and as Alice (LIMITED and filtered payloads).
 	streams := map[string]*sseClient{}
 	for _, p := range []string{"/hooks/subscribe", "/encounters/subscribe", "/actor/subscribe", "/scene/subscribe"} {
-		streams[p] = tr.openStream(p, tr.adminKey, nil, nil)
+		streams[p] = tr.openStream(p, tr.AdminKey, nil, nil)
 	}
-	aliceActors := tr.openStream("/actor/subscribe", tr.adminKey, q("userId", "Alice"), nil)
-	aliceHooks := tr.openStream("/hooks/subscribe", tr.adminKey, q("userId", "Alice"), nil)
-	alice := q("userId", "Alice")
+	aliceActors := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("userId", "Alice"), nil)
+	aliceHooks := tr.openStream("/hooks/subscribe", tr.AdminKey, relaytest.Q("userId", "Alice"), nil)
+	alice := relaytest.Q("userId", "Alice")
 
 	// Public paths.
 	for _, p := range []string{"/healthz", "/openapi.json", "/docs"} {
-		c.check(http.MethodGet, p, tr.do(http.MethodGet, p, "", nil, nil))
+		c.check(http.MethodGet, p, tr.Do(http.MethodGet, p, "", nil, nil))
 	}
 
 	// Documents.
-	c.ok("GET", "/get", q("uuid", ariaUUID), nil)
-	c.ok("GET", "/get", q("uuid", guardUUID, "userId", "Alice"), nil)
-	c.ok("GET", "/get", q("uuid", tavernScene), nil)
-	c.ok("PUT", "/update", nil, map[string]any{"uuid": ariaUUID, "data": map[string]any{"system.attributes.hp.value": 20, "name": "Aria Vale"}})
+	c.ok("GET", "/get", relaytest.Q("uuid", relaytest.AriaUUID), nil)
+	c.ok("GET", "/get", relaytest.Q("uuid", relaytest.GuardUUID, "userId", "Alice"), nil)
+	c.ok("GET", "/get", relaytest.Q("uuid", relaytest.TavernScene), nil)
+	c.ok("PUT", "/update", nil, map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"system.attributes.hp.value": 20, "name": "Aria Vale"}})
 	created := c.ok("POST", "/create", nil, map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Contract Orc", "type": "npc"}})
 	orc := created["uuid"].(string)
 	c.ok("POST", "/create", nil, map[string]any{"entityType": "Item", "parentUuid": orc, "data": map[string]any{"name": "Club", "type": "weapon"}})
-	c.ok("GET", "/search", q("query", "a"), nil)
-	c.ok("GET", "/search", q("query", "a", "userId", "Alice"), nil)
+	c.ok("GET", "/search", relaytest.Q("query", "a"), nil)
+	c.ok("GET", "/search", relaytest.Q("query", "a", "userId", "Alice"), nil)
 	c.ok("GET", "/structure", nil, nil)
-	c.ok("GET", "/structure", q("includeEntityData", "true", "recursive", "true", "userId", "Alice"), nil)
-	c.ok("GET", "/structure", q("shape", "module"), nil)
-	c.ok("GET", "/structure", q("shape", "module", "includeEntityData", "true", "recursive", "true", "userId", "Alice"), nil)
-	c.ok("GET", "/structure", q("shape", "module", "path", "Folder."+heroesID), nil)
-	c.ok("POST", "/give", nil, map[string]any{"toUuid": ariaUUID, "itemUuid": potionUUID})
-	c.ok("POST", "/remove", nil, map[string]any{"actorUuid": ariaUUID, "itemName": "Potion of Healing"})
-	c.ok("POST", "/decrease", nil, map[string]any{"uuid": ariaUUID, "attribute": "system.attributes.hp.value", "amount": 1})
-	c.ok("POST", "/increase", nil, map[string]any{"uuid": ariaUUID, "attribute": "system.attributes.hp.value", "amount": 1})
+	c.ok("GET", "/structure", relaytest.Q("includeEntityData", "true", "recursive", "true", "userId", "Alice"), nil)
+	c.ok("GET", "/structure", relaytest.Q("shape", "module"), nil)
+	c.ok("GET", "/structure", relaytest.Q("shape", "module", "includeEntityData", "true", "recursive", "true", "userId", "Alice"), nil)
+	c.ok("GET", "/structure", relaytest.Q("shape", "module", "path", "Folder."+relaytest.HeroesID), nil)
+	c.ok("POST", "/give", nil, map[string]any{"toUuid": relaytest.AriaUUID, "itemUuid": relaytest.PotionUUID})
+	c.ok("POST", "/remove", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "itemName": "Potion of Healing"})
+	c.ok("POST", "/decrease", nil, map[string]any{"uuid": relaytest.AriaUUID, "attribute": "system.attributes.hp.value", "amount": 1})
+	c.ok("POST", "/increase", nil, map[string]any{"uuid": relaytest.AriaUUID, "attribute": "system.attributes.hp.value", "amount": 1})
 	c.ok("POST", "/kill", nil, map[string]any{"uuid": orc})
-	c.ok("DELETE", "/delete", q("uuid", orc), nil)
+	c.ok("DELETE", "/delete", relaytest.Q("uuid", orc), nil)
 
 	// Folders, the canvas, scripts.
-	folder := c.ok("POST", "/create-folder", nil, map[string]any{"name": "Contract", "folderType": "Actor", "parentFolderId": heroesID})
-	c.ok("DELETE", "/delete-folder", q("folderId", folder["id"].(string)), nil)
+	folder := c.ok("POST", "/create-folder", nil, map[string]any{"name": "Contract", "folderType": "Actor", "parentFolderId": relaytest.HeroesID})
+	c.ok("DELETE", "/delete-folder", relaytest.Q("folderId", folder["id"].(string)), nil)
 	c.ok("POST", "/select", nil, map[string]any{"uuids": []string{goblinTokenUUID}})
 	c.ok("GET", "/selected", nil, nil)
 	c.ok("POST", "/execute-js", nil, map[string]any{"script": `return {n: 1, list: [1, "a"]}`})
 	c.ok("POST", "/execute-js", nil, map[string]any{"script": `console.log("x")`})
 
 	// Scenes and tokens (the scene channel).
-	c.ok("PUT", "/update", nil, map[string]any{"uuid": tavernScene, "data": map[string]any{"navName": "The Tavern"}})
+	c.ok("PUT", "/update", nil, map[string]any{"uuid": relaytest.TavernScene, "data": map[string]any{"navName": "The Tavern"}})
 	cellar := c.ok("POST", "/create", nil, map[string]any{"entityType": "Scene", "data": map[string]any{"name": "Cellar"}})["uuid"].(string)
 	c.ok("PUT", "/update", nil, map[string]any{"uuid": cellar, "data": map[string]any{"active": true}})
-	token := c.ok("POST", "/create", nil, map[string]any{"entityType": "Token", "parentUuid": tavernScene, "data": map[string]any{"name": "Rat", "x": 100, "y": 100}})["uuid"].(string)
+	token := c.ok("POST", "/create", nil, map[string]any{"entityType": "Token", "parentUuid": relaytest.TavernScene, "data": map[string]any{"name": "Rat", "x": 100, "y": 100}})["uuid"].(string)
 	c.ok("PUT", "/update", nil, map[string]any{"uuid": token, "data": map[string]any{"x": 200}})
-	c.ok("DELETE", "/delete", q("uuid", token), nil)
-	c.ok("PUT", "/update", nil, map[string]any{"uuid": tavernScene, "data": map[string]any{"active": true}})
+	c.ok("DELETE", "/delete", relaytest.Q("uuid", token), nil)
+	c.ok("PUT", "/update", nil, map[string]any{"uuid": relaytest.TavernScene, "data": map[string]any{"active": true}})
 
 	// Fifth-edition operations.
 	all := `["resources","items","spells","features","stats","abilities","skills","details","conditions"]`
-	c.ok("GET", "/dnd5e/get-actor-details", q("actorUuid", ariaUUID, "details", all), nil)
-	c.ok("GET", "/dnd5e/get-actor-details", q("actorUuid", bromUUID, "details", `["stats"]`), nil)
-	c.ok("POST", "/dnd5e/modify-item-charges", nil, map[string]any{"actorUuid": ariaUUID, "itemUuid": wandUUID, "amount": -1})
-	c.ok("POST", "/dnd5e/skill-check", nil, map[string]any{"actorUuid": ariaUUID, "skill": "arc", "advantage": true})
-	c.ok("POST", "/dnd5e/ability-save", nil, map[string]any{"actorUuid": ariaUUID, "ability": "dex", "createChatMessage": false})
-	c.ok("POST", "/dnd5e/ability-check", nil, map[string]any{"actorUuid": bromUUID, "ability": "str", "bonus": "1d4"})
-	c.ok("POST", "/dnd5e/use-spell", nil, map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"})
-	c.ok("POST", "/dnd5e/use-spell", nil, map[string]any{"actorUuid": ariaUUID, "abilityName": "Hold Person", "targetName": "Goblin"})
-	c.ok("GET", "/dnd5e/concentration", q("actorUuid", ariaUUID), nil)
-	c.ok("POST", "/dnd5e/concentration-save", nil, map[string]any{"actorUuid": ariaUUID, "damage": 4})
-	c.ok("POST", "/dnd5e/break-concentration", nil, map[string]any{"actorUuid": ariaUUID})
-	c.ok("GET", "/dnd5e/concentration", q("actorUuid", ariaUUID), nil)
-	c.ok("POST", "/dnd5e/use-feature", nil, map[string]any{"actorUuid": bromUUID, "abilityName": "Second Wind"})
-	c.ok("POST", "/dnd5e/use-ability", nil, map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"})
-	c.ok("POST", "/dnd5e/use-item", nil, map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Goblin"})
-	c.ok("POST", "/dnd5e/equip-item", nil, map[string]any{"actorUuid": ariaUUID, "itemName": "Ring of Protection", "equipped": true})
-	c.ok("POST", "/dnd5e/attune-item", nil, map[string]any{"actorUuid": ariaUUID, "itemName": "Ring of Protection", "attuned": true})
-	c.ok("POST", "/dnd5e/transfer-currency", nil, map[string]any{"sourceActorUuid": bromUUID, "targetActorUuid": ariaUUID, "currency": map[string]any{"gp": 1}})
-	c.ok("POST", "/dnd5e/modify-currency", nil, map[string]any{"actorUuid": ariaUUID, "currency": "gp", "amount": 5})
-	c.ok("POST", "/dnd5e/modify-experience", nil, map[string]any{"actorUuid": ariaUUID, "amount": 10})
-	c.ok("POST", "/dnd5e/prepare-spell", nil, map[string]any{"actorUuid": ariaUUID, "spellName": "Shield", "prepared": false})
-	c.ok("POST", "/dnd5e/short-rest", nil, map[string]any{"actorUuid": ariaUUID, "autoHD": true})
-	c.ok("POST", "/dnd5e/long-rest", nil, map[string]any{"actorUuid": bromUUID})
-	c.ok("PUT", "/update", nil, map[string]any{"uuid": bromUUID, "data": map[string]any{"system.attributes.hp.value": 0}})
-	c.ok("POST", "/dnd5e/death-save", nil, map[string]any{"actorUuid": bromUUID})
-	c.ok("GET", "/dnd5e/get-actor-details", q("actorUuid", ariaUUID, "details", `["stats"]`, "userId", "Alice"), nil)
+	c.ok("GET", "/dnd5e/get-actor-details", relaytest.Q("actorUuid", relaytest.AriaUUID, "details", all), nil)
+	c.ok("GET", "/dnd5e/get-actor-details", relaytest.Q("actorUuid", relaytest.BromUUID, "details", `["stats"]`), nil)
+	c.ok("POST", "/dnd5e/modify-item-charges", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "itemUuid": relaytest.WandUUID, "amount": -1})
+	c.ok("POST", "/dnd5e/skill-check", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "skill": "arc", "advantage": true})
+	c.ok("POST", "/dnd5e/ability-save", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "ability": "dex", "createChatMessage": false})
+	c.ok("POST", "/dnd5e/ability-check", nil, map[string]any{"actorUuid": relaytest.BromUUID, "ability": "str", "bonus": "1d4"})
+	c.ok("POST", "/dnd5e/use-spell", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"})
+	c.ok("POST", "/dnd5e/use-spell", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Hold Person", "targetName": "Goblin"})
+	c.ok("GET", "/dnd5e/concentration", relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
+	c.ok("POST", "/dnd5e/concentration-save", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "damage": 4})
+	c.ok("POST", "/dnd5e/break-concentration", nil, map[string]any{"actorUuid": relaytest.AriaUUID})
+	c.ok("GET", "/dnd5e/concentration", relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
+	c.ok("POST", "/dnd5e/use-feature", nil, map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Second Wind"})
+	c.ok("POST", "/dnd5e/use-ability", nil, map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Longsword", "targetName": "Goblin"})
+	c.ok("POST", "/dnd5e/use-item", nil, map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Longsword", "targetName": "Goblin"})
+	c.ok("POST", "/dnd5e/equip-item", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "itemName": "Ring of Protection", "equipped": true})
+	c.ok("POST", "/dnd5e/attune-item", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "itemName": "Ring of Protection", "attuned": true})
+	c.ok("POST", "/dnd5e/transfer-currency", nil, map[string]any{"sourceActorUuid": relaytest.BromUUID, "targetActorUuid": relaytest.AriaUUID, "currency": map[string]any{"gp": 1}})
+	c.ok("POST", "/dnd5e/modify-currency", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "currency": "gp", "amount": 5})
+	c.ok("POST", "/dnd5e/modify-experience", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "amount": 10})
+	c.ok("POST", "/dnd5e/prepare-spell", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "spellName": "Shield", "prepared": false})
+	c.ok("POST", "/dnd5e/short-rest", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "autoHD": true})
+	c.ok("POST", "/dnd5e/long-rest", nil, map[string]any{"actorUuid": relaytest.BromUUID})
+	c.ok("PUT", "/update", nil, map[string]any{"uuid": relaytest.BromUUID, "data": map[string]any{"system.attributes.hp.value": 0}})
+	c.ok("POST", "/dnd5e/death-save", nil, map[string]any{"actorUuid": relaytest.BromUUID})
+	c.ok("GET", "/dnd5e/get-actor-details", relaytest.Q("actorUuid", relaytest.AriaUUID, "details", `["stats"]`, "userId", "Alice"), nil)
 
 	// Combat (the combat channel and its hooks).
 	enc := c.ok("POST", "/start-encounter", nil, map[string]any{"name": "Contract brawl", "tokenUuids": []string{ariaTokenUUID, goblinTokenUUID}, "rollAll": true})
@@ -267,9 +269,9 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("POST", "/end-encounter", nil, id)
 
 	// Files.
-	c.ok("GET", "/file-system", q("recursive", "true"), nil)
-	c.check("GET", "/download", tr.do("GET", "/download", tr.adminKey, q("path", "maps/tavern.svg"), nil))
-	c.ok("GET", "/download", q("path", "handouts/welcome.md", "format", "base64"), nil)
+	c.ok("GET", "/file-system", relaytest.Q("recursive", "true"), nil)
+	c.check("GET", "/download", tr.Do("GET", "/download", tr.AdminKey, relaytest.Q("path", "maps/tavern.svg"), nil))
+	c.ok("GET", "/download", relaytest.Q("path", "handouts/welcome.md", "format", "base64"), nil)
 	c.ok("POST", "/upload", nil, map[string]any{"path": "notes", "filename": "contract.txt", "fileData": "data:text/plain;base64,aGk="})
 	var form bytes.Buffer
 	mw := multipart.NewWriter(&form)
@@ -277,7 +279,7 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	fw, _ := mw.CreateFormFile("file", "contract.bin")
 	_, _ = fw.Write([]byte{1, 2, 3})
 	_ = mw.Close()
-	c.check("POST", "/upload", tr.send("POST", "/upload", tr.adminKey, nil, &form, mw.FormDataContentType()))
+	c.check("POST", "/upload", tr.send("POST", "/upload", tr.AdminKey, nil, &form, mw.FormDataContentType()))
 
 	// Tickets, worlds, keys, pairing.
 	c.ok("POST", "/stream-tickets", nil, map[string]any{})
@@ -294,15 +296,15 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("DELETE", "/linked-worlds/"+paired.ClientID, nil, nil)
 
 	// Failures: each kind of refusal has the error body.
-	c.call("GET", "/get", q("uuid", "Actor.nobody0000000001"), nil)
-	c.call("GET", "/get", q("uuid", goblinUUID, "userId", "Alice"), nil)
-	c.call("GET", "/get", q("uuid", ariaUUID, "userId", "Mallory"), nil)
-	c.check("GET", "/get", tr.do("GET", "/get", "", q("uuid", ariaUUID), nil))
-	c.check("GET", "/download", tr.do("GET", "/download", tr.adminKey, q("path", "maps/none.png"), nil))
-	c.call("POST", "/dnd5e/modify-currency", nil, map[string]any{"actorUuid": ariaUUID, "currency": "gp", "amount": -100000})
+	c.call("GET", "/get", relaytest.Q("uuid", "Actor.nobody0000000001"), nil)
+	c.call("GET", "/get", relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), nil)
+	c.call("GET", "/get", relaytest.Q("uuid", relaytest.AriaUUID, "userId", "Mallory"), nil)
+	c.check("GET", "/get", tr.Do("GET", "/get", "", relaytest.Q("uuid", relaytest.AriaUUID), nil))
+	c.check("GET", "/download", tr.Do("GET", "/download", tr.AdminKey, relaytest.Q("path", "maps/none.png"), nil))
+	c.call("POST", "/dnd5e/modify-currency", nil, map[string]any{"actorUuid": relaytest.AriaUUID, "currency": "gp", "amount": -100000})
 
 	// A resume point from the future: connected, then reset.
-	reset := tr.openStream("/actor/subscribe", tr.adminKey, q("lastEventId", "999999"), nil)
+	reset := tr.openStream("/actor/subscribe", tr.AdminKey, relaytest.Q("lastEventId", "999999"), nil)
 	reset.expect("connected", "reset")
 
 	// Every streamed event matches the document, and every kind of event
@@ -336,10 +338,10 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 			continue
 		}
 		path := strings.NewReplacer("{id}", "x", "{clientId}", "x").Replace(op.path)
-		resp := tr.do(op.method, path, "", nil, nil)
+		resp := tr.Do(op.method, path, "", nil, nil)
 		c.check(op.method, path, resp)
-		if resp.status != http.StatusUnauthorized {
-			t.Errorf("%s %s without a key: %d", op.method, path, resp.status)
+		if resp.Status != http.StatusUnauthorized {
+			t.Errorf("%s %s without a key: %d", op.method, path, resp.Status)
 		}
 	}
 
@@ -362,11 +364,11 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 			if body != nil {
 				b = body
 			}
-			resp := tr.do(call.method, call.path, tr.adminKey, query, b)
+			resp := tr.Do(call.method, call.path, tr.AdminKey, query, b)
 			c.check(call.method, call.path, resp)
 			// The error names the parameter (`scope` for `scopes` will do).
-			if resp.status != http.StatusBadRequest || !strings.Contains(strings.ToLower(resp.errorText(t)), strings.TrimSuffix(strings.ToLower(name), "s")) {
-				t.Errorf("%s %s without required %q: %d %s", call.method, call.path, name, resp.status, resp.body)
+			if resp.Status != http.StatusBadRequest || !strings.Contains(strings.ToLower(resp.ErrorText(t)), strings.TrimSuffix(strings.ToLower(name), "s")) {
+				t.Errorf("%s %s without required %q: %d %s", call.method, call.path, name, resp.Status, resp.Body)
 			}
 		}
 	}

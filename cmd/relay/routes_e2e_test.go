@@ -164,18 +164,18 @@ func TestRoutesReachTheirRPC(t *testing.T) {
 		case r.method != http.MethodGet:
 			body = map[string]any{}
 		}
-		resp := tr.do(r.method, path, tr.adminKey, query, body)
+		resp := tr.Do(r.method, path, tr.AdminKey, query, body)
 		op := operations[want[r.method+" "+r.path]]
-		if id := resp.header.Get("X-Request-Id"); !strings.HasPrefix(id, op+"_") {
-			t.Errorf("%s %s: request id %q, want the server's id of %s (%d %.200s)", r.method, path, id, op, resp.status, resp.body)
+		if id := resp.Header.Get("X-Request-Id"); !strings.HasPrefix(id, op+"_") {
+			t.Errorf("%s %s: request id %q, want the server's id of %s (%d %.200s)", r.method, path, id, op, resp.Status, resp.Body)
 		}
-		if typ, _ := resp.json(t)["type"].(string); typ != op+"-result" {
-			t.Errorf("%s %s: type %q, want %s-result (%d %.200s)", r.method, path, typ, op, resp.status, resp.body)
+		if typ, _ := resp.JSON(t)["type"].(string); typ != op+"-result" {
+			t.Errorf("%s %s: type %q, want %s-result (%d %.200s)", r.method, path, typ, op, resp.Status, resp.Body)
 		}
-		long := tr.do(r.method, path, tr.adminKey, url.Values{"x": {strings.Repeat("a", 17<<10)}}, nil)
-		if typ, _ := long.json(t)["type"].(string); long.status != http.StatusRequestURITooLong || typ != op+"-result" ||
-			!strings.HasPrefix(long.header.Get("X-Request-Id"), op+"_") {
-			t.Errorf("%s %s with a long query: %d %s, want 414 as %s", r.method, path, long.status, long.body, op)
+		long := tr.Do(r.method, path, tr.AdminKey, url.Values{"x": {strings.Repeat("a", 17<<10)}}, nil)
+		if typ, _ := long.JSON(t)["type"].(string); long.Status != http.StatusRequestURITooLong || typ != op+"-result" ||
+			!strings.HasPrefix(long.Header.Get("X-Request-Id"), op+"_") {
+			t.Errorf("%s %s with a long query: %d %s, want 414 as %s", r.method, path, long.Status, long.Body, op)
 		}
 	}
 }

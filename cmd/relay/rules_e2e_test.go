@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // jsonPath reads a dotted path of a decoded JSON object.
@@ -55,7 +56,7 @@ func TestRulesAdventure(t *testing.T) {
 
 	// The encounter.
 	start := tr.write(http.MethodPost, "/start-encounter", map[string]any{"name": "Tavern brawl", "rollAll": true,
-		"tokenUuids": []string{tavernScene + ".Token.ariaToken0000001", tavernScene + ".Token.bromToken0000001", tavernScene + ".Token.goblinToken00001"}})
+		"tokenUuids": []string{relaytest.TavernScene + ".Token.ariaToken0000001", relaytest.TavernScene + ".Token.bromToken0000001", relaytest.TavernScene + ".Token.goblinToken00001"}})
 	encounterID := start["encounterId"].(string)
 	enc := start["encounter"].(map[string]any)
 	if len(enc["combatants"].([]any)) != 3 || enc["round"] != 1.0 {
@@ -66,7 +67,7 @@ func TestRulesAdventure(t *testing.T) {
 	// missed and hit.
 	missed, hit := false, false
 	for i := 0; i < 40 && !(missed && hit); i++ {
-		u := post("use-item", "", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetUuid": tavernScene + ".Token.goblinToken00001"}, http.StatusOK, "")
+		u := post("use-item", "", map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Longsword", "targetUuid": relaytest.TavernScene + ".Token.goblinToken00001"}, http.StatusOK, "")
 		roll := u["roll"].(map[string]any)
 		damage := u["damageRolls"].([]any)
 		natural := jsonPath(roll, "dice").([]any)[0].(map[string]any)["results"].([]any)[0].(map[string]any)["result"].(float64)
@@ -80,7 +81,7 @@ func TestRulesAdventure(t *testing.T) {
 		t.Fatalf("40 attacks: missed %v, hit %v", missed, hit)
 	}
 	// Without a token of that name on the scene, the swing has no target.
-	u := post("use-item", "", map[string]any{"actorUuid": bromUUID, "abilityName": "Longsword", "targetName": "Nobody"}, http.StatusOK, "")
+	u := post("use-item", "", map[string]any{"actorUuid": relaytest.BromUUID, "abilityName": "Longsword", "targetName": "Nobody"}, http.StatusOK, "")
 	if u["target"] != nil || jsonPath(u, "roll.hit") != nil || len(u["damageRolls"].([]any)) != 1 {
 		t.Fatalf("no target: %v", u)
 	}
@@ -97,82 +98,82 @@ func TestRulesAdventure(t *testing.T) {
 	if r := tr.write(http.MethodPost, "/last-round", map[string]any{"encounterId": encounterID}); r["currentRound"] != 1.0 || r["currentTurn"] != 0.0 {
 		t.Fatalf("last-round from round 2: %v", r)
 	}
-	if r := tr.do(http.MethodPost, "/last-round", tr.adminKey, nil, map[string]any{"encounterId": encounterID}); r.status != http.StatusBadRequest {
-		t.Fatalf("last-round from round 1: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodPost, "/last-round", tr.AdminKey, nil, map[string]any{"encounterId": encounterID}); r.Status != http.StatusBadRequest {
+		t.Fatalf("last-round from round 1: %d %s", r.Status, r.Body)
 	}
 
 	// Aria casts Magic Missile: her two first-level slots, then a
 	// second-level one only when asked (over gRPC too).
 	for range 2 {
-		post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Magic Missile"}, http.StatusOK, "")
+		post("use-spell", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Magic Missile"}, http.StatusOK, "")
 	}
-	post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Magic Missile"}, http.StatusBadRequest,
+	post("use-spell", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Magic Missile"}, http.StatusBadRequest,
 		"You have no available level 1 spell slots with which to cast Magic Missile.")
-	s := post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Magic Missile", "slotLevel": 2}, http.StatusOK, "")
+	s := post("use-spell", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Magic Missile", "slotLevel": 2}, http.StatusOK, "")
 	if jsonPath(s, "consumed.spellSlot") != "spell2" || jsonPath(s, "consumed.slotLevel") != 2.0 {
 		t.Fatalf("slot level 2: %v", s)
 	}
 	conn, ctx := tr.grpcClient(t)
 	client := relayv1.NewDnd5EServiceClient(conn)
 	level := int32(2)
-	if _, err := client.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Magic Missile", SlotLevel: &level}); err != nil {
+	if _, err := client.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: relaytest.AriaUUID, AbilityName: "Magic Missile", SlotLevel: &level}); err != nil {
 		t.Fatal(err)
 	}
 	level = 0
-	if _, err := client.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Magic Missile", SlotLevel: &level}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "slotLevel must be a spell slot level from 1 to 9, got 0") {
+	if _, err := client.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: relaytest.AriaUUID, AbilityName: "Magic Missile", SlotLevel: &level}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "slotLevel must be a spell slot level from 1 to 9, got 0") {
 		t.Fatalf("slot level 0 over gRPC: %v", err)
 	}
-	post("use-spell", "Alice", map[string]any{"actorUuid": ariaUUID, "abilityName": "Magic Missile", "slotLevel": "high"}, http.StatusBadRequest, "slotLevel")
-	if v := jsonPath(tr.getDoc(t, ariaUUID), "system.spells.spell2.value"); v != 1.0 {
+	post("use-spell", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Magic Missile", "slotLevel": "high"}, http.StatusBadRequest, "slotLevel")
+	if v := jsonPath(tr.getDoc(t, relaytest.AriaUUID), "system.spells.spell2.value"); v != 1.0 {
 		t.Fatalf("second-level slots left: %v", v)
 	}
 
 	// Aria drops to 0 (not below) and rolls death saves until the
 	// counters show something.
-	d := tr.write(http.MethodPost, "/decrease", map[string]any{"uuid": ariaUUID, "attribute": "system.attributes.hp.value", "amount": 100})
-	if d["newValue"] != 0.0 || hp(ariaUUID) != 0 {
+	d := tr.write(http.MethodPost, "/decrease", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "system.attributes.hp.value", "amount": 100})
+	if d["newValue"] != 0.0 || hp(relaytest.AriaUUID) != 0 {
 		t.Fatalf("decrease: %v", d)
 	}
 	for i := 0; i < 10; i++ {
-		ds := post("death-save", "Alice", map[string]any{"actorUuid": ariaUUID, "createChatMessage": false}, http.StatusOK, "")
+		ds := post("death-save", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "createChatMessage": false}, http.StatusOK, "")
 		if ds["stable"] == true {
-			tr.setHP(ariaUUID, 0) // a natural 20 brought her back: down again
+			tr.setHP(relaytest.AriaUUID, 0) // a natural 20 brought her back: down again
 			continue
 		}
 		if jsonPath(ds, "deathSaves.success").(float64)+jsonPath(ds, "deathSaves.failure").(float64) > 0 && ds["dead"] != true {
 			break
 		}
 	}
-	doc := tr.getDoc(t, ariaUUID)
+	doc := tr.getDoc(t, relaytest.AriaUUID)
 	if jsonPath(doc, "system.attributes.death.success").(float64)+jsonPath(doc, "system.attributes.death.failure").(float64) == 0 {
 		t.Fatalf("no death save counted: %v", jsonPath(doc, "system.attributes.death"))
 	}
 	// Healed: the counters clear.
-	tr.write(http.MethodPost, "/increase", map[string]any{"uuid": ariaUUID, "attribute": "system.attributes.hp.value", "amount": 5})
-	doc = tr.getDoc(t, ariaUUID)
+	tr.write(http.MethodPost, "/increase", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "system.attributes.hp.value", "amount": 5})
+	doc = tr.getDoc(t, relaytest.AriaUUID)
 	if jsonPath(doc, "system.attributes.hp.value") != 5.0 || jsonPath(doc, "system.attributes.death.success") != 0.0 || jsonPath(doc, "system.attributes.death.failure") != 0.0 {
 		t.Fatalf("healed: %v", jsonPath(doc, "system.attributes"))
 	}
 
 	// A short rest with the default threshold spends her hit dice.
-	r := post("short-rest", "Alice", map[string]any{"actorUuid": ariaUUID, "autoHD": true}, http.StatusOK, "")
+	r := post("short-rest", "Alice", map[string]any{"actorUuid": relaytest.AriaUUID, "autoHD": true}, http.StatusOK, "")
 	rolls := jsonPath(r, "result.rolls").([]any)
 	if jsonPath(r, "result.dhd").(float64) >= 0 || jsonPath(r, "result.dhp").(float64) <= 0 || len(rolls) == 0 || rolls[0].(map[string]any)["formula"] != "max(0, 1d6 + 2)" {
 		t.Fatalf("short rest: %v", r)
 	}
-	if hp(ariaUUID) != 5+jsonPath(r, "result.dhp").(float64) {
-		t.Fatalf("hp after the rest %v", hp(ariaUUID))
+	if hp(relaytest.AriaUUID) != 5+jsonPath(r, "result.dhp").(float64) {
+		t.Fatalf("hp after the rest %v", hp(relaytest.AriaUUID))
 	}
 
 	// Brom, exhausted, has disadvantage on Athletics, and is told why.
-	tr.write(http.MethodPut, "/update", map[string]any{"uuid": bromUUID, "data": map[string]any{"system.attributes.exhaustion": 1}})
-	c := post("skill-check", "Bob", map[string]any{"actorUuid": bromUUID, "skill": "ath", "createChatMessage": false}, http.StatusOK, "")
+	tr.write(http.MethodPut, "/update", map[string]any{"uuid": relaytest.BromUUID, "data": map[string]any{"system.attributes.exhaustion": 1}})
+	c := post("skill-check", "Bob", map[string]any{"actorUuid": relaytest.BromUUID, "skill": "ath", "createChatMessage": false}, http.StatusOK, "")
 	if !strings.HasPrefix(c["formula"].(string), "2d20kl + 4 + 3") || jsonPath(c, "rollMode.mode") != "disadvantage" ||
 		!reflect.DeepEqual(jsonPath(c, "rollMode.disadvantage"), []any{"Exhaustion 1"}) {
 		t.Fatalf("exhausted athletics: %v", c)
 	}
 	// Asking for advantage cancels it out.
-	c = post("skill-check", "Bob", map[string]any{"actorUuid": bromUUID, "skill": "ath", "advantage": true, "createChatMessage": false}, http.StatusOK, "")
+	c = post("skill-check", "Bob", map[string]any{"actorUuid": relaytest.BromUUID, "skill": "ath", "advantage": true, "createChatMessage": false}, http.StatusOK, "")
 	if !strings.HasPrefix(c["formula"].(string), "1d20 + ") || jsonPath(c, "rollMode.mode") != "normal" {
 		t.Fatalf("advantage and exhaustion: %v", c)
 	}
@@ -184,7 +185,7 @@ func TestRulesAdventure(t *testing.T) {
 func TestRulesRefuseBadValues(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	before := tr.getDoc(t, bromUUID)
+	before := tr.getDoc(t, relaytest.BromUUID)
 	for _, tt := range []struct {
 		data map[string]any
 		want string
@@ -193,27 +194,27 @@ func TestRulesRefuseBadValues(t *testing.T) {
 		{map[string]any{"system.abilities.str.value": true}, "system.abilities.str.value must be an integer, got true"},
 		{map[string]any{"system.attributes.hp": 3}, "system.attributes.hp must be an object, got 3"},
 	} {
-		r := tr.do(http.MethodPut, "/update", tr.adminKey, q("uuid", bromUUID), map[string]any{"data": tt.data})
-		if r.status != http.StatusBadRequest || !strings.Contains(r.errorText(t), tt.want) {
-			t.Fatalf("%v: %d %s", tt.data, r.status, r.body)
+		r := tr.Do(http.MethodPut, "/update", tr.AdminKey, relaytest.Q("uuid", relaytest.BromUUID), map[string]any{"data": tt.data})
+		if r.Status != http.StatusBadRequest || !strings.Contains(r.ErrorText(t), tt.want) {
+			t.Fatalf("%v: %d %s", tt.data, r.Status, r.Body)
 		}
 	}
-	tr.unchanged(t, bromUUID, before, "refused updates")
+	tr.unchanged(t, relaytest.BromUUID, before, "refused updates")
 	// Numeric text is the number it holds, and /increase works on it.
-	tr.write(http.MethodPut, "/update", map[string]any{"uuid": bromUUID, "data": map[string]any{"system.attributes.hp.value": "30"}})
-	if inc := tr.write(http.MethodPost, "/increase", map[string]any{"uuid": bromUUID, "attribute": "system.attributes.hp.value", "amount": 2}); inc["newValue"] != 32.0 {
+	tr.write(http.MethodPut, "/update", map[string]any{"uuid": relaytest.BromUUID, "data": map[string]any{"system.attributes.hp.value": "30"}})
+	if inc := tr.write(http.MethodPost, "/increase", map[string]any{"uuid": relaytest.BromUUID, "attribute": "system.attributes.hp.value", "amount": 2}); inc["newValue"] != 32.0 {
 		t.Fatalf("increase: %v", inc)
 	}
 	// Brom has one potion: giving two is refused and nothing moves.
-	brom, aria := tr.getDoc(t, bromUUID), tr.getDoc(t, ariaUUID)
-	r := tr.do(http.MethodPost, "/give", tr.adminKey, nil, map[string]any{"fromUuid": bromUUID, "toUuid": ariaUUID, "itemName": "Potion of Healing", "quantity": 2})
-	if r.status != http.StatusBadRequest || !strings.Contains(r.errorText(t), "Insufficient quantity of Potion of Healing: the source has 1, cannot give 2") {
-		t.Fatalf("give: %d %s", r.status, r.body)
+	brom, aria := tr.getDoc(t, relaytest.BromUUID), tr.getDoc(t, relaytest.AriaUUID)
+	r := tr.Do(http.MethodPost, "/give", tr.AdminKey, nil, map[string]any{"fromUuid": relaytest.BromUUID, "toUuid": relaytest.AriaUUID, "itemName": "Potion of Healing", "quantity": 2})
+	if r.Status != http.StatusBadRequest || !strings.Contains(r.ErrorText(t), "Insufficient quantity of Potion of Healing: the source has 1, cannot give 2") {
+		t.Fatalf("give: %d %s", r.Status, r.Body)
 	}
-	tr.unchanged(t, bromUUID, brom, "a refused give")
-	tr.unchanged(t, ariaUUID, aria, "a refused give")
+	tr.unchanged(t, relaytest.BromUUID, brom, "a refused give")
+	tr.unchanged(t, relaytest.AriaUUID, aria, "a refused give")
 	// His longsword arrives unequipped.
-	g := tr.write(http.MethodPost, "/give", map[string]any{"fromUuid": bromUUID, "toUuid": ariaUUID, "itemName": "Longsword"})
+	g := tr.write(http.MethodPost, "/give", map[string]any{"fromUuid": relaytest.BromUUID, "toUuid": relaytest.AriaUUID, "itemName": "Longsword"})
 	sword := tr.getDoc(t, g["newItemUuid"].(string))
 	if jsonPath(sword, "system.equipped") != false {
 		t.Fatalf("given sword %v", sword["system"])

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // BenchmarkExecuteJS is the latency of POST /execute-js, one request at a
@@ -16,7 +18,7 @@ import (
 func BenchmarkExecuteJS(b *testing.B) {
 	for _, bc := range []struct{ name, src string }{
 		{"return", `return 1`},
-		{"game.get", `const a = await game.get("` + ariaUUID + `"); return a.name`},
+		{"game.get", `const a = await game.get("` + relaytest.AriaUUID + `"); return a.name`},
 	} {
 		for _, spacing := range []time.Duration{20 * time.Millisecond, 0} {
 			name := bc.name + "/back-to-back"
@@ -26,7 +28,7 @@ func BenchmarkExecuteJS(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				r, key := benchRelay(b)
 				c := benchClient()
-				url := fmt.Sprintf("http://%s/execute-js", r.addr)
+				url := fmt.Sprintf("http://%s/execute-js", r.Addr())
 				body, _ := json.Marshal(map[string]string{"script": bc.src})
 				for b.Loop() {
 					if spacing > 0 {

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world/script"
 )
 
@@ -89,8 +91,8 @@ func (tr *testRelay) pollGet() *getPoller {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			req, _ := http.NewRequest(http.MethodGet, tr.base+"/get?uuid="+ariaUUID, nil)
-			req.Header.Set("x-api-key", tr.adminKey)
+			req, _ := http.NewRequest(http.MethodGet, tr.Base+"/get?uuid="+relaytest.AriaUUID, nil)
+			req.Header.Set("x-api-key", tr.AdminKey)
 			start := time.Now()
 			resp, err := client.Do(req)
 			took := time.Since(start)
@@ -131,9 +133,9 @@ func TestScriptAttacksStopped(t *testing.T) {
 	if scriptFull() {
 		timeout, budget = 5*time.Second, script.DefaultWorkerMemoryBytes
 	}
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.scriptTimeout = timeout
-		c.scriptMemory = budget
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = timeout
+		c.ScriptMemory = budget
 	})
 	// The attacks that must end at their memory ceiling run on a relay
 	// with more time, so that they reach it first even on a loaded
@@ -142,9 +144,9 @@ func TestScriptAttacksStopped(t *testing.T) {
 	if crashRaceBuild {
 		memoryTimeout = timeout // no ceiling: they end at the time limit
 	}
-	memoryRelay := startTestRelay(t, func(c *serveConfig) {
-		c.scriptTimeout = memoryTimeout
-		c.scriptMemory = budget
+	memoryRelay := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = memoryTimeout
+		c.ScriptMemory = budget
 	})
 	messages := map[string]string{
 		"memory": "Script exceeded the memory limit of " + strconv.FormatInt(budget>>20, 10) + " MiB",
@@ -160,24 +162,24 @@ func TestScriptAttacksStopped(t *testing.T) {
 		messages["time"] = "Script exceeded the time limit of " + timeout.String()
 		poller := tr.pollGet()
 		start := time.Now()
-		resp := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": a.src})
+		resp := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": a.src})
 		elapsed := time.Since(start)
 		slowest, reads, failure := poller.finish()
 		t.Logf("%s: %d %s after %v; /get: %d reads, slowest %v; worker peak RSS so far %d MiB",
-			a.name, resp.status, resp.body, elapsed.Round(time.Millisecond), reads, slowest.Round(time.Millisecond), tr.scripts.Stats().PeakRSSBytes>>20)
+			a.name, resp.Status, resp.Body, elapsed.Round(time.Millisecond), reads, slowest.Round(time.Millisecond), tr.Scripts().Stats().PeakRSSBytes>>20)
 
 		want := a.stop
 		if m, ok := messages[want]; ok {
 			want = m
 		}
 		status := a.status
-		if crashRaceBuild && a.stop == "memory" && resp.status == http.StatusGatewayTimeout {
+		if crashRaceBuild && a.stop == "memory" && resp.Status == http.StatusGatewayTimeout {
 			// Without its ceiling (race detector), a one-call allocation
 			// runs into the time limit instead.
 			status, want = http.StatusGatewayTimeout, messages["time"]
 		}
-		if resp.status != status || !strings.Contains(resp.errorText(t), want) {
-			t.Errorf("%s: %d %s, want %d %q", a.name, resp.status, resp.body, status, want)
+		if resp.Status != status || !strings.Contains(resp.ErrorText(t), want) {
+			t.Errorf("%s: %d %s, want %d %q", a.name, resp.Status, resp.Body, status, want)
 		}
 		if limit := timeout + script.KillGrace + scriptAttackSlack; elapsed > limit {
 			t.Errorf("%s: answered after %v, more than %v", a.name, elapsed, limit)
@@ -185,7 +187,7 @@ func TestScriptAttacksStopped(t *testing.T) {
 		if failure != "" || slowest > promptAnswer {
 			t.Errorf("%s: meanwhile /get answered in %v at worst (failure: %q)", a.name, slowest, failure)
 		}
-		if rss := tr.scripts.Stats().PeakRSSBytes; !crashRaceBuild && rss > budget+workerBaseRSS {
+		if rss := tr.Scripts().Stats().PeakRSSBytes; !crashRaceBuild && rss > budget+workerBaseRSS {
 			t.Errorf("%s: a worker reached %d MiB resident, more than the budget of %d MiB plus %d MiB", a.name, rss>>20, budget>>20, workerBaseRSS>>20)
 		}
 	}
@@ -196,27 +198,27 @@ func TestScriptAttacksStopped(t *testing.T) {
 	}
 
 	// The relay still runs scripts, over REST and gRPC.
-	resp := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `return (await game.get("` + ariaUUID + `")).name`})
-	if resp.status != http.StatusOK || resp.data(t)["result"] != "Aria Vale" {
-		t.Fatalf("a script after the attacks: %d %s", resp.status, resp.body)
+	resp := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `return (await game.get("` + relaytest.AriaUUID + `")).name`})
+	if resp.Status != http.StatusOK || resp.Data(t)["result"] != "Aria Vale" {
+		t.Fatalf("a script after the attacks: %d %s", resp.Status, resp.Body)
 	}
 }
 
 // The gRPC door of execute-js keeps the same limits and statuses.
 func TestScriptLimitsOverGRPC(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.scriptTimeout = time.Second
-		c.scriptMemory = 64 << 20
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = time.Second
+		c.ScriptMemory = 64 << 20
 	})
 	// The memory attack gets time to reach its ceiling first even on a
 	// loaded machine.
-	memoryRelay := startTestRelay(t, func(c *serveConfig) {
-		c.scriptTimeout = 5 * time.Second
-		c.scriptMemory = 64 << 20
+	memoryRelay := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = 5 * time.Second
+		c.ScriptMemory = 64 << 20
 	})
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-	client := relayv1.NewScriptServiceClient(tr.conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+	client := relayv1.NewScriptServiceClient(tr.Conn)
 	attacks := map[string]string{}
 	for _, a := range scriptAttacks() {
 		attacks[a.name] = a.src
@@ -235,11 +237,11 @@ func TestScriptLimitsOverGRPC(t *testing.T) {
 		}
 		client, limit := client, time.Second
 		if strings.Contains(tc.msg, "memory") {
-			client, limit = relayv1.NewScriptServiceClient(memoryRelay.conn), 5*time.Second
+			client, limit = relayv1.NewScriptServiceClient(memoryRelay.Conn), 5*time.Second
 		}
-		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", memoryRelay.adminKey)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", memoryRelay.AdminKey)
 		if limit == time.Second {
-			ctx = metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
+			ctx = metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
 		}
 		start := time.Now()
 		_, err := client.ExecuteJs(ctx, &relayv1.ExecuteJsRequest{Script: tc.src})
@@ -272,31 +274,31 @@ func TestScriptLimitsOverGRPC(t *testing.T) {
 // meanwhile.
 func TestScriptWorkersBounded(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.scriptTimeout = time.Second
-		c.scriptWorkers = 1
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = time.Second
+		c.ScriptWorkers = 1
 	})
-	busy := make(chan response, 1)
+	busy := make(chan relaytest.Response, 1)
 	go func() {
-		busy <- tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `for (;;) {}`})
+		busy <- tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `for (;;) {}`})
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for tr.scripts.Stats().Running == 0 && time.Now().Before(deadline) {
+	for tr.Scripts().Stats().Running == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	poller := tr.pollGet()
-	resp := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `return 1`})
-	if resp.status != http.StatusServiceUnavailable || !strings.Contains(resp.errorText(t), "Too many scripts are running (at most 1 at once)") {
-		t.Errorf("second script: %d %s", resp.status, resp.body)
+	resp := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `return 1`})
+	if resp.Status != http.StatusServiceUnavailable || !strings.Contains(resp.ErrorText(t), "Too many scripts are running (at most 1 at once)") {
+		t.Errorf("second script: %d %s", resp.Status, resp.Body)
 	}
-	if r := <-busy; r.status != http.StatusGatewayTimeout {
-		t.Errorf("busy script: %d %s", r.status, r.body)
+	if r := <-busy; r.Status != http.StatusGatewayTimeout {
+		t.Errorf("busy script: %d %s", r.Status, r.Body)
 	}
 	if slowest, _, failure := poller.finish(); failure != "" || slowest > promptAnswer {
 		t.Errorf("meanwhile /get answered in %v at worst (failure: %q)", slowest, failure)
 	}
-	if r := tr.do(http.MethodPost, "/execute-js", tr.adminKey, nil, map[string]any{"script": `return 2`}); r.status != http.StatusOK {
-		t.Errorf("a script once the worker is free: %d %s", r.status, r.body)
+	if r := tr.Do(http.MethodPost, "/execute-js", tr.AdminKey, nil, map[string]any{"script": `return 2`}); r.Status != http.StatusOK {
+		t.Errorf("a script once the worker is free: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -306,8 +308,8 @@ func TestScriptFlags(t *testing.T) {
 	var cfg serveConfig
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.flags(fs)
-	if cfg.scriptMemory != script.DefaultWorkerMemoryBytes || cfg.scriptWorkers != script.DefaultWorkers {
-		t.Errorf("defaults: memory %d, workers %d", cfg.scriptMemory, cfg.scriptWorkers)
+	if cfg.ScriptMemory != script.DefaultWorkerMemoryBytes || cfg.ScriptWorkers != script.DefaultWorkers {
+		t.Errorf("defaults: memory %d, workers %d", cfg.ScriptMemory, cfg.ScriptWorkers)
 	}
 	for _, name := range []string{"script-memory", "script-workers", "script-timeout"} {
 		f := fs.Lookup(name)
@@ -321,8 +323,8 @@ func TestScriptFlags(t *testing.T) {
 	t.Setenv("RELAY_SCRIPT_WORKERS", "2")
 	cfg = serveConfig{}
 	cfg.flags(flag.NewFlagSet("serve", flag.ContinueOnError))
-	if cfg.scriptMemory != 128<<20 || cfg.scriptWorkers != 2 {
-		t.Errorf("from the environment: memory %d, workers %d", cfg.scriptMemory, cfg.scriptWorkers)
+	if cfg.ScriptMemory != 128<<20 || cfg.ScriptWorkers != 2 {
+		t.Errorf("from the environment: memory %d, workers %d", cfg.ScriptMemory, cfg.ScriptWorkers)
 	}
 
 	_, errOut, err := cli(t, "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--script-memory", "1000")

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
@@ -93,7 +94,7 @@ func worldDigest(t *testing.T, tr *testRelay) string {
 	ctx := context.Background()
 	h := sha256.New()
 	for _, clientID := range []string{demo.ClientID, otherWorld} {
-		w, err := tr.worlds.World(ctx, clientID)
+		w, err := tr.Worlds().World(ctx, clientID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func worldDigest(t *testing.T, tr *testRelay) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		root := filepath.Join(tr.dataDir, "worlds", clientID, "files")
+		root := filepath.Join(tr.DataDir, "worlds", clientID, "files")
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
@@ -132,7 +133,7 @@ func worldDigest(t *testing.T, tr *testRelay) string {
 			return nil
 		})
 	}
-	list, err := tr.keys.List(ctx)
+	list, err := tr.Keys().List(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,13 +164,13 @@ func startSecurityRelay(t *testing.T) *securityRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.worlds.Create(ctx, otherWorld, seed); err != nil {
+	if _, err := tr.Worlds().Create(ctx, otherWorld, seed); err != nil {
 		t.Fatal(err)
 	}
 	sr := &securityRelay{testRelay: tr, withoutScope: map[string]string{}}
 	create := func(spec keys.Spec) string {
 		t.Helper()
-		plain, _, err := tr.keys.Create(ctx, spec)
+		plain, _, err := tr.Keys().Create(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,11 +179,11 @@ func startSecurityRelay(t *testing.T) *securityRelay {
 	expiresAt := time.Now().Add(time.Second)
 	sr.expired = create(keys.Spec{Name: "expired", Scopes: keys.AllScopes, ExpiresAt: expiresAt})
 	var revokedKey keys.Key
-	sr.revoked, revokedKey, err = tr.keys.Create(ctx, keys.Spec{Name: "revoked", Scopes: keys.AllScopes})
+	sr.revoked, revokedKey, err = tr.Keys().Create(ctx, keys.Spec{Name: "revoked", Scopes: keys.AllScopes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.keys.Revoke(ctx, revokedKey.ID); err != nil {
+	if _, err := tr.Keys().Revoke(ctx, revokedKey.ID); err != nil {
 		t.Fatal(err)
 	}
 	sr.otherWorldOnly = create(keys.Spec{Name: "other world", Scopes: keys.AllScopes, ClientIDs: []string{otherWorld}})
@@ -199,7 +200,7 @@ func startSecurityRelay(t *testing.T) *securityRelay {
 // and plausible targets, so that a request that got past the check under
 // test would change something.
 func refusalParams(extra ...string) url.Values {
-	v := q("clientId", demo.ClientID, "uuid", goblinUUID, "actorUuid", goblinUUID, "attribute", "system.attributes.hp.value",
+	v := relaytest.Q("clientId", demo.ClientID, "uuid", relaytest.GoblinUUID, "actorUuid", relaytest.GoblinUUID, "attribute", "system.attributes.hp.value",
 		"amount", "1", "data", `{"name":"Pwned"}`, "entityType", "Actor", "script", "return 1", "name", "pwned", "scopes", "all",
 		"path", "icons", "filename", "pwned.txt", "fileData", "cHduZWQ=")
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -253,22 +254,22 @@ func TestSecurityEveryEndpointRefusesAndChangesNothing(t *testing.T) {
 			if !c.applies(ep) {
 				continue
 			}
-			resp := sr.do(ep.method, ep.path, c.key, c.query, bodyFor(ep))
+			resp := sr.Do(ep.method, ep.path, c.key, c.query, bodyFor(ep))
 			checked++
-			if resp.status != c.status {
-				t.Errorf("%v, %s: status %d, want %d: %s", ep, c.name, resp.status, c.status, resp.body)
+			if resp.Status != c.status {
+				t.Errorf("%v, %s: status %d, want %d: %s", ep, c.name, resp.Status, c.status, resp.Body)
 				continue
 			}
-			if msg := resp.errorText(t); msg == "" {
-				t.Errorf("%v, %s: no error message: %s", ep, c.name, resp.body)
+			if msg := resp.ErrorText(t); msg == "" {
+				t.Errorf("%v, %s: no error message: %s", ep, c.name, resp.Body)
 			}
 		}
 		// A key without the endpoint's scope (and every other scope).
 		scope := ep.policy.GetScope()
-		resp := sr.do(ep.method, ep.path, sr.withoutScope[scope], refusalParams(), bodyFor(ep))
+		resp := sr.Do(ep.method, ep.path, sr.withoutScope[scope], refusalParams(), bodyFor(ep))
 		checked++
-		if resp.status != http.StatusForbidden {
-			t.Errorf("%v, key without scope %s: status %d, want 403: %s", ep, scope, resp.status, resp.body)
+		if resp.Status != http.StatusForbidden {
+			t.Errorf("%v, key without scope %s: status %d, want 403: %s", ep, scope, resp.Status, resp.Body)
 		}
 	}
 	if after := worldDigest(t, sr.testRelay); after != before {
@@ -284,9 +285,9 @@ func TestSecurityPlayerCannotWriteWhatItObserves(t *testing.T) {
 	t.Parallel()
 	sr := startSecurityRelay(t)
 	const (
-		brom       = bromUUID
-		bromPotion = bromUUID + ".Item.bromPotionHeal01"
-		bromSword  = bromUUID + ".Item.bromLongsword001"
+		brom       = relaytest.BromUUID
+		bromPotion = relaytest.BromUUID + ".Item.bromPotionHeal01"
+		bromSword  = relaytest.BromUUID + ".Item.bromLongsword001"
 	)
 	writes := []struct {
 		method, path string
@@ -300,18 +301,18 @@ func TestSecurityPlayerCannotWriteWhatItObserves(t *testing.T) {
 		{http.MethodPost, "/increase", map[string]any{"uuid": brom, "attribute": "system.attributes.hp.value", "amount": 5}},
 		{http.MethodPost, "/decrease", map[string]any{"uuid": brom, "attribute": "system.attributes.hp.value", "amount": 5}},
 		{http.MethodPost, "/kill", map[string]any{"uuid": brom}},
-		{http.MethodPost, "/give", map[string]any{"fromUuid": brom, "toUuid": ariaUUID, "itemUuid": bromPotion}},
+		{http.MethodPost, "/give", map[string]any{"fromUuid": brom, "toUuid": relaytest.AriaUUID, "itemUuid": bromPotion}},
 		{http.MethodPost, "/remove", map[string]any{"actorUuid": brom, "itemUuid": bromPotion}},
 		{http.MethodPost, "/dnd5e/short-rest", map[string]any{"actorUuid": brom}},
 		{http.MethodPost, "/dnd5e/long-rest", map[string]any{"actorUuid": brom}},
 		{http.MethodPost, "/dnd5e/modify-experience", map[string]any{"actorUuid": brom, "amount": 100}},
 		{http.MethodPost, "/dnd5e/modify-currency", map[string]any{"actorUuid": brom, "currency": "gp", "amount": 100}},
-		{http.MethodPost, "/dnd5e/transfer-currency", map[string]any{"sourceActorUuid": brom, "targetActorUuid": ariaUUID, "currency": map[string]any{"gp": 1}}},
+		{http.MethodPost, "/dnd5e/transfer-currency", map[string]any{"sourceActorUuid": brom, "targetActorUuid": relaytest.AriaUUID, "currency": map[string]any{"gp": 1}}},
 		{http.MethodPost, "/dnd5e/equip-item", map[string]any{"actorUuid": brom, "itemUuid": bromSword, "equipped": false}},
 		{http.MethodPost, "/dnd5e/attune-item", map[string]any{"actorUuid": brom, "itemUuid": bromSword, "attuned": true}},
 		{http.MethodPost, "/dnd5e/modify-item-charges", map[string]any{"actorUuid": brom, "itemUuid": bromPotion, "amount": -1}},
 		{http.MethodPost, "/dnd5e/use-item", map[string]any{"actorUuid": brom, "abilityUuid": bromPotion}},
-		{http.MethodPost, "/dnd5e/use-feature", map[string]any{"actorUuid": brom, "abilityUuid": bromUUID + ".Item.secondWind000001"}},
+		{http.MethodPost, "/dnd5e/use-feature", map[string]any{"actorUuid": brom, "abilityUuid": relaytest.BromUUID + ".Item.secondWind000001"}},
 		{http.MethodPost, "/dnd5e/death-save", map[string]any{"actorUuid": brom}},
 		{http.MethodPost, "/dnd5e/break-concentration", map[string]any{"actorUuid": brom}},
 		{http.MethodPost, "/dnd5e/concentration-save", map[string]any{"actorUuid": brom, "damage": 10}},
@@ -323,9 +324,9 @@ func TestSecurityPlayerCannotWriteWhatItObserves(t *testing.T) {
 		for k, v := range w.params {
 			body[k] = v
 		}
-		resp := sr.do(w.method, w.path, sr.alice, nil, body)
-		if resp.status != http.StatusForbidden {
-			t.Errorf("Alice %s %s %v: status %d, want 403: %s", w.method, w.path, w.params, resp.status, resp.body)
+		resp := sr.Do(w.method, w.path, sr.alice, nil, body)
+		if resp.Status != http.StatusForbidden {
+			t.Errorf("Alice %s %s %v: status %d, want 403: %s", w.method, w.path, w.params, resp.Status, resp.Body)
 		}
 	}
 	if after := worldDigest(t, sr.testRelay); after != before {
@@ -333,9 +334,9 @@ func TestSecurityPlayerCannotWriteWhatItObserves(t *testing.T) {
 	}
 	// The same key may write what Alice owns: the refusals above are about
 	// permission, not a broken key.
-	resp := sr.do(http.MethodPut, "/update", sr.alice, nil, map[string]any{"clientId": demo.ClientID, "uuid": ariaUUID, "data": map[string]any{"system.attributes.hp.value": 3}})
-	if resp.status != http.StatusOK {
-		t.Fatalf("Alice updating her own actor: %d %s", resp.status, resp.body)
+	resp := sr.Do(http.MethodPut, "/update", sr.alice, nil, map[string]any{"clientId": demo.ClientID, "uuid": relaytest.AriaUUID, "data": map[string]any{"system.attributes.hp.value": 3}})
+	if resp.Status != http.StatusOK {
+		t.Fatalf("Alice updating her own actor: %d %s", resp.Status, resp.Body)
 	}
 	if worldDigest(t, sr.testRelay) == before {
 		t.Fatal("an accepted write left the digest unchanged: the digest sees nothing")

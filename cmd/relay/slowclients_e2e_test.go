@@ -28,6 +28,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // The attacks of issue 12, section 2: clients that hold connections by
@@ -96,7 +98,7 @@ func slowKinds(key string) []struct{ name, head, trickle string } {
 		{"upload", "POST /upload HTTP/1.1\r\nHost: relay\r\nX-Api-Key: " + key + "\r\nContent-Type: multipart/form-data; boundary=B\r\nContent-Length: 1048576\r\n\r\n" + upload, "x"},
 		{"chunked body", "PUT /update HTTP/1.1\r\nHost: relay\r\nX-Api-Key: " + key + "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n", "1\r\n \r\n"},
 		{"body without a key", "PUT /update HTTP/1.1\r\nHost: relay\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n{", " "},
-		{"headers", "GET /get?uuid=" + ariaUUID + " HTTP/1.1\r\nHost: relay\r\nX-Api-Key: " + key + "\r\nX-Slow: ", "a"},
+		{"headers", "GET /get?uuid=" + relaytest.AriaUUID + " HTTP/1.1\r\nHost: relay\r\nX-Api-Key: " + key + "\r\nX-Slow: ", "a"},
 	}
 }
 
@@ -116,16 +118,16 @@ func TestSlowloris(t *testing.T) {
 	t.Parallel()
 	n := slowlorisConns(t)
 	const allowance = 5 * time.Second
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.bodyReadTimeout = allowance
-		c.readHeaderTimeout = allowance
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.BodyReadTimeout = allowance
+		c.ReadHeaderTimeout = allowance
 	})
-	kinds := slowKinds(tr.adminKey)
+	kinds := slowKinds(tr.AdminKey)
 	conns := make([]*slowConn, n)
 	started := time.Now()
 	for i := range conns {
 		k := kinds[i%len(kinds)]
-		c, err := net.Dial("tcp", tr.addr)
+		c, err := net.Dial("tcp", tr.Addr())
 		if err != nil {
 			t.Fatalf("slow connection %d: %v", i, err)
 		}
@@ -179,9 +181,9 @@ func TestSlowloris(t *testing.T) {
 	waitOpen(t, tr, n, allowance/2)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for round := range 3 {
-		for _, path := range []string{"/healthz", "/get?uuid=" + ariaUUID} {
-			req, _ := http.NewRequest(http.MethodGet, tr.base+path, nil)
-			req.Header.Set("x-api-key", tr.adminKey)
+		for _, path := range []string{"/healthz", "/get?uuid=" + relaytest.AriaUUID} {
+			req, _ := http.NewRequest(http.MethodGet, tr.Base+path, nil)
+			req.Header.Set("x-api-key", tr.AdminKey)
 			start := time.Now()
 			resp, err := client.Do(req)
 			if err != nil {
@@ -196,7 +198,7 @@ func TestSlowloris(t *testing.T) {
 			t.Logf("round %d: GET %s answered in %v", round, path, took)
 		}
 	}
-	if open := tr.conns.Stats().Open; open < n/2 {
+	if open := tr.Conns().Stats().Open; open < n/2 {
 		t.Fatalf("only %d of %d slow connections were still open once the others were answered", open, n)
 	}
 
@@ -230,7 +232,7 @@ func TestSlowloris(t *testing.T) {
 			read++
 		}
 	}
-	if got := tr.bodies.TimedOut(); got < read {
+	if got := tr.Bodies().TimedOut(); got < read {
 		t.Errorf("the body guard cut off %d bodies, want at least %d", got, read)
 	}
 	// The relay's side of each closes too (net/http lingers a moment
@@ -240,8 +242,8 @@ func TestSlowloris(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(tr.filesDir(), "slow")); len(entries) > 0 {
 		t.Errorf("the cut-off uploads left %d files behind", len(entries))
 	}
-	if resp := tr.do(http.MethodGet, "/healthz", "", nil, nil); resp.status != http.StatusOK {
-		t.Fatalf("healthz after the attack: %d", resp.status)
+	if resp := tr.Do(http.MethodGet, "/healthz", "", nil, nil); resp.Status != http.StatusOK {
+		t.Fatalf("healthz after the attack: %d", resp.Status)
 	}
 }
 
@@ -291,14 +293,14 @@ func trickle(s string, every time.Duration) io.ReadCloser {
 func TestSlowH2Streams(t *testing.T) {
 	t.Parallel()
 	const allowance, idle = 2 * time.Second, 2 * time.Second
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.bodyReadTimeout = allowance
-		c.idleTimeout = idle
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.BodyReadTimeout = allowance
+		c.IdleTimeout = idle
 	})
 	client := h2cClient()
 	// One request first opens the connection (and learns the relay's
 	// stream limit), so that the streams below all share it.
-	if resp, err := client.Get(tr.base + "/healthz"); err != nil || resp.ProtoMajor != 2 {
+	if resp, err := client.Get(tr.Base + "/healthz"); err != nil || resp.ProtoMajor != 2 {
 		t.Fatalf("h2c: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
@@ -313,11 +315,11 @@ func TestSlowH2Streams(t *testing.T) {
 	results := make(chan outcome, streams)
 	for i := range streams {
 		go func() {
-			path, key := "/update", tr.adminKey
+			path, key := "/update", tr.AdminKey
 			if i%2 == 1 {
 				key = "" // refused for its key, with its body still coming
 			}
-			req, _ := http.NewRequest(http.MethodPut, tr.base+path, trickle("{ ", 300*time.Millisecond))
+			req, _ := http.NewRequest(http.MethodPut, tr.Base+path, trickle("{ ", 300*time.Millisecond))
 			req.ContentLength = 2000
 			if key != "" {
 				req.Header.Set("x-api-key", key)
@@ -335,9 +337,9 @@ func TestSlowH2Streams(t *testing.T) {
 		}()
 	}
 	time.Sleep(300 * time.Millisecond)
-	for _, path := range []string{"/healthz", "/get?uuid=" + ariaUUID} {
-		req, _ := http.NewRequest(http.MethodGet, tr.base+path, nil)
-		req.Header.Set("x-api-key", tr.adminKey)
+	for _, path := range []string{"/healthz", "/get?uuid=" + relaytest.AriaUUID} {
+		req, _ := http.NewRequest(http.MethodGet, tr.Base+path, nil)
+		req.Header.Set("x-api-key", tr.AdminKey)
 		start := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {
@@ -349,7 +351,7 @@ func TestSlowH2Streams(t *testing.T) {
 			t.Fatalf("GET %s beside %d trickling streams: %d over HTTP/%d after %v", path, streams, resp.StatusCode, resp.ProtoMajor, took)
 		}
 	}
-	if s := tr.conns.Stats(); s.Open != 1 {
+	if s := tr.Conns().Stats(); s.Open != 1 {
 		t.Fatalf("the streams use %d connections, want one", s.Open)
 	}
 	var longest time.Duration
@@ -369,8 +371,8 @@ func TestSlowH2Streams(t *testing.T) {
 		longest = max(longest, o.took)
 	}
 	t.Logf("the longest trickling stream was held %v", longest)
-	if tr.bodies.TimedOut() < streams/2 {
-		t.Fatalf("the body guard cut off %d bodies, want at least %d", tr.bodies.TimedOut(), streams/2)
+	if tr.Bodies().TimedOut() < streams/2 {
+		t.Fatalf("the body guard cut off %d bodies, want at least %d", tr.Bodies().TimedOut(), streams/2)
 	}
 	// With its streams gone, the connection is idle, and ends.
 	waitOpen(t, tr, 0, idle+5*time.Second)
@@ -380,9 +382,9 @@ func TestSlowH2Streams(t *testing.T) {
 func waitOpen(t *testing.T, tr *testRelay, want int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for tr.conns.Stats().Open != want {
+	for tr.Conns().Stats().Open != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open after %v, want %d", tr.conns.Stats().Open, within, want)
+			t.Fatalf("%d connections open after %v, want %d", tr.Conns().Stats().Open, within, want)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -396,12 +398,12 @@ func TestIdleConnections(t *testing.T) {
 	t.Parallel()
 	const idle, header = time.Second, 2 * time.Second
 	start := func(t *testing.T) *testRelay {
-		return startTestRelay(t, func(c *serveConfig) { c.idleTimeout, c.readHeaderTimeout = idle, header })
+		return startTestRelay(t, func(c *node.Config) { c.IdleTimeout, c.ReadHeaderTimeout = idle, header })
 	}
 	t.Run("HTTP/1.1 keep-alive", func(t *testing.T) {
 		t.Parallel()
 		tr := start(t)
-		c, err := net.Dial("tcp", tr.addr)
+		c, err := net.Dial("tcp", tr.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +437,7 @@ func TestIdleConnections(t *testing.T) {
 		client := h2cClient()
 		for range 3 {
 			time.Sleep(idle / 4)
-			resp, err := client.Get(tr.base + "/healthz")
+			resp, err := client.Get(tr.Base + "/healthz")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -444,7 +446,7 @@ func TestIdleConnections(t *testing.T) {
 				t.Fatalf("HTTP/%d", resp.ProtoMajor)
 			}
 		}
-		if s := tr.conns.Stats(); s.Open != 1 {
+		if s := tr.Conns().Stats(); s.Open != 1 {
 			t.Fatalf("%d connections for three requests, want one", s.Open)
 		}
 		waitOpen(t, tr, 0, idle+5*time.Second)
@@ -452,7 +454,7 @@ func TestIdleConnections(t *testing.T) {
 	t.Run("no headers", func(t *testing.T) {
 		t.Parallel()
 		tr := start(t)
-		c, err := net.Dial("tcp", tr.addr)
+		c, err := net.Dial("tcp", tr.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +476,7 @@ func TestIdleConnections(t *testing.T) {
 func dialFrom(t *testing.T, tr *testRelay, from string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", tr.addr)
+	c, err := d.Dial("tcp", tr.Addr())
 	if err != nil {
 		if from != "127.0.0.1" {
 			t.Skipf("cannot connect from %s: %v", from, err)
@@ -494,8 +496,8 @@ func clientFrom(from string) *http.Client {
 
 // get sends GET path with the admin key from a client.
 func (tr *testRelay) get(c *http.Client, path string) (int, http.Header, string, error) {
-	req, _ := http.NewRequest(http.MethodGet, tr.base+path, nil)
-	req.Header.Set("x-api-key", tr.adminKey)
+	req, _ := http.NewRequest(http.MethodGet, tr.Base+path, nil)
+	req.Header.Set("x-api-key", tr.AdminKey)
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, "", err
@@ -513,9 +515,9 @@ func (tr *testRelay) get(c *http.Client, path string) (int, http.Header, string,
 func TestConnectionCaps(t *testing.T) {
 	t.Parallel()
 	const perIP, overall = 4, 10
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.maxConnsPerIP, c.maxConns = perIP, overall
-		c.readHeaderTimeout = time.Minute // the idle connections below stay open
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.MaxConnsPerIP, c.MaxConns = perIP, overall
+		c.ReadHeaderTimeout = time.Minute // the idle connections below stay open
 	})
 	// One address holds its share with connections that send nothing.
 	var held []net.Conn
@@ -540,7 +542,7 @@ func TestConnectionCaps(t *testing.T) {
 	// Other addresses are served, quickly.
 	other := clientFrom("127.0.0.2")
 	start := time.Now()
-	if code, _, body, err := tr.get(other, "/get?uuid="+ariaUUID); err != nil || code != http.StatusOK || time.Since(start) > time.Second {
+	if code, _, body, err := tr.get(other, "/get?uuid="+relaytest.AriaUUID); err != nil || code != http.StatusOK || time.Since(start) > time.Second {
 		t.Fatalf("another address beside a full one: %d %s %v after %v", code, body, err, time.Since(start))
 	}
 	// Filling the overall cap from other addresses refuses everyone.
@@ -556,7 +558,7 @@ func TestConnectionCaps(t *testing.T) {
 	}
 	// One REST and at least one gRPC connection over the per-address cap
 	// (gRPC may try again before it gives up), one over the overall cap.
-	s := tr.conns.Stats()
+	s := tr.Conns().Stats()
 	if s.RefusedPerIP < 2 || s.RefusedOverall != 1 {
 		t.Fatalf("refusals counted: %+v", s)
 	}
@@ -574,7 +576,7 @@ func TestConnectionCaps(t *testing.T) {
 // address.
 func grpcHealth(tr *testRelay, from string) error {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
 	if err != nil {
 		return err
@@ -596,16 +598,16 @@ func TestLongStreamsOutliveDeadlines(t *testing.T) {
 	// machine was seen to pause the paced uploads below for longer than
 	// half a second. They still take three times the allowance.
 	const short, allowance = 500 * time.Millisecond, time.Second
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.readHeaderTimeout, c.bodyReadTimeout, c.idleTimeout, c.writeStallTimeout = short, allowance, short, 2*short
-		c.bodyMinRate = 64 << 10
-		c.maxUploadBytes = 1 << 20
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.ReadHeaderTimeout, c.BodyReadTimeout, c.IdleTimeout, c.WriteStallTimeout = short, allowance, short, 2*short
+		c.BodyMinRate = 64 << 10
+		c.MaxUploadBytes = 1 << 20
 	})
-	admin := tr.adminKey
-	sseH1 := tr.openStream("/actor/subscribe", admin, q("actorUuid", ariaUUID), nil)
+	admin := tr.AdminKey
+	sseH1 := tr.openStream("/actor/subscribe", admin, relaytest.Q("actorUuid", relaytest.AriaUUID), nil)
 	sseH1.expect("connected")
 
-	req, _ := http.NewRequest(http.MethodGet, tr.base+"/actor/subscribe?actorUuid="+ariaUUID, nil)
+	req, _ := http.NewRequest(http.MethodGet, tr.Base+"/actor/subscribe?actorUuid="+relaytest.AriaUUID, nil)
 	req.Header.Set("x-api-key", admin)
 	h2 := h2cClient()
 	h2.Timeout = 0
@@ -618,14 +620,14 @@ func TestLongStreamsOutliveDeadlines(t *testing.T) {
 	t.Cleanup(sseH2.close)
 	sseH2.expect("connected")
 
-	conn, err := grpc.NewClient(tr.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", admin))
 	defer cancel()
-	grpcStream, err := relayv1.NewEventServiceClient(conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: ariaUUID})
+	grpcStream, err := relayv1.NewEventServiceClient(conn).SubscribeActors(ctx, &relayv1.SubscribeActorsRequest{ActorUuid: relaytest.AriaUUID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -648,7 +650,7 @@ func TestLongStreamsOutliveDeadlines(t *testing.T) {
 		fw, _ := mw.CreateFormFile("file", "rest.bin")
 		fw.Write(data)
 		mw.Close()
-		req, _ := http.NewRequest(http.MethodPost, tr.base+"/upload", pacedReader(form.Bytes(), rate))
+		req, _ := http.NewRequest(http.MethodPost, tr.Base+"/upload", pacedReader(form.Bytes(), rate))
 		req.ContentLength = int64(form.Len())
 		req.Header.Set("x-api-key", admin)
 		req.Header.Set("Content-Type", mw.FormDataContentType())
@@ -695,7 +697,7 @@ func TestLongStreamsOutliveDeadlines(t *testing.T) {
 	if held := time.Since(opened); held < 5*short {
 		time.Sleep(5*short - held)
 	}
-	tr.setHP(ariaUUID, 9)
+	tr.setHP(relaytest.AriaUUID, 9)
 	for name, s := range map[string]*sseClient{"SSE over HTTP/1.1": sseH1, "SSE over h2c": sseH2} {
 		if f := s.next(5 * time.Second); f.event != "actor-update" {
 			t.Fatalf("%s after %v: %s %s", name, time.Since(opened), f.event, f.data)
@@ -738,25 +740,25 @@ func (p *paced) Read(b []byte) (int, error) {
 func TestStalledReaders(t *testing.T) {
 	t.Parallel()
 	const stall = time.Second
-	tr := startTestRelay(t, func(c *serveConfig) { c.writeStallTimeout = stall })
+	tr := startTestRelay(t, func(c *node.Config) { c.WriteStallTimeout = stall })
 	// A file larger than what the sockets between the relay and the client
 	// can hold.
 	big := bytes.Repeat([]byte("stalled reader. "), (24<<20)/16)
 	body, ct := multipartBody(t, [][2]string{{"path", "stall"}}, "big.bin", big)
-	if resp := tr.send(http.MethodPost, "/upload", tr.adminKey, nil, body, ct); resp.status != http.StatusOK {
-		t.Fatalf("upload: %d %s", resp.status, resp.body)
+	if resp := tr.send(http.MethodPost, "/upload", tr.AdminKey, nil, body, ct); resp.Status != http.StatusOK {
+		t.Fatalf("upload: %d %s", resp.Status, resp.Body)
 	}
-	tr.client.CloseIdleConnections()
+	tr.Client.CloseIdleConnections()
 	waitOpen(t, tr, 0, 5*time.Second)
 
 	for _, path := range []string{"/download?path=stall/big.bin", "/hooks/subscribe"} {
-		c, err := net.Dial("tcp", tr.addr)
+		c, err := net.Dial("tcp", tr.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.(*net.TCPConn).SetReadBuffer(4 << 10)
-		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: relay\r\nX-Api-Key: "+tr.adminKey+"\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: relay\r\nX-Api-Key: "+tr.AdminKey+"\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
 		waitOpen(t, tr, 1, 5*time.Second)
@@ -768,8 +770,8 @@ func TestStalledReaders(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-				docs := relayv1.NewDocumentServiceClient(tr.grpc.Local)
+				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+				docs := relayv1.NewDocumentServiceClient(tr.GRPC().Local)
 				name := strings.Repeat("A long name that fills the stream's buffers. ", 200)
 				for i := 0; ; i++ {
 					select {
@@ -778,7 +780,7 @@ func TestStalledReaders(t *testing.T) {
 					default:
 					}
 					data, _ := structpb.NewStruct(map[string]any{"name": name + strconv.Itoa(i)})
-					if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: ariaUUID, Data: data}); err != nil {
+					if _, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: data}); err != nil {
 						t.Errorf("update: %v", err)
 						return
 					}
@@ -791,8 +793,8 @@ func TestStalledReaders(t *testing.T) {
 		waitOpen(t, tr, 0, stall+15*time.Second)
 		t.Logf("GET %s: cut off after %v", path, time.Since(start))
 	}
-	if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil); resp.status != http.StatusOK {
-		t.Fatalf("GET /get after the stalled readers: %d", resp.status)
+	if resp := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil); resp.Status != http.StatusOK {
+		t.Fatalf("GET /get after the stalled readers: %d", resp.Status)
 	}
 }
 

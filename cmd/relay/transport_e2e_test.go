@@ -24,6 +24,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -103,19 +105,19 @@ func callGRPCOverHTTP(t *testing.T, client *http.Client, addr, method, key strin
 func TestGRPCAndRESTShareThePort(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	admin := tr.adminKey
-	getAria := &relayv1.GetDocumentRequest{Uuid: ariaUUID}
+	admin := tr.AdminKey
+	getAria := &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}
 	const getDocument = "/relay.v1.DocumentService/GetDocument"
 
 	t.Run("REST first, then gRPC on the same connection", func(t *testing.T) {
 		client := h2cClient()
 		defer client.CloseIdleConnections()
-		resp, err := client.Get(tr.base + "/healthz")
+		resp, err := client.Get(tr.Base + "/healthz")
 		if err != nil || resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 			t.Fatalf("h2c healthz: %v %v", resp, err)
 		}
 		resp.Body.Close()
-		got := callGRPCOverHTTP(t, client, tr.addr, getDocument, admin, getAria, 0)
+		got := callGRPCOverHTTP(t, client, tr.Addr(), getDocument, admin, getAria, 0)
 		if got.status.Code() != codes.OK || len(got.messages) != 1 {
 			t.Fatalf("gRPC after REST: %v, %d messages", got.status, len(got.messages))
 		}
@@ -123,9 +125,9 @@ func TestGRPCAndRESTShareThePort(t *testing.T) {
 		if err := proto.Unmarshal(got.messages[0], &doc); err != nil || !bytes.Contains(doc.GetDocument(), []byte("Aria Vale")) {
 			t.Fatalf("gRPC after REST: %v %.100s", err, doc.GetDocument())
 		}
-		tooLarge := callGRPCOverHTTP(t, client, tr.addr, getDocument, admin, nil, 1<<20)
+		tooLarge := callGRPCOverHTTP(t, client, tr.Addr(), getDocument, admin, nil, 1<<20)
 		wantTooLarge(t, "an oversized gRPC call after REST", tooLarge.status.Err(), "Request message too large: the limit is 65536 bytes")
-		if open := tr.conns.Stats().Open; open != 1 {
+		if open := tr.Conns().Stats().Open; open != 1 {
 			t.Fatalf("%d connections open, want the one", open)
 		}
 	})
@@ -133,15 +135,15 @@ func TestGRPCAndRESTShareThePort(t *testing.T) {
 	t.Run("gRPC first, then REST on the same connection", func(t *testing.T) {
 		client := h2cClient()
 		defer client.CloseIdleConnections()
-		got := callGRPCOverHTTP(t, client, tr.addr, "/grpc.health.v1.Health/Check", "", &healthpb.HealthCheckRequest{}, 0)
+		got := callGRPCOverHTTP(t, client, tr.Addr(), "/grpc.health.v1.Health/Check", "", &healthpb.HealthCheckRequest{}, 0)
 		if got.status.Code() != codes.OK {
 			t.Fatalf("health over gRPC: %v", got.status)
 		}
-		tooLarge := callGRPCOverHTTP(t, client, tr.addr, getDocument, admin, nil, 1<<20)
+		tooLarge := callGRPCOverHTTP(t, client, tr.Addr(), getDocument, admin, nil, 1<<20)
 		if st := tooLarge.status; st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
 			t.Fatalf("an oversized call on gRPC's own transport: %v", st)
 		}
-		resp, err := client.Get(tr.base + "/healthz")
+		resp, err := client.Get(tr.Base + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,48 +181,48 @@ func TestGRPCAndRESTShareThePort(t *testing.T) {
 // the shared port's.
 func TestGRPCListen(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.grpcListen = "127.0.0.1:0"
-		c.maxConnsPerIP = 2
-		c.readHeaderTimeout = time.Minute
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.GRPCListen = "127.0.0.1:0"
+		c.MaxConnsPerIP = 2
+		c.ReadHeaderTimeout = time.Minute
 	})
-	if tr.grpcAddr == "" || tr.grpcAddr == tr.addr {
-		t.Fatalf("gRPC port %q beside %q", tr.grpcAddr, tr.addr)
+	if tr.GRPCAddr() == "" || tr.GRPCAddr() == tr.Addr() {
+		t.Fatalf("gRPC port %q beside %q", tr.GRPCAddr(), tr.Addr())
 	}
-	conn, err := grpc.NewClient(tr.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tr.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx := metadata.AppendToOutgoingContext(t.Context(), wire.APIKeyHeader, tr.adminKey)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), wire.APIKeyHeader, tr.AdminKey)
 	docs := relayv1.NewDocumentServiceClient(conn)
-	resp, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID})
+	resp, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID})
 	if err != nil || !bytes.Contains(resp.GetDocument(), []byte("Aria Vale")) {
 		t.Fatalf("GetDocument on the gRPC port: %v", err)
 	}
-	if _, err := docs.GetDocument(t.Context(), &relayv1.GetDocumentRequest{Uuid: ariaUUID}); status.Code(err) != codes.Unauthenticated {
+	if _, err := docs.GetDocument(t.Context(), &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("no key on the gRPC port: %v", err)
 	}
 	// REST has no business there: HTTP/1.1 gets no answer, h2c gets 415.
-	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + tr.grpcAddr + "/healthz"); err == nil {
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + tr.GRPCAddr() + "/healthz"); err == nil {
 		t.Fatal("HTTP/1.1 on the gRPC port was answered")
 	}
 	h2 := h2cClient()
-	if resp, err := h2.Get("http://" + tr.grpcAddr + "/healthz"); err != nil || resp.StatusCode != http.StatusUnsupportedMediaType {
+	if resp, err := h2.Get("http://" + tr.GRPCAddr() + "/healthz"); err != nil || resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Fatalf("h2c REST on the gRPC port: %v %v", resp, err)
 	}
 	h2.CloseIdleConnections()
 	waitOpen(t, tr, 1, 5*time.Second) // the gRPC client's
 	// One more connection on the shared port fills the address's two;
 	// the next, on either port, is refused.
-	held, err := net.Dial("tcp", tr.addr)
+	held, err := net.Dial("tcp", tr.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
 	waitOpen(t, tr, 2, 5*time.Second)
-	before := tr.conns.Stats().RefusedPerIP
-	other, err := grpc.NewClient(tr.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	before := tr.Conns().Stats().RefusedPerIP
+	other, err := grpc.NewClient(tr.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +232,7 @@ func TestGRPCListen(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(other).Check(short, &healthpb.HealthCheckRequest{}); err == nil {
 		t.Fatal("a third connection from one address was served on the gRPC port")
 	}
-	if tr.conns.Stats().RefusedPerIP == before {
+	if tr.Conns().Stats().RefusedPerIP == before {
 		t.Fatal("the refusal on the gRPC port was not counted")
 	}
 }
@@ -270,9 +272,9 @@ func TestServeFlagsOfTransport(t *testing.T) {
 // pace is served.
 func TestSlowGRPCMessages(t *testing.T) {
 	t.Parallel()
-	tr := startTestRelay(t, func(c *serveConfig) {
-		c.bodyReadTimeout = 500 * time.Millisecond
-		c.bodyMinRate = 64 << 10 // with 64 KiB messages: 1.5 s a message
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.BodyReadTimeout = 500 * time.Millisecond
+		c.BodyMinRate = 64 << 10 // with 64 KiB messages: 1.5 s a message
 	})
 	const allowance = 1500 * time.Millisecond
 	trickled := func() (codes.Code, time.Duration) {
@@ -289,10 +291,10 @@ func TestSlowGRPCMessages(t *testing.T) {
 				}
 			}
 		}()
-		req, _ := http.NewRequest(http.MethodPost, tr.base+"/relay.v1.DocumentService/GetDocument", body)
+		req, _ := http.NewRequest(http.MethodPost, tr.Base+"/relay.v1.DocumentService/GetDocument", body)
 		req.Header.Set("Content-Type", "application/grpc")
 		req.Header.Set("Te", "trailers")
-		req.Header.Set(wire.APIKeyHeader, tr.adminKey)
+		req.Header.Set(wire.APIKeyHeader, tr.AdminKey)
 		client := h2cClient()
 		defer client.CloseIdleConnections()
 		start := time.Now()
@@ -323,7 +325,7 @@ func TestSlowGRPCMessages(t *testing.T) {
 	// Meanwhile others are served at once.
 	conn, ctx := tr.grpcClient(t)
 	start := time.Now()
-	if _, err := relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: ariaUUID}); err != nil || time.Since(start) > time.Second {
+	if _, err := relayv1.NewDocumentServiceClient(conn).GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); err != nil || time.Since(start) > time.Second {
 		t.Fatalf("beside a trickled call: %v after %v", err, time.Since(start))
 	}
 	<-done

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/tabletop-relay/relay/gateway"
+	"github.com/tabletop-relay/relay/node"
 )
 
 // Build information that a release build sets with the linker, overriding
@@ -15,9 +15,9 @@ import (
 //
 //	go build -ldflags "-X main.version=v1.2.0 -X main.commit=$(git rev-parse HEAD) -X main.date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" ./cmd/relay
 //
-// Left empty, the values come from runtime/debug.ReadBuildInfo: the module
-// version of `go install github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the commit and its
-// time that `go build` records in a git checkout.
+// Left empty, the values come from node.ReadBuildInfo: the module version
+// of `go install github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the
+// commit and its time that `go build` records in a git checkout.
 var (
 	version string
 	commit  string
@@ -26,28 +26,7 @@ var (
 
 // buildInfo is what `relay --version` prints and `/healthz` reports.
 func buildInfo() gateway.BuildInfo {
-	info := gateway.BuildInfo{Version: "devel"}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v := bi.Main.Version; v != "" && v != "(devel)" {
-			info.Version = v
-		}
-		modified := false
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				info.Commit = s.Value
-			case "vcs.time":
-				// The commit's time: the build of an unchanged checkout
-				// is the build of that commit.
-				info.Date = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-		if modified && info.Commit != "" {
-			info.Commit += "-dirty"
-		}
-	}
+	info := node.ReadBuildInfo()
 	if version != "" {
 		info.Version = version
 	}

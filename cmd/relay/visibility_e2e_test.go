@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 )
@@ -42,9 +43,9 @@ func (c doorCase) run(t *testing.T, tr *testRelay) {
 	if c.user != "" {
 		params["userId"] = c.user
 	}
-	var resp response
+	var resp relaytest.Response
 	if c.method == http.MethodGet {
-		query := q()
+		query := relaytest.Q()
 		for k, v := range params {
 			switch v := v.(type) {
 			case string:
@@ -53,22 +54,22 @@ func (c doorCase) run(t *testing.T, tr *testRelay) {
 				query.Set(k, `["`+strings.Join(v, `","`)+`"]`)
 			}
 		}
-		resp = tr.do(c.method, c.path, tr.adminKey, query, nil)
+		resp = tr.Do(c.method, c.path, tr.AdminKey, query, nil)
 	} else {
-		resp = tr.do(c.method, c.path, tr.adminKey, nil, params)
+		resp = tr.Do(c.method, c.path, tr.AdminKey, nil, params)
 	}
-	if resp.status != c.status {
-		t.Errorf("%s: status %d, want %d: %s", c.name, resp.status, c.status, resp.body)
+	if resp.Status != c.status {
+		t.Errorf("%s: status %d, want %d: %s", c.name, resp.Status, c.status, resp.Body)
 		return
 	}
 	if c.status != http.StatusOK {
-		if got := resp.errorText(t); got != c.want {
+		if got := resp.ErrorText(t); got != c.want {
 			t.Errorf("%s: error %q, want %q", c.name, got, c.want)
 		}
 		return
 	}
-	if !strings.Contains(string(resp.body), c.want) {
-		t.Errorf("%s: body %s, want it to contain %s", c.name, resp.body, c.want)
+	if !strings.Contains(string(resp.Body), c.want) {
+		t.Errorf("%s: body %s, want it to contain %s", c.name, resp.Body, c.want)
 	}
 }
 
@@ -112,13 +113,13 @@ func TestReadRulesThroughEveryDoor(t *testing.T) {
 			status             int
 			want               string
 		}{
-			{"NONE", "Alice", goblinUUID, http.StatusForbidden, noneMsg},
-			{"LIMITED", "Alice", guardUUID, http.StatusForbidden, guardMsg},
-			{"LIMITED", "Bob", ariaUUID, http.StatusForbidden, ariaByBob},
-			{"OBSERVER", "Alice", maraUUID, http.StatusOK, op.ok},
-			{"OWNER", "Alice", ariaUUID, http.StatusOK, op.ok},
-			{"GM", "Gamemaster", goblinUUID, http.StatusOK, op.ok},
-			{"no user", "", goblinUUID, http.StatusOK, op.ok},
+			{"NONE", "Alice", relaytest.GoblinUUID, http.StatusForbidden, noneMsg},
+			{"LIMITED", "Alice", relaytest.GuardUUID, http.StatusForbidden, guardMsg},
+			{"LIMITED", "Bob", relaytest.AriaUUID, http.StatusForbidden, ariaByBob},
+			{"OBSERVER", "Alice", relaytest.MaraUUID, http.StatusOK, op.ok},
+			{"OWNER", "Alice", relaytest.AriaUUID, http.StatusOK, op.ok},
+			{"GM", "Gamemaster", relaytest.GoblinUUID, http.StatusOK, op.ok},
+			{"no user", "", relaytest.GoblinUUID, http.StatusOK, op.ok},
 		} {
 			cases = append(cases, doorCase{op.path + " " + lv.level + " as " + lv.user, op.method, op.path, lv.user,
 				with(op.params, "actorUuid", lv.actor), lv.status, lv.want})
@@ -126,7 +127,7 @@ func TestReadRulesThroughEveryDoor(t *testing.T) {
 	}
 	check := func(name, user, bonus string, status int, want string) doorCase {
 		return doorCase{name, http.MethodPost, "/dnd5e/skill-check", user,
-			map[string]any{"actorUuid": ariaUUID, "skill": "arc", "bonus": bonus, "createChatMessage": false}, status, want}
+			map[string]any{"actorUuid": relaytest.AriaUUID, "skill": "arc", "bonus": bonus, "createChatMessage": false}, status, want}
 	}
 	cases = append(cases,
 		// Formula references read only what the roller may read in full.
@@ -145,9 +146,9 @@ func TestReadRulesThroughEveryDoor(t *testing.T) {
 		doorCase{"concentration by the name of a NONE actor", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "Goblin"}, http.StatusNotFound, "Actor not found: Goblin"},
 		doorCase{"concentration by a name nobody has", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "Dragon"}, http.StatusNotFound, "Actor not found: Dragon"},
 		doorCase{"concentration by the name of a LIMITED actor", http.MethodGet, "/dnd5e/concentration", "Alice", map[string]any{"actorName": "town guard"}, http.StatusForbidden, guardMsg},
-		doorCase{"concentration by name as the GM", http.MethodGet, "/dnd5e/concentration", "Gamemaster", map[string]any{"actorName": "goblin"}, http.StatusOK, goblinUUID},
+		doorCase{"concentration by name as the GM", http.MethodGet, "/dnd5e/concentration", "Gamemaster", map[string]any{"actorName": "goblin"}, http.StatusOK, relaytest.GoblinUUID},
 		doorCase{"transfer to a NONE actor by name", http.MethodPost, "/dnd5e/transfer-currency", "Alice",
-			map[string]any{"sourceActorUuid": ariaUUID, "targetActorName": "Goblin", "currency": map[string]any{"gp": 1}}, http.StatusNotFound, "Actor not found: Goblin"},
+			map[string]any{"sourceActorUuid": relaytest.AriaUUID, "targetActorName": "Goblin", "currency": map[string]any{"gp": 1}}, http.StatusNotFound, "Actor not found: Goblin"},
 		doorCase{"equip on a NONE actor by name", http.MethodPost, "/dnd5e/equip-item", "Alice",
 			map[string]any{"actorName": "Goblin", "itemName": "Shield", "equipped": false}, http.StatusNotFound, "Actor not found: Goblin"},
 		// A target name is looked for among the tokens of the active scene
@@ -155,31 +156,31 @@ func TestReadRulesThroughEveryDoor(t *testing.T) {
 		// see is exactly a name nobody has: the spell goes off without a
 		// target, as on the tabletop.
 		doorCase{"target a NONE actor by name", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"}, http.StatusOK, `"target":null`},
+			map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Fire Bolt", "targetName": "Goblin"}, http.StatusOK, `"target":null`},
 		doorCase{"target by a name nobody has", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetName": "Dragon"}, http.StatusOK, `"target":null`},
+			map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Fire Bolt", "targetName": "Dragon"}, http.StatusOK, `"target":null`},
 		doorCase{"target an observed actor by uuid", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetUuid": bromUUID}, http.StatusOK, `"actorUuid":"` + bromUUID + `"`},
+			map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Fire Bolt", "targetUuid": relaytest.BromUUID}, http.StatusOK, `"actorUuid":"` + relaytest.BromUUID + `"`},
 		doorCase{"target a NONE actor by uuid", http.MethodPost, "/dnd5e/use-spell", "Alice",
-			map[string]any{"actorUuid": ariaUUID, "abilityName": "Fire Bolt", "targetUuid": goblinUUID}, http.StatusForbidden, noneMsg},
+			map[string]any{"actorUuid": relaytest.AriaUUID, "abilityName": "Fire Bolt", "targetUuid": relaytest.GoblinUUID}, http.StatusForbidden, noneMsg},
 
 		// Folders: one with nothing Alice sees is not hers to see.
 		doorCase{"get a folder holding only a NONE actor", http.MethodGet, "/get", "Alice", map[string]any{"uuid": "Folder.monstersFolder01"}, http.StatusForbidden, noneMsg},
 		doorCase{"structure of that folder", http.MethodGet, "/structure", "Alice", map[string]any{"path": "Folder.monstersFolder01"}, http.StatusForbidden, noneMsg},
-		doorCase{"get a folder holding her actor", http.MethodGet, "/get", "Alice", map[string]any{"uuid": "Folder." + heroesID}, http.StatusOK, `"name":"Heroes"`},
+		doorCase{"get a folder holding her actor", http.MethodGet, "/get", "Alice", map[string]any{"uuid": "Folder." + relaytest.HeroesID}, http.StatusOK, `"name":"Heroes"`},
 		doorCase{"get that folder as the GM", http.MethodGet, "/get", "Gamemaster", map[string]any{"uuid": "Folder.monstersFolder01"}, http.StatusOK, `"name":"Monsters"`},
 
 		// Write refusals name only what the user may see.
-		doorCase{"update a NONE actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": goblinUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
-			"User 'Alice' does not have permission to update '" + goblinUUID + "'"},
-		doorCase{"update a LIMITED actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": guardUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
+		doorCase{"update a NONE actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
+			"User 'Alice' does not have permission to update '" + relaytest.GoblinUUID + "'"},
+		doorCase{"update a LIMITED actor", http.MethodPut, "/update", "Alice", map[string]any{"uuid": relaytest.GuardUUID, "data": map[string]any{"name": "Mine"}}, http.StatusForbidden,
 			"User 'Alice' does not have permission to update 'Town Guard'"},
 	)
 	for _, c := range cases {
 		c.run(t, tr)
 	}
 	// Nothing above rolled to chat or changed a coin.
-	if d := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t); d["system"].(map[string]any)["currency"].(map[string]any)["gp"] != 85.0 {
+	if d := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t); d["system"].(map[string]any)["currency"].(map[string]any)["gp"] != 85.0 {
 		t.Fatalf("Aria's gold changed: %v", d["system"].(map[string]any)["currency"])
 	}
 }
@@ -195,11 +196,11 @@ func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
 	messageOf := func(user, actor string) string {
 		t.Helper()
 		resp := tr.dnd5eCall(http.MethodPost, "skill-check", user, map[string]any{"actorUuid": actor, "skill": "ste"})
-		if resp.status != http.StatusOK {
-			t.Fatalf("check: %d %s", resp.status, resp.body)
+		if resp.Status != http.StatusOK {
+			t.Fatalf("check: %d %s", resp.Status, resp.Body)
 		}
 		found := ""
-		w, err := tr.worlds.World(context.Background(), demo.ClientID)
+		w, err := tr.Worlds().World(context.Background(), demo.ClientID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
 		}
 		return found
 	}
-	goblinMsg, ariaMsg, maraMsg := messageOf("", goblinUUID), messageOf("Alice", ariaUUID), messageOf("", maraUUID)
+	goblinMsg, ariaMsg, maraMsg := messageOf("", relaytest.GoblinUUID), messageOf("Alice", relaytest.AriaUUID), messageOf("", relaytest.MaraUUID)
 	for _, c := range []struct {
 		user, msg string
 		status    int
@@ -226,25 +227,25 @@ func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
 		{"Alice", ariaMsg, http.StatusOK}, {"Bob", ariaMsg, http.StatusForbidden}, {"Tess", ariaMsg, http.StatusForbidden},
 		{"Bob", maraMsg, http.StatusOK}, {"Tess", maraMsg, http.StatusOK},
 	} {
-		if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", c.msg, "userId", c.user), nil); resp.status != c.status {
-			t.Errorf("%s reading %s: %d, want %d: %s", c.user, c.msg, resp.status, c.status, resp.body)
+		if resp := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", c.msg, "userId", c.user), nil); resp.Status != c.status {
+			t.Errorf("%s reading %s: %d, want %d: %s", c.user, c.msg, resp.Status, c.status, resp.Body)
 		}
 	}
 
 	// A hidden goblin in an encounter: not in Alice's read of it, nor in
 	// her list, nor readable by uuid.
-	if resp := tr.do(http.MethodPut, "/update", tr.adminKey, q("uuid", tavernScene+".Token.goblinToken00001"), map[string]any{"data": map[string]any{"hidden": true}}); resp.status != http.StatusOK {
-		t.Fatalf("hide: %s", resp.body)
+	if resp := tr.Do(http.MethodPut, "/update", tr.AdminKey, relaytest.Q("uuid", relaytest.TavernScene+".Token.goblinToken00001"), map[string]any{"data": map[string]any{"hidden": true}}); resp.Status != http.StatusOK {
+		t.Fatalf("hide: %s", resp.Body)
 	}
-	resp := tr.do(http.MethodPost, "/start-encounter", tr.adminKey, nil, map[string]any{"tokenUuids": []string{tavernScene + ".Token.goblinToken00001", tavernScene + ".Token.bromToken0000001"}})
-	if resp.status != http.StatusOK {
-		t.Fatalf("start: %s", resp.body)
+	resp := tr.Do(http.MethodPost, "/start-encounter", tr.AdminKey, nil, map[string]any{"tokenUuids": []string{relaytest.TavernScene + ".Token.goblinToken00001", relaytest.TavernScene + ".Token.bromToken0000001"}})
+	if resp.Status != http.StatusOK {
+		t.Fatalf("start: %s", resp.Body)
 	}
-	enc := resp.data(t)["encounter"].(map[string]any)
+	enc := resp.Data(t)["encounter"].(map[string]any)
 	combatUUID := "Combat." + enc["id"].(string)
 	goblinCombatant := combatUUID + ".Combatant." + combatantID(t, enc, "Goblin")
 	for user, want := range map[string]bool{"Alice": false, "Gamemaster": true} {
-		body := string(tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", combatUUID, "userId", user), nil).body)
+		body := string(tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", combatUUID, "userId", user), nil).Body)
 		if strings.Contains(body, "Goblin") != want || !strings.Contains(body, "Brom Ironfist") {
 			t.Errorf("%s reads the encounter as %s", user, body)
 		}
@@ -252,8 +253,8 @@ func TestChatMessagesAndEncountersFollowTheReadRules(t *testing.T) {
 			t.Errorf("%s lists %s", user, got)
 		}
 	}
-	if resp := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", goblinCombatant, "userId", "Alice"), nil); resp.status != http.StatusForbidden {
-		t.Errorf("Alice reads the hidden combatant: %d %s", resp.status, resp.body)
+	if resp := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", goblinCombatant, "userId", "Alice"), nil); resp.Status != http.StatusForbidden {
+		t.Errorf("Alice reads the hidden combatant: %d %s", resp.Status, resp.Body)
 	}
 }
 
@@ -266,11 +267,11 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 	sr := startSecurityRelay(t)
 	// A journal folder the GM keeps for themself (empty: no player sees
 	// it); Tess (TRUSTED) may create journal entries.
-	resp := sr.do(http.MethodPost, "/create-folder", sr.adminKey, nil, map[string]any{"clientId": demo.ClientID, "name": "GM notes", "folderType": "JournalEntry"})
-	if resp.status != http.StatusOK {
-		t.Fatalf("create folder: %s", resp.body)
+	resp := sr.Do(http.MethodPost, "/create-folder", sr.AdminKey, nil, map[string]any{"clientId": demo.ClientID, "name": "GM notes", "folderType": "JournalEntry"})
+	if resp.Status != http.StatusOK {
+		t.Fatalf("create folder: %s", resp.Body)
 	}
-	notes := resp.data(t)["id"].(string)
+	notes := resp.Data(t)["id"].(string)
 	const (
 		ownershipMsg = "User 'Alice' does not have permission to change the ownership of 'Aria Vale'"
 		typeMsg      = "User 'Alice' does not have permission to change the type of 'Aria Vale'"
@@ -280,21 +281,21 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 		return doorCase{"update " + uuid, http.MethodPut, "/update", "Alice", map[string]any{"uuid": uuid, "data": data}, http.StatusForbidden, want}
 	}
 	refusals := []doorCase{
-		update(ariaUUID, map[string]any{"type": "npc"}, typeMsg),
-		update(ariaUUID, map[string]any{"-=type": nil}, typeMsg),
-		update(wandUUID, map[string]any{"type": "weapon"}, "User 'Alice' does not have permission to change the type of 'Wand of Magic Missiles'"),
-		update(ariaUUID, map[string]any{"ownership": map[string]any{"default": 3}}, ownershipMsg),
-		update(ariaUUID, map[string]any{"ownership.default": 3}, ownershipMsg),
-		update(ariaUUID, map[string]any{"ownership.bobUser000000001": 3}, ownershipMsg),
-		update(ariaUUID, map[string]any{"-=ownership": nil}, ownershipMsg),
-		update(ariaUUID, map[string]any{"==ownership": map[string]any{"default": 3}}, ownershipMsg),
-		update(wandUUID, map[string]any{"ownership": map[string]any{"default": 3}}, "User 'Alice' does not have permission to change the ownership of 'Wand of Magic Missiles'"),
-		update(ariaUUID, map[string]any{"folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
-		update(ariaUUID, map[string]any{"name": "Aria", "folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
-		{"increase ownership.default", http.MethodPost, "/increase", "Alice", map[string]any{"uuid": ariaUUID, "attribute": "ownership.default", "amount": 3}, http.StatusForbidden, ownershipMsg},
-		{"decrease ownership of another user", http.MethodPost, "/decrease", "Alice", map[string]any{"uuid": ariaUUID, "attribute": "ownership.bobUser000000001", "amount": 1}, http.StatusForbidden, ownershipMsg},
+		update(relaytest.AriaUUID, map[string]any{"type": "npc"}, typeMsg),
+		update(relaytest.AriaUUID, map[string]any{"-=type": nil}, typeMsg),
+		update(relaytest.WandUUID, map[string]any{"type": "weapon"}, "User 'Alice' does not have permission to change the type of 'Wand of Magic Missiles'"),
+		update(relaytest.AriaUUID, map[string]any{"ownership": map[string]any{"default": 3}}, ownershipMsg),
+		update(relaytest.AriaUUID, map[string]any{"ownership.default": 3}, ownershipMsg),
+		update(relaytest.AriaUUID, map[string]any{"ownership.bobUser000000001": 3}, ownershipMsg),
+		update(relaytest.AriaUUID, map[string]any{"-=ownership": nil}, ownershipMsg),
+		update(relaytest.AriaUUID, map[string]any{"==ownership": map[string]any{"default": 3}}, ownershipMsg),
+		update(relaytest.WandUUID, map[string]any{"ownership": map[string]any{"default": 3}}, "User 'Alice' does not have permission to change the ownership of 'Wand of Magic Missiles'"),
+		update(relaytest.AriaUUID, map[string]any{"folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
+		update(relaytest.AriaUUID, map[string]any{"name": "Aria", "folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
+		{"increase ownership.default", http.MethodPost, "/increase", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "ownership.default", "amount": 3}, http.StatusForbidden, ownershipMsg},
+		{"decrease ownership of another user", http.MethodPost, "/decrease", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "ownership.bobUser000000001", "amount": 1}, http.StatusForbidden, ownershipMsg},
 		{"create an embedded item with an ownership", http.MethodPost, "/create", "Alice",
-			map[string]any{"entityType": "Item", "parentUuid": ariaUUID, "data": map[string]any{"name": "Gem", "type": "loot", "ownership": map[string]any{"default": 3}}}, http.StatusForbidden,
+			map[string]any{"entityType": "Item", "parentUuid": relaytest.AriaUUID, "data": map[string]any{"name": "Gem", "type": "loot", "ownership": map[string]any{"default": 3}}}, http.StatusForbidden,
 			"User 'Alice' does not have permission to set the ownership of a new Item document: only a GM may set ownership"},
 		{"create a journal entry with an ownership", http.MethodPost, "/create", "Tess",
 			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "ownership.default": 3}}, http.StatusForbidden,
@@ -305,7 +306,7 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 		{"create with that folder in the data", http.MethodPost, "/create", "Tess",
 			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "folder": notes}}, http.StatusForbidden,
 			"User 'Tess' does not have permission to put documents in folder '" + notes + "'"},
-		update(ariaUUID, map[string]any{"folder": "noSuchFolder0001"}, ""),
+		update(relaytest.AriaUUID, map[string]any{"folder": "noSuchFolder0001"}, ""),
 	}
 	refusals[len(refusals)-1].status, refusals[len(refusals)-1].want = http.StatusNotFound, "Folder not found with ID: noSuchFolder0001"
 	before := worldDigest(t, sr.testRelay)
@@ -319,9 +320,9 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 	// What owners keep: their own folder, the same type, plain updates;
 	// a GM changes anything.
 	for _, c := range []doorCase{
-		{"owner into a folder she sees", http.MethodPut, "/update", "Alice", map[string]any{"uuid": ariaUUID, "data": map[string]any{"folder": heroesID, "type": "character", "name": "Aria"}}, http.StatusOK, `"name":"Aria"`},
+		{"owner into a folder she sees", http.MethodPut, "/update", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"folder": relaytest.HeroesID, "type": "character", "name": "Aria"}}, http.StatusOK, `"name":"Aria"`},
 		{"Tess creates a journal entry", http.MethodPost, "/create", "Tess", map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary"}}, http.StatusOK, `"tessUser00000001":3`},
-		{"GM into any folder", http.MethodPut, "/update", "Gamemaster", map[string]any{"uuid": ariaUUID, "data": map[string]any{"folder": monsters, "type": "npc", "ownership.default": 1}}, http.StatusOK, `"folder":"` + monsters + `"`},
+		{"GM into any folder", http.MethodPut, "/update", "Gamemaster", map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"folder": monsters, "type": "npc", "ownership.default": 1}}, http.StatusOK, `"folder":"` + monsters + `"`},
 	} {
 		c.run(t, sr.testRelay)
 	}
@@ -332,9 +333,9 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 func TestReadRulesOverGRPC(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.adminKey)
-	rules := relayv1.NewDnd5EServiceClient(tr.conn)
-	docs := relayv1.NewDocumentServiceClient(tr.conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+	rules := relayv1.NewDnd5EServiceClient(tr.Conn)
+	docs := relayv1.NewDocumentServiceClient(tr.Conn)
 	no := false
 	wantCode := func(what string, err error, code codes.Code, msg string) {
 		t.Helper()
@@ -343,33 +344,33 @@ func TestReadRulesOverGRPC(t *testing.T) {
 		}
 	}
 
-	_, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: guardUUID, Details: []string{"stats"}})
+	_, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: relaytest.GuardUUID, Details: []string{"stats"}})
 	wantCode("details of a LIMITED actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to view actor 'Town Guard'")
-	_, err = rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: goblinUUID, Details: []string{"stats"}})
+	_, err = rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: relaytest.GoblinUUID, Details: []string{"stats"}})
 	wantCode("details of a NONE actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to view this entity")
-	if d, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: bromUUID, Details: []string{"stats"}}); err != nil || len(d.GetStats()) == 0 {
+	if d, err := rules.GetActorDetails(ctx, &relayv1.GetActorDetailsRequest{UserId: "Alice", ActorUuid: relaytest.BromUUID, Details: []string{"stats"}}); err != nil || len(d.GetStats()) == 0 {
 		t.Errorf("details of an observed actor: %v", err)
 	}
-	_, err = rules.SkillCheck(ctx, &relayv1.SkillCheckRequest{UserId: "Alice", ActorUuid: ariaUUID, Skill: "arc", Bonus: "@Actor.goblin0000000001.system.attributes.hp.value", CreateChatMessage: &no})
+	_, err = rules.SkillCheck(ctx, &relayv1.SkillCheckRequest{UserId: "Alice", ActorUuid: relaytest.AriaUUID, Skill: "arc", Bonus: "@Actor.goblin0000000001.system.attributes.hp.value", CreateChatMessage: &no})
 	wantCode("a bonus reading a NONE actor", err, codes.PermissionDenied, "User 'Alice' does not have permission to read @Actor.goblin0000000001.system.attributes.hp.value in a roll formula")
 	_, err = rules.GetConcentration(ctx, &relayv1.GetConcentrationRequest{UserId: "Alice", ActorName: "Goblin"})
 	wantCode("a NONE actor by name", err, codes.NotFound, "Actor not found: Goblin")
-	if use, err := rules.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: ariaUUID, AbilityName: "Fire Bolt", TargetName: "Goblin"}); err != nil || use.GetTarget() != nil {
+	if use, err := rules.UseSpell(ctx, &relayv1.UseSpellRequest{UserId: "Alice", ActorUuid: relaytest.AriaUUID, AbilityName: "Fire Bolt", TargetName: "Goblin"}); err != nil || use.GetTarget() != nil {
 		t.Errorf("a NONE target by name: %v, target %s; want no target", err, use.GetTarget())
 	}
 
 	_, err = docs.GetDocument(ctx, &relayv1.GetDocumentRequest{UserId: "Alice", Uuid: "Folder.monstersFolder01"})
 	wantCode("a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to view this entity")
 	data, _ := structpb.NewStruct(map[string]any{"type": "npc"})
-	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: ariaUUID, Data: data})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Data: data})
 	wantCode("changing the type", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the type of 'Aria Vale'")
 	data, _ = structpb.NewStruct(map[string]any{"folder": "monstersFolder01"})
-	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: ariaUUID, Data: data})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Data: data})
 	wantCode("moving into a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to put documents in folder 'monstersFolder01'")
 	amount := 3.0
-	_, err = docs.IncreaseAttribute(ctx, &relayv1.IncreaseAttributeRequest{UserId: "Alice", Uuid: ariaUUID, Attribute: "ownership.default", Amount: &amount})
+	_, err = docs.IncreaseAttribute(ctx, &relayv1.IncreaseAttributeRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Attribute: "ownership.default", Amount: &amount})
 	wantCode("raising ownership.default", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the ownership of 'Aria Vale'")
-	if got := tr.do(http.MethodGet, "/get", tr.adminKey, q("uuid", ariaUUID), nil).data(t); got["type"] != "character" || got["folder"] != heroesID ||
+	if got := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t); got["type"] != "character" || got["folder"] != relaytest.HeroesID ||
 		got["ownership"].(map[string]any)["default"] != 0.0 {
 		t.Fatalf("refused gRPC writes changed Aria: %v %v %v", got["type"], got["folder"], got["ownership"])
 	}

@@ -35,8 +35,8 @@ import (
 	// The generated packages register the option extensions (relay.v1
 	// policy and raw_json, google.api http and field_behavior), so that the
 	// image's options decode into them.
-	_ "google.golang.org/genproto/googleapis/api/annotations"
 	_ "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 )
 
 //go:embed values.json

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 )
 
 // serveMetrics serves the metrics at /metrics on their own address (see
-// --metrics-listen), apart from the API: they need no key there, so the
+// Config.MetricsListen), apart from the API: they need no key there, so the
 // address belongs on a private network, as a Prometheus scraper's usually
 // is. It returns the address it listens on and a function that stops the
 // server.
@@ -41,7 +41,7 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (bound stri
 // registerMetrics adds the gauges and counters that are read from the
 // relay's parts at each scrape: nothing is counted for them on the
 // request paths beyond the atomic counters the parts keep anyway.
-func (r *relay) registerMetrics(rateLimit, authFailures, pairAttempts *server.RateLimiter) {
+func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts *server.RateLimiter) {
 	m := r.metrics
 	m.GaugeFunc("relay_worlds", "Worlds the relay serves from its data directory.", nil, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

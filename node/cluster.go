@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -63,3 +63,10 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 	w.registry.Store(reg)
 	return reg, nil
 }
+
+// Cluster is the node's membership of a cluster; nil for a relay alone.
+func (r *Node) Cluster() *cluster.Node { return r.cluster }
+
+// Registry is the cluster's world registry as this node sees it; nil for
+// a relay alone.
+func (r *Node) Registry() *cluster.Registry { return r.registry }

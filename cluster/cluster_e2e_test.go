@@ -1,0 +1,248 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/cluster/clustertest"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/demo"
+)
+
+// clusterLease is the world lease of the cluster tests: short, so that a
+// lost host shows quickly.
+const clusterLease = 3 * time.Second
+
+// seedWorld creates a world from the demo seed under clientID in dataDir,
+// before a relay starts there.
+func seedWorld(t *testing.T, dataDir, clientID string) {
+	t.Helper()
+	host, err := world.OpenHost(dataDir, world.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	seed, err := demo.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := host.Create(context.Background(), clientID, seed); err != nil {
+		t.Fatalf("create world %s: %v", clientID, err)
+	}
+}
+
+// clusterNode starts one relay of a cluster with its cluster
+// configuration and its own data directory.
+func clusterNode(t *testing.T, cc cluster.Config, demoWorld bool) *relaytest.Relay {
+	t.Helper()
+	return relaytest.StartLogged(t, testLog(t).With("relay", cc.NodeName), func(c *node.Config) {
+		c.DataDir = cc.DataDir
+		c.Demo = demoWorld
+		c.Cluster = cc
+	})
+}
+
+// startCluster starts three relays as one cluster: n1 holds the demo
+// world, n2 the world "west", and n3 a second world "demo" of its own:
+// one of n1 and n3 must refuse to host its demo.
+func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
+	t.Helper()
+	cfgs := clustertest.Configs(t, 3, clusterLease)
+	seedWorld(t, cfgs[1].DataDir, "west")
+	seedWorld(t, cfgs[2].DataDir, "demo")
+	nodes := make([]*relaytest.Relay, 3)
+	// The shared state is kept three ways: the cluster answers once all
+	// three are up, so they start together.
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], i == 0) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Stop them together too: a node stopping alone after the others
+	// waits for a quorum that is gone.
+	t.Cleanup(func() { stopAll(nodes) })
+	return nodes, cfgs
+}
+
+// stopAll stops relays at once.
+func stopAll(nodes []*relaytest.Relay) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			// The server's graceful stop waits for its gRPC clients.
+			_ = n.Conn.Close()
+			_ = n.Close(ctx)
+		})
+	}
+	wg.Wait()
+}
+
+// withoutRequestID drops the envelope's request id, which differs from
+// call to call, so that two answers can be compared byte for byte.
+func withoutRequestID(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("not a JSON object: %v\n%s", err, body)
+	}
+	delete(v, "requestId")
+	out, _ := json.Marshal(v)
+	return out
+}
+
+// TestCluster runs three relays in process as one cluster and checks that
+// a call for a world is served by its host from any node, that unknown
+// worlds are unknown everywhere, that a second node refuses a duplicate
+// client id, and that a world whose host stopped is unavailable at once
+// and served again when the host returns.
+func TestCluster(t *testing.T) {
+	began := time.Now()
+	nodes, cfgs := startCluster(t)
+	t.Logf("cluster started in %v", time.Since(began))
+	t.Cleanup(func() { t.Logf("test done at %v", time.Since(began)) })
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+
+	t.Run("REST call routed to the host", func(t *testing.T) {
+		direct := n2.Do(http.MethodGet, "/get", n2.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+		if direct.Status != http.StatusOK {
+			t.Fatalf("on the host: %d %s", direct.Status, direct.Body)
+		}
+		for _, edge := range []*relaytest.Relay{n1, n3} {
+			got := edge.Do(http.MethodGet, "/get", edge.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+			if got.Status != http.StatusOK {
+				t.Fatalf("forwarded: %d %s", got.Status, got.Body)
+			}
+			if !bytes.Equal(withoutRequestID(t, got.Body), withoutRequestID(t, direct.Body)) {
+				t.Fatalf("forwarded answer differs from the host's:\n%s\n%s", got.Body, direct.Body)
+			}
+			if id := got.JSON(t)["requestId"]; got.Header.Get("x-request-id") != "" && id != got.Header.Get("x-request-id") {
+				t.Fatalf("request id %v, header %q", id, got.Header.Get("x-request-id"))
+			}
+		}
+		// A write on one node is read on another.
+		upd := n3.Do(http.MethodPut, "/update", n3.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), map[string]any{"data": map[string]any{"name": "Aria of the West"}})
+		if upd.Status != http.StatusOK {
+			t.Fatalf("update through n3: %d %s", upd.Status, upd.Body)
+		}
+		got := n2.Do(http.MethodGet, "/get", n2.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+		if !strings.Contains(string(got.Body), "Aria of the West") {
+			t.Fatalf("the host does not have the write: %s", got.Body)
+		}
+	})
+
+	t.Run("errors of the host come back whole", func(t *testing.T) {
+		direct := n2.Do(http.MethodGet, "/get", n2.AdminKey, relaytest.Q("clientId", "west", "uuid", "Actor.nobodyAtAll00001"), nil)
+		got := n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", "Actor.nobodyAtAll00001"), nil)
+		if got.Status != direct.Status || got.Status != http.StatusNotFound {
+			t.Fatalf("status %d, host %d", got.Status, direct.Status)
+		}
+		if !bytes.Equal(withoutRequestID(t, got.Body), withoutRequestID(t, direct.Body)) {
+			t.Fatalf("forwarded error differs:\n%s\n%s", got.Body, direct.Body)
+		}
+	})
+
+	t.Run("gRPC call routed to the host", func(t *testing.T) {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", n3.AdminKey)
+		resp, err := relayv1.NewDocumentServiceClient(n3.Conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "west", Uuid: relaytest.AriaUUID})
+		if err != nil {
+			t.Fatalf("GetDocument through n3: %v", err)
+		}
+		if !strings.Contains(string(resp.GetDocument()), `"name":"Aria of the West"`) {
+			t.Fatalf("unexpected document: %s", resp.GetDocument())
+		}
+		_, err = relayv1.NewDocumentServiceClient(n3.Conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "west", Uuid: "Actor.nobodyAtAll00001"})
+		if status.Code(err) != codes.NotFound {
+			t.Fatalf("missing document through n3: %v", err)
+		}
+	})
+
+	t.Run("unknown world is 404 on every node", func(t *testing.T) {
+		for i, n := range nodes {
+			got := n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "nowhere", "uuid", relaytest.AriaUUID), nil)
+			if got.Status != http.StatusNotFound || !strings.Contains(got.ErrorText(t), "nowhere") {
+				t.Fatalf("n%d: %d %s", i+1, got.Status, got.Body)
+			}
+		}
+	})
+
+	t.Run("duplicate client id refused", func(t *testing.T) {
+		// n1 and n3 both have a world demo on disk: one holds it, the
+		// other refuses it.
+		refusedBy := map[string]bool{}
+		for i, n := range []*relaytest.Relay{n1, n3} {
+			for _, h := range n.Registry().Snapshot() {
+				if h.ClientID == "demo" && h.Refused {
+					refusedBy[[]string{"n1", "n3"}[i]] = true
+				}
+			}
+		}
+		if len(refusedBy) != 1 {
+			t.Fatalf("refused by %v, want exactly one of n1 and n3", refusedBy)
+		}
+		// Every node reaches the holder's copy: a write through any node
+		// is read through every other.
+		upd := n2.Do(http.MethodPut, "/update", n2.AdminKey, relaytest.Q("clientId", "demo", "uuid", relaytest.BromUUID), map[string]any{"data": map[string]any{"name": "Brom the Only"}})
+		if upd.Status != http.StatusOK {
+			t.Fatalf("update through n2: %d %s", upd.Status, upd.Body)
+		}
+		for i, n := range []*relaytest.Relay{n1, n3} {
+			got := n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "demo", "uuid", relaytest.BromUUID), nil)
+			if got.Status != http.StatusOK || !strings.Contains(string(got.Body), "Brom the Only") {
+				t.Fatalf("demo through %s: %d %s", []string{"n1", "n3"}[i], got.Status, got.Body)
+			}
+		}
+	})
+
+	t.Run("host stopped, then back", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n2.Close(ctx); err != nil {
+			t.Fatalf("stop n2: %v", err)
+		}
+		start := time.Now()
+		got := n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "west") {
+			t.Fatalf("world of a stopped host: %d %s", got.Status, got.Body)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("the 503 took %v", d)
+		}
+		began := time.Now()
+		back := clusterNode(t, cfgs[1], false)
+		t.Logf("n2 back in %v", time.Since(began))
+		t.Cleanup(func() { stopAll([]*relaytest.Relay{n1, back, n3}) })
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got = n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+			if got.Status == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("world west not served again after its host returned: %d %s", got.Status, got.Body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !strings.Contains(string(got.Body), "Aria of the West") {
+			t.Fatalf("the returned host lost a write: %s", got.Body)
+		}
+	})
+}

@@ -1,0 +1,211 @@
+package node
+
+import (
+	"github.com/tabletop-relay/relay/cluster"
+
+	"runtime/debug"
+	"time"
+
+	"github.com/tabletop-relay/relay/gateway"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/netlimit"
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+	"github.com/tabletop-relay/relay/world/events"
+	"github.com/tabletop-relay/relay/world/script"
+)
+
+// Config is the configuration of a relay node. `relay serve` fills it
+// from its flags and environment variables (each field names its flag);
+// tests and other programs fill it directly, starting from DefaultConfig.
+// A zero field means what the package that applies it documents for zero:
+// the package's own default, or the limit turned off.
+type Config struct {
+	// Listen is the address for REST, SSE and gRPC (--listen); port 0
+	// picks a free port, which Node.Addr reports.
+	Listen string
+	// GRPCListen, when set, is a second address that serves gRPC only
+	// (--grpc-listen).
+	GRPCListen string
+	// DataDir holds relay.db, admin.key and worlds/ (--data).
+	DataDir string
+	// Demo creates the demo world when the data directory has no world
+	// (--demo).
+	Demo bool
+	// NodeID keeps request ids unique across relays; random when negative
+	// (--node-id).
+	NodeID int
+	// MaxBodyBytes bounds a REST body or a gRPC message (--max-body-bytes).
+	MaxBodyBytes int64
+	// ScriptTimeout is the time limit of an execute-js script
+	// (--script-timeout).
+	ScriptTimeout time.Duration
+	// ScriptMemory and ScriptWorkers configure the execute-js worker
+	// processes (0: the script package's defaults; --script-memory,
+	// --script-workers).
+	ScriptMemory  int64
+	ScriptWorkers int
+	// MaxUploadBytes bounds an uploaded file (0: the server's default;
+	// --max-upload-bytes).
+	MaxUploadBytes int64
+	// MaxDocumentBytes and MaxJSONDepth bound what the worlds store (0:
+	// the world's defaults; --max-document-bytes, --max-json-depth).
+	MaxDocumentBytes int
+	MaxJSONDepth     int
+	// Event streams: the keepalive interval, the events each world keeps
+	// for resuming, the events a stream may fall behind, how long events
+	// gather before fan-out, and the caps on open streams
+	// (--event-keepalive, --event-ring-size, --event-queue-size,
+	// --event-coalesce, --max-streams-per-key, --max-streams-per-world).
+	EventKeepalive     time.Duration
+	EventRingSize      int
+	EventQueueSize     int
+	EventCoalesce      time.Duration
+	MaxStreamsPerKey   int
+	MaxStreamsPerWorld int
+	// Hostile input: the per-key rate limit and its burst (--rate-limit,
+	// --rate-limit-burst; 0 turns the limit off).
+	RateLimit      int
+	RateLimitBurst int
+	// AuthFailureLimit bounds the failed authentications of one client
+	// address a minute (--auth-failure-limit; 0 turns it off).
+	AuthFailureLimit int
+	// MaxQueryBytes bounds a query string (--max-query-bytes).
+	MaxQueryBytes int
+	// RequestTimeout bounds a REST call (--request-timeout; 0 turns it
+	// off).
+	RequestTimeout time.Duration
+	// Slow and idle clients (see package netlimit): header, body, idle
+	// and write stall time-outs, the minimum body rate, and the caps on
+	// open connections. Zero turns each off.
+	ReadHeaderTimeout time.Duration
+	BodyReadTimeout   time.Duration
+	BodyMinRate       int
+	IdleTimeout       time.Duration
+	WriteStallTimeout time.Duration
+	MaxConns          int
+	MaxConnsPerIP     int
+	// DiceSeed, when not 0, makes every roll repeat from run to run
+	// (--dice-seed).
+	DiceSeed uint64
+	// Linked worlds (package link): the relay's public address for the
+	// module, the socket's time-outs and bounds, and the pairing attempts
+	// one address may make a minute (--public-url, --link-*,
+	// --pair-rate-limit).
+	PublicURL           string
+	LinkAuthTimeout     time.Duration
+	LinkReplyTimeout    time.Duration
+	LinkPingInterval    time.Duration
+	LinkMaxMessageBytes int64
+	LinkMaxPending      int
+	PairRateLimit       int
+	// In a browser: the origins whose pages may call the API (a comma-
+	// separated list, see gateway.ParseCORSOrigins; --cors-origins) and
+	// whether the web console is served at /console (--console).
+	CORSOrigins string
+	Console     bool
+	// MetricsListen, when set, serves the Prometheus metrics at /metrics
+	// on this separate address (--metrics-listen); Node.MetricsAddr
+	// reports the address bound.
+	MetricsListen string
+	// Cluster joins a cluster of relay nodes (package cluster); its zero
+	// value is a relay alone, without NATS. Its DataDir is DataDir.
+	Cluster cluster.Config
+	// Build is what /healthz reports and the start-up log line names.
+	Build gateway.BuildInfo
+}
+
+// Defaults of the HTTP servers' own time-outs.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 60 * time.Second
+)
+
+// DefaultPairRateLimit is how many pairing attempts one address may make a
+// minute: a game master who mistypes a code a few times never meets it,
+// while guessing one of 887 million codes at this pace is hopeless.
+const DefaultPairRateLimit = 10
+
+// DefaultConfig returns the configuration `relay serve` runs with when no
+// flag or environment variable says otherwise.
+func DefaultConfig() Config {
+	return Config{
+		Listen:              "127.0.0.1:8080",
+		DataDir:             "./data",
+		Demo:                true,
+		NodeID:              -1,
+		MaxBodyBytes:        server.DefaultMaxMessageBytes,
+		ScriptTimeout:       5 * time.Second,
+		ScriptMemory:        script.DefaultWorkerMemoryBytes,
+		ScriptWorkers:       script.DefaultWorkers,
+		MaxUploadBytes:      server.DefaultMaxUploadBytes,
+		MaxDocumentBytes:    world.DefaultMaxDocumentBytes,
+		MaxJSONDepth:        world.DefaultMaxDepth,
+		EventKeepalive:      15 * time.Second,
+		EventRingSize:       events.DefaultRingSize,
+		EventQueueSize:      events.DefaultQueueSize,
+		EventCoalesce:       events.DefaultCoalesce,
+		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
+		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
+		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
+		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
+		RequestTimeout:      30 * time.Second,
+		ReadHeaderTimeout:   DefaultReadHeaderTimeout,
+		BodyReadTimeout:     netlimit.DefaultBodyReadTimeout,
+		BodyMinRate:         netlimit.DefaultBodyMinRate,
+		IdleTimeout:         DefaultIdleTimeout,
+		WriteStallTimeout:   netlimit.DefaultWriteStallTimeout,
+		MaxConns:            netlimit.DefaultMaxConns(),
+		MaxConnsPerIP:       netlimit.DefaultMaxConnsPerIP,
+		LinkAuthTimeout:     link.DefaultAuthTimeout,
+		LinkReplyTimeout:    link.DefaultReplyTimeout,
+		LinkPingInterval:    link.DefaultPingInterval,
+		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
+		LinkMaxPending:      link.DefaultMaxPending,
+		PairRateLimit:       DefaultPairRateLimit,
+		Console:             true,
+		Build:               ReadBuildInfo(),
+	}
+}
+
+// ConfigError is a setting Start cannot work with (the command line
+// reports it as a usage error).
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// ReadBuildInfo is the version, commit and date the Go toolchain recorded
+// in the running binary: the module version of `go install
+// github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the commit and its
+// time that `go build` records in a git checkout ("devel" and empty when
+// unknown).
+func ReadBuildInfo() gateway.BuildInfo {
+	info := gateway.BuildInfo{Version: "devel"}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return info
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		info.Version = v
+	}
+	modified := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			info.Commit = s.Value
+		case "vcs.time":
+			// The commit's time: the build of an unchanged checkout is
+			// the build of that commit.
+			info.Date = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if modified && info.Commit != "" {
+		info.Commit += "-dirty"
+	}
+	return info
+}
