@@ -19,6 +19,7 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 )
@@ -212,6 +213,54 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("status and readiness", func(t *testing.T) {
+		for i, n := range nodes {
+			if got := n.Do(http.MethodGet, "/readyz", "", nil, nil); got.Status != http.StatusOK {
+				t.Fatalf("n%d /readyz: %d %s", i+1, got.Status, got.Body)
+			}
+		}
+		got := n1.Do(http.MethodGet, "/cluster", n1.AdminKey, nil, nil)
+		if got.Status != http.StatusOK {
+			t.Fatalf("/cluster: %d %s", got.Status, got.Body)
+		}
+		var env struct {
+			Type string         `json:"type"`
+			Data cluster.Status `json:"data"`
+		}
+		if err := json.Unmarshal(got.Body, &env); err != nil {
+			t.Fatal(err)
+		}
+		st := env.Data
+		if env.Type != "cluster-result" || !st.Enabled || st.Node != "n1" || !st.NATS.Connected || !st.JetStream.OK || st.JetStream.Replicas != 3 {
+			t.Fatalf("status: %s", got.Body)
+		}
+		hosts := map[string]string{}
+		for _, n := range st.Nodes {
+			if !n.Live {
+				t.Fatalf("node %s not live: %s", n.Name, got.Body)
+			}
+			for _, w := range n.Worlds {
+				if w.Live {
+					hosts[w.ClientID] = n.Name
+				}
+			}
+		}
+		if len(st.Nodes) != 3 || hosts["west"] != "n2" || hosts["demo"] == "" {
+			t.Fatalf("nodes and worlds: %v\n%s", hosts, got.Body)
+		}
+		// The status is for admins only.
+		if got := n1.Do(http.MethodGet, "/cluster", "", nil, nil); got.Status != http.StatusUnauthorized {
+			t.Fatalf("/cluster without a key: %d %s", got.Status, got.Body)
+		}
+		reader, _ := n1.NewKey(&relayv1.CreateKeyRequest{Name: "reader", Scopes: []string{keys.ScopeEntityRead}})
+		if got := n1.Do(http.MethodGet, "/cluster", reader, nil, nil); got.Status != http.StatusForbidden || !strings.Contains(got.ErrorText(t), "admin") {
+			t.Fatalf("/cluster with a reader key: %d %s", got.Status, got.Body)
+		}
+		if got := n1.Do(http.MethodPost, "/cluster", n1.AdminKey, nil, nil); got.Status != http.StatusMethodNotAllowed {
+			t.Fatalf("POST /cluster: %d %s", got.Status, got.Body)
+		}
+	})
+
 	t.Run("host stopped, then back", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -243,6 +292,33 @@ func TestCluster(t *testing.T) {
 		}
 		if !strings.Contains(string(got.Body), "Aria of the West") {
 			t.Fatalf("the returned host lost a write: %s", got.Body)
+		}
+
+		// Cut off from the cluster (its NATS connection gone), the host
+		// stops serving its world once its lease runs out, even to its
+		// own callers, and the other nodes answer 503 at once.
+		back.Cluster().Conn().Close()
+		got = n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "west") {
+			t.Fatalf("world of a cut-off host, from n1: %d %s", got.Status, got.Body)
+		}
+		if got := back.Do(http.MethodGet, "/readyz", "", nil, nil); got.Status != http.StatusServiceUnavailable {
+			t.Fatalf("/readyz of a cut-off node: %d %s", got.Status, got.Body)
+		}
+		backKey := n2.AdminKey // the same data directory, the same keys
+		deadline = time.Now().Add(clusterLease + 5*time.Second)
+		for {
+			got = back.Do(http.MethodGet, "/get", backKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+			if got.Status == http.StatusServiceUnavailable {
+				break
+			}
+			if got.Status != http.StatusOK || time.Now().After(deadline) {
+				t.Fatalf("cut-off host still answers for its world: %d %s", got.Status, got.Body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(got.ErrorText(t), "lease") {
+			t.Fatalf("cut-off host's 503: %s", got.Body)
 		}
 	})
 }

@@ -83,6 +83,10 @@ type Registry struct {
 	opts  RegistryOptions
 	ttl   time.Duration
 	watch jetstream.KeyWatcher
+	// nodes is the bucket of node records (status.go); started is when
+	// this node joined.
+	nodes   jetstream.KeyValue
+	started time.Time
 
 	mu      sync.RWMutex
 	entries map[string]Entry  // the bucket as last seen, by client id
@@ -120,6 +124,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		entries: map[string]Entry{}, owned: map[string]*lease{}, refused: map[string]string{},
 		remotes: map[string]*remoteWorld{},
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
+		started: time.Now().UTC(),
 	}
 	kv, err := node.KeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RegistryBucket,
@@ -131,6 +136,15 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		return nil, err
 	}
 	r.kv = kv
+	if r.nodes, err = node.KeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      NodesBucket,
+		Description: "relay nodes: name -> when it started, until when it runs",
+		History:     1,
+		Replicas:    node.Replicas(),
+	}); err != nil {
+		return nil, err
+	}
+	r.recordNode(ctx, false)
 	if r.watch, err = kv.WatchAll(ctx); err != nil {
 		return nil, fmt.Errorf("cluster: watch the world registry: %w", err)
 	}
@@ -317,6 +331,7 @@ func (r *Registry) renewLoop() {
 		// in time, and the next round starts on time.
 		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/2)
 		r.renew(ctx)
+		r.recordNode(ctx, false)
 		r.claimEmbedded(ctx)
 		cancel()
 	}
@@ -386,6 +401,7 @@ func (r *Registry) Close(ctx context.Context) {
 	for _, id := range ids {
 		r.Release(ctx, id)
 	}
+	r.recordNode(ctx, true)
 	r.watch.Stop()
 }
 

@@ -2,7 +2,12 @@ package node
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"sync/atomic"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -10,6 +15,8 @@ import (
 	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -70,3 +77,101 @@ func (r *Node) Cluster() *cluster.Node { return r.cluster }
 // Registry is the cluster's world registry as this node sees it; nil for
 // a relay alone.
 func (r *Node) Registry() *cluster.Registry { return r.registry }
+
+// clusterRoutes serves, on the relay's port, GET /readyz (public: may this
+// node take traffic?) and GET /cluster (admin key: the cluster's status),
+// and passes everything else to next.
+//
+// /cluster is not a route of the API's contract: it describes the
+// deployment rather than a world. It still admits callers as the API
+// does: the key is checked by the same admission (failed attempts count
+// against the client's address) and must hold the admin scope.
+func (r *Node) clusterRoutes(ids *server.RequestIDs, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/readyz":
+			r.serveReady(w, req)
+		case "/cluster":
+			r.serveCluster(w, req, ids.New("cluster"))
+		default:
+			next.ServeHTTP(w, req)
+		}
+	})
+}
+
+// serveReady answers 200 `{"status":"ready"}` when the node serves and,
+// in a cluster, is connected to NATS; else 503 with the reason.
+func (r *Node) serveReady(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeClusterJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "Method not allowed: use GET"})
+		return
+	}
+	reason := ""
+	switch {
+	case r.grpc == nil || r.grpc.Health == nil:
+		reason = "starting"
+	case r.cluster != nil && (r.registry == nil || !r.registry.Ready()):
+		reason = "not connected to the cluster"
+	default:
+		resp, err := r.grpc.Health.Check(req.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			reason = "not serving"
+		}
+	}
+	if reason != "" {
+		writeClusterJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": reason})
+		return
+	}
+	writeClusterJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// serveCluster answers GET /cluster with the envelope
+// `{type: "cluster-result", requestId, data: cluster.Status}`.
+func (r *Node) serveCluster(w http.ResponseWriter, req *http.Request, requestID string) {
+	fail := func(err error) {
+		st := status.Convert(err)
+		writeClusterJSON(w, runtime.HTTPStatusFromCode(st.Code()), map[string]string{"type": "cluster-result", "requestId": requestID, "error": st.Message()})
+	}
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		writeClusterJSON(w, http.StatusMethodNotAllowed, map[string]string{"type": "cluster-result", "requestId": requestID, "error": "Method not allowed: use GET"})
+		return
+	}
+	apiKey := req.Header.Get(wire.APIKeyHeader)
+	if err := r.grpc.Admit(req.Context(), clusterStatusMethod, server.Credentials{APIKey: apiKey}, req.RemoteAddr); err != nil {
+		fail(err)
+		return
+	}
+	key, err := r.keys.Authenticate(req.Context(), apiKey)
+	if err != nil {
+		fail(status.Error(codes.Unauthenticated, err.Error()))
+		return
+	}
+	if !key.HasScope(keys.ScopeAdmin) {
+		fail(status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s", keys.ScopeAdmin))
+		return
+	}
+	st := cluster.Status{}
+	if r.registry != nil {
+		st = r.registry.Status(req.Context())
+	}
+	writeClusterJSON(w, http.StatusOK, struct {
+		Type      string         `json:"type"`
+		RequestID string         `json:"requestId"`
+		Data      cluster.Status `json:"data"`
+	}{"cluster-result", requestID, st})
+}
+
+// clusterStatusMethod names GET /cluster for admission (it is no gRPC
+// method: admission only authenticates the key and counts failures).
+const clusterStatusMethod = "/relay.cluster/Status"
+
+// writeClusterJSON writes a JSON answer.
+func writeClusterJSON(w http.ResponseWriter, code int, v any) {
+	body, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
