@@ -111,8 +111,12 @@ func (r *Registry) Status(ctx context.Context) Status {
 	st.NATS = NATSStatus{Embedded: r.node.srv != nil, Connected: nc.IsConnected()}
 	if r.node.srv != nil {
 		st.NATS.Routes = r.node.srv.NumRoutes()
-		st.JetStream.Peers = r.node.srv.JetStreamClusterPeers()
-		slices.Sort(st.JetStream.Peers)
+		// A node without peers runs JetStream alone, and its server has no
+		// cluster to ask about.
+		if r.node.srv.JetStreamIsClustered() {
+			st.JetStream.Peers = r.node.srv.JetStreamClusterPeers()
+			slices.Sort(st.JetStream.Peers)
+		}
 	}
 	if rtt, err := nc.RTT(); err == nil {
 		st.NATS.RTT = rtt.String()
