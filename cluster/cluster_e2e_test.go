@@ -17,6 +17,8 @@ import (
 	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/cluster/clustertest"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server/keys"
@@ -80,6 +82,18 @@ func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
 	// waits for a quorum that is gone.
 	t.Cleanup(func() { stopAll(nodes) })
 	return nodes, cfgs
+}
+
+// waitUntil polls cond for up to ten seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stopAll stops relays at once.
@@ -213,6 +227,46 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("linked world hosted by the node holding its socket", func(t *testing.T) {
+		code := n1.Do(http.MethodPost, "/pairing-codes", n1.AdminKey, nil, map[string]any{})
+		if code.Status != http.StatusOK {
+			t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+		}
+		tt := linktest.New(linktest.Config{RelayURL: n1.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-cluster",
+			Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}},
+			Handler: func(_ context.Context, req linktest.Request) (any, bool) {
+				var m map[string]any
+				_ = req.Params(&m)
+				if req.Type == "entity" {
+					return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Linked Hero", "type": "character"}}, true
+				}
+				return nil, false
+			}})
+		ctx := context.Background()
+		if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Drop)
+		clientID, _ := tt.Credentials()
+		get := func() relaytest.Response {
+			return n3.Do(http.MethodGet, "/get", n3.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hero"), nil)
+		}
+		var got relaytest.Response
+		waitUntil(t, "the linked world served through n3", func() bool { got = get(); return got.Status == http.StatusOK })
+		if got.Data(t)["name"] != "Linked Hero" {
+			t.Fatalf("linked world through n3: %s", got.Body)
+		}
+		// Its socket closed, the world is unavailable on every node.
+		tt.Drop()
+		waitUntil(t, "a 503 for the dropped linked world", func() bool { got = get(); return got.Status == http.StatusServiceUnavailable })
+		if !strings.Contains(got.ErrorText(t), clientID) {
+			t.Fatalf("503 without the world's id: %s", got.Body)
+		}
+	})
+
 	t.Run("status and readiness", func(t *testing.T) {
 		for i, n := range nodes {
 			if got := n.Do(http.MethodGet, "/readyz", "", nil, nil); got.Status != http.StatusOK {
@@ -296,7 +350,8 @@ func TestCluster(t *testing.T) {
 
 		// Cut off from the cluster (its NATS connection gone), the host
 		// stops serving its world once its lease runs out, even to its
-		// own callers, and the other nodes answer 503 at once.
+		// own callers, and the other nodes answer 503 within the forward
+		// time-out.
 		back.Cluster().Conn().Close()
 		got = n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
 		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "west") {

@@ -33,20 +33,21 @@ func FreeAddrs(t testing.TB, n int) []string {
 
 // Configs returns the cluster configurations of n embedded nodes named
 // n1, n2, ... that route to each other, each with a data directory of its
-// own under t.TempDir(), and a short lease (lease) so that tests of lost
-// hosts run fast.
+// own under t.TempDir(), a short lease (lease) and a forward time-out of
+// two seconds, so that tests of lost hosts run fast.
 func Configs(t testing.TB, n int, lease time.Duration) []cluster.Config {
 	t.Helper()
 	addrs := FreeAddrs(t, n)
 	out := make([]cluster.Config, n)
 	for i := range n {
 		out[i] = cluster.Config{
-			NodeName:      "n" + string(rune('1'+i)),
-			DataDir:       t.TempDir(),
-			ClusterListen: addrs[i],
-			ClusterPeers:  addrs,
-			LeaseTTL:      lease,
-			StartTimeout:  30 * time.Second,
+			NodeName:       "n" + string(rune('1'+i)),
+			DataDir:        t.TempDir(),
+			ClusterListen:  addrs[i],
+			ClusterPeers:   addrs,
+			LeaseTTL:       lease,
+			ForwardTimeout: 2 * time.Second,
+			StartTimeout:   30 * time.Second,
 		}
 	}
 	return out
