@@ -302,6 +302,13 @@ func TestCluster(t *testing.T) {
 		if len(st.Nodes) != 3 || hosts["west"] != "n2" || hosts["demo"] == "" {
 			t.Fatalf("nodes and worlds: %v\n%s", hosts, got.Body)
 		}
+		// Every node lists every world of the cluster.
+		for i, n := range nodes {
+			got := n.Do(http.MethodGet, "/clients", n.AdminKey, nil, nil)
+			if got.Status != http.StatusOK || !strings.Contains(string(got.Body), `"west"`) || !strings.Contains(string(got.Body), `"demo"`) {
+				t.Fatalf("n%d /clients: %d %s", i+1, got.Status, got.Body)
+			}
+		}
 		// The status is for admins only.
 		if got := n1.Do(http.MethodGet, "/cluster", "", nil, nil); got.Status != http.StatusUnauthorized {
 			t.Fatalf("/cluster without a key: %d %s", got.Status, got.Body)
