@@ -190,6 +190,15 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("streams are not forwarded", func(t *testing.T) {
+		// A file download is a server stream: the edge refuses it with
+		// 503 naming the world and its host, rather than a wrong 501.
+		got := n1.Do(http.MethodGet, "/download", n1.AdminKey, relaytest.Q("clientId", "west", "path", "maps/tavern.webp"), nil)
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "west") || !strings.Contains(got.ErrorText(t), "n2") {
+			t.Fatalf("download through n1: %d %s", got.Status, got.Body)
+		}
+	})
+
 	t.Run("unknown world is 404 on every node", func(t *testing.T) {
 		for i, n := range nodes {
 			got := n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "nowhere", "uuid", relaytest.AriaUUID), nil)

@@ -167,6 +167,9 @@ func (n *Node) startEmbedded() error {
 			Password: n.cfg.ClusterSecret,
 		}
 	}
+	if n.cfg.ClusterSecret == "" && !loopback(host) {
+		n.log.Warn("the cluster's route port is open to the network without --cluster-secret: any host that reaches it can join the cluster and act for any caller", "addr", n.cfg.ClusterListen)
+	}
 	srv, err := natsserver.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("cluster: embedded NATS server: %w", err)
@@ -182,6 +185,15 @@ func (n *Node) startEmbedded() error {
 		return fmt.Errorf("cluster: connect to the embedded NATS server: %w", err)
 	}
 	return nil
+}
+
+// loopback reports whether a listen host is a loopback address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // maxPayload is the embedded NATS server's largest message.

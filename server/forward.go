@@ -34,8 +34,10 @@ import (
 // trailer) comes back as it is, so that the caller cannot tell a
 // forwarded call from a local one except by speed.
 //
-// Only unary calls are forwarded; a stream for a remote world meets the
-// world's own answer (see the cluster's remote world).
+// Only unary calls are forwarded. A stream for a remote world is refused
+// with Unavailable naming the world and its host, unless the remote world
+// serves streams itself ([StreamingRemote], for the event streams that
+// follow a world's events across nodes).
 
 // RemoteWorld is a world that another node hosts.
 type RemoteWorld interface {
@@ -44,6 +46,32 @@ type RemoteWorld interface {
 	// host that cannot be reached is an Unavailable status naming the
 	// world.
 	Forward(ctx context.Context, call *ForwardedCall) (*ForwardedReply, error)
+}
+
+// StreamingRemote is a [RemoteWorld] that serves the streaming method it
+// accepts itself, without forwarding the stream: such a stream passes the
+// rest of the chain on the edge node (its user is resolved through the
+// remote world's UserDirectory).
+type StreamingRemote interface {
+	RemoteWorld
+	ServesStream(method string) bool
+}
+
+// refuseRemoteStream is the stream chain's step after world resolution:
+// a stream for a world another node hosts is not forwarded.
+func refuseRemoteStream(_ context.Context, call *Call, _ any) error {
+	remote, ok := call.World.(RemoteWorld)
+	if !ok {
+		return nil
+	}
+	if s, ok := remote.(StreamingRemote); ok && s.ServesStream(call.Method) {
+		return nil
+	}
+	host := "another node"
+	if h, ok := remote.(interface{ Host() string }); ok {
+		host = "node " + h.Host()
+	}
+	return status.Errorf(codes.Unavailable, "World %s is hosted by %s, and this stream is not forwarded between nodes: call that node", remote.Info().ClientID, host)
 }
 
 // ForwardedCall is a unary call sent to the node that hosts its world.

@@ -113,6 +113,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 		streamStep(c.rateLimit, false),
 		streamStep(c.checkScope, false),
 		streamStep(c.resolveWorld, true),
+		streamStep(refuseRemoteStream, true),
 		streamStep(c.resolveUser, true),
 		streamStep(c.checkPolicy, true),
 		streamStep(refuseInvalidParams, true),
