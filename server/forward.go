@@ -194,6 +194,12 @@ func withoutRequestID(md map[string][]string) metadata.MD {
 // authentication, no second rate limit), and returns the answer for the
 // edge to send. ctx bounds the call.
 func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *ForwardedReply {
+	// Only calls for a world are ever forwarded: anything else that
+	// arrives here was not sent by an edge node's chain, and is refused
+	// before it runs with the identity it claims.
+	if policy := s.chain.Policies[fc.Method]; policy == nil || policy.GetWorldless() || fc.ClientID == "" {
+		return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes", fc.Method))
+	}
 	in, out, err := methodTypes(fc.Method)
 	if err != nil {
 		return FailedReply(err)
