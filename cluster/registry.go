@@ -30,15 +30,37 @@ type Entry struct {
 	Kind string `json:"kind"`
 	// Title is the world's title, for listings on other nodes.
 	Title string `json:"title,omitempty"`
-	// Expires is when the lease ends unless renewed, on the host's clock.
+	// Expires is when the lease ends unless renewed, on the host's clock:
+	// for people to read. Other nodes judge the lease by their own clock
+	// instead (Lease from when they saw the entry written).
 	Expires time.Time `json:"expires"`
+	// Lease is how long the lease lasts from each write.
+	Lease time.Duration `json:"lease"`
 	// Released is set by a host that stopped hosting the world (a
 	// stopping node, a linked world whose socket closed).
 	Released bool `json:"released,omitempty"`
 }
 
-// Live reports whether the entry's host still holds the world at now.
-func (e Entry) Live(now time.Time) bool { return !e.Released && now.Before(e.Expires) }
+// seenEntry is an entry as this node saw it: its revision, and when it
+// was written, on this node's clock as well as it knows.
+type seenEntry struct {
+	Entry
+	rev  uint64
+	seen time.Time
+}
+
+// live reports whether the entry's host still holds the world, judged on
+// this node's clock: the lease runs from when this node saw the entry
+// written, so the nodes' clocks need not agree.
+func (e seenEntry) live(ttl time.Duration) bool {
+	if e.Released {
+		return false
+	}
+	if e.Lease > 0 {
+		ttl = e.Lease
+	}
+	return time.Since(e.seen) < ttl
+}
 
 // LocalWorlds is what the registry needs of the node's own worlds: the
 // relay's registry of embedded and linked worlds (link.Registry).
@@ -89,9 +111,9 @@ type Registry struct {
 	started time.Time
 
 	mu      sync.RWMutex
-	entries map[string]Entry  // the bucket as last seen, by client id
-	owned   map[string]*lease // the worlds this node holds
-	refused map[string]string // embedded worlds held by another node: their holder
+	entries map[string]seenEntry // the bucket as last seen, by client id
+	owned   map[string]*lease    // the worlds this node holds
+	refused map[string]string    // embedded worlds held by another node: their holder
 	// remotes caches the remote worlds handed out, by client id.
 	remotes map[string]*remoteWorld
 
@@ -121,7 +143,7 @@ var ErrHeldElsewhere = errors.New("held by another node")
 func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
 	r := &Registry{
 		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
-		entries: map[string]Entry{}, owned: map[string]*lease{}, refused: map[string]string{},
+		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{},
 		remotes: map[string]*remoteWorld{},
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
@@ -153,7 +175,9 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		if up == nil {
 			break
 		}
-		r.apply(up)
+		// Entries written before this node watched were written when the
+		// server says, the best this node can know.
+		r.apply(up, up.Created())
 	}
 	go r.follow()
 	if opts.Serve != nil {
@@ -194,13 +218,13 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 func (r *Registry) follow() {
 	for up := range r.watch.Updates() {
 		if up != nil {
-			r.apply(up)
+			r.apply(up, time.Now())
 		}
 	}
 }
 
-// apply records one change of the bucket.
-func (r *Registry) apply(up jetstream.KeyValueEntry) {
+// apply records one change of the bucket, written at seen.
+func (r *Registry) apply(up jetstream.KeyValueEntry, seen time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id := up.Key()
@@ -214,7 +238,10 @@ func (r *Registry) apply(up jetstream.KeyValueEntry) {
 		r.log.Warn("ignoring a bad world registry entry", "clientId", id, "error", err)
 		return
 	}
-	r.entries[id] = e
+	if seen.After(time.Now()) {
+		seen = time.Now()
+	}
+	r.entries[id] = seenEntry{Entry: e, rev: up.Revision(), seen: seen}
 	if rw := r.remotes[id]; rw != nil && rw.entry != e {
 		delete(r.remotes, id)
 	}
@@ -264,7 +291,7 @@ func (r *Registry) claimEmbedded(ctx context.Context) {
 func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
 	self := r.node.Name()
 	start := time.Now()
-	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl)}
+	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
 	val, _ := json.Marshal(e)
 	var rev uint64
 	cur, err := r.kv.Get(ctx, clientID)
@@ -273,9 +300,14 @@ func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, forc
 		rev, err = r.kv.Create(ctx, clientID, val)
 	case err != nil:
 	default:
-		var old Entry
-		_ = json.Unmarshal(cur.Value(), &old)
-		if old.Node != self && old.Live(r.now()) && !force {
+		old := seenEntry{rev: cur.Revision(), seen: cur.Created()}
+		_ = json.Unmarshal(cur.Value(), &old.Entry)
+		r.mu.RLock()
+		if known, ok := r.entries[clientID]; ok && known.rev == old.rev {
+			old.seen = known.seen
+		}
+		r.mu.RUnlock()
+		if old.Node != self && old.live(r.ttl) && !force {
 			if kind == world.KindEmbedded {
 				r.mu.Lock()
 				r.refused[clientID] = old.Node
@@ -291,7 +323,7 @@ func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, forc
 	}
 	r.mu.Lock()
 	r.owned[clientID] = &lease{kind: kind, title: title, rev: rev, validUntil: start.Add(r.ttl * 9 / 10)}
-	r.entries[clientID] = e
+	r.entries[clientID] = seenEntry{Entry: e, rev: rev, seen: start}
 	delete(r.remotes, clientID)
 	r.mu.Unlock()
 	r.log.Debug("hosting world", "clientId", clientID, "kind", kind)
@@ -355,7 +387,7 @@ func (r *Registry) renew(ctx context.Context) {
 			continue
 		}
 		start := time.Now()
-		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl)}
+		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
 		val, _ := json.Marshal(e)
 		rev, err := r.kv.Update(ctx, id, val, l.rev)
 		r.mu.Lock()
@@ -421,11 +453,11 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		}
 		return r.opts.Local.World(ctx, clientID)
 	case known && e.Node != self:
-		if e.Live(r.now()) {
+		if e.live(r.ttl) {
 			if rw != nil {
 				return rw, nil
 			}
-			return r.remote(clientID, e), nil
+			return r.remote(clientID, e.Entry), nil
 		}
 		if e.Released {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped hosting it", clientID, e.Node)
@@ -469,13 +501,13 @@ func (r *Registry) List(ctx context.Context) ([]world.Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, now := r.node.Name(), r.now()
+	self := r.node.Name()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	seen := map[string]bool{}
 	out := infos[:0]
 	for _, info := range infos {
-		if e, ok := r.entries[info.ClientID]; ok && e.Node != self && e.Live(now) {
+		if e, ok := r.entries[info.ClientID]; ok && e.Node != self && e.live(r.ttl) {
 			continue // described below, from its host's entry
 		}
 		seen[info.ClientID] = true
@@ -485,7 +517,7 @@ func (r *Registry) List(ctx context.Context) ([]world.Info, error) {
 		if seen[id] || e.Node == self || (e.Released && e.Kind == world.KindLinked) {
 			continue
 		}
-		out = append(out, world.Info{ClientID: id, Kind: e.Kind, Title: e.Title, Name: e.Title, Online: e.Live(now)})
+		out = append(out, world.Info{ClientID: id, Kind: e.Kind, Title: e.Title, Name: e.Title, Online: e.live(r.ttl)})
 	}
 	slices.SortFunc(out, func(a, b world.Info) int { return cmp.Compare(a.ClientID, b.ClientID) })
 	return out, nil
@@ -512,6 +544,8 @@ func (r *Registry) IDs(ctx context.Context) ([]string, error) {
 type Hosted struct {
 	ClientID string
 	Entry
+	// Live is true while the host's lease holds, as this node judges it.
+	Live bool
 	// Refused is set on this node's embedded worlds that another node
 	// holds under the same client id.
 	Refused bool
@@ -524,7 +558,7 @@ func (r *Registry) Snapshot() []Hosted {
 	defer r.mu.RUnlock()
 	out := make([]Hosted, 0, len(r.entries)+len(r.refused))
 	for id, e := range r.entries {
-		out = append(out, Hosted{ClientID: id, Entry: e})
+		out = append(out, Hosted{ClientID: id, Entry: e.Entry, Live: e.live(r.ttl)})
 	}
 	for id, holder := range r.refused {
 		out = append(out, Hosted{ClientID: id, Entry: Entry{Node: r.node.Name(), Kind: world.KindEmbedded}, Refused: true})

@@ -165,7 +165,7 @@ func (r *Registry) Status(ctx context.Context) Status {
 			continue
 		}
 		n := get(h.Node)
-		n.Worlds = append(n.Worlds, WorldStatus{ClientID: h.ClientID, Kind: h.Kind, Title: h.Title, Live: h.Live(now) && !h.Refused, Expires: h.Expires, Refused: h.Refused})
+		n.Worlds = append(n.Worlds, WorldStatus{ClientID: h.ClientID, Kind: h.Kind, Title: h.Title, Live: h.Live && !h.Refused, Expires: h.Expires, Refused: h.Refused})
 	}
 	for _, n := range byName {
 		st.Nodes = append(st.Nodes, *n)
