@@ -337,12 +337,16 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 	r.mu.Lock()
 	l := r.owned[clientID]
 	delete(r.owned, clientID)
+	var rev uint64
+	if l != nil {
+		rev = l.rev
+	}
 	r.mu.Unlock()
 	if l == nil {
 		return
 	}
 	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
-	if _, err := r.kv.Update(ctx, clientID, val, l.rev); err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := r.kv.Update(ctx, clientID, val, rev); err != nil && !errors.Is(err, context.Canceled) {
 		r.log.Debug("could not release a world's lease (another node may hold it now)", "clientId", clientID, "error", err)
 	}
 }
@@ -379,33 +383,54 @@ func (r *Registry) renew(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	r.mu.RUnlock()
+	// A node may host thousands of worlds: their renewals go out a few at
+	// a time, so that a round fits well within its half lease.
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
 	for _, id := range ids {
 		r.mu.RLock()
 		l := r.owned[id]
+		var rev uint64
+		if l != nil {
+			rev = l.rev
+		}
 		r.mu.RUnlock()
 		if l == nil {
 			continue
 		}
-		start := time.Now()
-		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
-		val, _ := json.Marshal(e)
-		rev, err := r.kv.Update(ctx, id, val, l.rev)
-		r.mu.Lock()
-		switch {
-		case err == nil:
-			if cur := r.owned[id]; cur == l {
-				l.rev, l.validUntil = rev, start.Add(r.ttl*9/10)
-			}
-		case errors.Is(err, jetstream.ErrKeyExists):
-			// Someone else wrote the key: the world is theirs now.
-			if r.owned[id] == l {
-				delete(r.owned, id)
-			}
-			r.log.Warn("lost the lease of a world to another node", "clientId", id)
-		default:
-			r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.renewOne(ctx, id, l, rev)
+		})
+	}
+	wg.Wait()
+}
+
+// renewParallel is how many lease renewals a node has in flight at once.
+const renewParallel = 16
+
+// renewOne renews one lease, written last at revision rev.
+func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64) {
+	start := time.Now()
+	e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
+	val, _ := json.Marshal(e)
+	next, err := r.kv.Update(ctx, id, val, rev)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		if r.owned[id] == l {
+			l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
 		}
-		r.mu.Unlock()
+	case errors.Is(err, jetstream.ErrKeyExists):
+		// Someone else wrote the key: the world is theirs now.
+		if r.owned[id] == l {
+			delete(r.owned, id)
+		}
+		r.log.Warn("lost the lease of a world to another node", "clientId", id)
+	default:
+		r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
 	}
 }
 
