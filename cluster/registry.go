@@ -77,6 +77,11 @@ type RegistryOptions struct {
 	// EmbeddedIDs lists the embedded worlds of the node's data directory,
 	// which the node claims at start and whenever new ones appear.
 	EmbeddedIDs func(ctx context.Context) ([]string, error)
+	// Linked lists the linked worlds whose socket this node holds, with
+	// their titles: each round of renewals claims those the node does not
+	// hold (a connect hook whose claim was overtaken by a disconnect's
+	// release, say).
+	Linked func() []LinkedWorld
 	// Serve answers the calls other nodes forward here
 	// (server.Server.ServeForwarded); without it the node forwards but
 	// serves no forwarded call.
@@ -282,6 +287,31 @@ func (r *Registry) claimEmbedded(ctx context.Context) {
 	}
 }
 
+// LinkedWorld is a linked world whose socket a node holds.
+type LinkedWorld struct{ ClientID, Title string }
+
+// claimLinked claims the linked worlds connected here that this node does
+// not hold, unless another node took them since they connected (their
+// tabletop reconnected there: the newer socket wins).
+func (r *Registry) claimLinked(ctx context.Context) {
+	if r.opts.Linked == nil {
+		return
+	}
+	self := r.node.Name()
+	for _, lw := range r.opts.Linked() {
+		r.mu.RLock()
+		_, held := r.owned[lw.ClientID]
+		e, known := r.entries[lw.ClientID]
+		r.mu.RUnlock()
+		if held || (known && e.Node != self && e.live(r.ttl)) {
+			continue
+		}
+		if err := r.Claim(ctx, lw.ClientID, world.KindLinked, lw.Title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+			r.log.Warn("could not claim a linked world", "clientId", lw.ClientID, "error", err)
+		}
+	}
+}
+
 // Claim takes the lease of a world for this node: a world no one holds,
 // this node's own (after a restart), or one whose lease expired; with
 // force (a linked world whose tabletop connected here), whoever holds it.
@@ -369,6 +399,7 @@ func (r *Registry) renewLoop() {
 		r.renew(ctx)
 		r.recordNode(ctx, false)
 		r.claimEmbedded(ctx)
+		r.claimLinked(ctx)
 		cancel()
 	}
 }

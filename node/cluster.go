@@ -62,8 +62,16 @@ func (w *clusterWiring) serve(ctx context.Context, fc *server.ForwardedCall) *se
 
 // startRegistry opens the cluster's world registry over the node's local
 // worlds and claims its embedded worlds.
-func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host) (*cluster.Registry, error) {
-	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Serve: w.serve})
+func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub) (*cluster.Registry, error) {
+	linked := func() []cluster.LinkedWorld {
+		conns := hub.Connected()
+		out := make([]cluster.LinkedWorld, len(conns))
+		for i, c := range conns {
+			out[i] = cluster.LinkedWorld{ClientID: c.ClientID, Title: c.WorldTitle}
+		}
+		return out
+	}
+	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve})
 	if err != nil {
 		return nil, err
 	}
