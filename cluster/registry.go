@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -230,23 +231,31 @@ func (r *Registry) follow() {
 
 // apply records one change of the bucket, written at seen.
 func (r *Registry) apply(up jetstream.KeyValueEntry, seen time.Time) {
+	r.applyValue(up.Key(), up.Operation() == jetstream.KeyValuePut, up.Value(), up.Revision(), seen)
+}
+
+// applyValue records a world's entry at revision rev, written at seen;
+// put is false for a deleted key.
+func (r *Registry) applyValue(id string, put bool, value []byte, rev uint64, seen time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	id := up.Key()
-	if up.Operation() != jetstream.KeyValuePut {
+	if cur, ok := r.entries[id]; ok && cur.rev > rev {
+		return // an older read (lookup) than what the watcher delivered
+	}
+	if !put {
 		delete(r.entries, id)
 		delete(r.remotes, id)
 		return
 	}
 	var e Entry
-	if err := json.Unmarshal(up.Value(), &e); err != nil {
+	if err := json.Unmarshal(value, &e); err != nil {
 		r.log.Warn("ignoring a bad world registry entry", "clientId", id, "error", err)
 		return
 	}
 	if seen.After(time.Now()) {
 		seen = time.Now()
 	}
-	r.entries[id] = seenEntry{Entry: e, rev: up.Revision(), seen: seen}
+	r.entries[id] = seenEntry{Entry: e, rev: rev, seen: seen}
 	if rw := r.remotes[id]; rw != nil && rw.entry != e {
 		delete(r.remotes, id)
 	}
@@ -324,29 +333,36 @@ func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, forc
 	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
 	val, _ := json.Marshal(e)
 	var rev uint64
-	cur, err := r.kv.Get(ctx, clientID)
+	cur, err := r.leaderGet(ctx, clientID)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		rev, err = r.kv.Create(ctx, clientID, val)
 	case err != nil:
+	case !cur.found:
+		rev, err = r.kv.Create(ctx, clientID, val)
 	default:
-		old := seenEntry{rev: cur.Revision(), seen: cur.Created()}
-		_ = json.Unmarshal(cur.Value(), &old.Entry)
+		old := seenEntry{rev: cur.rev, seen: cur.created}
+		_ = json.Unmarshal(cur.value, &old.Entry)
 		r.mu.RLock()
 		if known, ok := r.entries[clientID]; ok && known.rev == old.rev {
 			old.seen = known.seen
 		}
 		r.mu.RUnlock()
 		if old.Node != self && old.live(r.ttl) && !force {
+			r.mu.Lock()
+			// Remember the holder, so that this node resolves the world
+			// to it even before its watcher delivers the entry.
+			if known, ok := r.entries[clientID]; !ok || known.rev < old.rev {
+				r.entries[clientID] = old
+			}
 			if kind == world.KindEmbedded {
-				r.mu.Lock()
 				r.refused[clientID] = old.Node
-				r.mu.Unlock()
+			}
+			r.mu.Unlock()
+			if kind == world.KindEmbedded {
 				r.log.Error("refusing to host a world another node hosts: the same client id is in two nodes' data directories", "clientId", clientID, "host", old.Node)
 			}
 			return fmt.Errorf("world %s: %w (%s)", clientID, ErrHeldElsewhere, old.Node)
 		}
-		rev, err = r.kv.Update(ctx, clientID, val, cur.Revision())
+		rev, err = r.kv.Update(ctx, clientID, val, cur.rev)
 	}
 	if err != nil {
 		return fmt.Errorf("claim world %s: %w", clientID, err)
@@ -522,6 +538,12 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	}
 	w, err := r.opts.Local.World(ctx, clientID)
 	if err != nil {
+		// Unknown here and not seen in the registry: the host may have
+		// claimed it a moment ago, before this node's watcher delivered
+		// the entry. Ask the bucket itself before saying 404.
+		if !known && errors.Is(err, world.ErrNotFound) && r.lookup(ctx, clientID) {
+			return r.World(ctx, clientID)
+		}
 		return nil, err
 	}
 	// A world of this node that it does not hold yet (created since the
@@ -536,6 +558,73 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
 	}
 	return w, nil
+}
+
+// lookup reads a world's entry from the bucket, records it, and reports
+// whether another node holds (or held) the world.
+func (r *Registry) lookup(ctx context.Context, clientID string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	e, err := r.leaderGet(ctx, clientID)
+	if err != nil || !e.found {
+		return false
+	}
+	r.applyValue(clientID, true, e.value, e.rev, e.created)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	known, ok := r.entries[clientID]
+	return ok && known.Node != r.node.Name()
+}
+
+// latest is a key's last value in the registry bucket, as its stream's
+// leader has it.
+type latest struct {
+	found   bool
+	value   []byte
+	rev     uint64
+	created time.Time
+}
+
+// leaderGet reads a key's last value from the bucket's stream leader.
+// The key-value Get may be answered by any replica (direct get), which
+// may not have the latest write yet: a claim must see it, or it would try
+// to create a key that exists, and a lookup would call a world that was
+// just claimed unknown.
+func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
+	msg, err := r.node.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
+	if err != nil {
+		return latest{}, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64    `json:"seq"`
+			Hdrs []byte    `json:"hdrs"`
+			Data []byte    `json:"data"`
+			Time time.Time `json:"time"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return latest{}, err
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return latest{}, nil
+	case resp.Error != nil:
+		return latest{}, fmt.Errorf("read the world registry: %s", resp.Error.Description)
+	case resp.Message == nil:
+		return latest{}, errors.New("read the world registry: empty answer")
+	}
+	m := resp.Message
+	// A deleted or purged key is a marker with the KV-Operation header.
+	if bytes.Contains(m.Hdrs, []byte("KV-Operation")) {
+		return latest{rev: m.Seq}, nil
+	}
+	return latest{found: true, value: m.Data, rev: m.Seq, created: m.Time}, nil
 }
 
 // remote returns the remote world of an entry, made once per entry.
@@ -616,9 +705,8 @@ func (r *Registry) Snapshot() []Hosted {
 	for id, e := range r.entries {
 		out = append(out, Hosted{ClientID: id, Entry: e.Entry, Live: e.live(r.ttl)})
 	}
-	for id, holder := range r.refused {
+	for id := range r.refused {
 		out = append(out, Hosted{ClientID: id, Entry: Entry{Node: r.node.Name(), Kind: world.KindEmbedded}, Refused: true})
-		_ = holder
 	}
 	slices.SortFunc(out, func(a, b Hosted) int {
 		return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.Node, b.Node))

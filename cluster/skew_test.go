@@ -52,7 +52,8 @@ func (plainWorld) Can(*world.User, string) bool                { return true }
 // TestLeasesIgnoreClockSkew: a host whose clock runs an hour behind still
 // holds its world in the other nodes' eyes while it renews, and loses it
 // within a lease once it stops: every node judges a lease from when it
-// saw it written, on its own clock.
+// saw it written, on its own clock. Then: a world claimed before another
+// node's watcher saw it resolves to its holder there all the same.
 func TestLeasesIgnoreClockSkew(t *testing.T) {
 	const lease = 2 * time.Second
 	// (clustertest.Configs, which imports this package, in short.)
@@ -88,9 +89,11 @@ func TestLeasesIgnoreClockSkew(t *testing.T) {
 	}
 	ctx := context.Background()
 	regs := make([]*Registry, 2)
+	locals := make([]localWorlds, 2)
 	for i, n := range nodes {
 		t.Cleanup(n.Close)
 		local := localWorlds{}
+		locals[i] = local
 		if i == 0 {
 			local["behind"] = plainWorld{"behind"}
 		}
@@ -137,5 +140,25 @@ func TestLeasesIgnoreClockSkew(t *testing.T) {
 			t.Fatal("n1's world still resolves to n1 long after its last renewal")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A world claimed a moment ago, before n2's watcher delivered it, is
+	// found in the bucket itself rather than called unknown; one that n2
+	// also has on disk resolves to its holder, too.
+	close(regs[1].stop)
+	<-regs[1].done
+	regs[1].watch.Stop()
+	locals[1]["dup"] = plainWorld{"dup"}
+	for _, id := range []string{"fresh", "dup"} {
+		if err := regs[0].Claim(ctx, id, world.KindEmbedded, "", false); err != nil {
+			t.Fatal(err)
+		}
+		w, err := regs[1].World(ctx, id)
+		if err != nil {
+			t.Fatalf("n2 resolving %s, just claimed by n1: %v", id, err)
+		}
+		if _, ok := w.(server.RemoteWorld); !ok {
+			t.Fatalf("n2 resolved %s to %T, want a remote world", id, w)
+		}
 	}
 }
