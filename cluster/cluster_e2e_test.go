@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,6 +70,15 @@ func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
 	t.Helper()
 	cfgs := clustertest.Configs(t, 3, clusterLease)
 	seedWorld(t, cfgs[1].DataDir, "west")
+	// A file of many chunks in west's file area, for downloads through
+	// other nodes.
+	big := filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps")
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(big, "big.bin"), bigFile(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	seedWorld(t, cfgs[2].DataDir, "demo")
 	nodes := make([]*relaytest.Relay, 3)
 	// The shared state is kept three ways: the cluster answers once all
@@ -94,6 +107,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// bigFile is the content of west's maps/big.bin: 3 MiB that no two
+// chunks repeat, so that a chunk lost, repeated or out of order shows.
+func bigFile() []byte {
+	b := make([]byte, 3<<20)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
 }
 
 // stopAll stops relays at once.
@@ -190,12 +213,51 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("streams are not forwarded", func(t *testing.T) {
-		// A file download is a server stream: the edge refuses it with
-		// 503 naming the world and its host, rather than a wrong 501.
-		got := n1.Do(http.MethodGet, "/download", n1.AdminKey, relaytest.Q("clientId", "west", "path", "maps/tavern.webp"), nil)
-		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "west") || !strings.Contains(got.ErrorText(t), "n2") {
-			t.Fatalf("download through n1: %d %s", got.Status, got.Body)
+	t.Run("downloads routed to the host, other streams refused", func(t *testing.T) {
+		direct := n2.Do(http.MethodGet, "/download", n2.AdminKey, relaytest.Q("clientId", "west", "path", "maps/big.bin"), nil)
+		if direct.Status != http.StatusOK || !bytes.Equal(direct.Body, bigFile()) {
+			t.Fatalf("download on the host: %d, %d bytes", direct.Status, len(direct.Body))
+		}
+		got := n1.Do(http.MethodGet, "/download", n1.AdminKey, relaytest.Q("clientId", "west", "path", "maps/big.bin"), nil)
+		if got.Status != http.StatusOK || !bytes.Equal(got.Body, direct.Body) || got.Header.Get("Content-Type") != direct.Header.Get("Content-Type") {
+			t.Fatalf("download through n1: %d, %d bytes, %q", got.Status, len(got.Body), got.Header.Get("Content-Type"))
+		}
+		// The host's errors come back whole, streams or not.
+		missing := n1.Do(http.MethodGet, "/download", n1.AdminKey, relaytest.Q("clientId", "west", "path", "maps/none.bin"), nil)
+		hostMissing := n2.Do(http.MethodGet, "/download", n2.AdminKey, relaytest.Q("clientId", "west", "path", "maps/none.bin"), nil)
+		if missing.Status != http.StatusNotFound || !bytes.Equal(withoutRequestID(t, missing.Body), withoutRequestID(t, hostMissing.Body)) {
+			t.Fatalf("missing file through n1: %d %s, host %s", missing.Status, missing.Body, hostMissing.Body)
+		}
+		// Over gRPC too.
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", n3.AdminKey)
+		dl, err := relayv1.NewFileServiceClient(n3.Conn).DownloadFile(ctx, &relayv1.DownloadFileRequest{ClientId: "west", Path: "maps/big.bin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var data []byte
+		for {
+			m, err := dl.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("gRPC download through n3: %v", err)
+			}
+			data = append(data, m.GetChunk()...)
+		}
+		if !bytes.Equal(data, bigFile()) {
+			t.Fatalf("gRPC download through n3: %d bytes", len(data))
+		}
+		// An upload (a client stream) is not forwarded: 503 naming the
+		// world and its host, not a wrong 501.
+		up, err := relayv1.NewFileServiceClient(n3.Conn).UploadFile(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = up.Send(&relayv1.UploadFileRequest{ClientId: "west", Path: "uploads", Filename: "x.txt"})
+		_, err = up.CloseAndRecv()
+		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "n2") {
+			t.Fatalf("upload through n3: %v", err)
 		}
 	})
 

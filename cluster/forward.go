@@ -181,19 +181,7 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	}
 	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
 	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			// The caller's own deadline or cancellation.
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case errors.Is(err, nats.ErrNoResponders):
-			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s does not answer", w.id, w.entry.Node)
-		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s did not answer within %v", w.id, w.entry.Node, timeout)
-		case errors.Is(err, nats.ErrMaxPayload):
-			return nil, status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
-		default:
-			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s cannot be reached", w.id, w.entry.Node)
-		}
+		return nil, w.forwardError(ctx, err, timeout)
 	}
 	rep := &server.ForwardedReply{Response: res.Data}
 	if s := res.Header.Get(hdrStatus); s != "" {
@@ -213,3 +201,175 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 
 // protoMarshalStatus encodes a status as a google.rpc.Status.
 func protoMarshalStatus(st *status.Status) ([]byte, error) { return proto.Marshal(st.Proto()) }
+
+// Forwarded server streams (file downloads).
+//
+// The edge subscribes to an inbox of its own, then asks the host on
+// relay.node.<name>.stream, naming that inbox; the host accepts with the
+// subject where it takes acknowledgements, then publishes the stream's
+// messages to the inbox in order, and a last message with the status. The
+// host keeps at most streamWindow messages unacknowledged, so that a slow
+// caller slows the host rather than overflow the edge's subscription; the
+// edge acknowledges every streamAckEvery messages, or cancels.
+const (
+	hdrInbox       = "Relay-Inbox"
+	hdrAck         = "Relay-Ack"
+	hdrEnd         = "Relay-End"
+	streamWindow   = 32
+	streamAckEvery = 8
+	cancelAck      = "cancel"
+)
+
+// streamSubject is the subject on which a node answers forwarded streams.
+func streamSubject(node string) string { return "relay.node." + node + ".stream" }
+
+// serveForwardedStreams subscribes to the node's stream subject.
+func (r *Registry) serveForwardedStreams() error {
+	sub, err := r.node.nc.Subscribe(streamSubject(r.node.Name()), func(m *nats.Msg) { go r.answerStream(m) })
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answerStream serves one forwarded stream.
+func (r *Registry) answerStream(m *nats.Msg) {
+	nc := r.node.nc
+	inbox := m.Header.Get(hdrInbox)
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded stream came without its key or inbox")))
+		return
+	}
+	acks, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Unavailable, "The host node cannot take the stream")))
+		return
+	}
+	defer func() { _ = acks.Unsubscribe() }()
+	accept := nats.NewMsg(m.Reply)
+	accept.Header.Set(hdrAck, acks.Subject)
+	if err := m.RespondMsg(accept); err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent, acked := 0, 0
+	send := func(b []byte) error {
+		for sent-acked >= streamWindow {
+			wait, cancelWait := context.WithTimeout(ctx, r.node.cfg.ForwardTimeout)
+			am, err := acks.NextMsgWithContext(wait)
+			cancelWait()
+			if err != nil {
+				return err
+			}
+			if string(am.Data) == cancelAck {
+				return context.Canceled
+			}
+			if n, err := strconv.Atoi(string(am.Data)); err == nil && n > acked {
+				acked = n
+			}
+		}
+		out := nats.NewMsg(inbox)
+		out.Data = b
+		if err := nc.PublishMsg(out); err != nil {
+			return err
+		}
+		sent++
+		return nil
+	}
+	rep := r.opts.ServeStream(ctx, fc, send)
+	end := nats.NewMsg(inbox)
+	end.Header.Set(hdrEnd, "1")
+	if rep.Status != nil {
+		end.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	}
+	_ = nc.PublishMsg(end)
+}
+
+var _ server.StreamForwarder = (*remoteWorld)(nil)
+
+// ForwardStream implements server.StreamForwarder: the host's messages go
+// to send as they arrive. A host that does not take the stream, or falls
+// silent for the forward time-out, is Unavailable naming the world.
+func (w *remoteWorld) ForwardStream(ctx context.Context, fc *server.ForwardedCall, send func([]byte) error) (*server.ForwardedReply, error) {
+	nc := w.reg.node.nc
+	timeout := w.reg.node.cfg.ForwardTimeout
+	inbox, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	}
+	defer func() { _ = inbox.Unsubscribe() }()
+	_ = inbox.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
+	msg := nats.NewMsg(streamSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	msg.Header.Set(hdrInbox, inbox.Subject)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	accept, err := nc.RequestMsgWithContext(actx, msg)
+	cancel()
+	if err != nil {
+		return nil, w.forwardError(ctx, err, timeout)
+	}
+	if s := accept.Header.Get(hdrStatus); s != "" {
+		b, _ := base64.StdEncoding.DecodeString(s)
+		return &server.ForwardedReply{Status: b}, nil
+	}
+	ackTo := accept.Header.Get(hdrAck)
+	received := 0
+	for {
+		wait, cancelWait := context.WithTimeout(ctx, timeout)
+		m, err := inbox.NextMsgWithContext(wait)
+		cancelWait()
+		if err != nil {
+			_ = nc.Publish(ackTo, []byte(cancelAck))
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+		if m.Header.Get(hdrEnd) != "" {
+			rep := &server.ForwardedReply{}
+			if s := m.Header.Get(hdrStatus); s != "" {
+				rep.Status, _ = base64.StdEncoding.DecodeString(s)
+			}
+			return rep, nil
+		}
+		if err := send(m.Data); err != nil {
+			_ = nc.Publish(ackTo, []byte(cancelAck))
+			return nil, err
+		}
+		received++
+		if received%streamAckEvery == 0 {
+			_ = nc.Publish(ackTo, []byte(strconv.Itoa(received)))
+		}
+	}
+}
+
+// forwardError turns a failed exchange with the host into the caller's
+// status: the caller's own deadline or cancellation as they are, anything
+// else Unavailable naming the world and its host.
+func (w *remoteWorld) forwardError(ctx context.Context, err error, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, nats.ErrNoResponders):
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s does not answer", w.id, w.entry.Node)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s did not answer within %v", w.id, w.entry.Node, timeout)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
+	default:
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s cannot be reached", w.id, w.entry.Node)
+	}
+}

@@ -87,6 +87,9 @@ type RegistryOptions struct {
 	// (server.Server.ServeForwarded); without it the node forwards but
 	// serves no forwarded call.
 	Serve func(ctx context.Context, call *server.ForwardedCall) *server.ForwardedReply
+	// ServeStream answers the server streams (file downloads) other
+	// nodes forward here (server.Server.ServeForwardedStream).
+	ServeStream func(ctx context.Context, call *server.ForwardedCall, send func([]byte) error) *server.ForwardedReply
 }
 
 // Registry is the cluster's world registry as one node sees it, and the
@@ -188,6 +191,12 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	go r.follow()
 	if opts.Serve != nil {
 		if err := r.serveForwarded(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.ServeStream != nil {
+		if err := r.serveForwardedStreams(); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}

@@ -60,6 +60,16 @@ func (w *clusterWiring) serve(ctx context.Context, fc *server.ForwardedCall) *se
 	return srv.ServeForwarded(ctx, fc)
 }
 
+// serveStream answers a server stream another node forwarded, once the
+// gRPC server is built.
+func (w *clusterWiring) serveStream(ctx context.Context, fc *server.ForwardedCall, send func([]byte) error) *server.ForwardedReply {
+	srv := w.server.Load()
+	if srv == nil {
+		return server.FailedReply(status.Errorf(codes.Unavailable, "World %s is unavailable: its host node is starting", fc.ClientID))
+	}
+	return srv.ServeForwardedStream(ctx, fc, send)
+}
+
 // startRegistry opens the cluster's world registry over the node's local
 // worlds and claims its embedded worlds.
 func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub) (*cluster.Registry, error) {
@@ -71,7 +81,7 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 		}
 		return out
 	}
-	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve})
+	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -14,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
@@ -34,10 +37,12 @@ import (
 // trailer) comes back as it is, so that the caller cannot tell a
 // forwarded call from a local one except by speed.
 //
-// Only unary calls are forwarded. A stream for a remote world is refused
-// with Unavailable naming the world and its host, unless the remote world
-// serves streams itself ([StreamingRemote], for the event streams that
-// follow a world's events across nodes).
+// Unary calls are forwarded, and so are file downloads (a server stream
+// whose messages the host sends back one by one, see [StreamForwarder]).
+// Any other stream for a remote world is refused with Unavailable naming
+// the world and its host, unless the remote world serves streams itself
+// ([StreamingRemote], for the event streams that follow a world's events
+// across nodes).
 
 // RemoteWorld is a world that another node hosts.
 type RemoteWorld interface {
@@ -57,21 +62,129 @@ type StreamingRemote interface {
 	ServesStream(method string) bool
 }
 
-// refuseRemoteStream is the stream chain's step after world resolution:
-// a stream for a world another node hosts is not forwarded.
-func refuseRemoteStream(_ context.Context, call *Call, _ any) error {
+// StreamForwarder is a [RemoteWorld] that forwards server streams: the
+// host's messages are handed to send, in order, as they come; the reply
+// holds the stream's final status.
+type StreamForwarder interface {
+	RemoteWorld
+	ForwardStream(ctx context.Context, call *ForwardedCall, send func(msg []byte) error) (*ForwardedReply, error)
+}
+
+// forwardedStreams are the streaming methods forwarded to a world's host:
+// those whose client sends one message and whose answer ends.
+var forwardedStreams = map[string]bool{relayv1.FileService_DownloadFile_FullMethodName: true}
+
+// errStreamForwarded ends a stream's handler on the edge node once the
+// host's answer was sent whole: the chain turns it into OK.
+var errStreamForwarded = errors.New("stream answered by the host node")
+
+// forwardStream is the stream chain's step after world resolution: a file
+// download for a world another node hosts is forwarded there and answered
+// with the host's messages; any other stream for such a world is refused.
+func (c *Chain) forwardStream(ctx context.Context, call *Call, req any) error {
 	remote, ok := call.World.(RemoteWorld)
-	if !ok {
+	if !ok || call.forwarded {
 		return nil
 	}
 	if s, ok := remote.(StreamingRemote); ok && s.ServesStream(call.Method) {
 		return nil
+	}
+	if fwd, ok := remote.(StreamForwarder); ok && forwardedStreams[call.Method] && call.stream != nil {
+		return c.forwardServerStream(ctx, call, fwd, req)
 	}
 	host := "another node"
 	if h, ok := remote.(interface{ Host() string }); ok {
 		host = "node " + h.Host()
 	}
 	return status.Errorf(codes.Unavailable, "World %s is hosted by %s, and this stream is not forwarded between nodes: call that node", remote.Info().ClientID, host)
+}
+
+// forwardServerStream sends a server stream's request to the host and its
+// answer to the caller.
+func (c *Chain) forwardServerStream(ctx context.Context, call *Call, fwd StreamForwarder, req any) error {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", call.Method, req)
+	}
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		return status.Errorf(codes.Internal, "forward %s: %v", call.Method, err)
+	}
+	_, out, err := methodTypes(call.Method)
+	if err != nil {
+		return err
+	}
+	fc := &ForwardedCall{Method: call.Method, RequestID: call.RequestID, ClientID: fwd.Info().ClientID, Key: call.Key, Request: body}
+	reply, err := fwd.ForwardStream(ctx, fc, func(b []byte) error {
+		m := out.New().Interface()
+		if err := proto.Unmarshal(b, m); err != nil {
+			return status.Errorf(codes.Internal, "forward %s: bad message from the host: %v", call.Method, err)
+		}
+		return call.stream.SendMsg(m)
+	})
+	if err != nil {
+		return err
+	}
+	if reply.Status != nil {
+		st := new(spb.Status)
+		if err := proto.Unmarshal(reply.Status, st); err != nil {
+			return status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", call.Method, err)
+		}
+		if codes.Code(st.GetCode()) != codes.OK {
+			return status.ErrorProto(st)
+		}
+	}
+	return errStreamForwarded
+}
+
+// ServeForwardedStream answers a server stream another node forwarded
+// (a file download), as ServeForwarded answers a unary call: the
+// messages go to send as the handler sends them, and the reply carries
+// the final status.
+func (s *Server) ServeForwardedStream(ctx context.Context, fc *ForwardedCall, send func(msg []byte) error) *ForwardedReply {
+	if !forwardedStreams[fc.Method] || fc.ClientID == "" {
+		return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes", fc.Method))
+	}
+	in, _, err := methodTypes(fc.Method)
+	if err != nil {
+		return FailedReply(err)
+	}
+	req := in.New().Interface()
+	if err := proto.Unmarshal(fc.Request, req); err != nil {
+		return FailedReply(status.Errorf(codes.InvalidArgument, "forwarded %s: bad request: %v", fc.Method, err))
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, forwardedKey{}, fc))
+	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, metadata.MD(fc.Metadata))
+	cs, err := s.Local.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, fc.Method)
+	if err != nil {
+		return FailedReply(err)
+	}
+	if err := cs.SendMsg(req); err != nil {
+		return FailedReply(err)
+	}
+	if err := cs.CloseSend(); err != nil {
+		return FailedReply(err)
+	}
+	_, out, _ := methodTypes(fc.Method)
+	for {
+		m := out.New().Interface()
+		err := cs.RecvMsg(m)
+		if errors.Is(err, io.EOF) {
+			return &ForwardedReply{}
+		}
+		if err != nil {
+			return FailedReply(err)
+		}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
+		}
+		if err := send(b); err != nil {
+			// The edge went away: the stream ends here.
+			return FailedReply(status.FromContextError(context.Canceled).Err())
+		}
+	}
 }
 
 // ForwardedCall is a unary call sent to the node that hosts its world.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -113,7 +114,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 		streamStep(c.rateLimit, false),
 		streamStep(c.checkScope, false),
 		streamStep(c.resolveWorld, true),
-		streamStep(refuseRemoteStream, true),
+		streamStep(c.forwardStream, true),
 		streamStep(c.resolveUser, true),
 		streamStep(c.checkPolicy, true),
 		streamStep(refuseInvalidParams, true),
@@ -185,14 +186,22 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 }
 
 func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	call := c.newCall(info.FullMethod)
+	var call *Call
+	if fc := forwardedFrom(ss.Context()); fc != nil {
+		call = &Call{Method: info.FullMethod, Policy: c.Policies[info.FullMethod], RequestID: fc.RequestID, forwarded: true}
+	} else {
+		call = c.newCall(info.FullMethod)
+	}
 	if rec := observe.RecordFrom(ss.Context()); rec != nil {
 		rec.SetStart(call.Method, call.RequestID)
 	}
 	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
-	return handler(srv, &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)})
+	cs := &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)}
+	// A forwarded download sends the host's messages on it (forward.go).
+	call.stream = cs
+	return handler(srv, cs)
 }
 
 func (c *Chain) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -276,7 +285,11 @@ func (c *Chain) errorsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 }
 
 func (c *Chain) errorsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return toStatus(ss.Context(), c.Log, handler(srv, ss))
+	err := handler(srv, ss)
+	if errors.Is(err, errStreamForwarded) {
+		return nil // the host answered, whole (forward.go)
+	}
+	return toStatus(ss.Context(), c.Log, err)
 }
 
 // authenticate resolves the API key to its record.
