@@ -213,7 +213,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	t.Run("downloads routed to the host, other streams refused", func(t *testing.T) {
+	t.Run("downloads and uploads routed to the host", func(t *testing.T) {
 		direct := n2.Do(http.MethodGet, "/download", n2.AdminKey, relaytest.Q("clientId", "west", "path", "maps/big.bin"), nil)
 		if direct.Status != http.StatusOK || !bytes.Equal(direct.Body, bigFile()) {
 			t.Fatalf("download on the host: %d, %d bytes", direct.Status, len(direct.Body))
@@ -248,16 +248,39 @@ func TestCluster(t *testing.T) {
 		if !bytes.Equal(data, bigFile()) {
 			t.Fatalf("gRPC download through n3: %d bytes", len(data))
 		}
-		// An upload (a client stream) is not forwarded: 503 naming the
-		// world and its host, not a wrong 501.
-		up, err := relayv1.NewFileServiceClient(n3.Conn).UploadFile(ctx)
-		if err != nil {
-			t.Fatal(err)
+		// An upload through n3 lands on the host, in chunks more than the
+		// forwarding window, and reads back whole through n1.
+		content := bigFile()[:1<<20]
+		upload := func(via *relaytest.Relay, overwrite bool) (*relayv1.UploadFileResponse, error) {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", via.AdminKey)
+			up, err := relayv1.NewFileServiceClient(via.Conn).UploadFile(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := up.Send(&relayv1.UploadFileRequest{ClientId: "west", Path: "uploads", Filename: "copy.bin", Overwrite: overwrite}); err != nil {
+				return nil, err
+			}
+			for off := 0; off < len(content); off += 16 << 10 {
+				if err := up.Send(&relayv1.UploadFileRequest{Chunk: content[off:min(off+16<<10, len(content))]}); err != nil {
+					break // the host refused: CloseAndRecv says why
+				}
+			}
+			return up.CloseAndRecv()
 		}
-		_ = up.Send(&relayv1.UploadFileRequest{ClientId: "west", Path: "uploads", Filename: "x.txt"})
-		_, err = up.CloseAndRecv()
-		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "n2") {
-			t.Fatalf("upload through n3: %v", err)
+		res, err := upload(n3, false)
+		if err != nil || res.GetSize() != float64(len(content)) {
+			t.Fatalf("upload through n3: %v %v", res, err)
+		}
+		back := n1.Do(http.MethodGet, "/download", n1.AdminKey, relaytest.Q("clientId", "west", "path", "uploads/copy.bin"), nil)
+		if back.Status != http.StatusOK || !bytes.Equal(back.Body, content) {
+			t.Fatalf("uploaded file through n1: %d, %d bytes", back.Status, len(back.Body))
+		}
+		// The host's refusal comes back as the host gives it: the file
+		// exists.
+		_, err = upload(n3, false)
+		_, hostErr := upload(n2, false)
+		if hostErr == nil || status.Code(err) != status.Code(hostErr) || status.Convert(err).Message() != status.Convert(hostErr).Message() {
+			t.Fatalf("second upload through n3: %v; on the host: %v", err, hostErr)
 		}
 	})
 

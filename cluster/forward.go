@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"strconv"
 	"time"
 
@@ -371,5 +372,192 @@ func (w *remoteWorld) forwardError(ctx context.Context, err error, timeout time.
 		return status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
 	default:
 		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s cannot be reached", w.id, w.entry.Node)
+	}
+}
+
+// Forwarded client streams (file uploads).
+//
+// The edge asks the host on relay.node.<name>.upload with the first
+// message, naming its inbox; the host accepts with the subject where it
+// takes the other messages, feeds them to the handler, acknowledges every
+// streamAckEvery of them on the edge's inbox, and ends with a message
+// holding the response or the status. The edge keeps at most
+// streamWindow messages unacknowledged; a caller that goes away cancels
+// the host's stream; a host that answers early (a refusal) ends the
+// upload at once.
+const (
+	hdrUp        = "Relay-Up"
+	hdrCancelled = "Relay-Cancelled"
+)
+
+// uploadSubject is the subject on which a node answers forwarded uploads.
+func uploadSubject(node string) string { return "relay.node." + node + ".upload" }
+
+// serveForwardedUploads subscribes to the node's upload subject.
+func (r *Registry) serveForwardedUploads() error {
+	sub, err := r.node.nc.Subscribe(uploadSubject(r.node.Name()), func(m *nats.Msg) { go r.answerUpload(m) })
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answerUpload serves one forwarded upload.
+func (r *Registry) answerUpload(m *nats.Msg) {
+	nc := r.node.nc
+	inbox := m.Header.Get(hdrInbox)
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded upload came without its key or inbox")))
+		return
+	}
+	up, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Unavailable, "The host node cannot take the upload")))
+		return
+	}
+	defer func() { _ = up.Unsubscribe() }()
+	_ = up.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
+	accept := nats.NewMsg(m.Reply)
+	accept.Header.Set(hdrUp, up.Subject)
+	if err := m.RespondMsg(accept); err != nil {
+		return
+	}
+	received := 0
+	next := func() ([]byte, error) {
+		wait, cancel := context.WithTimeout(context.Background(), r.node.cfg.ForwardTimeout)
+		um, err := up.NextMsgWithContext(wait)
+		cancel()
+		switch {
+		case err != nil:
+			return nil, err
+		case um.Header.Get(hdrCancelled) != "":
+			return nil, context.Canceled
+		case um.Header.Get(hdrEnd) != "":
+			return nil, io.EOF
+		}
+		received++
+		if received%streamAckEvery == 0 {
+			_ = nc.Publish(inbox, []byte(strconv.Itoa(received)))
+		}
+		return um.Data, nil
+	}
+	rep := r.opts.ServeUpload(context.Background(), fc, next)
+	end := nats.NewMsg(inbox)
+	end.Header.Set(hdrEnd, "1")
+	if rep.Status != nil {
+		end.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	} else {
+		end.Data = rep.Response
+	}
+	_ = nc.PublishMsg(end)
+}
+
+var _ server.UploadForwarder = (*remoteWorld)(nil)
+
+// ForwardUpload implements server.UploadForwarder.
+func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCall, next func() ([]byte, error)) (*server.ForwardedReply, error) {
+	nc := w.reg.node.nc
+	timeout := w.reg.node.cfg.ForwardTimeout
+	inbox, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	}
+	defer func() { _ = inbox.Unsubscribe() }()
+	msg := nats.NewMsg(uploadSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	msg.Header.Set(hdrInbox, inbox.Subject)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	accept, err := nc.RequestMsgWithContext(actx, msg)
+	cancel()
+	if err != nil {
+		return nil, w.forwardError(ctx, err, timeout)
+	}
+	if s := accept.Header.Get(hdrStatus); s != "" {
+		b, _ := base64.StdEncoding.DecodeString(s)
+		return &server.ForwardedReply{Status: b}, nil
+	}
+	upTo := accept.Header.Get(hdrUp)
+	cancelHost := func() {
+		c := nats.NewMsg(upTo)
+		c.Header.Set(hdrCancelled, "1")
+		_ = nc.PublishMsg(c)
+	}
+	sent, acked := 0, 0
+	// handle takes one message from the host: an acknowledgement, or its
+	// answer (which may come early, when the host refused the upload).
+	handle := func(m *nats.Msg) *server.ForwardedReply {
+		if m.Header.Get(hdrEnd) == "" {
+			if n, err := strconv.Atoi(string(m.Data)); err == nil && n > acked {
+				acked = n
+			}
+			return nil
+		}
+		rep := &server.ForwardedReply{Response: m.Data}
+		if s := m.Header.Get(hdrStatus); s != "" {
+			rep.Status, _ = base64.StdEncoding.DecodeString(s)
+			rep.Response = nil
+		}
+		return rep
+	}
+	wait := func() (*server.ForwardedReply, error) {
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		m, err := inbox.NextMsgWithContext(wctx)
+		if err != nil {
+			cancelHost()
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+		return handle(m), nil
+	}
+	for done := false; !done; {
+		// Take what the host sent meanwhile, and wait while the window
+		// is full.
+		for {
+			if n, _, _ := inbox.Pending(); n == 0 && sent-acked < streamWindow {
+				break
+			}
+			rep, err := wait()
+			if err != nil || rep != nil {
+				return rep, err
+			}
+		}
+		b, err := next()
+		out := nats.NewMsg(upTo)
+		switch {
+		case errors.Is(err, io.EOF):
+			out.Header.Set(hdrEnd, "1")
+			done = true
+		case err != nil:
+			cancelHost()
+			return nil, err
+		default:
+			out.Data = b
+			sent++
+		}
+		if err := nc.PublishMsg(out); err != nil {
+			cancelHost()
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+	}
+	for {
+		rep, err := wait()
+		if err != nil || rep != nil {
+			return rep, err
+		}
 	}
 }

@@ -90,6 +90,9 @@ type RegistryOptions struct {
 	// ServeStream answers the server streams (file downloads) other
 	// nodes forward here (server.Server.ServeForwardedStream).
 	ServeStream func(ctx context.Context, call *server.ForwardedCall, send func([]byte) error) *server.ForwardedReply
+	// ServeUpload answers the client streams (file uploads) other nodes
+	// forward here (server.Server.ServeForwardedUpload).
+	ServeUpload func(ctx context.Context, call *server.ForwardedCall, next func() ([]byte, error)) *server.ForwardedReply
 }
 
 // Registry is the cluster's world registry as one node sees it, and the
@@ -197,6 +200,12 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	}
 	if opts.ServeStream != nil {
 		if err := r.serveForwardedStreams(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.ServeUpload != nil {
+		if err := r.serveForwardedUploads(); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}

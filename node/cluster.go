@@ -70,6 +70,16 @@ func (w *clusterWiring) serveStream(ctx context.Context, fc *server.ForwardedCal
 	return srv.ServeForwardedStream(ctx, fc, send)
 }
 
+// serveUpload answers a client stream another node forwarded, once the
+// gRPC server is built.
+func (w *clusterWiring) serveUpload(ctx context.Context, fc *server.ForwardedCall, next func() ([]byte, error)) *server.ForwardedReply {
+	srv := w.server.Load()
+	if srv == nil {
+		return server.FailedReply(status.Errorf(codes.Unavailable, "World %s is unavailable: its host node is starting", fc.ClientID))
+	}
+	return srv.ServeForwardedUpload(ctx, fc, next)
+}
+
 // startRegistry opens the cluster's world registry over the node's local
 // worlds and claims its embedded worlds.
 func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub) (*cluster.Registry, error) {
@@ -81,7 +91,7 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 		}
 		return out
 	}
-	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream})
+	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream, ServeUpload: w.serveUpload})
 	if err != nil {
 		return nil, err
 	}

@@ -70,9 +70,20 @@ type StreamForwarder interface {
 	ForwardStream(ctx context.Context, call *ForwardedCall, send func(msg []byte) error) (*ForwardedReply, error)
 }
 
-// forwardedStreams are the streaming methods forwarded to a world's host:
+// UploadForwarder is a [RemoteWorld] that forwards client streams: the
+// call's first message is in the call, next yields the others (io.EOF
+// after the last), and the reply holds the response or the status.
+type UploadForwarder interface {
+	RemoteWorld
+	ForwardUpload(ctx context.Context, call *ForwardedCall, next func() ([]byte, error)) (*ForwardedReply, error)
+}
+
+// forwardedStreams are the server streams forwarded to a world's host:
 // those whose client sends one message and whose answer ends.
 var forwardedStreams = map[string]bool{relayv1.FileService_DownloadFile_FullMethodName: true}
+
+// forwardedUploads are the client streams forwarded to a world's host.
+var forwardedUploads = map[string]bool{relayv1.FileService_UploadFile_FullMethodName: true}
 
 // errStreamForwarded ends a stream's handler on the edge node once the
 // host's answer was sent whole: the chain turns it into OK.
@@ -91,6 +102,9 @@ func (c *Chain) forwardStream(ctx context.Context, call *Call, req any) error {
 	}
 	if fwd, ok := remote.(StreamForwarder); ok && forwardedStreams[call.Method] && call.stream != nil {
 		return c.forwardServerStream(ctx, call, fwd, req)
+	}
+	if fwd, ok := remote.(UploadForwarder); ok && forwardedUploads[call.Method] && call.stream != nil {
+		return c.forwardUpload(ctx, call, fwd, req)
 	}
 	host := "another node"
 	if h, ok := remote.(interface{ Host() string }); ok {
@@ -135,6 +149,101 @@ func (c *Chain) forwardServerStream(ctx context.Context, call *Call, fwd StreamF
 		}
 	}
 	return errStreamForwarded
+}
+
+// forwardUpload sends a client stream's messages to the host as the
+// caller sends them, and the host's response to the caller.
+func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForwarder, req any) error {
+	first, ok := req.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", call.Method, req)
+	}
+	body, err := proto.Marshal(first)
+	if err != nil {
+		return status.Errorf(codes.Internal, "forward %s: %v", call.Method, err)
+	}
+	in, out, err := methodTypes(call.Method)
+	if err != nil {
+		return err
+	}
+	fc := &ForwardedCall{Method: call.Method, RequestID: call.RequestID, ClientID: fwd.Info().ClientID, Key: call.Key, Request: body}
+	next := func() ([]byte, error) {
+		m := in.New().Interface()
+		// The call's own stream: the chain's steps ran on the first
+		// message and have nothing to do with the others.
+		if err := call.stream.RecvMsg(m); err != nil {
+			return nil, err
+		}
+		return proto.Marshal(m)
+	}
+	reply, err := fwd.ForwardUpload(ctx, fc, next)
+	if err != nil {
+		return err
+	}
+	if reply.Status != nil {
+		st := new(spb.Status)
+		if err := proto.Unmarshal(reply.Status, st); err != nil {
+			return status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", call.Method, err)
+		}
+		return status.ErrorProto(st)
+	}
+	resp := out.New().Interface()
+	if err := proto.Unmarshal(reply.Response, resp); err != nil {
+		return status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", call.Method, err)
+	}
+	if err := call.stream.SendMsg(resp); err != nil {
+		return err
+	}
+	return errStreamForwarded
+}
+
+// ServeForwardedUpload answers a client stream another node forwarded
+// (a file upload): fc.Request is its first message, next yields the
+// others (io.EOF after the last); the reply carries the response or the
+// status.
+func (s *Server) ServeForwardedUpload(ctx context.Context, fc *ForwardedCall, next func() ([]byte, error)) *ForwardedReply {
+	if !forwardedUploads[fc.Method] || fc.ClientID == "" {
+		return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes", fc.Method))
+	}
+	in, out, err := methodTypes(fc.Method)
+	if err != nil {
+		return FailedReply(err)
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, forwardedKey{}, fc))
+	defer cancel()
+	ctx = metadata.NewOutgoingContext(ctx, metadata.MD(fc.Metadata))
+	cs, err := s.Local.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true}, fc.Method)
+	if err != nil {
+		return FailedReply(err)
+	}
+	body := fc.Request
+	for {
+		m := in.New().Interface()
+		if err := proto.Unmarshal(body, m); err != nil {
+			return FailedReply(status.Errorf(codes.InvalidArgument, "forwarded %s: bad message: %v", fc.Method, err))
+		}
+		if err := cs.SendMsg(m); err != nil {
+			// The handler ended early (a refusal): its status is what
+			// RecvMsg reports.
+			break
+		}
+		if body, err = next(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				return FailedReply(status.FromContextError(context.Canceled).Err())
+			}
+			break
+		}
+	}
+	_ = cs.CloseSend()
+	resp := out.New().Interface()
+	if err := cs.RecvMsg(resp); err != nil {
+		return FailedReply(err)
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
+	}
+	return &ForwardedReply{Response: b}
 }
 
 // ServeForwardedStream answers a server stream another node forwarded
