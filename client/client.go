@@ -6,9 +6,9 @@
 // filled into every request that has those fields and leaves them empty,
 // per-call overrides of all three through the context, event streams that
 // reconnect by themselves and resume after the last event seen, and
-// helpers that decode the JSON held in the `raw_json` bytes fields
-// (documents, search results, event payloads) into map[string]any or a
-// caller's own type.
+// helpers that decode the JSON values held in the `raw_json` fields
+// (documents, search results, event payloads; google.protobuf.Value
+// trees) into map[string]any or a caller's own type.
 //
 // The generated service clients are exposed as fields (Documents, Dnd5e,
 // Events, ...), so every RPC of the contract is available with the

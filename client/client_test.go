@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tabletop-relay/relay/client"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
@@ -336,13 +337,17 @@ func TestFollowStopsOnRefusal(t *testing.T) {
 	}
 }
 
-// TestDecodeEmpty: an empty field is ErrNoData, not a zero value.
+// TestDecodeEmpty: an unset field is ErrNoData, not a zero value.
 func TestDecodeEmpty(t *testing.T) {
-	if _, err := client.DecodeMap([]byte(nil)); !errors.Is(err, client.ErrNoData) {
+	if _, err := client.DecodeMap(nil); !errors.Is(err, client.ErrNoData) {
 		t.Fatalf("want ErrNoData, got %v", err)
 	}
-	v, err := client.Decode[[]int]([]byte("[1,2]"))
-	if err != nil || len(v) != 2 {
+	list, _ := structpb.NewValue([]any{1, 2})
+	v, err := client.Decode[[]int](list)
+	if err != nil || len(v) != 2 || v[1] != 2 {
 		t.Fatalf("decode list: %v %v", v, err)
+	}
+	if _, err := client.DecodeMap(list); err == nil {
+		t.Fatal("a list decoded as a map")
 	}
 }

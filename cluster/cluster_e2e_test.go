@@ -204,7 +204,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GetDocument through n3: %v", err)
 		}
-		if !strings.Contains(string(resp.GetDocument()), `"name":"Aria of the West"`) {
+		if resp.GetDocument().GetStructValue().GetFields()["name"].GetStringValue() != "Aria of the West" {
 			t.Fatalf("unexpected document: %s", resp.GetDocument())
 		}
 		_, err = relayv1.NewDocumentServiceClient(n3.Conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "west", Uuid: "Actor.nobodyAtAll00001"})

@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -108,6 +110,13 @@ func (g *gateway) wrapResponse(ctx context.Context, resp proto.Message) (any, er
 	var data any = resp
 	if rb, ok := resp.(interface{ XXX_ResponseBody() any }); ok {
 		data = rb.XXX_ResponseBody()
+	}
+	if v, ok := data.(*structpb.Value); ok {
+		// A response_body naming a raw_json field: the JSON text itself
+		// (see Marshal), null when unset.
+		if raw, ok := jsonvalue.RawJSON(v); ok || v == nil {
+			data = raw
+		}
 	}
 	op := g.operationOf(ctx)
 	return &envelope{Type: op + wire.ResultSuffix, RequestID: g.requestIDOf(ctx, op), Data: data, buffer: responseBufferFrom(ctx)}, nil

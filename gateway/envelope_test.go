@@ -7,9 +7,11 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -56,9 +58,11 @@ func TestEnvelopeEncoding(t *testing.T) {
 			`{"id":"","name":"Goblin \"A\"\n","tokenUuid":"","actorUuid":"","img":"","initiative":null,"hidden":false,"defeated":false}`},
 		{"wrapper with a value", &relayv1.Combatant{Initiative: wrapperspb.Double(12.5)},
 			`{"id":"","name":"","tokenUuid":"","actorUuid":"","img":"","initiative":12.5,"hidden":false,"defeated":false}`},
-		{"raw JSON spliced and compacted", &relayv1.UpdateDocumentResponse{Uuid: "Actor.a", Document: []byte("{\"a\": [1, 2],\n \"b\": null}")},
+		{"raw JSON spliced and compacted", &relayv1.UpdateDocumentResponse{Uuid: "Actor.a", Document: jsonvalue.Raw([]byte("{\"a\": [1, 2],\n \"b\": null}"))},
 			`{"uuid":"Actor.a","document":{"a":[1,2],"b":null}}`},
 		{"raw JSON unset is null", &relayv1.UpdateDocumentResponse{}, `{"uuid":"","document":null}`},
+		{"a Value tree is encoded", &relayv1.UpdateDocumentResponse{Document: structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewStringValue("x")}})},
+			`{"uuid":"","document":[1,"x"]}`},
 		{"response_body bytes", []byte(`{"name":"x"}`), `{"name":"x"}`},
 		{"map keys sorted", &relayv1.ApiKey{ClientUsers: map[string]string{"b": "2", "a": "1"}},
 			`{"id":"","name":"","prefix":"","scopes":[],"clientIds":[],"scopedUserId":"","clientUsers":{"a":"1","b":"2"},"expiresAt":"","enabled":false,"createdAt":"","revokedAt":"","createdBy":""}`},

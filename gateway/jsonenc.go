@@ -14,14 +14,16 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 // appendMessage appends a message as JSON the way the contract shows it:
 // protojson's mapping with every field present (unset messages as null,
-// zero values as zero), lowerCamelCase names, and bytes fields marked
-// `raw_json` spliced in as the JSON they hold. Unlike protojson the output is
-// compact and stable, and documents are copied, not converted: the world
-// hands them over already serialised.
+// zero values as zero), lowerCamelCase names, and raw Values (the
+// `raw_json` fields the services fill, see package jsonvalue) spliced in
+// as the JSON they hold. Unlike protojson the output is compact and
+// stable, and documents are copied, not converted: the world hands them
+// over already serialised.
 func appendMessage(buf []byte, m protoreflect.Message) ([]byte, error) {
 	md := m.Descriptor()
 	if md.FullName().Parent() == "google.protobuf" {
@@ -37,7 +39,7 @@ func appendMessage(buf []byte, m protoreflect.Message) ([]byte, error) {
 			// included); responses use wrappers where a null must show.
 			continue
 		}
-		if fd.Kind() == protoreflect.BytesKind && fd.Cardinality() != protoreflect.Repeated && len(m.Get(fd).Bytes()) == 0 && isOmitEmpty(fd) {
+		if isOmitEmpty(fd) && !fd.IsList() && !fd.IsMap() && !m.Has(fd) {
 			// A detail the caller did not ask for is left out, not null.
 			continue
 		}
@@ -127,9 +129,6 @@ func appendValue(buf []byte, fd protoreflect.FieldDescriptor, v protoreflect.Val
 		}
 		return strconv.AppendInt(buf, int64(v.Enum()), 10), nil
 	case protoreflect.BytesKind:
-		if isRawJSON(fd) {
-			return appendRawJSON(buf, v.Bytes())
-		}
 		buf = append(buf, '"')
 		buf = base64.StdEncoding.AppendEncode(buf, v.Bytes())
 		return append(buf, '"'), nil
@@ -137,16 +136,6 @@ func appendValue(buf []byte, fd protoreflect.FieldDescriptor, v protoreflect.Val
 		return appendMessage(buf, v.Message())
 	}
 	return append(buf, "null"...), nil
-}
-
-// isRawJSON reports whether a bytes field carries the raw_json option.
-func isRawJSON(fd protoreflect.FieldDescriptor) bool {
-	opts := fd.Options()
-	if opts == nil {
-		return false
-	}
-	raw, _ := proto.GetExtension(opts, relayv1.E_RawJson).(bool)
-	return raw
 }
 
 // isOmitEmpty reports whether a field carries the omit_empty option.
@@ -210,13 +199,24 @@ func appendFloat(buf []byte, f float64, bits int) []byte {
 }
 
 // appendWellKnown writes google.protobuf types (wrappers, Struct, Value,
-// Timestamp, ...) with protojson, which knows their special forms.
+// Timestamp, ...) with protojson, which knows their special forms, but for
+// raw Values (package jsonvalue), whose JSON text it copies.
 func appendWellKnown(buf []byte, m protoreflect.Message) ([]byte, error) {
+	if raw, ok := jsonvalue.RawJSON(m.Interface()); ok {
+		// JSON the relay holds serialised (a document, a result, an
+		// event's payload): spliced in as it is.
+		return appendRawJSON(buf, raw)
+	}
 	raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m.Interface())
 	if err != nil {
 		return nil, err
 	}
-	return appendRawJSON(buf, raw)
+	// protojson varies its spacing on purpose; answers stay compact.
+	out := bytes.NewBuffer(buf)
+	if err := json.Compact(out, raw); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // appendString writes a JSON string, replacing invalid UTF-8.

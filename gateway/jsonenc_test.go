@@ -9,10 +9,13 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 // contractMessages are the message types of the contract's files.
@@ -52,16 +55,33 @@ func relayFiles(fn func(protoreflect.FileDescriptor)) {
 	}
 }
 
-// fill sets every field of m (but the raw_json ones, which protojson shows
-// as base64) to a random value, down to depth levels of messages.
+// fill sets every field of m to a random value, down to depth levels of
+// messages. A google.protobuf.Value field (the raw_json fields among them)
+// gets a random JSON value, half the time as a Value tree and half the
+// time as a raw Value, the form the services fill them with.
 func fill(m protoreflect.Message, rng *rand.Rand, depth int) {
 	fields := m.Descriptor().Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if isRawJSON(fd) || rng.IntN(4) == 0 {
+		if rng.IntN(4) == 0 {
 			continue
 		}
 		if od := fd.ContainingOneof(); od != nil && m.WhichOneof(od) != nil {
+			continue
+		}
+		if fd.Message() != nil && fd.Message().FullName() == "google.protobuf.Value" && !fd.IsList() && !fd.IsMap() {
+			text, err := json.Marshal(randomJSON(rng, 3))
+			if err != nil {
+				panic(err)
+			}
+			v := jsonvalue.Raw(text)
+			if rng.IntN(2) == 0 {
+				v = &structpb.Value{}
+				if err := protojson.Unmarshal(text, v); err != nil {
+					panic(err)
+				}
+			}
+			m.Set(fd, protoreflect.ValueOfMessage(v.ProtoReflect()))
 			continue
 		}
 		switch {
@@ -132,35 +152,94 @@ func randomScalar(fd protoreflect.FieldDescriptor, rng *rand.Rand) protoreflect.
 	panic("unexpected kind " + fd.Kind().String())
 }
 
-// dropRawJSON removes the raw_json fields from a decoded message, at every
-// depth: they are the one place where the relay's JSON differs from
-// protojson on purpose.
-func dropRawJSON(v any, md protoreflect.MessageDescriptor) {
-	obj, ok := v.(map[string]any)
-	if !ok || md == nil {
+// randomJSON is a random JSON value, nested down to depth levels, with
+// numbers that every encoder prints alike.
+func randomJSON(rng *rand.Rand, depth int) any {
+	kinds := 4
+	if depth > 0 {
+		kinds = 6
+	}
+	switch rng.IntN(kinds) {
+	case 0:
+		return nil
+	case 1:
+		return rng.IntN(2) == 0
+	case 2:
+		return []float64{0, -3, 12, 0.5, 123456}[rng.IntN(5)]
+	case 3:
+		return []string{"", "a", "é\"\\\n\t\u2028<>&", "\x01", "😀"}[rng.IntN(5)]
+	case 4:
+		obj := map[string]any{}
+		for range rng.IntN(4) {
+			obj[[]string{"a", "b", "_id", "système", "k\"ey"}[rng.IntN(5)]] = randomJSON(rng, depth-1)
+		}
+		return obj
+	}
+	list := []any{}
+	for range rng.IntN(4) {
+		list = append(list, randomJSON(rng, depth-1))
+	}
+	return list
+}
+
+// realize replaces every raw Value in m, at every depth, by the Value tree
+// its JSON stands for: what protojson must print to match the gateway's
+// encoder, which splices raw Values in as their text.
+func realize(t *testing.T, m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsList() || fd.IsMap() || fd.Message() == nil:
+		case fd.Message().FullName() == "google.protobuf.Value":
+			if raw, ok := jsonvalue.RawJSON(v.Message().Interface()); ok {
+				tree := &structpb.Value{}
+				if err := protojson.Unmarshal(raw, tree); err != nil {
+					t.Fatalf("%s: %v", fd.FullName(), err)
+				}
+				m.Set(fd, protoreflect.ValueOfMessage(tree.ProtoReflect()))
+			}
+		default:
+			realize(t, v.Message())
+		}
+		return true
+	})
+}
+
+// dropOmitted removes from theirs (protojson's output) the nulls of the
+// omit_empty fields that ours leaves out, at every depth.
+func dropOmitted(ours, theirs any, md protoreflect.MessageDescriptor) {
+	a, ok1 := ours.(map[string]any)
+	b, ok2 := theirs.(map[string]any)
+	if !ok1 || !ok2 {
 		return
 	}
 	fields := md.Fields()
 	for i := range fields.Len() {
 		fd := fields.Get(i)
-		if isRawJSON(fd) {
-			delete(obj, fd.JSONName())
+		name := fd.JSONName()
+		if _, has := a[name]; !has && isOmitEmpty(fd) && b[name] == nil {
+			delete(b, name)
 			continue
 		}
-		child := obj[fd.JSONName()]
+		if fd.Message() == nil || fd.Message().ParentFile().Package() == "google.protobuf" {
+			continue
+		}
 		switch {
-		case fd.IsList() && fd.Message() != nil:
-			list, _ := child.([]any)
-			for _, e := range list {
-				dropRawJSON(e, fd.Message())
+		case fd.IsList():
+			la, _ := a[name].([]any)
+			lb, _ := b[name].([]any)
+			for k := range min(len(la), len(lb)) {
+				dropOmitted(la[k], lb[k], fd.Message())
 			}
-		case fd.IsMap() && fd.MapValue().Message() != nil:
-			m, _ := child.(map[string]any)
-			for _, e := range m {
-				dropRawJSON(e, fd.MapValue().Message())
+		case fd.IsMap():
+			ma, _ := a[name].(map[string]any)
+			mb, _ := b[name].(map[string]any)
+			if fd.MapValue().Message() != nil {
+				for k := range ma {
+					dropOmitted(ma[k], mb[k], fd.MapValue().Message())
+				}
 			}
-		case fd.Message() != nil && !fd.IsMap():
-			dropRawJSON(child, fd.Message())
+		default:
+			dropOmitted(a[name], b[name], fd.Message())
 		}
 	}
 }
@@ -180,8 +259,10 @@ func decodeNumbers(t *testing.T, b []byte) any {
 
 // FuzzEncoderMatchesProtojson fills every message of the contract with
 // random values and checks that the gateway's encoder writes what protojson
-// writes (with every field present), number for number, but for the raw_json
-// fields it splices in on purpose.
+// writes (with every field present), number for number, raw Values
+// included: spliced in as their JSON, they must read as the Value tree
+// protojson prints. The one difference on purpose is omit_empty: an unset
+// field so marked is left out rather than null.
 func FuzzEncoderMatchesProtojson(f *testing.F) {
 	for seed := range uint64(8) {
 		f.Add(seed)
@@ -199,13 +280,14 @@ func FuzzEncoderMatchesProtojson(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%s: %v", md.FullName(), err)
 			}
-			theirs, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
+			twin := proto.Clone(m).ProtoReflect()
+			realize(t, twin)
+			theirs, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(twin.Interface())
 			if err != nil {
 				t.Fatalf("%s: protojson: %v", md.FullName(), err)
 			}
 			a, b := decodeNumbers(t, ours), decodeNumbers(t, theirs)
-			dropRawJSON(a, md)
-			dropRawJSON(b, md)
+			dropOmitted(a, b, md)
 			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("%s: the encoders disagree\nours:      %s\nprotojson: %s", md.FullName(), ours, theirs)
 			}

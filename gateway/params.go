@@ -11,12 +11,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 // A REST call's request message is read from its parameters in two steps:
@@ -55,12 +58,47 @@ func decodeParams(msg proto.Message, body []byte, query url.Values) error {
 
 // decodeFields decodes merged parameters into msg with protojson, and names
 // the parameter at fault when it refuses them.
+//
+// A google.protobuf.Struct parameter (an update's or a creation's data) is
+// not decoded into a Struct tree, which the service would only turn back
+// into plain values: its JSON text is handed over as it is, in a raw
+// Struct (see package jsonvalue), once checked to be a JSON object in
+// valid UTF-8 as protojson would.
 func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
-	if err := paramsJSON.Unmarshal(appendObject(nil, fields), msg); err != nil {
+	m := msg.ProtoReflect()
+	md := m.Descriptor()
+	rest := fields
+	var raws []protoreflect.FieldDescriptor
+	valid := true
+	for name, raw := range fields {
+		fd := fieldByName(md, name)
+		if fd == nil || fd.IsList() || fd.IsMap() || fd.Message() == nil || fd.Message().FullName() != "google.protobuf.Struct" {
+			continue
+		}
+		if !isObject(raw) || !utf8.Valid(raw) {
+			valid = false
+			break
+		}
+		if len(raws) == 0 {
+			rest = maps.Clone(fields)
+		}
+		delete(rest, name)
+		raws = append(raws, fd)
+	}
+	if !valid || paramsJSON.Unmarshal(appendObject(nil, rest), msg) != nil {
 		proto.Reset(msg)
-		return refusal(msg.ProtoReflect().Descriptor(), fields)
+		return refusal(md, fields)
+	}
+	for _, fd := range raws {
+		m.Set(fd, protoreflect.ValueOfMessage(jsonvalue.RawStruct(fields[fd.JSONName()]).ProtoReflect()))
 	}
 	return nil
+}
+
+// isObject reports whether valid JSON text is an object.
+func isObject(raw json.RawMessage) bool {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	return len(raw) > 0 && raw[0] == '{'
 }
 
 // mergeParams merges a call's parameters into the one JSON object its

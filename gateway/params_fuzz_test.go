@@ -13,8 +13,10 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 // requestDescriptors returns every request message of the contract, sorted
@@ -75,8 +77,24 @@ func checkMerged(t *testing.T, md protoreflect.MessageDescriptor, out []byte, er
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(out, whole); err != nil {
 		t.Fatalf("%q: merged parameters protojson refuses: %v", out, err)
 	}
+	// decodeFields hands Struct parameters over as raw Structs, which
+	// must stand for the very tree protojson reads.
 	decoded := dynamicpb.NewMessage(md)
-	if err := decodeFields(decoded, obj); err != nil || !proto.Equal(whole, decoded) {
+	err = decodeFields(decoded, obj)
+	decoded.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil || fd.IsList() || fd.IsMap() {
+			return true
+		}
+		if raw, ok := jsonvalue.RawJSON(v.Message().Interface()); ok {
+			tree := &structpb.Struct{}
+			if uerr := protojson.Unmarshal(raw, tree); uerr != nil {
+				t.Fatalf("%q: the raw %s does not read as a Struct: %v", out, fd.Name(), uerr)
+			}
+			decoded.Set(fd, protoreflect.ValueOfMessage(tree.ProtoReflect()))
+		}
+		return true
+	})
+	if err != nil || !proto.Equal(whole, decoded) {
 		t.Fatalf("%q: decodeFields gives %v, %v; protojson %v", out, decoded, err, whole)
 	}
 }

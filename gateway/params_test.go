@@ -83,8 +83,18 @@ func TestMergeParams(t *testing.T) {
 			if err := protojson.Unmarshal([]byte(tt.want), want); err != nil {
 				t.Fatal(err)
 			}
-			if !proto.Equal(got, want) {
-				t.Fatalf("got %v, want %s", got, tt.want)
+			// Struct parameters are raw Structs (see decodeFields): compare
+			// what the message stands for, through its JSON.
+			text, err := appendMessage(nil, got.ProtoReflect())
+			if err != nil {
+				t.Fatal(err)
+			}
+			reread := newMessage(tt.md)
+			if err := protojson.Unmarshal(text, reread); err != nil {
+				t.Fatalf("%s: %v", text, err)
+			}
+			if !proto.Equal(reread, want) {
+				t.Fatalf("got %s, want %s", text, tt.want)
 			}
 		})
 	}

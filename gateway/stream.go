@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -51,7 +52,12 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		ctx = metadata.AppendToOutgoingContext(ctx, wire.StreamTicketHeader, ticket)
 	}
 	var header metadata.MD
-	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header))
+	// Over the relay's in-process connection the handler writes each
+	// message out itself, through sink, without handing it to this
+	// goroutine (see server.DirectSender); another connection ignores the
+	// option, and the messages come through RecvMsg.
+	sink := &directSink{g: g, w: w, r: r, rt: rt}
+	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header), sink)
 	if err == nil {
 		err = stream.SendMsg(req)
 	}
@@ -63,6 +69,10 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		// A send that found the stream ended (io.EOF) leaves its status
 		// to RecvMsg.
 		err = stream.RecvMsg(msg)
+	}
+	if sink.finish() {
+		// The handler wrote the stream itself, and it has ended.
+		return
 	}
 	if err == nil {
 		// The stream's header is in once its first message is (the call's
@@ -82,7 +92,18 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 		g.writeStatus(w, status.Convert(err), rt.operation, requestID)
 		return
 	}
+	sw := startSSE(w, r, requestID)
+	stopKeepalive := sw.keepalive(g.keepaliveEvery)
+	defer stopKeepalive()
+	relayEvents(sw, stream, msg, []byte(ssePrefix))
+}
 
+// ssePrefix starts every event stream: the reconnection delay an
+// EventSource should use.
+const ssePrefix = "retry: 3000\n\n"
+
+// startSSE commits an event stream's response: 200 and its headers.
+func startSSE(w http.ResponseWriter, r *http.Request, requestID string) *sseWriter {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -97,13 +118,100 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	}
 	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
-
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
 	// The server's write deadline must not cut a long stream.
 	_ = sw.rc.SetWriteDeadline(time.Time{})
-	stopKeepalive := sw.keepalive(g.keepaliveEvery)
-	defer stopKeepalive()
-	relayEvents(sw, stream, msg, []byte("retry: 3000\n\n"))
+	return sw
+}
+
+// directSink writes an event stream's messages as SSE frames in the
+// handler's goroutine (it is a server.DirectSender): the first message
+// commits the response (200), and messages the handler says come together
+// go out in one write. The bridge's goroutine only waits for the stream's
+// end, then calls finish; from then on the sink writes nothing, so nothing
+// touches the response after the bridge returns.
+type directSink struct {
+	grpc.EmptyCallOption
+	g  *gateway
+	w  http.ResponseWriter
+	r  *http.Request
+	rt *route
+
+	mu            sync.Mutex
+	started       bool // the response is committed
+	closed        bool // the bridge is done with the response
+	failed        error
+	sw            *sseWriter
+	stopKeepalive func()
+	buf           *[]byte // from framePool
+	frames        []byte  // held frames, not written yet
+}
+
+// errStreamDone fails sends that come after the bridge returned.
+var errStreamDone = errors.New("the event stream's response is finished")
+
+// SendDirect implements server.DirectSender.
+func (d *directSink) SendDirect(msg proto.Message, header metadata.MD, more bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return errStreamDone
+	case d.failed != nil:
+		return d.failed
+	}
+	if !d.started {
+		d.started = true
+		requestID := firstValue(header, wire.RequestIDHeader)
+		if requestID == "" {
+			requestID = d.g.newRequestID(d.rt.operation)
+		}
+		d.sw = startSSE(d.w, d.r, requestID)
+		d.stopKeepalive = d.sw.keepalive(d.g.keepaliveEvery)
+		d.buf = framePool.Get().(*[]byte)
+		d.frames = append((*d.buf)[:0], ssePrefix...)
+	}
+	frames, err := appendMessageFrame(d.frames, msg)
+	if err != nil {
+		d.failed = err
+		return err
+	}
+	d.frames = frames
+	if more && len(frames) < maxBatchBytes {
+		return nil
+	}
+	if err := d.sw.write(frames); err != nil {
+		d.failed = err
+		return err
+	}
+	d.frames = frames[:0]
+	return nil
+}
+
+// finish ends the sink's use of the response, once the stream ended or
+// the caller went away, writing the frames it still held; it waits for a
+// send in progress. It reports whether the sink committed the response.
+func (d *directSink) finish() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if !d.started {
+		return false
+	}
+	if len(d.frames) > 0 && d.failed == nil {
+		_ = d.sw.write(d.frames)
+	}
+	d.stopKeepalive()
+	if d.buf != nil {
+		if cap(d.frames) > maxPooledFrame {
+			*d.buf = nil
+		} else {
+			*d.buf = d.frames[:0]
+		}
+		framePool.Put(d.buf)
+		d.buf, d.frames = nil, nil
+	}
+	return true
 }
 
 // pendingStream is a client stream that tells how many received messages
@@ -321,7 +429,16 @@ func appendMessageFrame(dst []byte, msg proto.Message) ([]byte, error) {
 	var data []byte
 	if c, ok := msg.(eventCarrier); ok && c.GetEvent() != nil {
 		e := c.GetEvent()
-		seq, name, data = e.GetSequence(), e.GetName(), e.GetData()
+		seq, name = e.GetSequence(), e.GetName()
+		if d := e.GetData(); d != nil {
+			// The relay's payloads are raw Values, whose JSON is copied;
+			// a Value tree is encoded.
+			raw, err := jsonvalue.JSON(d)
+			if err != nil {
+				return nil, fmt.Errorf("event data: %w", err)
+			}
+			data = raw
+		}
 	} else {
 		raw, err := appendMessage(nil, msg.ProtoReflect())
 		if err != nil {

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 func TestSSEFrames(t *testing.T) {
@@ -18,7 +20,8 @@ func TestSSEFrames(t *testing.T) {
 		"uuid": "Actor.a"}`)
 	var frames []byte
 	for _, msg := range []proto.Message{
-		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 42, Name: "actor-update", Data: data}},
+		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 42, Name: "actor-update", Data: jsonvalue.Raw(data)}},
+		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Sequence: 43, Name: "tree", Data: structpb.NewStringValue("x")}},
 		&relayv1.SubscribeActorsResponse{Event: &relayv1.Event{Name: "connected"}},
 	} {
 		var err error
@@ -27,6 +30,7 @@ func TestSSEFrames(t *testing.T) {
 		}
 	}
 	want := "id: 42\nevent: actor-update\ndata: {\"changes\":{\"name\":\"B\\nC\"},\"uuid\":\"Actor.a\"}\n\n" +
+		"id: 43\nevent: tree\ndata: \"x\"\n\n" +
 		"event: connected\ndata: {}\n\n"
 	if got := string(frames); got != want {
 		t.Fatalf("frames:\n got %q\nwant %q", got, want)

@@ -204,6 +204,19 @@ func (h *Hub) Info(clientID string) (ConnInfo, bool) {
 	return c.Info(), true
 }
 
+// SystemID returns the game system the world's live connection reported
+// (its `systemId`), "" when the world is not connected: a cheaper Info for
+// the capability check made on every call.
+func (h *Hub) SystemID(clientID string) string {
+	c := h.conn(clientID)
+	if c == nil {
+		return ""
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info.SystemID
+}
+
 // Connected describes every live connection, in clientId order.
 func (h *Hub) Connected() []ConnInfo {
 	h.mu.Lock()

@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -49,6 +51,21 @@ type Pairings struct {
 	// taken reports whether a clientId is already used by a world that is
 	// not linked (an embedded one); nil when there are none.
 	taken func(clientID string) bool
+
+	// listMu guards listGen and list. list is the store's list of linked
+	// worlds as last read, kept because every call that names no world
+	// needs it (to find the only world) and reading it costs a SQL query;
+	// every change to the records through these pairings drops it and
+	// bumps listGen, so that a list read before the change is not kept.
+	// The list is kept only when the store is this relay's own SQLite
+	// database, written through these pairings only (the relay's CLI goes
+	// through the running relay's API); a store shared by several relays
+	// is read every time, since another relay may change it.
+	keepList bool
+	listMu   sync.Mutex
+	listGen  uint64
+	list     []World
+	listOK   bool
 }
 
 // NewPairings returns pairings over store. now is the clock (time.Now when
@@ -58,7 +75,8 @@ func NewPairings(store Store, now func() time.Time, taken func(clientID string) 
 	if now == nil {
 		now = time.Now
 	}
-	return &Pairings{store: store, now: now, taken: taken}
+	_, own := store.(*SQLiteStore)
+	return &Pairings{store: store, now: now, taken: taken, keepList: own}
 }
 
 // NewCode issues a pairing code and returns it with its record; the code
@@ -235,7 +253,9 @@ func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 	if err != nil {
 		return Paired{}, err
 	}
-	if err := p.store.Pair(ctx, Pairing{World: w, Token: Token{Hash: hashOf(token), ClientID: w.ClientID, CreatedAt: now}, New: !again}); err != nil {
+	err = p.store.Pair(ctx, Pairing{World: w, Token: Token{Hash: hashOf(token), ClientID: w.ClientID, CreatedAt: now}, New: !again})
+	p.dropList()
+	if err != nil {
 		return Paired{}, err
 	}
 	return Paired{Token: token, World: w, Again: again}, nil
@@ -289,7 +309,9 @@ func (p *Pairings) Authenticate(ctx context.Context, token string) (string, Hash
 // Unpair revokes the world's tokens and marks it unpaired; it returns how
 // many tokens it revoked.
 func (p *Pairings) Unpair(ctx context.Context, clientID string) (int, error) {
-	return p.store.Unpair(ctx, clientID, p.now().UTC())
+	n, err := p.store.Unpair(ctx, clientID, p.now().UTC())
+	p.dropList()
+	return n, err
 }
 
 // World returns the record of a linked world, paired or not.
@@ -298,6 +320,37 @@ func (p *Pairings) World(ctx context.Context, clientID string) (World, error) {
 }
 
 // Worlds returns every linked world's record, paired or not.
+// From the relay's own database, the list is read once and then kept until
+// a pairing changes it; each caller gets its own copy.
 func (p *Pairings) Worlds(ctx context.Context) ([]World, error) {
-	return p.store.Worlds(ctx)
+	if !p.keepList {
+		return p.store.Worlds(ctx)
+	}
+	p.listMu.Lock()
+	gen, list, ok := p.listGen, p.list, p.listOK
+	p.listMu.Unlock()
+	if ok {
+		return slices.Clone(list), nil
+	}
+	list, err := p.store.Worlds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.listMu.Lock()
+	if p.listGen == gen {
+		// No pairing changed while the store was read: the list is
+		// current.
+		p.list, p.listOK = slices.Clone(list), true
+	}
+	p.listMu.Unlock()
+	return list, nil
+}
+
+// dropList forgets the kept list of linked worlds after a change to the
+// records (made or attempted).
+func (p *Pairings) dropList() {
+	p.listMu.Lock()
+	p.listGen++
+	p.list, p.listOK = nil, false
+	p.listMu.Unlock()
 }

@@ -53,7 +53,7 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	// A linked world resolved before and still connected is still paired
 	// (unpairing closes its connection): no need to read the store.
 	if lw, ok := r.linked.Load(clientID); ok && r.svc.hub.Online(clientID) {
-		return lw.(*Linked), nil
+		return lw.(*Linked).Resolved(), nil
 	}
 	rec, lerr := r.svc.pairings.World(ctx, clientID)
 	if lerr != nil || !rec.Paired() {
@@ -63,11 +63,11 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	if !r.svc.hub.Online(clientID) {
 		return nil, newCallError(ErrNotConnected, clientID, "", "")
 	}
-	return r.linkedWorld(rec), nil
+	return r.linkedWorld(rec).Resolved(), nil
 }
 
 // linkedWorld returns the linked world of a pairing record.
-func (r *Registry) linkedWorld(rec World) world.World {
+func (r *Registry) linkedWorld(rec World) *Linked {
 	if w, ok := r.linked.Load(rec.ClientID); ok {
 		return w.(*Linked)
 	}

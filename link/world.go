@@ -38,7 +38,8 @@ type Linked struct {
 }
 
 // The capabilities a linked world offers, checked by the compiler. The
-// fifth-edition operations are not offered yet: the services answer them with
+// fifth-edition operations are offered only by a world of the dnd5e system
+// (see [Linked.Resolved]); elsewhere the services answer them with
 // ErrUnimplemented (501) naming the operation.
 var (
 	_ world.World          = (*Linked)(nil)
@@ -259,8 +260,21 @@ func moduleError(msg string) error {
 	case strings.HasPrefix(lower, "no active "), strings.Contains(lower, "not concentrating"),
 		strings.Contains(lower, "no combat"), strings.Contains(lower, "insufficient"):
 		kind = world.ErrFailedPrecondition
+	case slices.ContainsFunc(rulesPreconditions, func(p string) bool { return strings.Contains(lower, p) }):
+		kind = world.ErrFailedPrecondition
 	}
 	return &world.Error{Kind: kind, Msg: msg}
+}
+
+// rulesPreconditions are parts of the fifth-edition operations' texts
+// for a state of the actor that does not allow the operation (the
+// embedded world's, which the simulator sends, and the module's own):
+// they are ErrFailedPrecondition, as in an embedded world.
+var rulesPreconditions = []string{
+	"is dead", "makes no death saves", "no token selected", "cannot remove", "does not have experience points",
+	"has no charges", "cannot be equipped", "does not require attunement", "already attuned", "can prepare at most",
+	"cantrips are always prepared", "is always prepared", "is not prepared", "no uses left", "spell slots with which",
+	"has not enough", "consumes an item", "made no roll",
 }
 
 // param adds v to params under key unless v is the zero value.

@@ -18,12 +18,16 @@ func (canvasService) SelectTokens(ctx context.Context, req *relayv1.SelectTokens
 	if err != nil {
 		return nil, err
 	}
+	match, err := fromStruct("data", req.GetData())
+	if err != nil {
+		return nil, err
+	}
 	selected, err := selection.Select(ctx, call.User, world.SelectParams{
 		UUIDs:     req.GetUuids(),
 		Name:      req.GetName(),
 		All:       req.GetAll(),
 		Overwrite: req.GetOverwrite(),
-		Match:     fromStruct(req.GetData()),
+		Match:     match,
 	})
 	if err != nil {
 		return nil, err

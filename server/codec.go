@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabletop-relay/relay/jsonvalue"
 )
 
 // Marshal encodes a response as grpc-go's codec does, into a buffer of
@@ -23,6 +25,9 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return c.CodecV2.Marshal(v)
+	}
+	if jsonvalue.MayHoldRaw(m.ProtoReflect().Descriptor()) {
+		return marshalExternal(m)
 	}
 	size := proto.Size(m)
 	opts := proto.MarshalOptions{UseCachedSize: true} // the size was just computed
@@ -43,6 +48,43 @@ func (c serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 		// The message changed under the encoder; never hand the pool a
 		// buffer it did not make.
 		return nil, fmt.Errorf("marshal %T: %d bytes, %d expected", m, len(out), size)
+	}
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, responses)}, nil
+}
+
+// marshalExternal encodes a response that may hold raw Values (JSON text
+// the relay keeps serialised, see package jsonvalue) as a gRPC caller must
+// receive it: each raw Value transcoded into the Value tree its JSON
+// stands for, straight from the text. The message is encoded as usual
+// first, into a scratch buffer, and then rewritten into the response
+// buffer; nothing in the message changes, so a message sent to several
+// callers (an event) may be encoded by all of them at once.
+func marshalExternal(m proto.Message) (mem.BufferSlice, error) {
+	size := proto.Size(m)
+	scratch := responses.Get(size)
+	defer responses.Put(scratch)
+	encoded, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*scratch)[:0], m)
+	if err != nil {
+		// A raw Value whose text is not UTF-8 (from a linked tabletop)
+		// cannot be a string_value: encode a copy with the text repaired.
+		// Nothing else in a response fails to encode.
+		if encoded, err = proto.Marshal(jsonvalue.Sanitized(m)); err != nil {
+			return nil, err
+		}
+	}
+	// A Value tree is larger than its JSON (every number takes nine
+	// bytes); twice the size is a generous first guess.
+	buf := responses.Get(2 * size)
+	out, err := jsonvalue.Externalize((*buf)[:0], encoded, m.ProtoReflect().Descriptor())
+	if err != nil {
+		responses.Put(buf)
+		return nil, fmt.Errorf("marshal %T: %w", m, err)
+	}
+	if cap(out) != cap(*buf) {
+		// The guess was short and the output moved to a slice of its own.
+		responses.Put(buf)
+		return mem.BufferSlice{mem.SliceBuffer(out)}, nil
 	}
 	*buf = out
 	return mem.BufferSlice{mem.NewBuffer(buf, responses)}, nil

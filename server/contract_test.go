@@ -152,7 +152,9 @@ func TestResponsesPrintEveryField(t *testing.T) {
 	}
 }
 
-// TestRawJSONFields: the raw_json option only marks bytes fields, and a
+// TestRawJSONFields: the raw_json option only marks singular
+// google.protobuf.Value fields (the JSON values the services fill with raw
+// Values, see package jsonvalue), at every depth of the messages, and a
 // rule's response_body names a raw_json field or a message, the two shapes
 // the gateway's envelope knows how to write.
 func TestRawJSONFields(t *testing.T) {
@@ -168,14 +170,26 @@ func TestRawJSONFields(t *testing.T) {
 	for _, sd := range services {
 		for i := range sd.Methods().Len() {
 			md := sd.Methods().Get(i)
-			for _, msg := range []protoreflect.MessageDescriptor{md.Input(), md.Output()} {
+			seen := map[protoreflect.FullName]bool{}
+			var check func(msg protoreflect.MessageDescriptor)
+			check = func(msg protoreflect.MessageDescriptor) {
+				if seen[msg.FullName()] || msg.ParentFile().Package() != "relay.v1" {
+					return
+				}
+				seen[msg.FullName()] = true
 				fields := msg.Fields()
 				for j := range fields.Len() {
-					if fd := fields.Get(j); isRaw(fd) && (fd.Kind() != protoreflect.BytesKind || fd.IsList()) {
-						t.Errorf("%s: raw_json on a field that is not singular bytes", fd.FullName())
+					fd := fields.Get(j)
+					if isRaw(fd) && (fd.Message() == nil || fd.Message().FullName() != "google.protobuf.Value" || fd.IsList() || fd.IsMap()) {
+						t.Errorf("%s: raw_json on a field that is not a singular google.protobuf.Value", fd.FullName())
+					}
+					if fd.Message() != nil {
+						check(fd.Message())
 					}
 				}
 			}
+			check(md.Input())
+			check(md.Output())
 			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
 			if body := rule.GetResponseBody(); body != "" {
 				fd := md.Output().Fields().ByName(protoreflect.Name(body))
@@ -184,5 +198,52 @@ func TestRawJSONFields(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestResponsesCarryJSONAsValues: no response message holds a
+// google.protobuf.Struct or ListValue field, at any depth. JSON reaches
+// callers in Value fields only, which the gRPC codec transcodes from the
+// relay's raw form (package jsonvalue); a raw Struct in a response would
+// reach a gRPC caller empty.
+func TestResponsesCarryJSONAsValues(t *testing.T) {
+	t.Parallel()
+	services, err := ServiceDescriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[protoreflect.FullName]bool{}
+	var check func(md protoreflect.MessageDescriptor)
+	check = func(md protoreflect.MessageDescriptor) {
+		if seen[md.FullName()] || md.ParentFile().Package() != "relay.v1" {
+			return
+		}
+		seen[md.FullName()] = true
+		fields := md.Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			sub := fd.Message()
+			if sub == nil {
+				continue
+			}
+			if name := sub.FullName(); name == "google.protobuf.Struct" || name == "google.protobuf.ListValue" {
+				t.Errorf("%s is a %s in a response; use google.protobuf.Value", fd.FullName(), name)
+			}
+			if fd.IsMap() {
+				sub = fd.MapValue().Message()
+				if sub == nil {
+					continue
+				}
+			}
+			check(sub)
+		}
+	}
+	for _, sd := range services {
+		for i := range sd.Methods().Len() {
+			check(sd.Methods().Get(i).Output())
+		}
+	}
+	if len(seen) < 50 {
+		t.Fatalf("only %d response messages found", len(seen))
 	}
 }

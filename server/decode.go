@@ -129,11 +129,12 @@ const (
 )
 
 // serverCodec is the gRPC servers' codec: grpc-go's protobuf codec, except
-// that a message that fails to decode is left empty with a marker
-// (undecodableField) and no error, so that the handler, not the transport,
-// answers for it (see decodeRegistrar), and that responses are written
-// into buffers of the relay's own pool (codec.go). A service that does not
-// look for the marker sees an empty request, which no relay method
+// that unknown fields are dropped; that a message that fails to decode is
+// left empty with a marker (undecodableField) and no error, so that the
+// handler, not the transport, answers for it (see decodeRegistrar); and
+// that responses are written into buffers of the relay's own pool, their
+// raw Values transcoded into Value trees (codec.go). A service that does
+// not look for the marker sees an empty request, which no relay method
 // accepts.
 type serverCodec struct {
 	encoding.CodecV2
@@ -153,7 +154,10 @@ func (c serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	// of receivePool (grpc-go's codec would take one of its default pool:
 	// 1 MiB, cleared, for anything over 32 KiB).
 	buf := data.MaterializeToBuffer(receivePool)
-	err := proto.Unmarshal(buf.ReadOnlyData(), m)
+	// Unknown fields are dropped: no handler reads them, and the relay's
+	// own in-process markers (a REST parameter's JSON text in a raw
+	// Struct, see package jsonvalue) must not be forged by a gRPC caller.
+	err := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(buf.ReadOnlyData(), m)
 	buf.Free()
 	if err == nil {
 		return nil

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
@@ -30,7 +31,7 @@ func (dnd5eService) GetActorDetails(ctx context.Context, req *relayv1.GetActorDe
 	out := &relayv1.GetActorDetailsResponse{Uuid: d.UUID}
 	// Each detail asked for is set; the others stay empty and show as null.
 	fields := []struct {
-		dst *[]byte
+		dst **structpb.Value
 		v   any
 		set bool
 	}{
@@ -117,7 +118,7 @@ func restResult(res world.RestResult) (*relayv1.RestResult, error) {
 	out := &relayv1.RestResult{Type: res.Type, NewDay: res.NewDay, Dhd: int32(res.DHD), Dhp: int32(res.DHP), LongRest: res.LongRest}
 	var err error
 	for _, f := range []struct {
-		dst *[]byte
+		dst **structpb.Value
 		v   any
 	}{
 		{&out.Deltas, res.Deltas}, {&out.UpdateData, res.UpdateData}, {&out.UpdateItems, res.UpdateItems},
@@ -377,7 +378,7 @@ type useRequest interface {
 
 // useFields are the use responses' fields in JSON.
 type useFields struct {
-	roll, damage, consumed, target, save []byte
+	roll, damage, consumed, target, save *structpb.Value
 	res                                  world.UseResult
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -21,7 +22,7 @@ func (documentService) GetDocument(ctx context.Context, req *relayv1.GetDocument
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.GetDocumentResponse{Document: raw}, nil
+	return &relayv1.GetDocumentResponse{Document: jsonvalue.Raw(raw)}, nil
 }
 
 func (documentService) UpdateDocument(ctx context.Context, req *relayv1.UpdateDocumentRequest) (*relayv1.UpdateDocumentResponse, error) {
@@ -32,11 +33,15 @@ func (documentService) UpdateDocument(ctx context.Context, req *relayv1.UpdateDo
 	if req.GetData() == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'data' is required")
 	}
-	raw, err := docs.UpdateJSON(ctx, call.User, req.GetUuid(), fromStruct(req.GetData()))
+	data, err := fromStruct("data", req.GetData())
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.UpdateDocumentResponse{Uuid: req.GetUuid(), Document: raw}, nil
+	raw, err := docs.UpdateJSON(ctx, call.User, req.GetUuid(), data)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.UpdateDocumentResponse{Uuid: req.GetUuid(), Document: jsonvalue.Raw(raw)}, nil
 }
 
 func (documentService) CreateDocument(ctx context.Context, req *relayv1.CreateDocumentRequest) (*relayv1.CreateDocumentResponse, error) {
@@ -47,9 +52,13 @@ func (documentService) CreateDocument(ctx context.Context, req *relayv1.CreateDo
 	if req.GetData() == nil {
 		return nil, world.Errorf(world.ErrInvalid, "'data' is required")
 	}
+	data, err := fromStruct("data", req.GetData())
+	if err != nil {
+		return nil, err
+	}
 	doc, err := docs.Create(ctx, call.User, world.CreateParams{
 		Type:       req.GetEntityType(),
-		Data:       fromStruct(req.GetData()),
+		Data:       data,
 		Folder:     req.GetFolder(),
 		ParentUUID: req.GetParentUuid(),
 		KeepID:     req.GetKeepId(),

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -142,7 +143,19 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 	}
 	defer sub.Close()
 
-	if err := send(&relayv1.Event{Name: wire.EventConnected, Data: connectedJSON(clientID, req.Channel, filter)}); err != nil {
+	// A local caller that writes each message out (the SSE bridge) is told
+	// when more follow at once, so that it writes them together.
+	holder, _ := grpc.ServerTransportStreamFromContext(ctx).(SendHolder)
+	hold := func(more bool) {
+		if holder != nil {
+			holder.HoldSends(more)
+		}
+	}
+	pending, _ := sub.(interface{ Pending() int })
+	replay := sub.Replay()
+	_, hasReset := sub.Reset()
+	hold(hasReset || len(replay) > 0)
+	if err := send(&relayv1.Event{Name: wire.EventConnected, Data: jsonvalue.Raw(connectedJSON(clientID, req.Channel, filter))}); err != nil {
 		return err
 	}
 	// The backlog: a reset notice, or the replayed events of a resume.
@@ -153,12 +166,14 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 			"currentEventId": strconv.FormatUint(r.Head, 10),
 			"message":        fmt.Sprintf("Events after %d are no longer available: reload what you follow; live events resume after %d", r.LastEventID, r.Head),
 		}
-		if err := send(&relayv1.Event{Name: wire.EventReset, Data: eventJSON(reset)}); err != nil {
+		hold(len(replay) > 0)
+		if err := send(&relayv1.Event{Name: wire.EventReset, Data: jsonvalue.Raw(eventJSON(reset))}); err != nil {
 			return err
 		}
 	}
-	for _, ev := range sub.Replay() {
-		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: ev.Data}); err != nil {
+	for i, ev := range replay {
+		hold(i < len(replay)-1)
+		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: jsonvalue.Raw(ev.Data)}); err != nil {
 			return err
 		}
 	}
@@ -169,17 +184,20 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		ev, err := sub.Next(ctx)
 		switch {
 		case errors.Is(err, world.ErrSubscriberBehind):
-			_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: eventJSON(map[string]any{
+			hold(false)
+			_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: jsonvalue.Raw(eventJSON(map[string]any{
 				"lastEventId": strconv.FormatUint(last, 10),
 				"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
-			})})
+			}))})
 			return nil
 		case errors.Is(err, world.ErrSubscriptionEnded):
 			return status.Error(codes.Unavailable, "The relay is shutting down")
 		case err != nil:
 			return err
 		}
-		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: ev.Data}); err != nil {
+		// Events already queued for this subscriber go out with this one.
+		hold(pending != nil && pending.Pending() > 0)
+		if err := send(&relayv1.Event{Sequence: ev.Seq, Name: ev.Name, Data: jsonvalue.Raw(ev.Data)}); err != nil {
 			return err
 		}
 		last = ev.Seq

@@ -339,24 +339,19 @@ func forwardedFrom(ctx context.Context) *ForwardedCall {
 	return fc
 }
 
-// forwardUnary is the chain's step after world resolution on the edge
-// node: a call for a remote world goes to its host, which answers it.
-func (c *Chain) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	call := CallFrom(ctx)
-	remote, ok := call.World.(RemoteWorld)
-	if !ok || call.forwarded {
-		return handler(ctx, req)
-	}
+// forward sends a unary call for a remote world to its host, which
+// answers it (see unaryStepsForwarding).
+func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req any, method string) (any, error) {
 	msg, ok := req.(proto.Message)
 	if !ok {
-		return nil, status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", info.FullMethod, req)
+		return nil, status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", method, req)
 	}
 	body, err := proto.Marshal(msg)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "forward %s: %v", info.FullMethod, err)
+		return nil, status.Errorf(codes.Internal, "forward %s: %v", method, err)
 	}
 	fc := &ForwardedCall{
-		Method:    info.FullMethod,
+		Method:    method,
 		RequestID: call.RequestID,
 		ClientID:  remote.Info().ClientID,
 		Key:       call.Key,
@@ -383,17 +378,17 @@ func (c *Chain) forwardUnary(ctx context.Context, req any, info *grpc.UnaryServe
 	if reply.Status != nil {
 		st := new(spb.Status)
 		if err := proto.Unmarshal(reply.Status, st); err != nil {
-			return nil, status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", info.FullMethod, err)
+			return nil, status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", method, err)
 		}
 		return nil, status.ErrorProto(st)
 	}
-	_, out, err := methodTypes(info.FullMethod)
+	_, out, err := methodTypes(method)
 	if err != nil {
 		return nil, err
 	}
 	resp := out.New().Interface()
 	if err := proto.Unmarshal(reply.Response, resp); err != nil {
-		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", info.FullMethod, err)
+		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", method, err)
 	}
 	return resp, nil
 }

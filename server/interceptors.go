@@ -91,14 +91,14 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		c.requestIDUnary,
 		c.logUnary,
 		c.errorsUnary,
-		unaryStep(c.authenticate),
-		unaryStep(c.rateLimit),
-		unaryStep(c.checkScope),
-		unaryStep(c.resolveWorld),
-		c.forwardUnary,
-		unaryStep(c.resolveUser),
-		unaryStep(c.checkPolicy),
-		unaryStep(refuseInvalidParams),
+		// The steps run as one interceptor: the same order and the same
+		// effect as one interceptor each, without a handler closure per
+		// step and call. A call for a world that another node hosts
+		// leaves for that node after world resolution (forward.go).
+		c.unaryStepsForwarding(
+			[]step{c.authenticate, c.rateLimit, c.checkScope, c.resolveWorld},
+			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams},
+		),
 	}
 }
 
@@ -446,11 +446,24 @@ func (c *Chain) checkPolicy(_ context.Context, call *Call, _ any) error {
 // is the request message, or nil for checks that do not need it.
 type step func(ctx context.Context, call *Call, req any) error
 
-// unaryStep runs a step before a unary handler.
-func unaryStep(s step) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := s(ctx, CallFrom(ctx), req); err != nil {
-			return nil, err
+// unaryStepsForwarding runs the steps before, then forwards a call whose
+// world another node hosts to that node, or else runs the steps after and
+// the handler.
+func (c *Chain) unaryStepsForwarding(before, after []step) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		call := CallFrom(ctx)
+		for _, s := range before {
+			if err := s(ctx, call, req); err != nil {
+				return nil, err
+			}
+		}
+		if remote, ok := call.World.(RemoteWorld); ok && !call.forwarded {
+			return c.forward(ctx, call, remote, req, info.FullMethod)
+		}
+		for _, s := range after {
+			if err := s(ctx, call, req); err != nil {
+				return nil, err
+			}
 		}
 		return handler(ctx, req)
 	}

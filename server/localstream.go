@@ -42,15 +42,28 @@ func (c *LocalConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 		ready:  make(chan struct{}),
 		cancel: cancel,
 	}
+	for _, o := range opts {
+		if d, ok := o.(DirectSender); ok {
+			ss.direct = d
+		}
+	}
 	ss.ctx = grpc.NewContextWithServerTransportStream(sctx, localTransport{ss})
 	cs := &localClientStream{ctx: ctx, server: ss, opts: opts}
 	info := &grpc.StreamServerInfo{FullMethod: method, IsClientStream: m.desc.ClientStreams, IsServerStream: m.desc.ServerStreams}
-	go ss.run(func() error {
+	handler := func() error {
 		if c.stream == nil {
 			return m.desc.Handler(m.impl, ss)
 		}
 		return c.stream(m.impl, ss, info, m.desc.Handler)
-	})
+	}
+	if ss.direct != nil && !m.desc.ClientStreams {
+		// The caller takes the messages in the handler's goroutine: let
+		// that be its own, at its first RecvMsg, which would only wait for
+		// the end otherwise; one goroutine less per open stream.
+		cs.inline = func() { ss.run(handler) }
+		return cs, nil
+	}
+	go ss.run(handler)
 	return cs, nil
 }
 
@@ -71,11 +84,41 @@ func callStreamChain(interceptors []grpc.StreamServerInterceptor, i int, srv any
 	})
 }
 
+// DirectSender is a call option of a local stream (it embeds
+// grpc.EmptyCallOption, so a network connection ignores it) that takes the
+// handler's messages in the handler's own goroutine, instead of queueing
+// them for the caller's RecvMsg: a caller that writes each message out
+// (the SSE bridge) then does so without a goroutine handoff per message,
+// and its RecvMsg returns only when the stream ends. On a server-streaming
+// method the handler then runs in the caller's goroutine, called by its
+// first RecvMsg: the caller sends the request and CloseSend first.
+// SendDirect gets the
+// stream's header with the first message (nil with the others), and more
+// when the handler said it has more messages to send at once (see
+// HoldSends), so that it may write them together. Its error fails the
+// handler's SendMsg with Canceled: the caller is gone.
+type DirectSender interface {
+	grpc.CallOption
+	SendDirect(msg proto.Message, header metadata.MD, more bool) error
+}
+
+// SendHolder is implemented by the transport stream of a local stream
+// (grpc.ServerTransportStreamFromContext): a handler that knows it has
+// more messages to send at once says so before each send, and a direct
+// caller then writes them together.
+type SendHolder interface {
+	HoldSends(more bool)
+}
+
 // localServerStream is the server's side of a local stream.
 type localServerStream struct {
 	method string
 	ctx    context.Context
 	cancel context.CancelFunc
+	// direct, when set, takes the handler's messages instead of down;
+	// more is the handler's last HoldSends (used by its goroutine only).
+	direct DirectSender
+	more   bool
 
 	// up carries the caller's messages to the handler and is closed by
 	// CloseSend; down carries the handler's messages to the caller and is
@@ -129,7 +172,7 @@ func (s *localServerStream) SetHeader(md metadata.MD) error {
 	if s.sentHdr {
 		return fmt.Errorf("local stream %s: header already sent", s.method)
 	}
-	s.header = metadata.Join(s.header, md)
+	s.header = joinMD(s.header, md)
 	return nil
 }
 
@@ -139,7 +182,7 @@ func (s *localServerStream) SendHeader(md metadata.MD) error {
 	if s.sentHdr {
 		return fmt.Errorf("local stream %s: header already sent", s.method)
 	}
-	s.header = metadata.Join(s.header, md)
+	s.header = joinMD(s.header, md)
 	s.sentHdr = true
 	close(s.ready)
 	return nil
@@ -148,7 +191,7 @@ func (s *localServerStream) SendHeader(md metadata.MD) error {
 func (s *localServerStream) SetTrailer(md metadata.MD) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.trailer = metadata.Join(s.trailer, md)
+	s.trailer = joinMD(s.trailer, md)
 }
 
 // SendMsg hands a message to the caller, waiting while the caller is
@@ -163,11 +206,24 @@ func (s *localServerStream) SendMsg(m any) error {
 		s.mu.Unlock()
 		return status.Errorf(codes.Internal, "local stream %s: message sent after the handler returned", s.method)
 	}
+	var first metadata.MD
 	if !s.sentHdr {
 		s.sentHdr = true
 		close(s.ready)
+		if first = s.header.Copy(); first == nil {
+			first = metadata.MD{}
+		}
 	}
 	s.mu.Unlock()
+	if s.direct != nil {
+		if err := s.ctx.Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		if err := s.direct.SendDirect(msg, first, s.more); err != nil {
+			return status.Errorf(codes.Canceled, "local stream %s: the caller stopped taking messages: %v", s.method, err)
+		}
+		return nil
+	}
 	// Most sends find room at once: try that before the full select.
 	select {
 	case s.down <- msg:
@@ -212,6 +268,10 @@ func (t localTransport) SetHeader(md metadata.MD) error  { return t.s.SetHeader(
 func (t localTransport) SendHeader(md metadata.MD) error { return t.s.SendHeader(md) }
 func (t localTransport) SetTrailer(md metadata.MD) error { t.s.SetTrailer(md); return nil }
 
+// HoldSends implements SendHolder; it is called by the handler's goroutine
+// only, as SendMsg is.
+func (t localTransport) HoldSends(more bool) { t.s.more = more }
+
 // receive moves a received message into the receiver's.
 func receive(method string, dst any, src proto.Message) error {
 	d, ok := dst.(proto.Message)
@@ -227,6 +287,9 @@ type localClientStream struct {
 	ctx    context.Context
 	server *localServerStream
 	opts   []grpc.CallOption
+	// inline, when set, runs the handler; the first RecvMsg calls it (a
+	// server-streaming call with a DirectSender).
+	inline func()
 
 	finishOnce sync.Once
 }
@@ -297,6 +360,10 @@ func (c *localClientStream) SendMsg(m any) error {
 // RecvMsg takes the handler's next message; after the last one it reports
 // the stream's status (io.EOF for success).
 func (c *localClientStream) RecvMsg(m any) error {
+	if run := c.inline; run != nil {
+		c.inline = nil
+		run()
+	}
 	var (
 		msg proto.Message
 		ok  bool

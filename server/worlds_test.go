@@ -285,7 +285,7 @@ func TestServicesServeAWorldOfAnotherKind(t *testing.T) {
 	ctx := r.ctx(t)
 
 	doc, err := relayv1.NewDocumentServiceClient(r.conn).GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "fake", Uuid: "Actor.fake", UserId: "alice"})
-	if err != nil || !strings.Contains(string(doc.GetDocument()), "From the fake world") {
+	if err != nil || !strings.Contains(string(valueJSON(t, doc.GetDocument())), "From the fake world") {
 		t.Fatalf("GetDocument: %v, %v", doc, err)
 	}
 	if u := r.fake.lastUser(); u != "Alice" {
@@ -303,7 +303,7 @@ func TestServicesServeAWorldOfAnotherKind(t *testing.T) {
 		t.Fatalf("SelectTokens: %v, %v", sel, err)
 	}
 	js, err := relayv1.NewScriptServiceClient(r.conn).ExecuteJs(ctx, &relayv1.ExecuteJsRequest{ClientId: "fake", Script: "return 1"})
-	if err != nil || !strings.Contains(string(js.GetResult()), `"ran":"return 1"`) || !strings.Contains(string(js.GetResult()), `"timeout":"3s"`) || len(js.GetLogs()) != 1 {
+	if err != nil || !strings.Contains(string(valueJSON(t, js.GetResult())), `"ran":"return 1"`) || !strings.Contains(string(valueJSON(t, js.GetResult())), `"timeout":"3s"`) || len(js.GetLogs()) != 1 {
 		t.Fatalf("ExecuteJs: %v, %v", js, err)
 	}
 	enc, err := relayv1.NewCombatServiceClient(r.conn).ListEncounters(ctx, &relayv1.ListEncountersRequest{ClientId: "fake"})
@@ -343,7 +343,7 @@ func TestServicesServeAWorldOfAnotherKind(t *testing.T) {
 	if err == nil {
 		first, err = stream.Recv()
 	}
-	if err != nil || first.GetEvent().GetName() != "connected" || !strings.Contains(string(first.GetEvent().GetData()), `"clientId":"fake"`) {
+	if err != nil || first.GetEvent().GetName() != "connected" || !strings.Contains(string(valueJSON(t, first.GetEvent().GetData())), `"clientId":"fake"`) {
 		t.Fatalf("SubscribeActors: %v, %v", first, err)
 	}
 	r.fake.events <- world.Event{Seq: 7, Name: "actor-update", Data: []byte(`{"uuid":"Actor.fake"}`)}

@@ -1,6 +1,7 @@
 package world
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"sync"
@@ -34,12 +35,25 @@ func encodeFull(reg *embeddedJSON, t *docType, uuid string, doc Document) (full,
 	}
 	w := jsonWriters.Get().(*jsonWriter)
 	defer w.release()
-	d := docWriter{w: w, reg: reg}
+	d := docWriter{w: w, reg: reg, prev: reg.partsOf(uuid)}
+	pooled := w.buf
+	if d.prev != nil {
+		// The size of the version before is known: serialise into a
+		// buffer of about that size, which becomes data, instead of into
+		// the pooled one and copying it out.
+		w.buf = make([]byte, 0, len(d.prev.data)+512)
+	}
 	at, err := d.document(t, doc, true)
 	if err != nil {
+		w.buf = pooled
 		return nil, nil, nil, err
 	}
-	data = slices.Clone(w.buf)
+	if d.prev != nil {
+		data, w.buf = w.buf, pooled
+	} else {
+		data = slices.Clone(w.buf)
+	}
+	reg.keepParts(uuid, doc, data, d.parts)
 	// The member, with the comma that separates it from its neighbour.
 	member := append([]byte(nil), `"uuid":`...)
 	member = appendJSONString(member, uuid)
@@ -63,6 +77,15 @@ type docWriter struct {
 	w     *jsonWriter
 	reg   *embeddedJSON
 	fresh []embeddedDoc
+	// prev holds the JSON of the objects inside the document's previous
+	// version (nil when there is none to hand); parts records where this
+	// version's objects are in w.buf, for the next version.
+	prev  *docParts
+	parts []partSpan
+	// nested counts the embedded documents being written around the
+	// current field: their objects are not kept (the embedded documents
+	// are, whole).
+	nested int
 }
 
 // document writes a document of type t. For the top level it returns
@@ -111,7 +134,10 @@ func (d *docWriter) member(t *docType, key string, v any) error {
 	}
 	children, ok := v.([]any)
 	if field == nil || !ok || children == nil {
-		return d.w.value(v)
+		if d.nested > 0 {
+			return d.w.value(v)
+		}
+		return d.tree(v, 1)
 	}
 	w := d.w
 	w.buf = append(w.buf, '[')
@@ -131,13 +157,134 @@ func (d *docWriter) member(t *docType, key string, v any) error {
 			continue
 		}
 		start := len(w.buf)
-		if _, err := d.document(field.typ, child, false); err != nil {
+		d.nested++
+		_, err := d.document(field.typ, child, false)
+		d.nested--
+		if err != nil {
 			return err
 		}
 		d.fresh = append(d.fresh, embeddedDoc{doc: child, json: slices.Clone(w.buf[start:])})
 	}
 	w.buf = append(w.buf, ']')
 	return nil
+}
+
+// partsDepth is how deep below a top-level document's fields the JSON of
+// objects is kept for the next version (system, system.attributes,
+// system.attributes.hp), and partsMinBytes the smallest object kept, and
+// partsMinDoc the smallest document whose objects are kept at all: small
+// documents cost little to serialise whole.
+const (
+	partsDepth    = 3
+	partsMinBytes = 64
+	partsMinDoc   = 2048
+)
+
+// tree writes a field's value at depth (1 for a top-level field), taking
+// the JSON of objects the previous version shares with this one from it:
+// an update replaces only the objects on the paths it changes and shares
+// the rest with the version before, so that only what changed is
+// serialised again.
+func (d *docWriter) tree(v any, depth int) error {
+	m, ok := v.(map[string]any)
+	if !ok || m == nil || depth > partsDepth {
+		return d.w.value(v)
+	}
+	w := d.w
+	start := len(w.buf)
+	if raw, ok := d.prev.get(m); ok {
+		w.buf = append(w.buf, raw...)
+	} else {
+		base := len(w.keys)
+		for k := range m {
+			w.keys = append(w.keys, k)
+		}
+		slices.Sort(w.keys[base:])
+		w.buf = append(w.buf, '{')
+		for i := range len(w.keys) - base {
+			k := w.keys[base+i] // w.keys may grow (and move) in nested maps
+			if i > 0 {
+				w.buf = append(w.buf, ',')
+			}
+			w.buf = appendJSONString(w.buf, k)
+			w.buf = append(w.buf, ':')
+			if err := d.tree(m[k], depth+1); err != nil {
+				return err
+			}
+		}
+		w.buf = append(w.buf, '}')
+		clear(w.keys[base:])
+		w.keys = w.keys[:base]
+	}
+	if len(w.buf)-start >= partsMinBytes {
+		d.parts = append(d.parts, partSpan{src: m, start: start, end: len(w.buf)})
+	}
+	return nil
+}
+
+// partSpan is where an object's JSON is in a document's serialisation.
+type partSpan struct {
+	src        map[string]any
+	start, end int
+}
+
+// docParts is the JSON of the objects inside one version of a top-level
+// document, by identity: stored documents never change, so the JSON of an
+// object stays right for as long as the object lives, in whichever version
+// shares it; each part holds its object, so that its address is not
+// reused.
+type docParts struct {
+	doc   unsafe.Pointer // the version they were taken from
+	data  []byte         // its stored JSON, which the parts are slices of
+	parts map[unsafe.Pointer]partSpan
+}
+
+// get returns the JSON of an object of the version, if it was kept.
+func (p *docParts) get(m map[string]any) ([]byte, bool) {
+	if p == nil {
+		return nil, false
+	}
+	s, ok := p.parts[identity(m)]
+	if !ok {
+		return nil, false
+	}
+	return p.data[s.start:s.end], true
+}
+
+// partsOf returns the kept parts of the latest serialised version of a
+// top-level document, or nil.
+func (r *embeddedJSON) partsOf(uuid string) *docParts {
+	if r == nil {
+		return nil
+	}
+	if v, ok := r.parts.Load(uuid); ok {
+		return v.(*docParts)
+	}
+	return nil
+}
+
+// keepParts keeps the parts of a top-level document's version just
+// serialised as data, for the next version; for documents big enough to
+// gain from it. The latest serialised version wins, committed or not:
+// parts are right by identity whatever version they came from.
+func (r *embeddedJSON) keepParts(uuid string, doc Document, data []byte, spans []partSpan) {
+	if r == nil || len(data) < partsMinDoc || len(spans) == 0 {
+		return
+	}
+	p := &docParts{doc: identity(doc), data: data, parts: make(map[unsafe.Pointer]partSpan, len(spans))}
+	for _, s := range spans {
+		p.parts[identity(s.src)] = s
+	}
+	r.parts.Store(uuid, p)
+}
+
+// sameData reports whether the kept parts are of the version before and
+// its stored JSON is equal to data (ok false when that is not known).
+func (p *docParts) sameData(before Document, data []byte) (same, ok bool) {
+	if p == nil || p.doc != identity(before) {
+		return false, false
+	}
+	return bytes.Equal(p.data, data), true
 }
 
 // embeddedJSON is an engine's registry of the JSON of the embedded
@@ -148,6 +295,9 @@ func (d *docWriter) member(t *docType, key string, v any) error {
 // drops those it replaced or deleted, so the registry follows the state.
 type embeddedJSON struct {
 	m sync.Map // unsafe.Pointer → *embeddedDoc
+	// parts holds, by uuid, the JSON of the objects inside the latest
+	// serialised version of each big top-level document (see tree).
+	parts sync.Map // uuid → *docParts
 }
 
 // embeddedDoc is an embedded document and its JSON.
@@ -172,6 +322,9 @@ func (r *embeddedJSON) get(doc Document) ([]byte, bool) {
 // it.
 func (r *embeddedJSON) commit(changes []Change, fresh []embeddedDoc) {
 	for _, c := range changes {
+		if c.After == nil && strings.Count(c.UUID, ".") == 1 {
+			r.parts.Delete(c.UUID) // a deleted top-level document
+		}
 		if c.Before == nil {
 			continue
 		}

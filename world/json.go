@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -292,4 +293,61 @@ func indexOf(docs []any, id string) int {
 		}
 	}
 	return -1
+}
+
+// SameJSON reports whether two world values (the types JSON decodes to)
+// are equal, as reflect.DeepEqual would, but at once for the objects and
+// arrays they share: the way to compare versions of a document, which
+// share everything a change did not touch.
+func SameJSON(a, b any) bool { return treeEqual(a, b) }
+
+// treeEqual reports whether two world values are equal, as
+// reflect.DeepEqual would for the types JSON decodes to, but stopping at
+// once on objects and arrays the two share: versions of a document share
+// everything a change did not touch, so comparing them costs the size of
+// the change rather than of the document.
+func treeEqual(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || (a == nil) != (b == nil) || len(a) != len(b) {
+			return false
+		}
+		if identity(a) == identity(b) {
+			return true
+		}
+		for k, av := range a {
+			bv, ok := b[k]
+			if !ok || !treeEqual(av, bv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || (a == nil) != (b == nil) || len(a) != len(b) {
+			return false
+		}
+		if len(a) > 0 && &a[0] == &b[0] {
+			return true
+		}
+		for i := range a {
+			if !treeEqual(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case float64:
+		b, ok := b.(float64)
+		return ok && a == b
+	case bool:
+		b, ok := b.(bool)
+		return ok && a == b
+	case nil:
+		return b == nil
+	}
+	return reflect.DeepEqual(a, b)
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
 // jsonCache keeps the JSON of documents as full readers see them (source
-// data plus `uuid`), one entry per uuid. Stored documents are never changed
+// data plus `uuid`), and as LIMITED readers see them (the four keys of
+// limitedData), one entry per uuid: what a reader sees of a document
+// depends only on the document and the reader's access class, so every
+// reader of a class shares the same bytes until the document changes. Stored documents are never changed
 // (a commit builds new ones), so an entry is valid exactly while it was made
 // from the document that is stored now; the entry remembers that document's
 // identity and holds it, so the identity cannot be reused by another map.
@@ -18,7 +22,10 @@ type jsonCache struct {
 
 type jsonEntry struct {
 	src  unsafe.Pointer // the stored document the JSON was made from
-	json []byte
+	json []byte         // the full JSON; nil until a full reader asks
+	// limited is the JSON a LIMITED reader sees, made at the first such
+	// read of this version of the document.
+	limited atomic.Pointer[[]byte]
 }
 
 // identity returns a document's identity: the address of its map.
@@ -30,9 +37,13 @@ func identity(doc Document) unsafe.Pointer {
 // when it is current. The bytes are shared and must not be changed.
 func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
 	id := identity(doc)
+	var old *jsonEntry
 	if v, ok := c.entries.Load(uuid); ok {
 		if e := v.(*jsonEntry); e.src == id {
-			return e.json, nil
+			if e.json != nil {
+				return e.json, nil
+			}
+			old = e
 		}
 	}
 	// A shallow copy is enough to add the uuid: values are only read.
@@ -45,7 +56,39 @@ func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.entries.Store(uuid, &jsonEntry{src: id, json: raw})
+	e := &jsonEntry{src: id, json: raw}
+	if old != nil {
+		// Keep the LIMITED JSON of the same version.
+		e.limited.Store(old.limited.Load())
+	}
+	c.entries.Store(uuid, e)
+	return raw, nil
+}
+
+// limited returns the JSON a LIMITED reader sees of a stored document of
+// type t, from the cache when it is current. The bytes are shared and must
+// not be changed.
+func (c *jsonCache) limited(t *docType, uuid string, doc Document) ([]byte, error) {
+	id := identity(doc)
+	var e *jsonEntry
+	if v, ok := c.entries.Load(uuid); ok {
+		if e = v.(*jsonEntry); e.src != id {
+			e = nil
+		} else if raw := e.limited.Load(); raw != nil {
+			return *raw, nil
+		}
+	}
+	raw, err := EncodeJSON(limitedData(t, uuid, doc))
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		// No entry for this version: start one. A full reader that
+		// stored one meanwhile is replaced; the next one stores it again.
+		e = &jsonEntry{src: id}
+		c.entries.Store(uuid, e)
+	}
+	e.limited.Store(&raw)
 	return raw, nil
 }
 
@@ -53,7 +96,7 @@ func (c *jsonCache) full(uuid string, doc Document) ([]byte, error) {
 // cache holds it.
 func (c *jsonCache) cached(uuid string, doc Document) ([]byte, bool) {
 	if v, ok := c.entries.Load(uuid); ok {
-		if e := v.(*jsonEntry); e.src == identity(doc) {
+		if e := v.(*jsonEntry); e.src == identity(doc) && e.json != nil {
 			return e.json, true
 		}
 	}
@@ -113,7 +156,11 @@ func (e *Engine) GetJSON(ctx context.Context, user *User, uuid string) ([]byte, 
 	case LevelNone:
 		return nil, errNoView(user)
 	case LevelLimited:
-		return EncodeJSON(limitedData(r.typ(), r.uuid, doc))
+		raw, err := e.json.limited(r.typ(), r.uuid, doc)
+		if err != nil {
+			return nil, Wrapf(ErrUnavailable, err, "Could not serialise %s", r.uuid)
+		}
+		return raw, nil
 	}
 	raw, err := e.json.full(r.uuid, doc)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -199,7 +200,10 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 			if r.data == nil {
 				_, err = remove.ExecContext(ctx, r.collection, r.id)
 			} else {
-				_, err = upsert.ExecContext(ctx, r.collection, r.id, string(r.data)) // TEXT: a []byte would be a BLOB
+				// TEXT: a []byte would be a BLOB. The row's bytes are never
+				// changed once made, so the string shares them rather than
+				// copying a whole document per write.
+				_, err = upsert.ExecContext(ctx, r.collection, r.id, unsafe.String(unsafe.SliceData(r.data), len(r.data)))
 			}
 			if err != nil {
 				return err

@@ -168,20 +168,24 @@ func cleanObject(fields []numberField, path []string, data map[string]any) error
 func lookupField(fields []numberField, path []string) (numberField, bool, bool) {
 	parent := false
 	for _, f := range fields {
-		parts := strings.Split(f.path, ".")
-		if len(parts) < len(path) {
-			continue
-		}
-		match := true
-		for i, p := range path {
-			if parts[i] != "*" && parts[i] != p {
+		// Walk the field's dotted path segment by segment, without
+		// splitting it (this runs for every key of every write).
+		rest, match := f.path, true
+		for _, p := range path {
+			if rest == "" {
+				match = false // the field's path is shorter
+				break
+			}
+			var seg string
+			seg, rest, _ = strings.Cut(rest, ".")
+			if seg != "*" && seg != p {
 				match = false
 				break
 			}
 		}
 		switch {
 		case !match:
-		case len(parts) == len(path):
+		case rest == "":
 			return f, true, false
 		default:
 			parent = true

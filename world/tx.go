@@ -90,16 +90,42 @@ func (e *Engine) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 // mutate is Mutate, also writing world settings (meta) in the same
 // transaction.
 func (e *Engine) mutate(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) error {
+	_, err := e.mutateReq(ctx, meta, fn)
+	return err
+}
+
+// mutateReq is mutate, also returning the committed request (nil when
+// there was nothing to commit), so that a writer can answer with what the
+// commit serialised rather than serialise it again.
+func (e *Engine) mutateReq(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (*commitReq, error) {
 	req, err := e.run(ctx, meta, fn)
 	if req == nil || err != nil {
-		return err
+		return nil, err
 	}
 	// The serialisation and the diff are done here, after the lock is
 	// released: writers prepare their commits in parallel while the next
 	// one runs its fn. The committer waits for it.
 	req.prepare(e)
 	<-req.done
-	return req.err
+	if req.err != nil {
+		return nil, req.err
+	}
+	return req, nil
+}
+
+// committedJSON returns the full readers' JSON that the commit of req made
+// for the top-level document doc (the version it stored), if it made it.
+func (req *commitReq) committedJSON(doc Document) ([]byte, bool) {
+	if req == nil {
+		return nil, false
+	}
+	id := identity(doc)
+	for _, c := range req.cached {
+		if identity(c.doc) == id {
+			return c.json, true
+		}
+	}
+	return nil, false
 }
 
 // run runs fn under the write lock and queues its transaction for the
@@ -171,13 +197,21 @@ func (req *commitReq) prepare(e *Engine) {
 		uuid := d.key.uuid()
 		r := row{collection: d.key.typ.name, id: d.key.id}
 		if d.after != nil {
+			// The parts kept of the version before, if they are of it,
+			// tell whether anything changed without comparing the trees.
+			prev := e.embedded.partsOf(uuid)
 			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
 			req.fresh = append(req.fresh, fresh...)
 			if err != nil {
 				req.prepErr = Wrapf(ErrInvalid, err, "Could not encode the changes")
 				return
 			}
-			if d.before != nil && e.unchanged(uuid, d.before, d.after, full) {
+			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, data, prev) {
+				// Nothing to write or report; the JSON still is that of
+				// the version published, for the writer's answer and the
+				// readers' cache (an update that set the values already
+				// there would serialise the document again otherwise).
+				req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 				continue
 			}
 			r.data = data
@@ -189,14 +223,18 @@ func (req *commitReq) prepare(e *Engine) {
 }
 
 // unchanged reports whether a document whose new version serialises as
-// full is equal to its version before: by their JSON when a reader has
-// had the one before serialised, else by comparing them (cheaply where
-// they share what the transaction did not touch).
-func (e *Engine) unchanged(uuid string, before, after Document, full []byte) bool {
+// full (stored as data) is equal to its version before: by their JSON when
+// a reader has had the one before serialised or its stored JSON was kept
+// (prev), else by comparing them (cheaply where they share what the
+// transaction did not touch).
+func (e *Engine) unchanged(uuid string, before, after Document, full, data []byte, prev *docParts) bool {
 	if raw, ok := e.json.cached(uuid, before); ok {
 		return bytes.Equal(raw, full)
 	}
-	return reflect.DeepEqual(before, after)
+	if same, ok := prev.sameData(before, data); ok {
+		return same
+	}
+	return treeEqual(before, after)
 }
 
 // encodeDoc writes a document as compact JSON, leaving <, > and & as they are.
@@ -216,7 +254,7 @@ func diffTree(changes []Change, t *docType, uuid string, before, after Document,
 		changes = append(changes, Change{Op: ChangeCreate, UUID: uuid, DocumentName: t.name, After: after})
 	case after == nil:
 		changes = append(changes, Change{Op: ChangeDelete, UUID: uuid, DocumentName: t.name, Before: before})
-	case !known && (sameMap(before, after) || reflect.DeepEqual(before, after)):
+	case !known && (sameMap(before, after) || treeEqual(before, after)):
 		return changes
 	default:
 		changes = append(changes, Change{Op: ChangeUpdate, UUID: uuid, DocumentName: t.name, Before: before, After: after})
@@ -584,7 +622,7 @@ func ownFieldsDiffer(t *docType, a, b Document) bool {
 		if k == "_stats" || t.isEmbeddedKey(k) {
 			continue
 		}
-		if w, ok := a[k]; !ok || !reflect.DeepEqual(v, w) {
+		if w, ok := a[k]; !ok || !treeEqual(v, w) {
 			return true
 		}
 	}

@@ -35,7 +35,7 @@ import (
 // is ErrInvalid, a result over the document size limit ErrTooLarge. The
 // result is the updated document, as Get returns it.
 func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
-	stored, err := e.update(ctx, user, uuid, data)
+	stored, _, err := e.update(ctx, user, uuid, data)
 	if err != nil {
 		return nil, err
 	}
@@ -48,9 +48,14 @@ func (e *Engine) Update(ctx context.Context, user *User, uuid string, data Docum
 // as JSON: it skips Update's private copy and usually finds the JSON the
 // commit already made. The bytes are shared and must not be changed.
 func (e *Engine) UpdateJSON(ctx context.Context, user *User, uuid string, data Document) ([]byte, error) {
-	stored, err := e.update(ctx, user, uuid, data)
+	stored, req, err := e.update(ctx, user, uuid, data)
 	if err != nil {
 		return nil, err
+	}
+	// A top-level document's JSON was made by its commit, for the store
+	// and the cache; an embedded one's is cheap to make.
+	if raw, ok := req.committedJSON(stored); ok {
+		return raw, nil
 	}
 	raw, err := e.json.full(uuid, stored)
 	if err != nil {
@@ -59,16 +64,17 @@ func (e *Engine) UpdateJSON(ctx context.Context, user *User, uuid string, data D
 	return raw, nil
 }
 
-// update commits an update and returns the stored version of the document.
-func (e *Engine) update(ctx context.Context, user *User, uuid string, data Document) (Document, error) {
+// update commits an update and returns the stored version of the document
+// and the commit's request (nil when nothing was written).
+func (e *Engine) update(ctx context.Context, user *User, uuid string, data Document) (Document, *commitReq, error) {
 	if uuid == "" {
-		return nil, Errorf(ErrInvalid, "'uuid' is required")
+		return nil, nil, Errorf(ErrInvalid, "'uuid' is required")
 	}
 	if data == nil {
-		return nil, Errorf(ErrInvalid, "'data' must be an object")
+		return nil, nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
 	var stored Document
-	err := e.Mutate(ctx, func(tx *Tx) error {
+	req, err := e.mutateReq(ctx, nil, func(tx *Tx) error {
 		v := tx.View()
 		r, top, doc, err := v.find(uuid)
 		if err != nil {
@@ -88,9 +94,9 @@ func (e *Engine) update(ctx context.Context, user *User, uuid string, data Docum
 		return tx.before().checkWrite(user, r, doc, stored)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return stored, nil
+	return stored, req, nil
 }
 
 // touchesOwnership reports whether an update diff changes `ownership`.

@@ -107,7 +107,9 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	if t.pprof != "" {
 		profiled = profileCPU(t.pprof, cfg.duration, cfg.cpuProfile)
 	}
+	genBefore := selfCPU()
 	phase := drive(ctx, callers, cfg.mix, cfg.duration)
+	genCPU := selfCPU() - genBefore
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -133,9 +135,20 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 		}
 	}
 	rep.addPhase(cfg.mix, phase)
+	if rep.RelayCPUSeconds > 0 && rep.Total.Requests > 0 {
+		rep.RelayCPUMicrosPerRequest = rep.RelayCPUSeconds * 1e6 / float64(rep.Total.Requests)
+	}
+	if rep.Total.Requests > 0 {
+		rep.GeneratorCPUMicrosPerRequest = float64(genCPU.Microseconds()) / float64(rep.Total.Requests)
+	}
 
 	if cfg.baseline {
 		if err := runBaseline(ctx, cfg, base, keys, rep, progress); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.fsyncFloor {
+		if err := runFsyncFloor(ctx, cfg, rep, progress); err != nil {
 			return nil, err
 		}
 	}

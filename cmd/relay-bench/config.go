@@ -35,6 +35,12 @@ type config struct {
 	baseline  bool
 	// cluster starts the relay as a cluster of one node.
 	cluster bool
+	// fsyncFloor also measures one writer's fdatasync rate, fsyncDuration
+	// long, with fsyncBytes per write, in fsyncDir.
+	fsyncFloor    bool
+	fsyncDuration time.Duration
+	fsyncBytes    int
+	fsyncDir      string
 
 	jsonPath string
 	// cpuProfile, when set, receives the started relay's CPU profile of
@@ -70,6 +76,10 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.grpcConns, "grpc-conns", 1, "with --grpc, the HTTP/2 `connections` the concurrent calls are spread over, round robin (high-throughput gRPC clients use a few)")
 	fs.BoolVar(&cfg.cluster, "cluster", false, "start the relay as a node of a cluster of one (--cluster-listen: embedded NATS with JetStream, world leases), to compare with clustering off; not with --addr")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also drive a bare net/http handler (in this process) returning the relay's GET /get bytes, the same way, and report the relay's get throughput as a fraction of it")
+	fs.BoolVar(&cfg.fsyncFloor, "fsync-floor", false, "also measure one writer's fdatasync rate on the disk of the relay's data (each write waits for its own fdatasync) and report update throughput as a multiple of it")
+	fs.DurationVar(&cfg.fsyncDuration, "fsync-duration", 3*time.Second, "how long --fsync-floor measures")
+	fs.IntVar(&cfg.fsyncBytes, "fsync-bytes", 4096, "`bytes` per write of --fsync-floor (one page of a SQLite WAL frame)")
+	fs.StringVar(&cfg.fsyncDir, "fsync-dir", "", "`directory` --fsync-floor writes in; empty: the system's temporary directory, where a started relay keeps its data")
 	fs.StringVar(&cfg.cpuProfile, "cpu-profile", "", "write the started relay's CPU profile of the measured phase to this `file` (go tool pprof FILE); not with --addr")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this `file` (- for stdout)")
 	fs.Usage = func() {
@@ -99,6 +109,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--warmup must not be negative")
 	case cfg.grpcConns < 1:
 		return cfg, errors.New("--grpc-conns must be at least 1")
+	case cfg.fsyncFloor && (cfg.fsyncDuration <= 0 || cfg.fsyncBytes < 1 || cfg.fsyncBytes > fsyncRegion/2):
+		return cfg, fmt.Errorf("--fsync-duration must be positive and --fsync-bytes between 1 and %d", fsyncRegion/2)
 	case cfg.subscribers < 0:
 		return cfg, errors.New("--subscribers must not be negative")
 	case cfg.addr != "" && cfg.cpuProfile != "":

@@ -46,6 +46,18 @@ type report struct {
 	// GetFractionOfBaseline is the relay's get requests/s divided by the
 	// baseline's.
 	GetFractionOfBaseline float64 `json:"getFractionOfBaseline,omitempty"`
+	// RelayCPUMicrosPerRequest is the relay's CPU time per answered
+	// request of the measured phase.
+	RelayCPUMicrosPerRequest float64 `json:"relayCpuMicrosPerRequest,omitempty"`
+	// GeneratorCPUMicrosPerRequest is this load generator's own CPU time
+	// per answered request of the measured phase: with the relay's, what a
+	// request costs the machine, which bounds the rate two shared cores
+	// can reach at all.
+	GeneratorCPUMicrosPerRequest float64 `json:"generatorCpuMicrosPerRequest,omitempty"`
+	// Fsync is one writer's fdatasync rate, with --fsync-floor.
+	Fsync *fsyncResult `json:"fsync,omitempty"`
+	// UpdateTimesFsync is the update requests/s divided by Fsync's rate.
+	UpdateTimesFsync float64 `json:"updateTimesFsync,omitempty"`
 }
 
 // opReport is one operation's figures. Latencies are in milliseconds.
@@ -133,8 +145,9 @@ func (r *report) writeTable(w io.Writer) {
 		}
 	}
 	if r.RelayPID != 0 {
-		fmt.Fprintf(w, "relay CPU: %.2f s in %.1f s (%.0f%% of one core), peak RSS %.1f MiB\n",
-			r.RelayCPUSeconds, r.ElapsedSeconds, 100*r.RelayCPUSeconds/r.ElapsedSeconds, float64(r.RelayPeakRSSBytes)/(1<<20))
+		fmt.Fprintf(w, "relay CPU: %.2f s in %.1f s (%.0f%% of one core), %.0f µs per request, peak RSS %.1f MiB\n",
+			r.RelayCPUSeconds, r.ElapsedSeconds, 100*r.RelayCPUSeconds/r.ElapsedSeconds, r.RelayCPUMicrosPerRequest, float64(r.RelayPeakRSSBytes)/(1<<20))
+		fmt.Fprintf(w, "load generator CPU: %.0f µs per request\n", r.GeneratorCPUMicrosPerRequest)
 	} else {
 		fmt.Fprintln(w, "relay CPU and peak RSS: unknown (give --pid with --addr)")
 	}
@@ -146,6 +159,10 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	if r.Baseline != nil {
 		fmt.Fprintf(w, "baseline: bare net/http handler serving the same %d bytes; relay get = %.2f of its throughput\n", r.BaselineBodyBytes, r.GetFractionOfBaseline)
+	}
+	if r.Fsync != nil {
+		fmt.Fprintf(w, "fdatasync floor: one writer, %d bytes per write: %.0f durable writes/s (%.2f ms each); relay update = %.2f times that\n",
+			r.Fsync.Bytes, r.Fsync.PerSecond, r.Fsync.MeanMs, r.UpdateTimesFsync)
 	}
 }
 

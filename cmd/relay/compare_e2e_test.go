@@ -16,6 +16,7 @@ import (
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/dice"
 	"github.com/tabletop-relay/relay/world/embedded"
 )
 
@@ -41,7 +42,10 @@ func linkDemoCopy(tb testing.TB, r *node.Node) string {
 	if err := os.CopyFS(filepath.Join(dir, "worlds", demo.ClientID, "files"), demo.Files()); err != nil {
 		tb.Fatal(err)
 	}
-	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
+	// The copy rolls from the test relay's seed (relaytest.DiceSeed), so
+	// that the same calls in the same order roll the same dice on both
+	// sides.
+	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir, Dice: dice.NewSeeded(relaytest.DiceSeed)}).World(ctx, demo.ClientID)
 	if err != nil {
 		tb.Fatal(err)
 	}

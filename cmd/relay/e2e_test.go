@@ -104,7 +104,7 @@ func TestHealthOpenAPIAndReflection(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetDocument over h2c: %v", err)
 	}
-	if doc := decodeDoc(t, got.GetDocument()); doc["name"] != "Aria Vale" {
+	if doc := decodeDoc(t, valueJSON(t, got.GetDocument())); doc["name"] != "Aria Vale" {
 		t.Fatalf("GetDocument over h2c: %v", doc)
 	}
 }
@@ -524,7 +524,7 @@ func TestGRPCDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc := decodeDoc(t, got.GetDocument()); doc["name"] != "Brom Ironfist" {
+	if doc := decodeDoc(t, valueJSON(t, got.GetDocument())); doc["name"] != "Brom Ironfist" {
 		t.Fatalf("got %v", doc)
 	}
 	if ids := header.Get("x-request-id"); len(ids) != 1 || !strings.HasPrefix(ids[0], "entity_") {
@@ -544,7 +544,7 @@ func TestGRPCDirect(t *testing.T) {
 	if err == nil {
 		first, err = stream.Recv()
 	}
-	if err != nil || first.GetEvent().GetName() != "connected" || !strings.Contains(string(first.GetEvent().GetData()), `"clientId":"demo"`) {
+	if err != nil || first.GetEvent().GetName() != "connected" || !strings.Contains(string(valueJSON(t, first.GetEvent().GetData())), `"clientId":"demo"`) {
 		t.Fatalf("subscribe: %v %v", first, err)
 	}
 	noKey, err := relayv1.NewEventServiceClient(tr.Conn).SubscribeActors(context.Background(), &relayv1.SubscribeActorsRequest{})

@@ -75,10 +75,10 @@ func (s grpcSource) next(t *testing.T) streamEvent {
 	select {
 	case ev := <-s.events:
 		var data map[string]any
-		if err := json.Unmarshal(ev.GetData(), &data); err != nil {
-			t.Fatalf("gRPC event %s data %q: %v", ev.GetName(), ev.GetData(), err)
+		if err := json.Unmarshal(valueJSON(t, ev.GetData()), &data); err != nil {
+			t.Fatalf("gRPC event %s data %q: %v", ev.GetName(), valueJSON(t, ev.GetData()), err)
 		}
-		return streamEvent{id: strconv.FormatUint(ev.GetSequence(), 10), name: ev.GetName(), data: data, raw: string(ev.GetData())}
+		return streamEvent{id: strconv.FormatUint(ev.GetSequence(), 10), name: ev.GetName(), data: data, raw: string(valueJSON(t, ev.GetData()))}
 	case err := <-s.errs:
 		t.Fatalf("gRPC stream ended: %v", err)
 	case <-time.After(10 * time.Second):

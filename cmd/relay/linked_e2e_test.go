@@ -42,6 +42,8 @@ func TestLinkedWorldCalls(t *testing.T) {
 				return map[string]any{"uuid": m["uuid"], "error": "Entity not found", "data": nil}, true
 			case req.Type == "entity":
 				return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Hero", "type": "character"}}, true
+			case req.Type == "short-rest":
+				return map[string]any{"error": "Actor not found with UUID: " + m["actorUuid"].(string)}, true
 			}
 			return nil, false
 		}
@@ -87,9 +89,10 @@ func TestLinkedWorldCalls(t *testing.T) {
 		r.ErrorText(t) != "User not found: Nobody" || len(seen) != n {
 		t.Errorf("unknown user: %d %s", r.Status, r.Body)
 	}
-	// What the linked world does not offer names the operation.
-	if r := tr.Do(http.MethodPost, "/dnd5e/short-rest", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"actorUuid": "Actor.hero"}); r.Status != http.StatusNotImplemented ||
-		r.ErrorText(t) != "World '"+clientID+"' does not offer dnd5e/short-rest" {
+	// A world of the dnd5e system gets the fifth-edition requests (those
+	// of other systems answer 501: TestLinkedDnd5eOnlyInDnd5eWorlds).
+	if r := tr.Do(http.MethodPost, "/dnd5e/short-rest", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"actorUuid": "Actor.gone"}); r.Status != http.StatusNotFound ||
+		r.ErrorText(t) != "Actor not found with UUID: Actor.gone" || last()["type"] != "short-rest" {
 		t.Errorf("short rest: %d %s", r.Status, r.Body)
 	}
 

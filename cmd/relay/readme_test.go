@@ -128,6 +128,7 @@ func TestReadmeBlocks(t *testing.T) {
 	for _, want := range []string{
 		`"name":"Town Guard"`,  // the LIMITED read
 		`"name":"Aria Vale"`,   // the owner's read
+		`"name": "Aria Vale"`,  // buf curl prints the document as JSON (indented), not base64
 		"event: actor-update",  // the event stream
 		`"skill-check-result"`, // a rules operation
 		`"execute-js-result"`,  // a script

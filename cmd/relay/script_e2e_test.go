@@ -264,7 +264,7 @@ func TestScriptLimitsOverGRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	var result any
-	if err := json.Unmarshal(res.GetResult(), &result); err != nil || len(res.GetLogs()) != 1 || res.GetLogs()[0] != "hi" {
+	if err := json.Unmarshal(valueJSON(t, res.GetResult()), &result); err != nil || len(res.GetLogs()) != 1 || res.GetLogs()[0] != "hi" {
 		t.Fatalf("result %s (%v), logs %q", res.GetResult(), err, res.GetLogs())
 	}
 }

@@ -122,7 +122,7 @@ func TestGRPCAndRESTShareThePort(t *testing.T) {
 			t.Fatalf("gRPC after REST: %v, %d messages", got.status, len(got.messages))
 		}
 		var doc relayv1.GetDocumentResponse
-		if err := proto.Unmarshal(got.messages[0], &doc); err != nil || !bytes.Contains(doc.GetDocument(), []byte("Aria Vale")) {
+		if err := proto.Unmarshal(got.messages[0], &doc); err != nil || !bytes.Contains(valueJSON(t, doc.GetDocument()), []byte("Aria Vale")) {
 			t.Fatalf("gRPC after REST: %v %.100s", err, doc.GetDocument())
 		}
 		tooLarge := callGRPCOverHTTP(t, client, tr.Addr(), getDocument, admin, nil, 1<<20)
@@ -197,7 +197,7 @@ func TestGRPCListen(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(t.Context(), wire.APIKeyHeader, tr.AdminKey)
 	docs := relayv1.NewDocumentServiceClient(conn)
 	resp, err := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID})
-	if err != nil || !bytes.Contains(resp.GetDocument(), []byte("Aria Vale")) {
+	if err != nil || !bytes.Contains(valueJSON(t, resp.GetDocument()), []byte("Aria Vale")) {
 		t.Fatalf("GetDocument on the gRPC port: %v", err)
 	}
 	if _, err := docs.GetDocument(t.Context(), &relayv1.GetDocumentRequest{Uuid: relaytest.AriaUUID}); status.Code(err) != codes.Unauthenticated {

@@ -27,6 +27,7 @@ func WorldHandler(w world.World) Handler {
 		if err := json.Unmarshal(req.Message, &p); err != nil {
 			return failure(err), true
 		}
+		p.raw = req.Message
 		var user *world.User
 		if p.UserID != "" {
 			u, err := w.ResolveUser(ctx, p.UserID)
@@ -106,6 +107,9 @@ type params struct {
 	Filename       string         `json:"filename"`
 	FileData       string         `json:"fileData"`
 	Script         string         `json:"script"`
+	// raw is the whole request, for the operations that read fields of
+	// their own (the fifth-edition ones, see dnd5e.go).
+	raw json.RawMessage
 }
 
 // failure is the module's error reply.

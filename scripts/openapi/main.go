@@ -8,9 +8,9 @@
 // (google.api.field_behavior REQUIRED). On top of them the document
 // describes what the gateway adds on the wire: the `{type, requestId, data}`
 // envelope and `{type, requestId, error}` failures, the JSON values that
-// bytes fields marked relay.v1.raw_json carry (typed in values.json), the
-// event streams as Server-Sent Events with their events and payloads, the
-// upload's multipart and JSON bodies, the download's raw and base64 forms,
+// the google.protobuf.Value fields marked relay.v1.raw_json carry (typed
+// in values.json), the event streams as Server-Sent Events with their
+// events and payloads, the upload's multipart and JSON bodies, the download's raw and base64 forms,
 // and the gateway's own public paths.
 //
 // scripts/generate.sh runs it:

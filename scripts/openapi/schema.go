@@ -107,7 +107,9 @@ func hasBehavior(fd protoreflect.FieldDescriptor, want annotations.FieldBehavior
 	return slices.Contains(behaviors, want)
 }
 
-// isRawJSON reports whether a bytes field holds JSON text (relay.v1.raw_json).
+// isRawJSON reports whether a field holds a JSON value the relay keeps
+// serialised (relay.v1.raw_json): REST shows it inline, and values.json
+// gives its shape.
 func isRawJSON(fd protoreflect.FieldDescriptor) bool {
 	raw, _ := proto.GetExtension(fd.Options(), relayv1.E_RawJson).(bool)
 	return raw

@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -588,4 +589,77 @@ func encode(v map[string]any) json.RawMessage {
 		data, _ = json.Marshal(map[string]any{"error": "unencodable payload"})
 	}
 	return data
+}
+
+// journalJSON serialises the event for the journal, as json.Marshal would
+// read back (json.Unmarshal into an event): the payloads, already JSON, are
+// copied as they are rather than scanned and compacted again, which made
+// recording an event cost more than building it.
+func (ev *event) journalJSON() ([]byte, error) {
+	str := func(dst []byte, s string) ([]byte, error) {
+		q, err := world.EncodeJSON(s)
+		return append(dst, q...), err
+	}
+	raw := func(dst []byte, r json.RawMessage) []byte {
+		if len(r) == 0 {
+			return append(dst, "null"...)
+		}
+		return append(dst, r...)
+	}
+	size := 128 + len(ev.Full) + len(ev.Player) + len(ev.Limited)
+	out := make([]byte, 0, size)
+	var err error
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendUint(out, ev.Seq, 10)
+	out = append(out, `,"ch":`...)
+	if out, err = str(out, string(ev.Channel)); err != nil {
+		return nil, err
+	}
+	out = append(out, `,"name":`...)
+	if out, err = str(out, ev.Name); err != nil {
+		return nil, err
+	}
+	if ev.Key != "" {
+		out = append(out, `,"key":`...)
+		if out, err = str(out, ev.Key); err != nil {
+			return nil, err
+		}
+	}
+	out = append(out, `,"acc":{"type":`...)
+	if out, err = str(out, ev.Access.Type); err != nil {
+		return nil, err
+	}
+	doc, err := world.EncodeJSON(ev.Access.Doc)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, `,"doc":`...)
+	out = append(out, doc...)
+	out = append(out, '}')
+	out = append(out, `,"full":`...)
+	out = raw(out, ev.Full)
+	if len(ev.Player) > 0 {
+		out = append(out, `,"player":`...)
+		out = raw(out, ev.Player)
+	}
+	if len(ev.Limited) > 0 {
+		out = append(out, `,"limited":`...)
+		out = raw(out, ev.Limited)
+	}
+	if ev.GMOnly {
+		out = append(out, `,"gm":true`...)
+	}
+	if len(ev.Embeds) > 0 {
+		emb, err := json.Marshal(ev.Embeds)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, `,"emb":`...)
+		out = append(out, emb...)
+	}
+	if ev.Format != 0 {
+		out = append(out, `,"v":`...)
+		out = strconv.AppendInt(out, int64(ev.Format), 10)
+	}
+	return append(out, '}'), nil
 }

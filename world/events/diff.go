@@ -3,6 +3,8 @@ package events
 import (
 	"reflect"
 	"slices"
+
+	"github.com/tabletop-relay/relay/world"
 )
 
 // diff returns the fields of after that differ from before, in the
@@ -17,15 +19,21 @@ func diff(before, after map[string]any, skip []string) map[string]any {
 			continue
 		}
 		old, ok := before[k]
-		if ok && sameValue(old, v) {
-			continue
-		}
 		om, oldIsMap := old.(map[string]any)
 		nm, newIsMap := v.(map[string]any)
-		if ok && oldIsMap && newIsMap {
+		if ok && oldIsMap && newIsMap && om != nil && nm != nil {
+			// Objects are compared by diffing them, once: comparing them
+			// first and then diffing walked every changed object twice
+			// per level.
+			if reflect.ValueOf(om).UnsafePointer() == reflect.ValueOf(nm).UnsafePointer() {
+				continue // the same shared object: no walk at all
+			}
 			if d := diff(om, nm, nil); len(d) > 0 {
 				out[k] = d
 			}
+			continue
+		}
+		if ok && world.SameJSON(old, v) {
 			continue
 		}
 		out[k] = v
@@ -39,15 +47,4 @@ func diff(before, after map[string]any, skip []string) map[string]any {
 		}
 	}
 	return out
-}
-
-// sameValue compares two JSON values, cheaply when they are the same
-// shared value (documents share what a change did not touch).
-func sameValue(a, b any) bool {
-	if am, ok := a.(map[string]any); ok {
-		if bm, ok := b.(map[string]any); ok && reflect.ValueOf(am).UnsafePointer() == reflect.ValueOf(bm).UnsafePointer() {
-			return true
-		}
-	}
-	return reflect.DeepEqual(a, b)
 }

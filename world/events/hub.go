@@ -223,7 +223,7 @@ func (h *Hub) Record(e *world.Engine, changes []world.Change, after *world.View)
 	for _, ev := range evs {
 		seq++
 		ev.Seq = seq
-		data, err := json.Marshal(ev)
+		data, err := ev.journalJSON()
 		if err != nil {
 			continue
 		}

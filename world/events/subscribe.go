@@ -207,6 +207,14 @@ func (sub *Subscription) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// Pending reports how many live events are queued for the subscriber: Next
+// returns that many without waiting. A stream writes them out together.
+func (sub *Subscription) Pending() int {
+	sub.qmu.Lock()
+	defer sub.qmu.Unlock()
+	return len(sub.queue)
+}
+
 // wait blocks until events may be waiting, the subscriber overflowed, the
 // hub closes or ctx ends.
 func (sub *Subscription) wait(ctx context.Context) error {

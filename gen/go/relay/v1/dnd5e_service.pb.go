@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
@@ -102,27 +103,27 @@ type GetActorDetailsResponse struct {
 	// The actor's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// A JSON object (inline over REST): `primary`, `secondary` and `tertiary`, each with `value`, `max`, `sr`, `lr`, `label`.
-	Resources []byte `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *structpb.Value `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
 	// A JSON array (inline over REST): inventory items' source data.
-	Items []byte `protobuf:"bytes,3,opt,name=items,proto3" json:"items,omitempty"`
+	Items *structpb.Value `protobuf:"bytes,3,opt,name=items,proto3" json:"items,omitempty"`
 	// A JSON array (inline over REST): spells' source data.
-	Spells []byte `protobuf:"bytes,4,opt,name=spells,proto3" json:"spells,omitempty"`
+	Spells *structpb.Value `protobuf:"bytes,4,opt,name=spells,proto3" json:"spells,omitempty"`
 	// A JSON object (inline over REST): spell slots by level, each with `value` and `max`.
-	SpellSlots []byte `protobuf:"bytes,5,opt,name=spell_slots,json=spellSlots,proto3" json:"spell_slots,omitempty"`
+	SpellSlots *structpb.Value `protobuf:"bytes,5,opt,name=spell_slots,json=spellSlots,proto3" json:"spell_slots,omitempty"`
 	// A JSON array (inline over REST): features' source data.
-	Features []byte `protobuf:"bytes,6,opt,name=features,proto3" json:"features,omitempty"`
+	Features *structpb.Value `protobuf:"bytes,6,opt,name=features,proto3" json:"features,omitempty"`
 	// A JSON object (inline over REST): hit points, armour class, speed, proficiency bonus and level.
-	Stats []byte `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
+	Stats *structpb.Value `protobuf:"bytes,7,opt,name=stats,proto3" json:"stats,omitempty"`
 	// A JSON object (inline over REST): ability scores, modifiers and saves.
-	Abilities []byte `protobuf:"bytes,8,opt,name=abilities,proto3" json:"abilities,omitempty"`
+	Abilities *structpb.Value `protobuf:"bytes,8,opt,name=abilities,proto3" json:"abilities,omitempty"`
 	// A JSON object (inline over REST): skill totals, proficiency and passive scores.
-	Skills []byte `protobuf:"bytes,9,opt,name=skills,proto3" json:"skills,omitempty"`
+	Skills *structpb.Value `protobuf:"bytes,9,opt,name=skills,proto3" json:"skills,omitempty"`
 	// A JSON object (inline over REST): biographical details, experience and level.
-	Details []byte `protobuf:"bytes,10,opt,name=details,proto3" json:"details,omitempty"`
+	Details *structpb.Value `protobuf:"bytes,10,opt,name=details,proto3" json:"details,omitempty"`
 	// A JSON array (inline over REST): the actor's conditions, each `{id, name}`.
-	Conditions []byte `protobuf:"bytes,12,opt,name=conditions,proto3" json:"conditions,omitempty"`
+	Conditions *structpb.Value `protobuf:"bytes,12,opt,name=conditions,proto3" json:"conditions,omitempty"`
 	// A JSON object (inline over REST), with `conditions`: `{active, name}` of the concentration effect (`{active: false}` when none).
-	Concentration []byte `protobuf:"bytes,13,opt,name=concentration,proto3" json:"concentration,omitempty"`
+	Concentration *structpb.Value `protobuf:"bytes,13,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,77 +165,77 @@ func (x *GetActorDetailsResponse) GetUuid() string {
 	return ""
 }
 
-func (x *GetActorDetailsResponse) GetResources() []byte {
+func (x *GetActorDetailsResponse) GetResources() *structpb.Value {
 	if x != nil {
 		return x.Resources
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetItems() []byte {
+func (x *GetActorDetailsResponse) GetItems() *structpb.Value {
 	if x != nil {
 		return x.Items
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSpells() []byte {
+func (x *GetActorDetailsResponse) GetSpells() *structpb.Value {
 	if x != nil {
 		return x.Spells
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSpellSlots() []byte {
+func (x *GetActorDetailsResponse) GetSpellSlots() *structpb.Value {
 	if x != nil {
 		return x.SpellSlots
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetFeatures() []byte {
+func (x *GetActorDetailsResponse) GetFeatures() *structpb.Value {
 	if x != nil {
 		return x.Features
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetStats() []byte {
+func (x *GetActorDetailsResponse) GetStats() *structpb.Value {
 	if x != nil {
 		return x.Stats
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetAbilities() []byte {
+func (x *GetActorDetailsResponse) GetAbilities() *structpb.Value {
 	if x != nil {
 		return x.Abilities
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetSkills() []byte {
+func (x *GetActorDetailsResponse) GetSkills() *structpb.Value {
 	if x != nil {
 		return x.Skills
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetDetails() []byte {
+func (x *GetActorDetailsResponse) GetDetails() *structpb.Value {
 	if x != nil {
 		return x.Details
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetConditions() []byte {
+func (x *GetActorDetailsResponse) GetConditions() *structpb.Value {
 	if x != nil {
 		return x.Conditions
 	}
 	return nil
 }
 
-func (x *GetActorDetailsResponse) GetConcentration() []byte {
+func (x *GetActorDetailsResponse) GetConcentration() *structpb.Value {
 	if x != nil {
 		return x.Concentration
 	}
@@ -1725,7 +1726,7 @@ type GetConcentrationResponse struct {
 	// Whether the actor is concentrating.
 	IsConcentrating bool `protobuf:"varint,2,opt,name=is_concentrating,json=isConcentrating,proto3" json:"is_concentrating,omitempty"`
 	// A JSON object (inline over REST): the concentration effect, or null.
-	Effect []byte `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
+	Effect *structpb.Value `protobuf:"bytes,3,opt,name=effect,proto3" json:"effect,omitempty"`
 	// The spell's name, or null.
 	Spell         *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=spell,proto3" json:"spell,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1776,7 +1777,7 @@ func (x *GetConcentrationResponse) GetIsConcentrating() bool {
 	return false
 }
 
-func (x *GetConcentrationResponse) GetEffect() []byte {
+func (x *GetConcentrationResponse) GetEffect() *structpb.Value {
 	if x != nil {
 		return x.Effect
 	}
@@ -3139,15 +3140,15 @@ type UseAbilityResponse struct {
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
 	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
-	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	Roll *structpb.Value `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
-	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	DamageRolls *structpb.Value `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
 	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
-	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	Consumed *structpb.Value `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
 	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
-	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	Target *structpb.Value `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
 	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
-	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	Save *structpb.Value `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
 	// Whether the use started concentration (ending any earlier one).
 	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3198,35 +3199,35 @@ func (x *UseAbilityResponse) GetAbility() string {
 	return ""
 }
 
-func (x *UseAbilityResponse) GetRoll() []byte {
+func (x *UseAbilityResponse) GetRoll() *structpb.Value {
 	if x != nil {
 		return x.Roll
 	}
 	return nil
 }
 
-func (x *UseAbilityResponse) GetDamageRolls() []byte {
+func (x *UseAbilityResponse) GetDamageRolls() *structpb.Value {
 	if x != nil {
 		return x.DamageRolls
 	}
 	return nil
 }
 
-func (x *UseAbilityResponse) GetConsumed() []byte {
+func (x *UseAbilityResponse) GetConsumed() *structpb.Value {
 	if x != nil {
 		return x.Consumed
 	}
 	return nil
 }
 
-func (x *UseAbilityResponse) GetTarget() []byte {
+func (x *UseAbilityResponse) GetTarget() *structpb.Value {
 	if x != nil {
 		return x.Target
 	}
 	return nil
 }
 
-func (x *UseAbilityResponse) GetSave() []byte {
+func (x *UseAbilityResponse) GetSave() *structpb.Value {
 	if x != nil {
 		return x.Save
 	}
@@ -3349,15 +3350,15 @@ type UseFeatureResponse struct {
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
 	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
-	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	Roll *structpb.Value `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
-	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	DamageRolls *structpb.Value `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
 	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
-	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	Consumed *structpb.Value `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
 	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
-	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	Target *structpb.Value `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
 	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
-	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	Save *structpb.Value `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
 	// Whether the use started concentration (ending any earlier one).
 	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3408,35 +3409,35 @@ func (x *UseFeatureResponse) GetAbility() string {
 	return ""
 }
 
-func (x *UseFeatureResponse) GetRoll() []byte {
+func (x *UseFeatureResponse) GetRoll() *structpb.Value {
 	if x != nil {
 		return x.Roll
 	}
 	return nil
 }
 
-func (x *UseFeatureResponse) GetDamageRolls() []byte {
+func (x *UseFeatureResponse) GetDamageRolls() *structpb.Value {
 	if x != nil {
 		return x.DamageRolls
 	}
 	return nil
 }
 
-func (x *UseFeatureResponse) GetConsumed() []byte {
+func (x *UseFeatureResponse) GetConsumed() *structpb.Value {
 	if x != nil {
 		return x.Consumed
 	}
 	return nil
 }
 
-func (x *UseFeatureResponse) GetTarget() []byte {
+func (x *UseFeatureResponse) GetTarget() *structpb.Value {
 	if x != nil {
 		return x.Target
 	}
 	return nil
 }
 
-func (x *UseFeatureResponse) GetSave() []byte {
+func (x *UseFeatureResponse) GetSave() *structpb.Value {
 	if x != nil {
 		return x.Save
 	}
@@ -3571,15 +3572,15 @@ type UseSpellResponse struct {
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
 	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
-	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	Roll *structpb.Value `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
-	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	DamageRolls *structpb.Value `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
 	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
-	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	Consumed *structpb.Value `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
 	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
-	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	Target *structpb.Value `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
 	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
-	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	Save *structpb.Value `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
 	// Whether the use started concentration (ending any earlier one).
 	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3630,35 +3631,35 @@ func (x *UseSpellResponse) GetAbility() string {
 	return ""
 }
 
-func (x *UseSpellResponse) GetRoll() []byte {
+func (x *UseSpellResponse) GetRoll() *structpb.Value {
 	if x != nil {
 		return x.Roll
 	}
 	return nil
 }
 
-func (x *UseSpellResponse) GetDamageRolls() []byte {
+func (x *UseSpellResponse) GetDamageRolls() *structpb.Value {
 	if x != nil {
 		return x.DamageRolls
 	}
 	return nil
 }
 
-func (x *UseSpellResponse) GetConsumed() []byte {
+func (x *UseSpellResponse) GetConsumed() *structpb.Value {
 	if x != nil {
 		return x.Consumed
 	}
 	return nil
 }
 
-func (x *UseSpellResponse) GetTarget() []byte {
+func (x *UseSpellResponse) GetTarget() *structpb.Value {
 	if x != nil {
 		return x.Target
 	}
 	return nil
 }
 
-func (x *UseSpellResponse) GetSave() []byte {
+func (x *UseSpellResponse) GetSave() *structpb.Value {
 	if x != nil {
 		return x.Save
 	}
@@ -3781,15 +3782,15 @@ type UseItemResponse struct {
 	// The name of what was used.
 	Ability string `protobuf:"bytes,2,opt,name=ability,proto3" json:"ability,omitempty"`
 	// A JSON object (inline over REST): the attack roll `{total, formula, result, isCritical, isFumble, hit, rollMode, dice}`, or null when the use has no attack. `hit` tells whether it hit the target (a natural 1 misses, a critical hit hits, otherwise the total against the target's armour class), null without a target; damage is rolled only on a hit. `rollMode` is `{mode, advantage, disadvantage, override}` as in the checks.
-	Roll []byte `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
+	Roll *structpb.Value `protobuf:"bytes,3,opt,name=roll,proto3" json:"roll,omitempty"`
 	// A JSON array (inline over REST): the damage or healing rolls, each `{total, formula, result, type, isCritical, dice}`.
-	DamageRolls []byte `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
+	DamageRolls *structpb.Value `protobuf:"bytes,4,opt,name=damage_rolls,json=damageRolls,proto3" json:"damage_rolls,omitempty"`
 	// A JSON object (inline over REST): what the use spent: `spellSlot` (for example `spell2`, or null), `slotLevel`, `uses`, `quantity`.
-	Consumed []byte `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	Consumed *structpb.Value `protobuf:"bytes,5,opt,name=consumed,proto3" json:"consumed,omitempty"`
 	// A JSON object (inline over REST): the target `{uuid, name, actorUuid}`, or null without one.
-	Target []byte `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	Target *structpb.Value `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
 	// A JSON object (inline over REST): the saving throw the use calls for `{ability, dc}`, or null.
-	Save []byte `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
+	Save *structpb.Value `protobuf:"bytes,7,opt,name=save,proto3" json:"save,omitempty"`
 	// Whether the use started concentration (ending any earlier one).
 	Concentration bool `protobuf:"varint,8,opt,name=concentration,proto3" json:"concentration,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3840,35 +3841,35 @@ func (x *UseItemResponse) GetAbility() string {
 	return ""
 }
 
-func (x *UseItemResponse) GetRoll() []byte {
+func (x *UseItemResponse) GetRoll() *structpb.Value {
 	if x != nil {
 		return x.Roll
 	}
 	return nil
 }
 
-func (x *UseItemResponse) GetDamageRolls() []byte {
+func (x *UseItemResponse) GetDamageRolls() *structpb.Value {
 	if x != nil {
 		return x.DamageRolls
 	}
 	return nil
 }
 
-func (x *UseItemResponse) GetConsumed() []byte {
+func (x *UseItemResponse) GetConsumed() *structpb.Value {
 	if x != nil {
 		return x.Consumed
 	}
 	return nil
 }
 
-func (x *UseItemResponse) GetTarget() []byte {
+func (x *UseItemResponse) GetTarget() *structpb.Value {
 	if x != nil {
 		return x.Target
 	}
 	return nil
 }
 
-func (x *UseItemResponse) GetSave() []byte {
+func (x *UseItemResponse) GetSave() *structpb.Value {
 	if x != nil {
 		return x.Save
 	}
@@ -3970,17 +3971,17 @@ type RestResult struct {
 	// `short` or `long`.
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	// A JSON object (inline over REST): changes in hit points and hit dice, and of resources and item uses.
-	Deltas []byte `protobuf:"bytes,2,opt,name=deltas,proto3" json:"deltas,omitempty"`
+	Deltas *structpb.Value `protobuf:"bytes,2,opt,name=deltas,proto3" json:"deltas,omitempty"`
 	// A JSON object (inline over REST): the changes applied to the actor, by dotted path.
-	UpdateData []byte `protobuf:"bytes,3,opt,name=update_data,json=updateData,proto3" json:"update_data,omitempty"`
+	UpdateData *structpb.Value `protobuf:"bytes,3,opt,name=update_data,json=updateData,proto3" json:"update_data,omitempty"`
 	// A JSON array (inline over REST): the changes applied to items, each with its `_id`.
-	UpdateItems []byte `protobuf:"bytes,4,opt,name=update_items,json=updateItems,proto3" json:"update_items,omitempty"`
+	UpdateItems *structpb.Value `protobuf:"bytes,4,opt,name=update_items,json=updateItems,proto3" json:"update_items,omitempty"`
 	// Whether the rest marked a new day.
 	NewDay bool `protobuf:"varint,5,opt,name=new_day,json=newDay,proto3" json:"new_day,omitempty"`
 	// A JSON array (inline over REST): the hit dice rolled.
-	Rolls []byte `protobuf:"bytes,6,opt,name=rolls,proto3" json:"rolls,omitempty"`
+	Rolls *structpb.Value `protobuf:"bytes,6,opt,name=rolls,proto3" json:"rolls,omitempty"`
 	// A JSON object (inline over REST): the actor's data after the rest.
-	Clone []byte `protobuf:"bytes,7,opt,name=clone,proto3" json:"clone,omitempty"`
+	Clone *structpb.Value `protobuf:"bytes,7,opt,name=clone,proto3" json:"clone,omitempty"`
 	// The change in hit dice.
 	Dhd int32 `protobuf:"varint,8,opt,name=dhd,proto3" json:"dhd,omitempty"`
 	// The change in hit points.
@@ -4028,21 +4029,21 @@ func (x *RestResult) GetType() string {
 	return ""
 }
 
-func (x *RestResult) GetDeltas() []byte {
+func (x *RestResult) GetDeltas() *structpb.Value {
 	if x != nil {
 		return x.Deltas
 	}
 	return nil
 }
 
-func (x *RestResult) GetUpdateData() []byte {
+func (x *RestResult) GetUpdateData() *structpb.Value {
 	if x != nil {
 		return x.UpdateData
 	}
 	return nil
 }
 
-func (x *RestResult) GetUpdateItems() []byte {
+func (x *RestResult) GetUpdateItems() *structpb.Value {
 	if x != nil {
 		return x.UpdateItems
 	}
@@ -4056,14 +4057,14 @@ func (x *RestResult) GetNewDay() bool {
 	return false
 }
 
-func (x *RestResult) GetRolls() []byte {
+func (x *RestResult) GetRolls() *structpb.Value {
 	if x != nil {
 		return x.Rolls
 	}
 	return nil
 }
 
-func (x *RestResult) GetClone() []byte {
+func (x *RestResult) GetClone() *structpb.Value {
 	if x != nil {
 		return x.Clone
 	}
@@ -4229,30 +4230,30 @@ var File_relay_v1_dnd5e_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\x91\x01\n" +
+	"\x1crelay/v1/dnd5e_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x16relay/v1/options.proto\"\x91\x01\n" +
 	"\x16GetActorDetailsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
 	"\n" +
 	"actor_uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\tactorUuid\x12\x1d\n" +
-	"\adetails\x18\x04 \x03(\tB\x03\xe0A\x02R\adetails\"\xd6\x03\n" +
+	"\adetails\x18\x04 \x03(\tB\x03\xe0A\x02R\adetails\"\xde\x05\n" +
 	"\x17GetActorDetailsResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12&\n" +
-	"\tresources\x18\x02 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tresources\x12\x1e\n" +
-	"\x05items\x18\x03 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05items\x12 \n" +
-	"\x06spells\x18\x04 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06spells\x12)\n" +
-	"\vspell_slots\x18\x05 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
-	"spellSlots\x12$\n" +
-	"\bfeatures\x18\x06 \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\bfeatures\x12\x1e\n" +
-	"\x05stats\x18\a \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05stats\x12&\n" +
-	"\tabilities\x18\b \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tabilities\x12 \n" +
-	"\x06skills\x18\t \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06skills\x12\"\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12>\n" +
+	"\tresources\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tresources\x126\n" +
+	"\x05items\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05items\x128\n" +
+	"\x06spells\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06spells\x12A\n" +
+	"\vspell_slots\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
+	"spellSlots\x12<\n" +
+	"\bfeatures\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\bfeatures\x126\n" +
+	"\x05stats\x18\a \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x05stats\x12>\n" +
+	"\tabilities\x18\b \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\tabilities\x128\n" +
+	"\x06skills\x18\t \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\x06skills\x12:\n" +
 	"\adetails\x18\n" +
-	" \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\adetails\x12(\n" +
+	" \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\adetails\x12@\n" +
 	"\n" +
-	"conditions\x18\f \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
-	"conditions\x12.\n" +
-	"\rconcentration\x18\r \x01(\fB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xdb\x01\n" +
+	"conditions\x18\f \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\n" +
+	"conditions\x12F\n" +
+	"\rconcentration\x18\r \x01(\v2\x16.google.protobuf.ValueB\b\xb0\x9f\x19\x01\xb8\x9f\x19\x01R\rconcentrationJ\x04\b\v\x10\f\"\xdb\x01\n" +
 	"\x18ModifyItemChargesRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\"\n" +
@@ -4391,12 +4392,12 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"actor_uuid\x18\x03 \x01(\tR\tactorUuid\x12\x1d\n" +
 	"\n" +
 	"actor_name\x18\x04 \x01(\tR\tactorName\x12\x1a\n" +
-	"\bselected\x18\x05 \x01(\bR\bselected\"\xb6\x01\n" +
+	"\bselected\x18\x05 \x01(\bR\bselected\"\xce\x01\n" +
 	"\x18GetConcentrationResponse\x12\x1d\n" +
 	"\n" +
 	"actor_uuid\x18\x01 \x01(\tR\tactorUuid\x12)\n" +
-	"\x10is_concentrating\x18\x02 \x01(\bR\x0fisConcentrating\x12\x1c\n" +
-	"\x06effect\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x06effect\x122\n" +
+	"\x10is_concentrating\x18\x02 \x01(\bR\x0fisConcentrating\x124\n" +
+	"\x06effect\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06effect\x122\n" +
 	"\x05spell\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\x05spell\"\xab\x01\n" +
 	"\x19BreakConcentrationRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
@@ -4533,15 +4534,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"\x85\x02\n" +
+	"targetName\"\xfd\x02\n" +
 	"\x12UseAbilityResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
-	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
-	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
-	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
-	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
-	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x120\n" +
+	"\x04roll\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04roll\x12?\n" +
+	"\fdamage_rolls\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\vdamageRolls\x128\n" +
+	"\bconsumed\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bconsumed\x124\n" +
+	"\x06target\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06target\x120\n" +
+	"\x04save\x18\a \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
 	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf5\x01\n" +
 	"\x11UseFeatureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
@@ -4553,15 +4554,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"\x85\x02\n" +
+	"targetName\"\xfd\x02\n" +
 	"\x12UseFeatureResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
-	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
-	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
-	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
-	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
-	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x120\n" +
+	"\x04roll\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04roll\x12?\n" +
+	"\fdamage_rolls\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\vdamageRolls\x128\n" +
+	"\bconsumed\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bconsumed\x124\n" +
+	"\x06target\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06target\x120\n" +
+	"\x04save\x18\a \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
 	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xa6\x02\n" +
 	"\x0fUseSpellRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
@@ -4576,15 +4577,15 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"targetName\x12\"\n" +
 	"\n" +
 	"slot_level\x18\b \x01(\x05H\x00R\tslotLevel\x88\x01\x01B\r\n" +
-	"\v_slot_level\"\x83\x02\n" +
+	"\v_slot_level\"\xfb\x02\n" +
 	"\x10UseSpellResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
-	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
-	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
-	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
-	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
-	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x120\n" +
+	"\x04roll\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04roll\x12?\n" +
+	"\fdamage_rolls\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\vdamageRolls\x128\n" +
+	"\bconsumed\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bconsumed\x124\n" +
+	"\x06target\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06target\x120\n" +
+	"\x04save\x18\a \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
 	"\rconcentration\x18\b \x01(\bR\rconcentration\"\xf2\x01\n" +
 	"\x0eUseItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
@@ -4596,32 +4597,32 @@ const file_relay_v1_dnd5e_service_proto_rawDesc = "" +
 	"\vtarget_uuid\x18\x06 \x01(\tR\n" +
 	"targetUuid\x12\x1f\n" +
 	"\vtarget_name\x18\a \x01(\tR\n" +
-	"targetName\"\x82\x02\n" +
+	"targetName\"\xfa\x02\n" +
 	"\x0fUseItemResponse\x12\x12\n" +
 	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x18\n" +
-	"\aability\x18\x02 \x01(\tR\aability\x12\x18\n" +
-	"\x04roll\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04roll\x12'\n" +
-	"\fdamage_rolls\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vdamageRolls\x12 \n" +
-	"\bconsumed\x18\x05 \x01(\fB\x04\xb0\x9f\x19\x01R\bconsumed\x12\x1c\n" +
-	"\x06target\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x06target\x12\x18\n" +
-	"\x04save\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
+	"\aability\x18\x02 \x01(\tR\aability\x120\n" +
+	"\x04roll\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04roll\x12?\n" +
+	"\fdamage_rolls\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\vdamageRolls\x128\n" +
+	"\bconsumed\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bconsumed\x124\n" +
+	"\x06target\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06target\x120\n" +
+	"\x04save\x18\a \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04save\x12$\n" +
 	"\rconcentration\x18\b \x01(\bR\rconcentration\"Z\n" +
 	"\bCurrency\x12\x0e\n" +
 	"\x02pp\x18\x01 \x01(\x05R\x02pp\x12\x0e\n" +
 	"\x02gp\x18\x02 \x01(\x05R\x02gp\x12\x0e\n" +
 	"\x02ep\x18\x03 \x01(\x05R\x02ep\x12\x0e\n" +
 	"\x02sp\x18\x04 \x01(\x05R\x02sp\x12\x0e\n" +
-	"\x02cp\x18\x05 \x01(\x05R\x02cp\"\xa0\x02\n" +
+	"\x02cp\x18\x05 \x01(\x05R\x02cp\"\x98\x03\n" +
 	"\n" +
 	"RestResult\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1c\n" +
-	"\x06deltas\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\x06deltas\x12%\n" +
-	"\vupdate_data\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\n" +
-	"updateData\x12'\n" +
-	"\fupdate_items\x18\x04 \x01(\fB\x04\xb0\x9f\x19\x01R\vupdateItems\x12\x17\n" +
-	"\anew_day\x18\x05 \x01(\bR\x06newDay\x12\x1a\n" +
-	"\x05rolls\x18\x06 \x01(\fB\x04\xb0\x9f\x19\x01R\x05rolls\x12\x1a\n" +
-	"\x05clone\x18\a \x01(\fB\x04\xb0\x9f\x19\x01R\x05clone\x12\x10\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x124\n" +
+	"\x06deltas\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06deltas\x12=\n" +
+	"\vupdate_data\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\n" +
+	"updateData\x12?\n" +
+	"\fupdate_items\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\vupdateItems\x12\x17\n" +
+	"\anew_day\x18\x05 \x01(\bR\x06newDay\x122\n" +
+	"\x05rolls\x18\x06 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x05rolls\x122\n" +
+	"\x05clone\x18\a \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x05clone\x12\x10\n" +
 	"\x03dhd\x18\b \x01(\x05R\x03dhd\x12\x10\n" +
 	"\x03dhp\x18\t \x01(\x05R\x03dhp\x12\x1b\n" +
 	"\tlong_rest\x18\n" +
@@ -4746,70 +4747,108 @@ var file_relay_v1_dnd5e_service_proto_goTypes = []any{
 	(*RestResult)(nil),                 // 43: relay.v1.RestResult
 	(*RollMode)(nil),                   // 44: relay.v1.RollMode
 	(*DeathSaves)(nil),                 // 45: relay.v1.DeathSaves
-	(*wrapperspb.StringValue)(nil),     // 46: google.protobuf.StringValue
+	(*structpb.Value)(nil),             // 46: google.protobuf.Value
+	(*wrapperspb.StringValue)(nil),     // 47: google.protobuf.StringValue
 }
 var file_relay_v1_dnd5e_service_proto_depIdxs = []int32{
-	43, // 0: relay.v1.ShortRestResponse.result:type_name -> relay.v1.RestResult
-	43, // 1: relay.v1.LongRestResponse.result:type_name -> relay.v1.RestResult
-	44, // 2: relay.v1.SkillCheckResponse.roll_mode:type_name -> relay.v1.RollMode
-	44, // 3: relay.v1.AbilitySaveResponse.roll_mode:type_name -> relay.v1.RollMode
-	44, // 4: relay.v1.AbilityCheckResponse.roll_mode:type_name -> relay.v1.RollMode
-	45, // 5: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
-	44, // 6: relay.v1.DeathSaveResponse.roll_mode:type_name -> relay.v1.RollMode
-	46, // 7: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.StringValue
-	44, // 8: relay.v1.ConcentrationSaveResponse.roll_mode:type_name -> relay.v1.RollMode
-	42, // 9: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
-	42, // 10: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
-	42, // 11: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
-	42, // 12: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
-	42, // 13: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
-	0,  // 14: relay.v1.Dnd5EService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
-	2,  // 15: relay.v1.Dnd5EService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
-	4,  // 16: relay.v1.Dnd5EService.ShortRest:input_type -> relay.v1.ShortRestRequest
-	6,  // 17: relay.v1.Dnd5EService.LongRest:input_type -> relay.v1.LongRestRequest
-	8,  // 18: relay.v1.Dnd5EService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
-	10, // 19: relay.v1.Dnd5EService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
-	12, // 20: relay.v1.Dnd5EService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
-	14, // 21: relay.v1.Dnd5EService.DeathSave:input_type -> relay.v1.DeathSaveRequest
-	16, // 22: relay.v1.Dnd5EService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
-	18, // 23: relay.v1.Dnd5EService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
-	20, // 24: relay.v1.Dnd5EService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
-	22, // 25: relay.v1.Dnd5EService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
-	24, // 26: relay.v1.Dnd5EService.EquipItem:input_type -> relay.v1.EquipItemRequest
-	26, // 27: relay.v1.Dnd5EService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
-	28, // 28: relay.v1.Dnd5EService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
-	30, // 29: relay.v1.Dnd5EService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
-	32, // 30: relay.v1.Dnd5EService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
-	34, // 31: relay.v1.Dnd5EService.UseAbility:input_type -> relay.v1.UseAbilityRequest
-	36, // 32: relay.v1.Dnd5EService.UseFeature:input_type -> relay.v1.UseFeatureRequest
-	38, // 33: relay.v1.Dnd5EService.UseSpell:input_type -> relay.v1.UseSpellRequest
-	40, // 34: relay.v1.Dnd5EService.UseItem:input_type -> relay.v1.UseItemRequest
-	1,  // 35: relay.v1.Dnd5EService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
-	3,  // 36: relay.v1.Dnd5EService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
-	5,  // 37: relay.v1.Dnd5EService.ShortRest:output_type -> relay.v1.ShortRestResponse
-	7,  // 38: relay.v1.Dnd5EService.LongRest:output_type -> relay.v1.LongRestResponse
-	9,  // 39: relay.v1.Dnd5EService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
-	11, // 40: relay.v1.Dnd5EService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
-	13, // 41: relay.v1.Dnd5EService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
-	15, // 42: relay.v1.Dnd5EService.DeathSave:output_type -> relay.v1.DeathSaveResponse
-	17, // 43: relay.v1.Dnd5EService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
-	19, // 44: relay.v1.Dnd5EService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
-	21, // 45: relay.v1.Dnd5EService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
-	23, // 46: relay.v1.Dnd5EService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
-	25, // 47: relay.v1.Dnd5EService.EquipItem:output_type -> relay.v1.EquipItemResponse
-	27, // 48: relay.v1.Dnd5EService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
-	29, // 49: relay.v1.Dnd5EService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
-	31, // 50: relay.v1.Dnd5EService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
-	33, // 51: relay.v1.Dnd5EService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
-	35, // 52: relay.v1.Dnd5EService.UseAbility:output_type -> relay.v1.UseAbilityResponse
-	37, // 53: relay.v1.Dnd5EService.UseFeature:output_type -> relay.v1.UseFeatureResponse
-	39, // 54: relay.v1.Dnd5EService.UseSpell:output_type -> relay.v1.UseSpellResponse
-	41, // 55: relay.v1.Dnd5EService.UseItem:output_type -> relay.v1.UseItemResponse
-	35, // [35:56] is the sub-list for method output_type
-	14, // [14:35] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	46, // 0: relay.v1.GetActorDetailsResponse.resources:type_name -> google.protobuf.Value
+	46, // 1: relay.v1.GetActorDetailsResponse.items:type_name -> google.protobuf.Value
+	46, // 2: relay.v1.GetActorDetailsResponse.spells:type_name -> google.protobuf.Value
+	46, // 3: relay.v1.GetActorDetailsResponse.spell_slots:type_name -> google.protobuf.Value
+	46, // 4: relay.v1.GetActorDetailsResponse.features:type_name -> google.protobuf.Value
+	46, // 5: relay.v1.GetActorDetailsResponse.stats:type_name -> google.protobuf.Value
+	46, // 6: relay.v1.GetActorDetailsResponse.abilities:type_name -> google.protobuf.Value
+	46, // 7: relay.v1.GetActorDetailsResponse.skills:type_name -> google.protobuf.Value
+	46, // 8: relay.v1.GetActorDetailsResponse.details:type_name -> google.protobuf.Value
+	46, // 9: relay.v1.GetActorDetailsResponse.conditions:type_name -> google.protobuf.Value
+	46, // 10: relay.v1.GetActorDetailsResponse.concentration:type_name -> google.protobuf.Value
+	43, // 11: relay.v1.ShortRestResponse.result:type_name -> relay.v1.RestResult
+	43, // 12: relay.v1.LongRestResponse.result:type_name -> relay.v1.RestResult
+	44, // 13: relay.v1.SkillCheckResponse.roll_mode:type_name -> relay.v1.RollMode
+	44, // 14: relay.v1.AbilitySaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	44, // 15: relay.v1.AbilityCheckResponse.roll_mode:type_name -> relay.v1.RollMode
+	45, // 16: relay.v1.DeathSaveResponse.death_saves:type_name -> relay.v1.DeathSaves
+	44, // 17: relay.v1.DeathSaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	46, // 18: relay.v1.GetConcentrationResponse.effect:type_name -> google.protobuf.Value
+	47, // 19: relay.v1.GetConcentrationResponse.spell:type_name -> google.protobuf.StringValue
+	44, // 20: relay.v1.ConcentrationSaveResponse.roll_mode:type_name -> relay.v1.RollMode
+	42, // 21: relay.v1.TransferCurrencyRequest.currency:type_name -> relay.v1.Currency
+	42, // 22: relay.v1.TransferCurrencyResponse.transferred:type_name -> relay.v1.Currency
+	42, // 23: relay.v1.TransferCurrencyResponse.source_balance:type_name -> relay.v1.Currency
+	42, // 24: relay.v1.TransferCurrencyResponse.target_balance:type_name -> relay.v1.Currency
+	42, // 25: relay.v1.ModifyCurrencyResponse.balance:type_name -> relay.v1.Currency
+	46, // 26: relay.v1.UseAbilityResponse.roll:type_name -> google.protobuf.Value
+	46, // 27: relay.v1.UseAbilityResponse.damage_rolls:type_name -> google.protobuf.Value
+	46, // 28: relay.v1.UseAbilityResponse.consumed:type_name -> google.protobuf.Value
+	46, // 29: relay.v1.UseAbilityResponse.target:type_name -> google.protobuf.Value
+	46, // 30: relay.v1.UseAbilityResponse.save:type_name -> google.protobuf.Value
+	46, // 31: relay.v1.UseFeatureResponse.roll:type_name -> google.protobuf.Value
+	46, // 32: relay.v1.UseFeatureResponse.damage_rolls:type_name -> google.protobuf.Value
+	46, // 33: relay.v1.UseFeatureResponse.consumed:type_name -> google.protobuf.Value
+	46, // 34: relay.v1.UseFeatureResponse.target:type_name -> google.protobuf.Value
+	46, // 35: relay.v1.UseFeatureResponse.save:type_name -> google.protobuf.Value
+	46, // 36: relay.v1.UseSpellResponse.roll:type_name -> google.protobuf.Value
+	46, // 37: relay.v1.UseSpellResponse.damage_rolls:type_name -> google.protobuf.Value
+	46, // 38: relay.v1.UseSpellResponse.consumed:type_name -> google.protobuf.Value
+	46, // 39: relay.v1.UseSpellResponse.target:type_name -> google.protobuf.Value
+	46, // 40: relay.v1.UseSpellResponse.save:type_name -> google.protobuf.Value
+	46, // 41: relay.v1.UseItemResponse.roll:type_name -> google.protobuf.Value
+	46, // 42: relay.v1.UseItemResponse.damage_rolls:type_name -> google.protobuf.Value
+	46, // 43: relay.v1.UseItemResponse.consumed:type_name -> google.protobuf.Value
+	46, // 44: relay.v1.UseItemResponse.target:type_name -> google.protobuf.Value
+	46, // 45: relay.v1.UseItemResponse.save:type_name -> google.protobuf.Value
+	46, // 46: relay.v1.RestResult.deltas:type_name -> google.protobuf.Value
+	46, // 47: relay.v1.RestResult.update_data:type_name -> google.protobuf.Value
+	46, // 48: relay.v1.RestResult.update_items:type_name -> google.protobuf.Value
+	46, // 49: relay.v1.RestResult.rolls:type_name -> google.protobuf.Value
+	46, // 50: relay.v1.RestResult.clone:type_name -> google.protobuf.Value
+	0,  // 51: relay.v1.Dnd5EService.GetActorDetails:input_type -> relay.v1.GetActorDetailsRequest
+	2,  // 52: relay.v1.Dnd5EService.ModifyItemCharges:input_type -> relay.v1.ModifyItemChargesRequest
+	4,  // 53: relay.v1.Dnd5EService.ShortRest:input_type -> relay.v1.ShortRestRequest
+	6,  // 54: relay.v1.Dnd5EService.LongRest:input_type -> relay.v1.LongRestRequest
+	8,  // 55: relay.v1.Dnd5EService.SkillCheck:input_type -> relay.v1.SkillCheckRequest
+	10, // 56: relay.v1.Dnd5EService.AbilitySave:input_type -> relay.v1.AbilitySaveRequest
+	12, // 57: relay.v1.Dnd5EService.AbilityCheck:input_type -> relay.v1.AbilityCheckRequest
+	14, // 58: relay.v1.Dnd5EService.DeathSave:input_type -> relay.v1.DeathSaveRequest
+	16, // 59: relay.v1.Dnd5EService.ModifyExperience:input_type -> relay.v1.ModifyExperienceRequest
+	18, // 60: relay.v1.Dnd5EService.GetConcentration:input_type -> relay.v1.GetConcentrationRequest
+	20, // 61: relay.v1.Dnd5EService.BreakConcentration:input_type -> relay.v1.BreakConcentrationRequest
+	22, // 62: relay.v1.Dnd5EService.ConcentrationSave:input_type -> relay.v1.ConcentrationSaveRequest
+	24, // 63: relay.v1.Dnd5EService.EquipItem:input_type -> relay.v1.EquipItemRequest
+	26, // 64: relay.v1.Dnd5EService.AttuneItem:input_type -> relay.v1.AttuneItemRequest
+	28, // 65: relay.v1.Dnd5EService.TransferCurrency:input_type -> relay.v1.TransferCurrencyRequest
+	30, // 66: relay.v1.Dnd5EService.ModifyCurrency:input_type -> relay.v1.ModifyCurrencyRequest
+	32, // 67: relay.v1.Dnd5EService.PrepareSpell:input_type -> relay.v1.PrepareSpellRequest
+	34, // 68: relay.v1.Dnd5EService.UseAbility:input_type -> relay.v1.UseAbilityRequest
+	36, // 69: relay.v1.Dnd5EService.UseFeature:input_type -> relay.v1.UseFeatureRequest
+	38, // 70: relay.v1.Dnd5EService.UseSpell:input_type -> relay.v1.UseSpellRequest
+	40, // 71: relay.v1.Dnd5EService.UseItem:input_type -> relay.v1.UseItemRequest
+	1,  // 72: relay.v1.Dnd5EService.GetActorDetails:output_type -> relay.v1.GetActorDetailsResponse
+	3,  // 73: relay.v1.Dnd5EService.ModifyItemCharges:output_type -> relay.v1.ModifyItemChargesResponse
+	5,  // 74: relay.v1.Dnd5EService.ShortRest:output_type -> relay.v1.ShortRestResponse
+	7,  // 75: relay.v1.Dnd5EService.LongRest:output_type -> relay.v1.LongRestResponse
+	9,  // 76: relay.v1.Dnd5EService.SkillCheck:output_type -> relay.v1.SkillCheckResponse
+	11, // 77: relay.v1.Dnd5EService.AbilitySave:output_type -> relay.v1.AbilitySaveResponse
+	13, // 78: relay.v1.Dnd5EService.AbilityCheck:output_type -> relay.v1.AbilityCheckResponse
+	15, // 79: relay.v1.Dnd5EService.DeathSave:output_type -> relay.v1.DeathSaveResponse
+	17, // 80: relay.v1.Dnd5EService.ModifyExperience:output_type -> relay.v1.ModifyExperienceResponse
+	19, // 81: relay.v1.Dnd5EService.GetConcentration:output_type -> relay.v1.GetConcentrationResponse
+	21, // 82: relay.v1.Dnd5EService.BreakConcentration:output_type -> relay.v1.BreakConcentrationResponse
+	23, // 83: relay.v1.Dnd5EService.ConcentrationSave:output_type -> relay.v1.ConcentrationSaveResponse
+	25, // 84: relay.v1.Dnd5EService.EquipItem:output_type -> relay.v1.EquipItemResponse
+	27, // 85: relay.v1.Dnd5EService.AttuneItem:output_type -> relay.v1.AttuneItemResponse
+	29, // 86: relay.v1.Dnd5EService.TransferCurrency:output_type -> relay.v1.TransferCurrencyResponse
+	31, // 87: relay.v1.Dnd5EService.ModifyCurrency:output_type -> relay.v1.ModifyCurrencyResponse
+	33, // 88: relay.v1.Dnd5EService.PrepareSpell:output_type -> relay.v1.PrepareSpellResponse
+	35, // 89: relay.v1.Dnd5EService.UseAbility:output_type -> relay.v1.UseAbilityResponse
+	37, // 90: relay.v1.Dnd5EService.UseFeature:output_type -> relay.v1.UseFeatureResponse
+	39, // 91: relay.v1.Dnd5EService.UseSpell:output_type -> relay.v1.UseSpellResponse
+	41, // 92: relay.v1.Dnd5EService.UseItem:output_type -> relay.v1.UseItemResponse
+	72, // [72:93] is the sub-list for method output_type
+	51, // [51:72] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_dnd5e_service_proto_init() }

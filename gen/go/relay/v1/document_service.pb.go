@@ -93,7 +93,7 @@ type GetDocumentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A JSON object (inline over REST): the document's source data with its `uuid`, or `name`, `uuid`, `type`
 	// and `img` when the user has LIMITED permission.
-	Document      []byte `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	Document      *structpb.Value `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,7 +128,7 @@ func (*GetDocumentResponse) Descriptor() ([]byte, []int) {
 	return file_relay_v1_document_service_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *GetDocumentResponse) GetDocument() []byte {
+func (x *GetDocumentResponse) GetDocument() *structpb.Value {
 	if x != nil {
 		return x.Document
 	}
@@ -214,7 +214,7 @@ type UpdateDocumentResponse struct {
 	// The document's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// A JSON object (inline over REST): the document after the update.
-	Document      []byte `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	Document      *structpb.Value `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,7 +256,7 @@ func (x *UpdateDocumentResponse) GetUuid() string {
 	return ""
 }
 
-func (x *UpdateDocumentResponse) GetDocument() []byte {
+func (x *UpdateDocumentResponse) GetDocument() *structpb.Value {
 	if x != nil {
 		return x.Document
 	}
@@ -371,7 +371,7 @@ type CreateDocumentResponse struct {
 	// The new document's uuid.
 	Uuid string `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
 	// A JSON object (inline over REST): the new document.
-	Document      []byte `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
+	Document      *structpb.Value `protobuf:"bytes,2,opt,name=document,proto3" json:"document,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,7 +413,7 @@ func (x *CreateDocumentResponse) GetUuid() string {
 	return ""
 }
 
-func (x *CreateDocumentResponse) GetDocument() []byte {
+func (x *CreateDocumentResponse) GetDocument() *structpb.Value {
 	if x != nil {
 		return x.Document
 	}
@@ -632,7 +632,7 @@ type SearchDocumentsResponse struct {
 	Filter string `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
 	// A JSON array (inline over REST): one entry per document the user may see: `uuid`, `id`, `name`, `img`,
 	// `documentType` (and for OBSERVER or better `subType`, `folder`).
-	Results       []byte `protobuf:"bytes,3,opt,name=results,proto3" json:"results,omitempty"`
+	Results       *structpb.Value `protobuf:"bytes,3,opt,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,7 +681,7 @@ func (x *SearchDocumentsResponse) GetFilter() string {
 	return ""
 }
 
-func (x *SearchDocumentsResponse) GetResults() []byte {
+func (x *SearchDocumentsResponse) GetResults() *structpb.Value {
 	if x != nil {
 		return x.Results
 	}
@@ -813,7 +813,7 @@ type GetStructureResponse struct {
 	// `parentFolder`, `folders`, `entities`) and `entities` (documents in no
 	// folder); with `shape=module` the module's shape (see
 	// GetStructureRequest.shape).
-	Structure     []byte `protobuf:"bytes,1,opt,name=structure,proto3" json:"structure,omitempty"`
+	Structure     *structpb.Value `protobuf:"bytes,1,opt,name=structure,proto3" json:"structure,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -848,7 +848,7 @@ func (*GetStructureResponse) Descriptor() ([]byte, []int) {
 	return file_relay_v1_document_service_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *GetStructureResponse) GetStructure() []byte {
+func (x *GetStructureResponse) GetStructure() *structpb.Value {
 	if x != nil {
 		return x.Structure
 	}
@@ -1638,17 +1638,17 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x12GetDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
-	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\"7\n" +
-	"\x13GetDocumentResponse\x12 \n" +
-	"\bdocument\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\x98\x01\n" +
+	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\"O\n" +
+	"\x13GetDocumentResponse\x128\n" +
+	"\bdocument\x18\x01 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bdocument\"\x98\x01\n" +
 	"\x15UpdateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
 	"\x04uuid\x18\x03 \x01(\tB\x03\xe0A\x02R\x04uuid\x120\n" +
-	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x02R\x04data\"N\n" +
+	"\x04data\x18\x04 \x01(\v2\x17.google.protobuf.StructB\x03\xe0A\x02R\x04data\"f\n" +
 	"\x16UpdateDocumentResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
-	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"\xf7\x01\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x128\n" +
+	"\bdocument\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bdocument\"\xf7\x01\n" +
 	"\x15CreateDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12$\n" +
@@ -1658,10 +1658,10 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\x06folder\x18\x05 \x01(\tR\x06folder\x12\x1f\n" +
 	"\vparent_uuid\x18\x06 \x01(\tR\n" +
 	"parentUuid\x12\x17\n" +
-	"\akeep_id\x18\a \x01(\bR\x06keepId\"N\n" +
+	"\akeep_id\x18\a \x01(\bR\x06keepId\"f\n" +
 	"\x16CreateDocumentResponse\x12\x12\n" +
-	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12 \n" +
-	"\bdocument\x18\x02 \x01(\fB\x04\xb0\x9f\x19\x01R\bdocument\"f\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x128\n" +
+	"\bdocument\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\bdocument\"f\n" +
 	"\x15DeleteDocumentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x17\n" +
@@ -1674,11 +1674,11 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05query\x18\x03 \x01(\tR\x05query\x12\x16\n" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"g\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\x7f\n" +
 	"\x17SearchDocumentsResponse\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12\x16\n" +
-	"\x06filter\x18\x02 \x01(\tR\x06filter\x12\x1e\n" +
-	"\aresults\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\aresults\"\x82\x02\n" +
+	"\x06filter\x18\x02 \x01(\tR\x06filter\x126\n" +
+	"\aresults\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\aresults\"\x82\x02\n" +
 	"\x13GetStructureRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
@@ -1687,9 +1687,9 @@ const file_relay_v1_document_service_proto_rawDesc = "" +
 	"\trecursive\x18\x05 \x01(\bR\trecursive\x12'\n" +
 	"\x0frecursive_depth\x18\x06 \x01(\x05R\x0erecursiveDepth\x12.\n" +
 	"\x13include_entity_data\x18\a \x01(\bR\x11includeEntityData\x12\x14\n" +
-	"\x05shape\x18\b \x01(\tR\x05shape\":\n" +
-	"\x14GetStructureResponse\x12\"\n" +
-	"\tstructure\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\tstructure\"\xd8\x01\n" +
+	"\x05shape\x18\b \x01(\tR\x05shape\"R\n" +
+	"\x14GetStructureResponse\x12:\n" +
+	"\tstructure\x18\x01 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\tstructure\"\xd8\x01\n" +
 	"\x0fGiveItemRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
@@ -1813,38 +1813,44 @@ var file_relay_v1_document_service_proto_goTypes = []any{
 	(*IncreaseAttributeResponse)(nil), // 19: relay.v1.IncreaseAttributeResponse
 	(*KillRequest)(nil),               // 20: relay.v1.KillRequest
 	(*KillResponse)(nil),              // 21: relay.v1.KillResponse
-	(*structpb.Struct)(nil),           // 22: google.protobuf.Struct
+	(*structpb.Value)(nil),            // 22: google.protobuf.Value
+	(*structpb.Struct)(nil),           // 23: google.protobuf.Struct
 }
 var file_relay_v1_document_service_proto_depIdxs = []int32{
-	22, // 0: relay.v1.UpdateDocumentRequest.data:type_name -> google.protobuf.Struct
-	22, // 1: relay.v1.CreateDocumentRequest.data:type_name -> google.protobuf.Struct
-	0,  // 2: relay.v1.DocumentService.GetDocument:input_type -> relay.v1.GetDocumentRequest
-	2,  // 3: relay.v1.DocumentService.UpdateDocument:input_type -> relay.v1.UpdateDocumentRequest
-	4,  // 4: relay.v1.DocumentService.CreateDocument:input_type -> relay.v1.CreateDocumentRequest
-	6,  // 5: relay.v1.DocumentService.DeleteDocument:input_type -> relay.v1.DeleteDocumentRequest
-	8,  // 6: relay.v1.DocumentService.SearchDocuments:input_type -> relay.v1.SearchDocumentsRequest
-	10, // 7: relay.v1.DocumentService.GetStructure:input_type -> relay.v1.GetStructureRequest
-	12, // 8: relay.v1.DocumentService.GiveItem:input_type -> relay.v1.GiveItemRequest
-	14, // 9: relay.v1.DocumentService.RemoveItem:input_type -> relay.v1.RemoveItemRequest
-	16, // 10: relay.v1.DocumentService.DecreaseAttribute:input_type -> relay.v1.DecreaseAttributeRequest
-	18, // 11: relay.v1.DocumentService.IncreaseAttribute:input_type -> relay.v1.IncreaseAttributeRequest
-	20, // 12: relay.v1.DocumentService.Kill:input_type -> relay.v1.KillRequest
-	1,  // 13: relay.v1.DocumentService.GetDocument:output_type -> relay.v1.GetDocumentResponse
-	3,  // 14: relay.v1.DocumentService.UpdateDocument:output_type -> relay.v1.UpdateDocumentResponse
-	5,  // 15: relay.v1.DocumentService.CreateDocument:output_type -> relay.v1.CreateDocumentResponse
-	7,  // 16: relay.v1.DocumentService.DeleteDocument:output_type -> relay.v1.DeleteDocumentResponse
-	9,  // 17: relay.v1.DocumentService.SearchDocuments:output_type -> relay.v1.SearchDocumentsResponse
-	11, // 18: relay.v1.DocumentService.GetStructure:output_type -> relay.v1.GetStructureResponse
-	13, // 19: relay.v1.DocumentService.GiveItem:output_type -> relay.v1.GiveItemResponse
-	15, // 20: relay.v1.DocumentService.RemoveItem:output_type -> relay.v1.RemoveItemResponse
-	17, // 21: relay.v1.DocumentService.DecreaseAttribute:output_type -> relay.v1.DecreaseAttributeResponse
-	19, // 22: relay.v1.DocumentService.IncreaseAttribute:output_type -> relay.v1.IncreaseAttributeResponse
-	21, // 23: relay.v1.DocumentService.Kill:output_type -> relay.v1.KillResponse
-	13, // [13:24] is the sub-list for method output_type
-	2,  // [2:13] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	22, // 0: relay.v1.GetDocumentResponse.document:type_name -> google.protobuf.Value
+	23, // 1: relay.v1.UpdateDocumentRequest.data:type_name -> google.protobuf.Struct
+	22, // 2: relay.v1.UpdateDocumentResponse.document:type_name -> google.protobuf.Value
+	23, // 3: relay.v1.CreateDocumentRequest.data:type_name -> google.protobuf.Struct
+	22, // 4: relay.v1.CreateDocumentResponse.document:type_name -> google.protobuf.Value
+	22, // 5: relay.v1.SearchDocumentsResponse.results:type_name -> google.protobuf.Value
+	22, // 6: relay.v1.GetStructureResponse.structure:type_name -> google.protobuf.Value
+	0,  // 7: relay.v1.DocumentService.GetDocument:input_type -> relay.v1.GetDocumentRequest
+	2,  // 8: relay.v1.DocumentService.UpdateDocument:input_type -> relay.v1.UpdateDocumentRequest
+	4,  // 9: relay.v1.DocumentService.CreateDocument:input_type -> relay.v1.CreateDocumentRequest
+	6,  // 10: relay.v1.DocumentService.DeleteDocument:input_type -> relay.v1.DeleteDocumentRequest
+	8,  // 11: relay.v1.DocumentService.SearchDocuments:input_type -> relay.v1.SearchDocumentsRequest
+	10, // 12: relay.v1.DocumentService.GetStructure:input_type -> relay.v1.GetStructureRequest
+	12, // 13: relay.v1.DocumentService.GiveItem:input_type -> relay.v1.GiveItemRequest
+	14, // 14: relay.v1.DocumentService.RemoveItem:input_type -> relay.v1.RemoveItemRequest
+	16, // 15: relay.v1.DocumentService.DecreaseAttribute:input_type -> relay.v1.DecreaseAttributeRequest
+	18, // 16: relay.v1.DocumentService.IncreaseAttribute:input_type -> relay.v1.IncreaseAttributeRequest
+	20, // 17: relay.v1.DocumentService.Kill:input_type -> relay.v1.KillRequest
+	1,  // 18: relay.v1.DocumentService.GetDocument:output_type -> relay.v1.GetDocumentResponse
+	3,  // 19: relay.v1.DocumentService.UpdateDocument:output_type -> relay.v1.UpdateDocumentResponse
+	5,  // 20: relay.v1.DocumentService.CreateDocument:output_type -> relay.v1.CreateDocumentResponse
+	7,  // 21: relay.v1.DocumentService.DeleteDocument:output_type -> relay.v1.DeleteDocumentResponse
+	9,  // 22: relay.v1.DocumentService.SearchDocuments:output_type -> relay.v1.SearchDocumentsResponse
+	11, // 23: relay.v1.DocumentService.GetStructure:output_type -> relay.v1.GetStructureResponse
+	13, // 24: relay.v1.DocumentService.GiveItem:output_type -> relay.v1.GiveItemResponse
+	15, // 25: relay.v1.DocumentService.RemoveItem:output_type -> relay.v1.RemoveItemResponse
+	17, // 26: relay.v1.DocumentService.DecreaseAttribute:output_type -> relay.v1.DecreaseAttributeResponse
+	19, // 27: relay.v1.DocumentService.IncreaseAttribute:output_type -> relay.v1.IncreaseAttributeResponse
+	21, // 28: relay.v1.DocumentService.Kill:output_type -> relay.v1.KillResponse
+	18, // [18:29] is the sub-list for method output_type
+	7,  // [7:18] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_document_service_proto_init() }

@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -57,7 +58,7 @@ type Event struct {
 	// oldestEventId, currentEventId, message}` when a resume id is out of the
 	// retained window; `overflow` `{lastEventId, message}` before the stream
 	// closes because the reader fell behind.
-	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Data          *structpb.Value `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,7 +107,7 @@ func (x *Event) GetName() string {
 	return ""
 }
 
-func (x *Event) GetData() []byte {
+func (x *Event) GetData() *structpb.Value {
 	if x != nil {
 		return x.Data
 	}
@@ -593,11 +594,11 @@ var File_relay_v1_event_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_event_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1crelay/v1/event_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"Q\n" +
+	"\x1crelay/v1/event_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16relay/v1/options.proto\"i\n" +
 	"\x05Event\x12\x1a\n" +
 	"\bsequence\x18\x01 \x01(\x04R\bsequence\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
-	"\x04data\x18\x03 \x01(\fB\x04\xb0\x9f\x19\x01R\x04data\"\x87\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x120\n" +
+	"\x04data\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x04data\"\x87\x01\n" +
 	"\x15SubscribeHooksRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x14\n" +
@@ -660,25 +661,27 @@ var file_relay_v1_event_service_proto_goTypes = []any{
 	(*SubscribeActorsResponse)(nil),     // 6: relay.v1.SubscribeActorsResponse
 	(*SubscribeScenesRequest)(nil),      // 7: relay.v1.SubscribeScenesRequest
 	(*SubscribeScenesResponse)(nil),     // 8: relay.v1.SubscribeScenesResponse
+	(*structpb.Value)(nil),              // 9: google.protobuf.Value
 }
 var file_relay_v1_event_service_proto_depIdxs = []int32{
-	0, // 0: relay.v1.SubscribeHooksResponse.event:type_name -> relay.v1.Event
-	0, // 1: relay.v1.SubscribeEncountersResponse.event:type_name -> relay.v1.Event
-	0, // 2: relay.v1.SubscribeActorsResponse.event:type_name -> relay.v1.Event
-	0, // 3: relay.v1.SubscribeScenesResponse.event:type_name -> relay.v1.Event
-	1, // 4: relay.v1.EventService.SubscribeHooks:input_type -> relay.v1.SubscribeHooksRequest
-	3, // 5: relay.v1.EventService.SubscribeEncounters:input_type -> relay.v1.SubscribeEncountersRequest
-	5, // 6: relay.v1.EventService.SubscribeActors:input_type -> relay.v1.SubscribeActorsRequest
-	7, // 7: relay.v1.EventService.SubscribeScenes:input_type -> relay.v1.SubscribeScenesRequest
-	2, // 8: relay.v1.EventService.SubscribeHooks:output_type -> relay.v1.SubscribeHooksResponse
-	4, // 9: relay.v1.EventService.SubscribeEncounters:output_type -> relay.v1.SubscribeEncountersResponse
-	6, // 10: relay.v1.EventService.SubscribeActors:output_type -> relay.v1.SubscribeActorsResponse
-	8, // 11: relay.v1.EventService.SubscribeScenes:output_type -> relay.v1.SubscribeScenesResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 0: relay.v1.Event.data:type_name -> google.protobuf.Value
+	0, // 1: relay.v1.SubscribeHooksResponse.event:type_name -> relay.v1.Event
+	0, // 2: relay.v1.SubscribeEncountersResponse.event:type_name -> relay.v1.Event
+	0, // 3: relay.v1.SubscribeActorsResponse.event:type_name -> relay.v1.Event
+	0, // 4: relay.v1.SubscribeScenesResponse.event:type_name -> relay.v1.Event
+	1, // 5: relay.v1.EventService.SubscribeHooks:input_type -> relay.v1.SubscribeHooksRequest
+	3, // 6: relay.v1.EventService.SubscribeEncounters:input_type -> relay.v1.SubscribeEncountersRequest
+	5, // 7: relay.v1.EventService.SubscribeActors:input_type -> relay.v1.SubscribeActorsRequest
+	7, // 8: relay.v1.EventService.SubscribeScenes:input_type -> relay.v1.SubscribeScenesRequest
+	2, // 9: relay.v1.EventService.SubscribeHooks:output_type -> relay.v1.SubscribeHooksResponse
+	4, // 10: relay.v1.EventService.SubscribeEncounters:output_type -> relay.v1.SubscribeEncountersResponse
+	6, // 11: relay.v1.EventService.SubscribeActors:output_type -> relay.v1.SubscribeActorsResponse
+	8, // 12: relay.v1.EventService.SubscribeScenes:output_type -> relay.v1.SubscribeScenesResponse
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_event_service_proto_init() }

@@ -164,16 +164,19 @@ var file_relay_v1_options_proto_extTypes = []protoimpl.ExtensionInfo{
 
 // Extension fields to descriptorpb.FieldOptions.
 var (
-	// Marks a bytes field that holds one JSON value (UTF-8 JSON text). Over
-	// REST the value appears inline, as JSON, not as base64. Documents travel
-	// this way because the world keeps them serialised: no conversion per read.
+	// Marks a google.protobuf.Value field that holds a JSON value the relay
+	// keeps serialised (a document, a result, an event's payload). gRPC
+	// callers receive it as a Value tree, which tools print as JSON; REST
+	// answers show it inline, copied from the JSON text the world holds,
+	// without a conversion per read. The OpenAPI document types each such
+	// field by its known shape.
 	//
 	// optional bool raw_json = 51702;
 	E_RawJson = &file_relay_v1_options_proto_extTypes[0]
-	// Marks a field that REST answers leave out when it is empty (a raw_json
+	// Marks a field that REST answers leave out when it is unset (a raw_json
 	// field that holds nothing), where they would otherwise write null: a
 	// detail the caller did not ask for is absent, as the tabletop module
-	// leaves it out. Over gRPC the field is empty as before.
+	// leaves it out. Over gRPC the field is unset.
 	//
 	// optional bool omit_empty = 51703;
 	E_OmitEmpty = &file_relay_v1_options_proto_extTypes[1]

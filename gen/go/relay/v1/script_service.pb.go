@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -90,7 +91,7 @@ func (x *ExecuteJsRequest) GetScript() string {
 type ExecuteJsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A JSON value (inline over REST): the returned value (null when nothing was returned).
-	Result []byte `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Result *structpb.Value `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
 	// Lines written with console.log and friends.
 	Logs          []string `protobuf:"bytes,2,rep,name=logs,proto3" json:"logs,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -127,7 +128,7 @@ func (*ExecuteJsResponse) Descriptor() ([]byte, []int) {
 	return file_relay_v1_script_service_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ExecuteJsResponse) GetResult() []byte {
+func (x *ExecuteJsResponse) GetResult() *structpb.Value {
 	if x != nil {
 		return x.Result
 	}
@@ -145,13 +146,13 @@ var File_relay_v1_script_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_script_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1drelay/v1/script_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16relay/v1/options.proto\"`\n" +
+	"\x1drelay/v1/script_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x16relay/v1/options.proto\"`\n" +
 	"\x10ExecuteJsRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x16\n" +
-	"\x06script\x18\x03 \x01(\tR\x06script\"E\n" +
-	"\x11ExecuteJsResponse\x12\x1c\n" +
-	"\x06result\x18\x01 \x01(\fB\x04\xb0\x9f\x19\x01R\x06result\x12\x12\n" +
+	"\x06script\x18\x03 \x01(\tR\x06script\"]\n" +
+	"\x11ExecuteJsResponse\x124\n" +
+	"\x06result\x18\x01 \x01(\v2\x16.google.protobuf.ValueB\x04\xb0\x9f\x19\x01R\x06result\x12\x12\n" +
 	"\x04logs\x18\x02 \x03(\tR\x04logs2\xa0\x01\n" +
 	"\rScriptService\x12\x8e\x01\n" +
 	"\tExecuteJs\x12\x1a.relay.v1.ExecuteJsRequest\x1a\x1b.relay.v1.ExecuteJsResponse\"H\xaa\x9f\x19.\n" +
@@ -175,15 +176,17 @@ var file_relay_v1_script_service_proto_msgTypes = make([]protoimpl.MessageInfo, 
 var file_relay_v1_script_service_proto_goTypes = []any{
 	(*ExecuteJsRequest)(nil),  // 0: relay.v1.ExecuteJsRequest
 	(*ExecuteJsResponse)(nil), // 1: relay.v1.ExecuteJsResponse
+	(*structpb.Value)(nil),    // 2: google.protobuf.Value
 }
 var file_relay_v1_script_service_proto_depIdxs = []int32{
-	0, // 0: relay.v1.ScriptService.ExecuteJs:input_type -> relay.v1.ExecuteJsRequest
-	1, // 1: relay.v1.ScriptService.ExecuteJs:output_type -> relay.v1.ExecuteJsResponse
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: relay.v1.ExecuteJsResponse.result:type_name -> google.protobuf.Value
+	0, // 1: relay.v1.ScriptService.ExecuteJs:input_type -> relay.v1.ExecuteJsRequest
+	1, // 2: relay.v1.ScriptService.ExecuteJs:output_type -> relay.v1.ExecuteJsResponse
+	2, // [2:3] is the sub-list for method output_type
+	1, // [1:2] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_script_service_proto_init() }
