@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,10 +45,29 @@ type pendingCall struct {
 }
 
 // reply is what a waiting request receives: the module's message or the
-// reason there is none.
+// reason there is none. A message larger than chunkMax comes as large
+// (msg is then nil), so that a caller that can read it in pieces (a file
+// download) does not need it joined.
 type reply struct {
-	msg json.RawMessage
-	err error
+	msg   json.RawMessage
+	large *chunks
+	err   error
+}
+
+// joined returns the reply's message in one slice.
+func (r reply) joined() json.RawMessage {
+	if r.large != nil {
+		return r.large.Bytes()
+	}
+	return r.msg
+}
+
+// outgoing is a message for the writer: head, then (for a large request)
+// body and tail, written as one WebSocket message without joining them.
+type outgoing struct {
+	head []byte
+	body *chunks
+	tail []byte
 }
 
 // Conn is one authenticated module connection. Three goroutines serve it:
@@ -61,7 +81,7 @@ type Conn struct {
 	token    Hash
 	addr     string // the host part of the remote address
 
-	out  chan []byte
+	out  chan outgoing
 	done chan struct{} // closed by shut
 	// ctx ends the reads and writes once the close handshake is over.
 	ctx    context.Context
@@ -81,7 +101,7 @@ type Conn struct {
 func newConn(h *Hub, ws *websocket.Conn, clientID string, token Hash, addr string, info ConnInfo) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Conn{hub: h, ws: ws, clientID: clientID, token: token, addr: addr,
-		out: make(chan []byte, h.opts.SendQueue), done: make(chan struct{}), ctx: ctx, cancel: cancel,
+		out: make(chan outgoing, h.opts.SendQueue), done: make(chan struct{}), ctx: ctx, cancel: cancel,
 		pending: map[string]pendingCall{}, info: info}
 	c.touch()
 	return c
@@ -102,14 +122,17 @@ func (c *Conn) touch() { c.lastSeen.Store(c.hub.opts.Now().UnixNano()) }
 
 // enqueue queues a message for the writer without waiting; it reports
 // false when the connection is closed or its queue is full.
-func (c *Conn) enqueue(msg []byte) bool {
+func (c *Conn) enqueue(msg []byte) bool { return c.enqueueOut(outgoing{head: msg}) }
+
+// enqueueOut is enqueue for any outgoing message.
+func (c *Conn) enqueueOut(o outgoing) bool {
 	select {
 	case <-c.done:
 		return false
 	default:
 	}
 	select {
-	case c.out <- msg:
+	case c.out <- o:
 		return true
 	default:
 		return false
@@ -118,56 +141,77 @@ func (c *Conn) enqueue(msg []byte) bool {
 
 // call sends one request and waits for its reply (see Hub.Call).
 func (c *Conn) call(ctx context.Context, requestType string, params any) (json.RawMessage, error) {
+	r := c.callWith(ctx, requestType, params, "", nil)
+	if r.err != nil {
+		return nil, r.err
+	}
+	return r.joined(), nil
+}
+
+// callWith sends one request and waits for its reply. When value is not
+// nil it is the JSON value of the request's field named field, written to
+// the socket from where it is (see Hub.callLarge).
+func (c *Conn) callWith(ctx context.Context, requestType string, params any, field string, value *chunks) reply {
 	h := c.hub
 	id := h.nextRequestID(requestType)
 	msg, err := encodeRequest(requestType, id, params)
 	if err != nil {
 		h.stats.failed.Add(1)
-		return nil, err
+		return reply{err: err}
+	}
+	out := outgoing{head: msg}
+	if value != nil {
+		// The value goes last: `{…,"field":<value>}`.
+		head := append(msg[:len(msg)-1:len(msg)-1], ',')
+		head = append(head, quoteKey(field)...)
+		out = outgoing{head: append(head, ':'), body: value, tail: []byte{'}'}}
 	}
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	switch {
 	case c.closed:
 		c.mu.Unlock()
-		return nil, errConnClosed
+		return reply{err: errConnClosed}
 	case len(c.pending) >= h.opts.MaxPending:
 		c.mu.Unlock()
 		h.stats.failed.Add(1)
-		return nil, newCallError(ErrBusy, c.clientID, requestType, "too many requests in flight")
+		return reply{err: newCallError(ErrBusy, c.clientID, requestType, "too many requests in flight")}
 	}
 	c.pending[id] = pendingCall{requestType: requestType, reply: ch}
 	c.mu.Unlock()
-	if !c.enqueue(msg) {
+	if !c.enqueueOut(out) {
 		if c.forget(id) {
 			h.stats.failed.Add(1)
-			return nil, newCallError(ErrBusy, c.clientID, requestType, "the tabletop is not reading its requests")
+			return reply{err: newCallError(ErrBusy, c.clientID, requestType, "the tabletop is not reading its requests")}
 		}
 		// The connection closed meanwhile and failed the request.
-		r := <-ch
-		return r.msg, r.err
+		return <-ch
 	}
 	timer := time.NewTimer(h.opts.ReplyTimeout)
 	defer timer.Stop()
 	select {
 	case r := <-ch:
-		return r.msg, r.err
+		return r
 	case <-timer.C:
 		if !c.forget(id) {
 			// The reply (or the disconnection) won the race.
-			r := <-ch
-			return r.msg, r.err
+			return <-ch
 		}
 		h.stats.timeouts.Add(1)
-		return nil, newCallError(ErrTimeout, c.clientID, requestType, h.opts.ReplyTimeout.String())
+		return reply{err: newCallError(ErrTimeout, c.clientID, requestType, h.opts.ReplyTimeout.String())}
 	case <-ctx.Done():
 		if !c.forget(id) {
-			r := <-ch
-			return r.msg, r.err
+			return <-ch
 		}
 		h.stats.failed.Add(1)
-		return nil, ctx.Err()
+		return reply{err: ctx.Err()}
 	}
+}
+
+// quoteKey returns a JSON object key, quoted.
+func quoteKey(k string) []byte {
+	b, _ := json.Marshal(k)
+	return b
 }
 
 // forget removes a waiting request and reports whether it was waiting.
@@ -182,7 +226,11 @@ func (c *Conn) forget(id string) bool {
 }
 
 // deliver hands a reply to its waiting request, or counts it as late.
-func (c *Conn) deliver(id string, msg json.RawMessage) {
+func (c *Conn) deliver(id string, msg json.RawMessage) { c.deliverReply(id, reply{msg: msg}) }
+
+// deliverReply hands any reply to its waiting request, or counts it as
+// late.
+func (c *Conn) deliverReply(id string, r reply) {
 	c.mu.Lock()
 	p, ok := c.pending[id]
 	delete(c.pending, id)
@@ -193,7 +241,7 @@ func (c *Conn) deliver(id string, msg json.RawMessage) {
 		return
 	}
 	c.hub.stats.replies.Add(1)
-	p.reply <- reply{msg: msg}
+	p.reply <- r
 }
 
 // shut ends the connection: it fails every waiting request at once,
@@ -230,7 +278,7 @@ func (c *Conn) start() {
 func (c *Conn) read() {
 	c.ws.SetReadLimit(c.hub.opts.MaxMessageBytes)
 	for {
-		typ, data, err := c.ws.Read(c.ctx)
+		typ, msg, err := c.readMessage()
 		if err != nil {
 			code, reason := CloseGoingAway, "Connection lost"
 			if websocket.CloseStatus(err) == CloseTooBig {
@@ -244,8 +292,49 @@ func (c *Conn) read() {
 			c.hub.stats.ignored.Add(1)
 			continue
 		}
-		c.dispatch(data)
+		if msg.Len() > chunkMax && c.dispatchLarge(msg) {
+			continue
+		}
+		c.dispatch(msg.Bytes())
 	}
+}
+
+// readMessage reads the next message into pieces: a large one (a file
+// download) is never copied into a growing slice.
+func (c *Conn) readMessage() (websocket.MessageType, *chunks, error) {
+	typ, r, err := c.ws.Reader(c.ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	msg := &chunks{}
+	if _, err := msg.ReadFrom(r); err != nil {
+		return 0, nil, err
+	}
+	return typ, msg, nil
+}
+
+// dispatchLarge hands a large reply to its request as it is, in pieces,
+// and reports whether msg was one; other large messages are dispatched
+// joined.
+func (c *Conn) dispatchLarge(msg *chunks) bool {
+	var typ, id string
+	_ = scanObject(msg, func(f field) bool {
+		if f.isString && !f.escaped && (f.key == "type" || f.key == "requestId") {
+			v := string(msg.copyOf(f.off+1, f.n-2))
+			if f.key == "type" {
+				typ = v
+			} else {
+				id = v
+			}
+		}
+		return typ == "" || id == ""
+	})
+	switch {
+	case typ == "" || id == "", typ == typeRemote, typ == typePlayerList, isEventType(typ):
+		return false
+	}
+	c.deliverReply(id, reply{large: msg})
+	return true
 }
 
 // writeLoop writes queued messages, one at a time, each within the write
@@ -255,16 +344,61 @@ func (c *Conn) writeLoop() {
 		select {
 		case <-c.done:
 			return
-		case msg := <-c.out:
-			ctx, cancel := context.WithTimeout(c.ctx, c.hub.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, msg)
-			cancel()
+		case o := <-c.out:
+			var err error
+			if o.body == nil {
+				ctx, cancel := context.WithTimeout(c.ctx, c.hub.opts.WriteTimeout)
+				err = c.ws.Write(ctx, websocket.MessageText, o.head)
+				cancel()
+			} else {
+				err = c.writeLarge(o)
+			}
 			if err != nil {
 				c.shut(CloseGoingAway, "Write failed")
 				return
 			}
 		}
 	}
+}
+
+// writeLarge writes a large message in the pieces it is held in. The
+// write time-out applies to each piece rather than to the whole: a module
+// that reads on is given the time a large file takes, one that stops
+// reading is cut off after the time-out.
+func (c *Conn) writeLarge(o outgoing) error {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	stall := time.AfterFunc(c.hub.opts.WriteTimeout, cancel)
+	defer stall.Stop()
+	w, err := c.ws.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		return err
+	}
+	pw := progressWriter{w: w, reset: func() { stall.Reset(c.hub.opts.WriteTimeout) }}
+	if _, err := pw.Write(o.head); err != nil {
+		return err
+	}
+	if _, err := o.body.WriteTo(pw); err != nil {
+		return err
+	}
+	if _, err := pw.Write(o.tail); err != nil {
+		return err
+	}
+	return w.Close()
+}
+
+// progressWriter calls reset after every write that went through.
+type progressWriter struct {
+	w     io.Writer
+	reset func()
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if err == nil {
+		p.reset()
+	}
+	return n, err
 }
 
 // pingLoop sends WebSocket pings; one without a pong within the interval

@@ -3,7 +3,7 @@
 // once with a one-time code, then holds one WebSocket to the relay's `/relay`
 // endpoint and answers the relay's requests on it.
 //
-// The package has four parts:
+// The package has five parts:
 //
 //   - Pairing ([Pairings], over a [Store]): one-time pairing codes, connection
 //     tokens (kept only as SHA-256 hashes, one valid token per world) and the
@@ -20,6 +20,11 @@
 //     requestId, however many are in flight; the events the module sends;
 //     the world's users from its `player-list`; and the event channels the
 //     module should turn on.
+//   - The event streams ([Events]): the module's event messages rebuilt in
+//     the relay's own event shapes (eventshape.go), judged for each
+//     subscriber with what the relay knows of the documents
+//     (eventaccess.go), and the last events of each world kept for resume,
+//     across restarts in an [EventJournal].
 //   - A simulated tabletop for tests and demos, in package link/linktest.
 //
 // Failures of [Hub.Call] are world errors (package world) as well as link

@@ -2,9 +2,10 @@ package link
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tabletop-relay/relay/world"
 )
@@ -12,25 +13,46 @@ import (
 // Defaults of the linked worlds' event streams.
 const (
 	// DefaultEventRetention is how many events of each linked world are
-	// kept for resume.
+	// kept for resume, in memory and in the journal.
 	DefaultEventRetention = 1024
 	// DefaultEventQueue is how many events a subscriber may fall behind
 	// before its stream ends with world.ErrSubscriberBehind.
 	DefaultEventQueue = 256
+	// DefaultEventInbox is how many of a world's event messages may wait
+	// to be turned into events; more are dropped (and counted).
+	DefaultEventInbox = 4096
 )
 
 // Events turns the event messages of linked worlds into the relay's event
 // streams: each world's events get their sequence numbers here (from 1,
-// for as long as the relay runs), the last DefaultEventRetention are kept
-// for resume, and each subscriber gets those of its channel that pass its
-// filters and its read rules. While a module channel has subscribers it
+// and on from where they were after a restart when a journal keeps them,
+// see SetJournal), the last DefaultEventRetention are kept for resume, and
+// each subscriber gets those of its channel that pass its filters and its
+// read rules. While a module channel has subscribers it
 // is turned on in the module ([Hub.SetChannel]), and off when the last
 // leaves. Give [Events.Publish] to [HubOptions].OnEvent.
 type Events struct {
 	hub *Hub
 
+	// undecided counts the deliveries left out because the relay could
+	// not tell whether the subscriber may read the event.
+	undecided atomic.Uint64
+	// dropped counts the messages dropped because the world's inbox was
+	// full.
+	dropped atomic.Uint64
+	// fetched counts the documents the relay asked the module for.
+	fetched atomic.Uint64
+	// journal, when set, keeps the retained events across restarts;
+	// journalErrors counts its failures.
+	journal       EventJournal
+	journalErrors atomic.Uint64
+
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
+	// running counts the worlds' goroutines at work; idle, when not nil,
+	// is closed when it drops to zero (see Drain).
+	running int
+	idle    chan struct{}
 }
 
 // NewEvents returns the event streams of hub's worlds. hub may be set
@@ -46,17 +68,20 @@ type worldEvents struct {
 	seq  uint64
 	ring []linkedEvent // the retained events, oldest first
 	subs map[*subscription]struct{}
-}
-
-// linkedEvent is one event with what the filters and read rules read.
-type linkedEvent struct {
-	world.Event
-	channel world.EventChannel
-	// filter is the value a subscription's filter compares (the hook
-	// name, encounter id, actor uuid or scene id).
-	filter string
-	// ownership is the ownership map the payload carries, if any.
-	ownership map[string]float64
+	// known is what the relay saw of the world's documents' ownership;
+	// lastRound the round each running combat was last seen at.
+	known     knownDocs
+	lastRound map[string]any
+	// combatants are the combatants of each running combat as the relay
+	// last saw them, by combat id and combatant id.
+	combatants map[string]map[string]world.Document
+	// inbox holds the messages not turned into events yet, and what
+	// replies showed of documents meanwhile (applied in the same order);
+	// working is set while a goroutine does that.
+	inbox   []inboxItem
+	working bool
+	// noJournal is set when the world's stored events could not be read.
+	noJournal bool
 }
 
 // moduleChannels maps our channels to the module's.
@@ -67,24 +92,171 @@ var moduleChannels = map[world.EventChannel]string{
 
 // Publish takes one event message of a linked world (the hub's OnEvent
 // callback). Messages of channels the relay does not stream (rolls and
-// chat) and malformed ones are dropped.
+// chat) and malformed ones are dropped. Publish does not block: each
+// world's messages are queued (at most DefaultEventInbox) and turned into
+// events in order by a goroutine of the world's, which may first ask the
+// module who may read a document (see [Events.Undecided]).
 func (e *Events) Publish(clientID string, ev Event) {
-	le, ok := translate(ev)
-	if !ok {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	w := e.world(clientID)
-	w.seq++
-	le.Seq = w.seq
-	w.ring = append(w.ring, le)
-	if len(w.ring) > DefaultEventRetention {
-		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
+	if len(w.inbox) >= DefaultEventInbox {
+		e.dropped.Add(1)
+		return
 	}
+	w.inbox = append(w.inbox, inboxItem{ev: ev})
+	e.startWork(clientID, w)
+}
+
+// inboxItem is an event message, or what a reply showed of a document.
+type inboxItem struct {
+	ev         Event
+	seenUUID   string
+	seenAccess world.Document
+}
+
+// startWork starts the world's goroutine unless it runs; e.mu is held.
+func (e *Events) startWork(clientID string, w *worldEvents) {
+	if !w.working {
+		w.working = true
+		e.running++
+		go e.work(clientID, w)
+	}
+}
+
+// work turns the world's queued messages into events until none is left.
+func (e *Events) work(clientID string, w *worldEvents) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for len(w.inbox) > 0 {
+		fresh := e.drain(clientID, w)
+		if e.journal != nil && !w.noJournal && len(fresh) > 0 {
+			// Subscribers have the events already; the journal keeps
+			// them for resumes after a restart.
+			e.mu.Unlock()
+			e.store(clientID, fresh)
+			e.mu.Lock()
+		}
+	}
+	w.inbox = nil
+	w.working = false
+	e.running--
+	if e.running == 0 && e.idle != nil {
+		close(e.idle)
+		e.idle = nil
+	}
+}
+
+// drain turns the world's queued messages into events and returns them;
+// e.mu is held (and let go while the module is asked about a document).
+func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
+	var fresh []linkedEvent
+	for len(w.inbox) > 0 {
+		item := w.inbox[0]
+		w.inbox[0] = inboxItem{}
+		w.inbox = w.inbox[1:]
+		if item.seenUUID != "" {
+			w.known.put(item.seenUUID, item.seenAccess)
+			continue
+		}
+		le, ok := translator{w: w}.translate(item.ev)
+		if !ok {
+			continue
+		}
+		if le.combat != nil && e.hub != nil {
+			// The module's combat events lack what players' payloads
+			// and the relay's shape need: ask for the combat.
+			e.mu.Unlock()
+			doc := e.fetchDoc(clientID, "Combat."+le.combat.id)
+			e.mu.Lock()
+			le.completeCombat(w, doc)
+		} else if le.combat != nil {
+			le.completeCombat(w, nil)
+		}
+		if need := le.unknown(); len(need) > 0 && e.hub != nil && w.hasPlayer(le.channel) {
+			// A player follows the channel and the relay does not know
+			// who may read the document: ask the module, as a GM.
+			e.mu.Unlock()
+			for _, uuid := range need {
+				e.fetch(clientID, uuid)
+			}
+			e.mu.Lock()
+			le.fill(&w.known)
+		}
+		w.seq++
+		le.Seq = w.seq
+		w.ring = append(w.ring, le)
+		if len(w.ring) > DefaultEventRetention {
+			w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
+		}
+		for s := range w.subs {
+			s.offer(le)
+		}
+		fresh = append(fresh, le)
+	}
+	return fresh
+}
+
+// store writes a world's new events to the journal and forgets those
+// past the retention.
+func (e *Events) store(clientID string, fresh []linkedEvent) {
+	out := make([]JournalEvent, 0, len(fresh))
+	for i := range fresh {
+		data, err := fresh[i].encode()
+		if err != nil {
+			e.journalErrors.Add(1)
+			continue
+		}
+		out = append(out, JournalEvent{Seq: fresh[i].Seq, Data: data})
+	}
+	var forget uint64
+	if last := fresh[len(fresh)-1].Seq; last > DefaultEventRetention {
+		forget = last - DefaultEventRetention
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.journal.AppendEvents(ctx, clientID, out, forget); err != nil {
+		e.journalErrors.Add(1)
+	}
+}
+
+// Drain waits until every event message received so far is processed and
+// stored in the journal, or ctx ends. The relay calls it on stopping, once
+// the modules are disconnected, before it closes the journal.
+func (e *Events) Drain(ctx context.Context) error {
+	e.mu.Lock()
+	if e.running == 0 {
+		e.mu.Unlock()
+		return nil
+	}
+	if e.idle == nil {
+		e.idle = make(chan struct{})
+	}
+	idle := e.idle
+	e.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SetJournal makes the event streams keep each linked world's retained
+// events in j, and start from what j holds: a relay that restarts goes on
+// numbering each world's events where it stopped, and streams resume
+// across the restart. Call it before the first event.
+func (e *Events) SetJournal(j EventJournal) { e.journal = j }
+
+// hasPlayer reports whether a subscriber who is not a GM follows the
+// module channel of ch; e.mu is held.
+func (w *worldEvents) hasPlayer(ch world.EventChannel) bool {
 	for s := range w.subs {
-		s.offer(le)
+		if s.channel == moduleChannels[ch] && !s.user.IsGM() {
+			return true
+		}
 	}
+	return false
 }
 
 // world returns the world's state; e.mu is held.
@@ -93,49 +265,37 @@ func (e *Events) world(clientID string) *worldEvents {
 	if w == nil {
 		w = &worldEvents{subs: map[*subscription]struct{}{}}
 		e.worlds[clientID] = w
+		if e.journal != nil {
+			e.load(clientID, w)
+		}
 	}
 	return w
 }
 
-// translate reads a module event message (reference §7): its channel, our
-// event name, the filter field the module nests under `data` (§7.7) and
-// the ownership the payload carries.
-func translate(ev Event) (linkedEvent, bool) {
-	var outer struct {
-		Data json.RawMessage `json:"data"`
+// load reads a world's retained events from the journal; e.mu is held. A
+// world whose events cannot be read starts afresh and is not written
+// either, so that what the journal has is not overwritten.
+func (e *Events) load(clientID string, w *worldEvents) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stored, err := e.journal.LoadEvents(ctx, clientID)
+	if err != nil {
+		e.journalErrors.Add(1)
+		w.noJournal = true
+		return
 	}
-	var msg struct{ Data map[string]json.RawMessage }
-	if json.Unmarshal(ev.Message, &outer) != nil || json.Unmarshal(outer.Data, &msg.Data) != nil || msg.Data == nil {
-		return linkedEvent{}, false
-	}
-	str := func(key string) string {
-		var s string
-		_ = json.Unmarshal(msg.Data[key], &s)
-		return s
-	}
-	// The payload is the module's `data`, as it sent it.
-	le := linkedEvent{}
-	le.Data = outer.Data
-	switch ev.Type {
-	case "hook-event":
-		le.channel, le.Name, le.filter = world.ChannelHooks, str("hook"), str("hook")
-		var args []map[string]json.RawMessage
-		if json.Unmarshal(msg.Data["args"], &args) == nil && len(args) > 0 {
-			_ = json.Unmarshal(args[0]["ownership"], &le.ownership)
+	for _, je := range stored {
+		le, err := decodeEvent(je)
+		if err != nil {
+			e.journalErrors.Add(1)
+			continue
 		}
-	case "combat-event":
-		le.channel, le.Name, le.filter = world.ChannelCombat, "combat-"+str("eventType"), str("encounterId")
-	case "actor-event":
-		le.channel, le.Name, le.filter = world.ChannelActor, "actor-"+str("eventType"), str("actorUuid")
-	case "scene-event":
-		le.channel, le.Name, le.filter = world.ChannelScene, "scene-"+str("eventType"), str("sceneId")
-	default:
-		return linkedEvent{}, false
+		w.ring = append(w.ring, le)
+		w.seq = max(w.seq, je.Seq)
 	}
-	if le.Name == "" || strings.HasSuffix(le.Name, "-") {
-		return linkedEvent{}, false
+	if len(w.ring) > DefaultEventRetention {
+		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
 	}
-	return le, true
 }
 
 // Subscribe implements [world.Events] for a linked world.
@@ -169,9 +329,11 @@ func (e *Events) subscribe(clientID string, user *world.User, req world.EventReq
 			}
 			s.reset, s.isReset = world.EventReset{LastEventID: req.After, Oldest: o, Head: w.seq}, true
 		} else {
-			for _, le := range w.ring {
-				if le.Seq > req.After && s.wants(le) {
-					s.replay = append(s.replay, le.Event)
+			for i := range w.ring {
+				if le := &w.ring[i]; le.Seq > req.After {
+					if ev, ok := s.view(le); ok {
+						s.replay = append(s.replay, ev)
+					}
 				}
 			}
 		}
@@ -211,19 +373,39 @@ type subscription struct {
 
 // offer queues le when the subscriber wants it; e.mu is held.
 func (s *subscription) offer(le linkedEvent) {
-	if s.fell || !s.wants(le) {
+	if s.fell {
+		return
+	}
+	ev, ok := s.view(&le)
+	if !ok {
 		return
 	}
 	select {
-	case s.queue <- le.Event:
+	case s.queue <- ev:
 	default:
 		s.fell = true
 		close(s.behind)
 	}
 }
 
-// wants applies the subscription's channel, filters and read rules.
-func (s *subscription) wants(le linkedEvent) bool {
+// view returns the event as the subscriber receives it, when its channel,
+// filters and read rules let it through.
+func (s *subscription) view(le *linkedEvent) (world.Event, bool) {
+	if !s.wants(le) {
+		return world.Event{}, false
+	}
+	data, undecided := le.viewFor(s.user)
+	if undecided {
+		s.e.undecided.Add(1)
+	}
+	if data == nil {
+		return world.Event{}, false
+	}
+	return world.Event{Seq: le.Seq, Name: le.Name, Data: data}, true
+}
+
+// wants applies the subscription's channel and filters.
+func (s *subscription) wants(le *linkedEvent) bool {
 	if moduleChannels[le.channel] != s.channel {
 		return false
 	}
@@ -245,26 +427,7 @@ func (s *subscription) wants(le linkedEvent) bool {
 			return false
 		}
 	}
-	return s.mayRead(le)
-}
-
-// mayRead applies the read rules: a GM reads every event; anyone else
-// only an event whose payload carries the document's ownership and grants
-// the user at least OBSERVER. The module does not filter by permission,
-// and an event without ownership cannot be decided, so a non-GM does not
-// get it.
-func (s *subscription) mayRead(le linkedEvent) bool {
-	if s.user.IsGM() {
-		return true
-	}
-	if le.ownership == nil {
-		return false
-	}
-	level, ok := le.ownership[s.user.ID]
-	if !ok {
-		level = le.ownership["default"]
-	}
-	return world.Level(level) >= world.LevelObserver
+	return true
 }
 
 func contains(list []string, s string) bool {
@@ -275,6 +438,34 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// EventStats counts what the linked worlds' event streams did since the
+// relay started.
+type EventStats struct {
+	// Undecided counts the deliveries withheld from subscribers who are
+	// not GMs because the relay could not tell whether they may read the
+	// event (see Undecided).
+	Undecided uint64
+	// Fetched counts the documents the relay asked the modules for: to
+	// decide who may read an event, or to complete a combat event.
+	Fetched uint64
+	// Dropped counts the event messages dropped because DefaultEventInbox
+	// of a world's messages already waited.
+	Dropped uint64
+	// JournalErrors counts the failures to store or load events.
+	JournalErrors uint64
+}
+
+// Stats returns the counters.
+func (e *Events) Stats() EventStats {
+	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load(), JournalErrors: e.journalErrors.Load()}
+}
+
+// Undecided counts the deliveries of linked worlds' events left out
+// because the relay could not tell whether the subscriber, not a GM, may
+// read them (the module said nothing of the document's ownership and the
+// relay had not seen it).
+func (e *Events) Undecided() uint64 { return e.undecided.Load() }
 
 // Reset implements [world.EventSubscription].
 func (s *subscription) Reset() (world.EventReset, bool) { return s.reset, s.isReset }

@@ -265,6 +265,28 @@ func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any
 	return nil, newCallError(ErrNotConnected, clientID, requestType, "")
 }
 
+// callLarge is Call for the requests and replies that carry files. value,
+// when not nil, is the JSON value of the request's field named field: it
+// is written to the socket from the pieces it is held in, after params'
+// fields, never joined into one message. A reply larger than chunkMax
+// comes in pieces (reply.large), for the caller to read without joining
+// it.
+func (h *Hub) callLarge(ctx context.Context, clientID, requestType string, params any, field string, value *chunks) reply {
+	h.stats.calls.Add(1)
+	for range 2 {
+		c := h.conn(clientID)
+		if c == nil {
+			break
+		}
+		r := c.callWith(ctx, requestType, params, field, value)
+		if !errors.Is(r.err, errConnClosed) {
+			return r
+		}
+	}
+	h.stats.failed.Add(1)
+	return reply{err: newCallError(ErrNotConnected, clientID, requestType, "")}
+}
+
 // nextRequestID returns a request id unique in this process.
 func (h *Hub) nextRequestID(requestType string) string {
 	return requestType + "_" + strconv.FormatUint(h.seq.Add(1), 10)

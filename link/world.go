@@ -1,13 +1,10 @@
 package link
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -161,6 +158,17 @@ func sortUsers(us []world.User) {
 // always sends one) are added. A moduleReply with an `error` is returned as the
 // world error its text stands for (see [moduleError]).
 func (w *Linked) request(ctx context.Context, user *world.User, requestType string, params map[string]any) (moduleReply, error) {
+	raw, err := w.hub.Call(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
+	if err != nil {
+		return nil, err
+	}
+	return w.check(requestType, raw)
+}
+
+// prepare adds to a request's parameters what every request carries:
+// `data` (the module reads it even when empty), the user's id and, for
+// keys with scopes, `_scopes`.
+func (w *Linked) prepare(ctx context.Context, user *world.User, params map[string]any) map[string]any {
 	if params == nil {
 		params = map[string]any{}
 	}
@@ -173,10 +181,12 @@ func (w *Linked) request(ctx context.Context, user *world.User, requestType stri
 	if c := world.CallerFrom(ctx); c != nil && len(c.Scopes) > 0 {
 		params["_scopes"] = c.Scopes
 	}
-	raw, err := w.hub.Call(ctx, w.clientID, requestType, params)
-	if err != nil {
-		return nil, err
-	}
+	return params
+}
+
+// check reads a module's reply: its fields, or the world error its
+// `error` stands for.
+func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, error) {
 	var r moduleReply
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, badReply(w.clientID, requestType, "not a JSON object")
@@ -314,6 +324,7 @@ func (w *Linked) GetJSON(ctx context.Context, user *world.User, uuid string) ([]
 	if len(data) == 0 || data[0] != '{' {
 		return nil, world.Errorf(world.ErrNotFound, "Entity not found: %s", uuid)
 	}
+	w.events.Observe(w.clientID, uuid, data)
 	return data, nil
 }
 
@@ -328,6 +339,7 @@ func (w *Linked) Update(ctx context.Context, user *world.User, uuid string, data
 	if err := r.decode("entity", &docs); err != nil || len(docs) == 0 || docs[0] == nil {
 		return nil, badReply(w.clientID, "update", "no entity")
 	}
+	w.events.observeDoc(w.clientID, uuid, docs[0])
 	return docs[0], nil
 }
 
@@ -360,6 +372,9 @@ func (w *Linked) Create(ctx context.Context, user *world.User, p world.CreatePar
 	var doc world.Document
 	if err := r.decode("entity", &doc); err != nil || doc == nil {
 		return nil, badReply(w.clientID, "create", "no entity")
+	}
+	if id, _ := doc["_id"].(string); id != "" {
+		w.events.observeDoc(w.clientID, p.Type+"."+id, doc)
 	}
 	return doc, nil
 }
@@ -808,77 +823,6 @@ func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFi
 		entries[i] = world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size}
 	}
 	return out.Path, entries, nil
-}
-
-// OpenFile implements [world.Files] with the module's `download-file`,
-// which sends the whole file as a base64 data URL in one message (bounded
-// by the hub's MaxMessageBytes). The file is decoded once into memory.
-func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*world.FileContent, error) {
-	r, err := w.request(ctx, user, "download-file", map[string]any{"path": path})
-	if err != nil {
-		return nil, err
-	}
-	var out struct {
-		Path     string `json:"path"`
-		FileData string `json:"fileData"`
-		Filename string `json:"filename"`
-		MIMEType string `json:"mimeType"`
-	}
-	if err := remarshal(r, &out); err != nil {
-		return nil, badReply(w.clientID, "download-file", err.Error())
-	}
-	comma := strings.IndexByte(out.FileData, ',')
-	if !strings.HasPrefix(out.FileData, "data:") || comma < 0 {
-		return nil, badReply(w.clientID, "download-file", "fileData is not a data URL")
-	}
-	data, err := base64.StdEncoding.DecodeString(out.FileData[comma+1:])
-	if err != nil {
-		return nil, badReply(w.clientID, "download-file", "fileData is not base64")
-	}
-	if out.Path == "" {
-		out.Path = path
-	}
-	mime := out.MIMEType
-	if mime == "" {
-		mime = "application/octet-stream"
-	}
-	return &world.FileContent{Path: out.Path, Name: out.Filename, MIMEType: mime, Size: int64(len(data)),
-		Body: io.NopCloser(bytes.NewReader(data))}, nil
-}
-
-// WriteFile implements [world.Files] with the module's `upload-file`: the
-// body is read (up to p.MaxBytes, over which the write is ErrTooLarge and
-// nothing is sent) and sent as a base64 data URL, the form the module
-// takes. The module writes the file itself, with its own checks.
-func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteFileParams, body io.Reader) (world.FileWritten, error) {
-	if p.MaxBytes > 0 {
-		body = io.LimitReader(body, p.MaxBytes+1)
-	}
-	// The file is encoded as it is read, so that only its base64 form
-	// is held whole.
-	var enc strings.Builder
-	enc.WriteString("data:application/octet-stream;base64,")
-	b64 := base64.NewEncoder(base64.StdEncoding, &enc)
-	n, err := io.Copy(b64, body)
-	if err != nil {
-		return world.FileWritten{}, err
-	}
-	_ = b64.Close()
-	if p.MaxBytes > 0 && n > p.MaxBytes {
-		return world.FileWritten{}, world.Errorf(world.ErrTooLarge, "File is larger than %d bytes", p.MaxBytes)
-	}
-	params := map[string]any{"path": p.Dir, "filename": p.Name, "source": "data", "fileData": enc.String(),
-		"mimeType": "application/octet-stream"}
-	param(params, "overwrite", p.Overwrite)
-	r, err := w.request(ctx, user, "upload-file", params)
-	if err != nil {
-		return world.FileWritten{}, err
-	}
-	var path string
-	if err := r.decode("path", &path); err != nil {
-		return world.FileWritten{}, badReply(w.clientID, "upload-file", err.Error())
-	}
-	return world.FileWritten{Path: strings.TrimPrefix(path, "/"), Size: n}, nil
 }
 
 // Scripts.

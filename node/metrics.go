@@ -69,6 +69,21 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts *server.Rat
 			prometheus.Labels{"limit": l.name}, func() float64 { return float64(l.l.Refused()) })
 	}
 	hub := r.links.Hub()
+	for _, c := range []struct {
+		name, help string
+		get        func(link.EventStats) uint64
+	}{
+		{"relay_linked_events_withheld_total", "Deliveries of linked worlds' events withheld from a subscriber who is not a GM because the relay could not tell whether they may read the document.",
+			func(s link.EventStats) uint64 { return s.Undecided }},
+		{"relay_linked_event_lookups_total", "Documents the relay asked a linked world for to decide who may read its events, or to complete its combat events.",
+			func(s link.EventStats) uint64 { return s.Fetched }},
+		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many (4096) waited to be processed.",
+			func(s link.EventStats) uint64 { return s.Dropped }},
+		{"relay_linked_event_journal_errors_total", "Failures to store linked worlds' events in relay.db for resumes across restarts, or to load them.",
+			func(s link.EventStats) uint64 { return s.JournalErrors }},
+	} {
+		m.CounterFunc(c.name, c.help, nil, func() float64 { return float64(c.get(r.linkEvents.Stats())) })
+	}
 	m.GaugeFunc("relay_linked_worlds_connected", "Linked worlds (tabletops) connected to /relay.", nil, func() float64 {
 		return float64(hub.Stats().Connected)
 	})

@@ -51,6 +51,8 @@ type Node struct {
 	scripts  *script.Pool
 	links    *link.Service
 	linkDB   *link.SQLiteStore
+	// linkEvents are the linked worlds' event streams.
+	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
 	// registry; nil for a relay alone (cluster.go).
 	cluster       *cluster.Node
@@ -215,6 +217,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
+	linkEvents.SetJournal(r.linkDB)
+	r.linkEvents = linkEvents
 	var onConnect func(link.ConnInfo)
 	var onDisconnect func(string)
 	if r.cluster != nil {
@@ -446,6 +450,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 		// sees them: close them first, so the modules reconnect later
 		// and their waiting requests fail now.
 		r.links.Close(ctx)
+	}
+	if r.linkEvents != nil {
+		// The events the modules sent before they went are stored
+		// before relay.db closes.
+		_ = r.linkEvents.Drain(ctx)
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))

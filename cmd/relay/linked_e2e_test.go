@@ -199,8 +199,10 @@ func TestLinkedWorldFailures(t *testing.T) {
 // TestLinkedWorldEvents: a linked world's events reach SSE streams with
 // our ids and names; the module's channel is on while a stream needs it
 // and off when the last leaves; filters read the fields the module nests
-// under `data`; a player gets only events whose payload grants them at
-// least OBSERVER, a GM every one; a resume replays what was missed.
+// under `data`; events come in the relay's shapes; a player gets only
+// events whose document grants them at least OBSERVER (here from the
+// ownership the payload carries), a GM every one; a resume replays what
+// was missed.
 func TestLinkedWorldEvents(t *testing.T) {
 	t.Parallel()
 	tr := startTestRelay(t)
@@ -224,16 +226,23 @@ func TestLinkedWorldEvents(t *testing.T) {
 	}
 	emit("actor-event", map[string]any{"actorUuid": "Actor.b", "eventType": "update", "changes": map[string]any{"name": "B"}})
 	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "update", "changes": map[string]any{"name": "A"}})
-	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Hidden", "ownership": map[string]any{"default": 0}}}})
-	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Open"}}})
-	emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{map[string]any{"name": "Mine", "ownership": map[string]any{"alice00000000001": 3}}}})
+	hook := func(id, name string, ownership map[string]any) map[string]any {
+		doc := map[string]any{"_id": id, "name": name}
+		if ownership != nil {
+			doc["ownership"] = ownership
+		}
+		return map[string]any{"hook": "updateActor", "args": []any{doc, map[string]any{"_id": id, "name": name}, map[string]any{}}}
+	}
+	emit("hook-event", hook("hidden", "Hidden", map[string]any{"default": 0}))
+	emit("hook-event", hook("open", "Open", nil))
+	emit("hook-event", hook("mine", "Mine", map[string]any{"alice00000000001": 3}))
 
 	f := actor.expect("actor-update")[0]
 	if d := f.json(t); d["actorUuid"] != "Actor.a" || f.id != "2" {
 		t.Fatalf("actor event %+v", f)
 	}
 	f = alice.expect("updateActor")[0]
-	if args := f.json(t)["args"].([]any); args[0].(map[string]any)["name"] != "Mine" {
+	if d := f.json(t); d["uuid"] != "Actor.mine" || d["changes"].(map[string]any)["name"] != "Mine" {
 		t.Fatalf("the player got %s", f.data)
 	}
 
@@ -256,7 +265,7 @@ func TestLinkedWorldEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the channel turned on again", func() bool { return turnedOn() > before })
-	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "item-add", "item": map[string]any{"name": "Rope"}})
+	emit("actor-event", map[string]any{"actorUuid": "Actor.a", "eventType": "item-add", "item": map[string]any{"_id": "rope", "name": "Rope"}})
 	if f := actor.expect("actor-item-add")[0]; f.id != "6" {
 		t.Fatalf("event after the reconnection %+v", f)
 	}

@@ -14,7 +14,9 @@
 // type gets no reply, as the module does for a type it does not handle.
 // With --world it answers every request type the relay sends from a copy
 // of the demo world kept in that directory (created on the first run), in
-// the module's reply shapes and error texts, with the demo world's users.
+// the module's reply shapes and error texts, with the demo world's users,
+// and sends the world's events in the module's shapes on the channels the
+// relay turns on.
 package main
 
 import (
@@ -39,6 +41,7 @@ import (
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/embedded"
+	"github.com/tabletop-relay/relay/world/events"
 )
 
 // state is what the simulator keeps between runs.
@@ -107,6 +110,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return map[string]any{"data": map[string]any{"users": players}}, true
 		},
 	})
+	var mirrored world.World // the world whose events the simulator sends
 	if *worldDir != "" {
 		w, closeWorld, err := demoWorld(ctx, *worldDir)
 		if err != nil {
@@ -118,9 +122,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		cfg.WorldTitle = w.Info().Title
 		cfg.Handler = linktest.WorldHandler(w)
+		mirrored = w
 	}
 	tt := linktest.New(cfg)
 	tt.SetCredentials(st.ClientID, st.Token)
+	if mirrored != nil {
+		stopEvents, err := tt.MirrorEvents(ctx, mirrored)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
+	}
 	if *code != "" {
 		res, err := tt.Pair(ctx, *code)
 		if err != nil {
@@ -180,15 +192,19 @@ func saveState(path string, st state) error {
 }
 
 // demoWorld opens the copy of the demo world in dir, creating it (with its
-// files) on first use.
+// files) on first use, with an event hub of its own.
 func demoWorld(ctx context.Context, dir string) (world.World, func(), error) {
-	host, err := world.OpenHost(dir, world.Options{})
+	hub := events.New(events.Options{})
+	host, err := world.OpenHost(dir, world.Options{Journal: hub})
 	if err != nil {
+		hub.Close()
 		return nil, nil, err
 	}
+	host.Watch(hub.Committed)
 	ids, err := host.IDs(ctx)
 	if err != nil {
 		host.Close()
+		hub.Close()
 		return nil, nil, err
 	}
 	if !slices.Contains(ids, demo.ClientID) {
@@ -201,13 +217,15 @@ func demoWorld(ctx context.Context, dir string) (world.World, func(), error) {
 		}
 		if err != nil {
 			host.Close()
+			hub.Close()
 			return nil, nil, fmt.Errorf("create the demo world in %s: %w", dir, err)
 		}
 	}
-	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir}).World(ctx, demo.ClientID)
+	w, err := embedded.NewRegistry(host, embedded.Options{DataDir: dir, Hub: hub}).World(ctx, demo.ClientID)
 	if err != nil {
 		host.Close()
+		hub.Close()
 		return nil, nil, err
 	}
-	return w, func() { host.Close() }, nil
+	return w, func() { hub.Close(); host.Close() }, nil
 }

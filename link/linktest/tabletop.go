@@ -116,8 +116,11 @@ type Tabletop struct {
 	auths     int
 	lastClose websocket.StatusCode
 	frozen    chan struct{} // non-nil while the reader is held
-	changed   chan struct{} // closed and replaced on every state change
-	writeMu   sync.Mutex
+	// beforeReply, when set, runs before each reply is sent (see
+	// MirrorEvents).
+	beforeReply func(context.Context)
+	changed     chan struct{} // closed and replaced on every state change
+	writeMu     sync.Mutex
 }
 
 // New returns a tabletop that has not paired yet.
@@ -194,6 +197,13 @@ func (c *gateConn) Read(p []byte) (int, error) {
 func (c *gateConn) Close() error {
 	c.closeOnce.Do(func() { close(c.closed) })
 	return c.Conn.Close()
+}
+
+// setBeforeReply sets what runs before each reply.
+func (t *Tabletop) setBeforeReply(fn func(context.Context)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.beforeReply = fn
 }
 
 // SetCredentials sets the clientId and token, as a module that paired
@@ -527,6 +537,12 @@ func (t *Tabletop) handle(ctx context.Context, data []byte) {
 		out, ok := t.cfg.Handler(ctx, req)
 		if !ok {
 			return
+		}
+		t.mu.Lock()
+		before := t.beforeReply
+		t.mu.Unlock()
+		if before != nil {
+			before(ctx)
 		}
 		msg, err := replyMessage(req, out)
 		if err != nil {
