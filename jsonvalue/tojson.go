@@ -37,7 +37,7 @@ func appendTree(dst []byte, v *structpb.Value, depth int) ([]byte, error) {
 	case *structpb.Value_NumberValue:
 		return appendNumber(dst, k.NumberValue)
 	case *structpb.Value_StringValue:
-		return appendQuoted(dst, k.StringValue), nil
+		return AppendQuoted(dst, k.StringValue), nil
 	case *structpb.Value_StructValue:
 		dst = append(dst, '{')
 		first := true
@@ -46,7 +46,7 @@ func appendTree(dst []byte, v *structpb.Value, depth int) ([]byte, error) {
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = appendQuoted(dst, name)
+			dst = AppendQuoted(dst, name)
 			dst = append(dst, ':')
 			var err error
 			if dst, err = appendTree(dst, member, depth+1); err != nil {
@@ -89,8 +89,10 @@ func appendNumber(dst []byte, f float64) ([]byte, error) {
 	return strconv.AppendFloat(dst, f, 'f', -1, 64), nil
 }
 
-// appendQuoted writes a JSON string; invalid UTF-8 becomes U+FFFD.
-func appendQuoted(dst []byte, s string) []byte {
+// AppendQuoted appends s as a JSON string, escaped as protojson escapes
+// it; invalid UTF-8 becomes U+FFFD. The gateway's REST encoder uses it too,
+// so REST answers and Value trees quote strings the same way.
+func AppendQuoted(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
