@@ -49,12 +49,13 @@ func (plainWorld) ResolveUser(context.Context, string) (*world.User, error) {
 func (plainWorld) Users(context.Context) ([]world.User, error) { return nil, nil }
 func (plainWorld) Can(*world.User, string) bool                { return true }
 
-// TestLeasesIgnoreClockSkew: a host whose clock runs an hour behind still
+// TestRegistryBetweenNodes: a linked world moves to the node its tabletop
+// reconnects to. Then: a host whose clock runs an hour behind still
 // holds its world in the other nodes' eyes while it renews, and loses it
 // within a lease once it stops: every node judges a lease from when it
 // saw it written, on its own clock. Then: a world claimed before another
 // node's watcher saw it resolves to its holder there all the same.
-func TestLeasesIgnoreClockSkew(t *testing.T) {
+func TestRegistryBetweenNodes(t *testing.T) {
 	const lease = 2 * time.Second
 	// (clustertest.Configs, which imports this package, in short.)
 	var addrs []string
@@ -105,6 +106,42 @@ func TestLeasesIgnoreClockSkew(t *testing.T) {
 		regs[i] = reg
 		t.Cleanup(func() { reg.Close(context.Background()) })
 	}
+	// A linked world is hosted by the node that holds its socket: when
+	// the tabletop reconnects to n2, n2 takes it over, and n1 (whose
+	// renewal then fails) forwards its calls to n2.
+	remoteOn := func(reg *Registry, id, host string) bool {
+		w, err := reg.World(ctx, id)
+		rw, ok := w.(*remoteWorld)
+		return err == nil && ok && rw.Host() == host
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := regs[0].Claim(ctx, "tavern", world.KindLinked, "Tavern", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n2 to forward the linked world to n1", func() bool { return remoteOn(regs[1], "tavern", "n1") })
+	if err := regs[1].Claim(ctx, "tavern", world.KindLinked, "Tavern", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 to forward the linked world to n2", func() bool { return remoteOn(regs[0], "tavern", "n2") })
+	time.Sleep(lease / 2) // a round of n1's renewals must not take it back
+	if !remoteOn(regs[0], "tavern", "n2") {
+		t.Fatal("n1 took the linked world back")
+	}
+	regs[1].Release(ctx, "tavern") // its socket closed
+	waitFor("the released linked world to be unavailable on n1", func() bool {
+		_, err := regs[0].World(ctx, "tavern")
+		return errors.Is(err, world.ErrUnavailable)
+	})
+
 	// n1's clock is an hour behind: the leases it writes "expired" an
 	// hour ago by n2's clock.
 	regs[0].mu.Lock()
