@@ -393,6 +393,9 @@ func TestCluster(t *testing.T) {
 				}
 			}
 		}
+		if len(st.JetStream.Peers) != 3 || st.JetStream.MetaLeader == "" {
+			t.Fatalf("JetStream peers: %s", got.Body)
+		}
 		if len(st.Nodes) != 3 || hosts["west"] != "n2" || hosts["demo"] == "" {
 			t.Fatalf("nodes and worlds: %v\n%s", hosts, got.Body)
 		}

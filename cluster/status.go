@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -58,9 +59,11 @@ type JetStreamStatus struct {
 	Error string `json:"error,omitempty"`
 	// Replicas is how many copies the shared state is kept in.
 	Replicas int `json:"replicas"`
-	// Peers are the JetStream cluster's servers, as the embedded server
-	// knows them.
-	Peers []string `json:"peers,omitempty"`
+	// MetaLeader is the server that leads the JetStream cluster, and
+	// Peers its servers ("name (offline)" for one not seen lately), as
+	// the embedded server knows them.
+	MetaLeader string   `json:"metaLeader,omitempty"`
+	Peers      []string `json:"peers,omitempty"`
 }
 
 // NodeStatus is one node of the cluster.
@@ -114,8 +117,20 @@ func (r *Registry) Status(ctx context.Context) Status {
 		// A node without peers runs JetStream alone, and its server has no
 		// cluster to ask about.
 		if r.node.srv.JetStreamIsClustered() {
-			st.JetStream.Peers = r.node.srv.JetStreamClusterPeers()
-			slices.Sort(st.JetStream.Peers)
+			if jsz, err := r.node.srv.Jsz(&natsserver.JSzOptions{}); err == nil && jsz.Meta != nil {
+				st.JetStream.MetaLeader = jsz.Meta.Leader
+				if jsz.Meta.Leader != "" {
+					st.JetStream.Peers = append(st.JetStream.Peers, jsz.Meta.Leader)
+				}
+				for _, p := range jsz.Meta.Replicas {
+					name := p.Name
+					if p.Offline {
+						name += " (offline)"
+					}
+					st.JetStream.Peers = append(st.JetStream.Peers, name)
+				}
+				slices.Sort(st.JetStream.Peers)
+			}
 		}
 	}
 	if rtt, err := nc.RTT(); err == nil {

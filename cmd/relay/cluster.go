@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -111,7 +112,7 @@ func printClusterStatus(w io.Writer, st cluster.Status) {
 	}
 	fmt.Fprintf(w, "JetStream: %s, %d replicas", js, st.JetStream.Replicas)
 	if len(st.JetStream.Peers) > 0 {
-		fmt.Fprintf(w, ", peers %s", strings.Join(st.JetStream.Peers, ", "))
+		fmt.Fprintf(w, ", peers %s (leader %s)", strings.Join(st.JetStream.Peers, ", "), cmp.Or(st.JetStream.MetaLeader, "none"))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
