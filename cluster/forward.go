@@ -26,7 +26,14 @@ import (
 // headers; the reply carries the response message as its data, or the
 // status, and the handler's metadata in headers. The host's node must
 // hold the world when the call arrives: its chain resolves the world again
-// and never forwards a forwarded call.
+// and never forwards a forwarded call. File downloads and uploads travel
+// as streams of messages with acknowledgements (see the sections on
+// forwarded server and client streams below).
+//
+// Whoever may publish on these subjects may act as any caller: the
+// embedded NATS server's client port is locked with a token only the
+// process knows, its routes with --cluster-secret, and with --nats the
+// relays must have a NATS account of their own.
 
 // Headers of forwarded calls and their replies.
 const (

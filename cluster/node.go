@@ -6,7 +6,8 @@
 // kept. On it the package builds the world registry with hosting leases
 // ([Registry]: every world has one host node at a time, recorded in a
 // JetStream key-value bucket) and the forwarding of calls to a world's
-// host over NATS request/reply (forward.go). The shared keys, tickets and
+// host over NATS request/reply (forward.go: unary calls, file downloads
+// and uploads), and the cluster's status (status.go: GET /cluster). The shared keys, tickets and
 // rate limits (cluster/shared) and the events across nodes
 // (cluster/eventbus) use the same Node through [Node.Conn] and
 // [Node.JetStream].
