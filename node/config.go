@@ -1,6 +1,8 @@
 package node
 
 import (
+	"github.com/tabletop-relay/relay/cluster"
+
 	"runtime/debug"
 	"time"
 
@@ -106,6 +108,9 @@ type Config struct {
 	// on this separate address (--metrics-listen); Node.MetricsAddr
 	// reports the address bound.
 	MetricsListen string
+	// Cluster joins a cluster of relay nodes (package cluster); its zero
+	// value is a relay alone, without NATS. Its DataDir is DataDir.
+	Cluster cluster.Config
 	// Build is what /healthz reports and the start-up log line names.
 	Build gateway.BuildInfo
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/connroute"
 	"github.com/tabletop-relay/relay/console"
 	"github.com/tabletop-relay/relay/gateway"
@@ -52,9 +53,14 @@ type Node struct {
 	linkDB   *link.SQLiteStore
 	// linkEvents are the linked worlds' event streams.
 	linkEvents *link.Events
-	served     chan error
-	log        *slog.Logger
-	adminKey   string
+	// cluster is the node's membership of a cluster, registry its world
+	// registry; nil for a relay alone (cluster.go).
+	cluster       *cluster.Node
+	registry      *cluster.Registry
+	clusterWiring clusterWiring
+	served        chan error
+	log           *slog.Logger
+	adminKey      string
 	// metrics is nil unless Config.MetricsListen is set; metricsStop
 	// stops its server.
 	metrics     *observe.Metrics
@@ -156,6 +162,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
 		return fail(fmt.Errorf("create the upload spool: %w", err))
 	}
+	if cfg.Cluster.Enabled() {
+		ccfg := cfg.Cluster
+		ccfg.DataDir = cfg.DataDir
+		if err := ccfg.Check(); err != nil {
+			return fail(&ConfigError{err})
+		}
+		if r.cluster, err = cluster.Start(ctx, ccfg, log); err != nil {
+			return fail(err)
+		}
+	}
 	if cfg.Demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.DataDir, log); err != nil {
 			return fail(err)
@@ -203,6 +219,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents := link.NewEvents()
 	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
+	var onConnect func(link.ConnInfo)
+	var onDisconnect func(string)
+	if r.cluster != nil {
+		onConnect, onDisconnect = r.clusterWiring.linkHooks()
+	}
 	if r.links, err = link.New(link.Config{
 		Store: r.linkDB,
 		// A new linked world never takes the id of an embedded one.
@@ -220,16 +241,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
+			OnConnect:       onConnect,
+			OnDisconnect:    onDisconnect,
 		},
 		Log: log,
 	}); err != nil {
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	// Embedded worlds first, then the linked ones; in a cluster, the
+	// registry of the whole cluster in front of them.
+	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
+	if r.cluster != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub()); err != nil {
+			return fail(err)
+		}
+		allWorlds = r.registry
+	}
 	if r.grpc, err = server.New(server.Config{
-		Keys: keyStore,
-		// Embedded worlds first, then the linked ones.
-		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
+		Keys:          keyStore,
+		Worlds:        allWorlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -318,9 +349,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.BodyReadTimeout, MinRate: cfg.BodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
-	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(observe.Access(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)), access)),
+		Handler:           r.bodies.Wrap(observe.Access(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -338,6 +369,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			return fail(err)
 		}
 	}
+	r.clusterWiring.server.Store(r.grpc)
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.DataDir, "version", cfg.Build.Version)
 	return r, nil
@@ -403,6 +435,10 @@ func (r *Node) shutdown(ctx context.Context) error {
 	if r.grpc != nil {
 		r.grpc.SetServing(false)
 	}
+	if r.registry != nil {
+		// The other nodes answer 503 for this node's worlds at once.
+		r.registry.Close(ctx)
+	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
@@ -440,6 +476,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.linkDB != nil {
 		errs = append(errs, r.linkDB.Close())
+	}
+	if r.cluster != nil {
+		r.cluster.Close()
 	}
 	return errors.Join(errs...)
 }
