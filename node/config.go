@@ -1,6 +1,8 @@
 package node
 
 import (
+	"github.com/tabletop-relay/relay/cluster"
+
 	"runtime/debug"
 	"time"
 
@@ -106,12 +108,16 @@ type Config struct {
 	// on this separate address (--metrics-listen); Node.MetricsAddr
 	// reports the address bound.
 	MetricsListen string
+	// Cluster joins a cluster of relay nodes (package cluster); its zero
+	// value is a relay alone, without NATS. Its DataDir is DataDir.
+	Cluster cluster.Config
 	// Build is what /healthz reports and the start-up log line names.
 	Build gateway.BuildInfo
 	// Shared, when set, makes the node one of a cluster's nodes, with the
 	// cluster's keys, tickets, pairing, rate limits and events (see
-	// SharedState); nil is a node alone. Set by the cluster's assembly,
-	// not by a flag of its own.
+	// SharedState), over a NATS connection of the caller's. A node that
+	// joins a cluster with Cluster needs none: it shares its state over
+	// the cluster's connection. No flag of its own.
 	Shared *SharedState
 }
 

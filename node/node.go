@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/connroute"
 	"github.com/tabletop-relay/relay/console"
@@ -56,9 +57,14 @@ type Node struct {
 	linkDB  *link.SQLiteStore
 	// linkEvents are the linked worlds' event streams.
 	linkEvents *link.Events
-	served     chan error
-	log        *slog.Logger
-	adminKey   string
+	// cluster is the node's membership of a cluster, registry its world
+	// registry; nil for a relay alone (cluster.go).
+	cluster       *cluster.Node
+	registry      *cluster.Registry
+	clusterWiring clusterWiring
+	served        chan error
+	log           *slog.Logger
+	adminKey      string
 	// metrics is nil unless Config.MetricsListen is set; metricsStop
 	// stops its server.
 	metrics     *observe.Metrics
@@ -135,15 +141,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
-	if cfg.Shared != nil {
-		// One of a cluster's nodes: the keys and the rest of the shared
-		// state are the cluster's.
-		if r.shared, err = attachShared(ctx, cfg.Shared, r.hub, cfg.EventRingSize, keyStore, log); err != nil {
-			r.keys = nil // closed by attachShared
-			return fail(err)
-		}
-		r.keys = r.shared.Keys
-	}
 	limits := world.Limits{MaxDocumentBytes: cfg.MaxDocumentBytes, MaxDepth: cfg.MaxJSONDepth}
 	worldOpts := world.Options{Journal: r.hub, Limits: limits}
 	if r.metrics != nil {
@@ -168,6 +165,25 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	}
 	if err := os.MkdirAll(spoolDir, 0o700); err != nil {
 		return fail(fmt.Errorf("create the upload spool: %w", err))
+	}
+	if cfg.Cluster.Enabled() {
+		ccfg := cfg.Cluster
+		ccfg.DataDir = cfg.DataDir
+		if err := ccfg.Check(); err != nil {
+			return fail(&ConfigError{err})
+		}
+		if r.cluster, err = cluster.Start(ctx, ccfg, log); err != nil {
+			return fail(err)
+		}
+	}
+	if st := sharedState(cfg, r.cluster); st != nil {
+		// One of a cluster's nodes: the keys and the rest of the shared
+		// state are the cluster's (shared.go).
+		if r.shared, err = attachShared(ctx, st, r.hub, cfg.EventRingSize, keyStore, log); err != nil {
+			r.keys = nil // closed by attachShared
+			return fail(err)
+		}
+		r.keys = r.shared.Keys
 	}
 	if cfg.Demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.DataDir, log); err != nil {
@@ -221,6 +237,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
+	// A linked world's numbering is settled with the cluster again each
+	// time its tabletop connects here (link/cluster.go), and in a cluster
+	// the node holding its socket hosts it.
+	onConnect := linkEvents.Connected
+	var onDisconnect func(string)
+	if r.cluster != nil {
+		claim, release := r.clusterWiring.linkHooks()
+		onConnect = func(info link.ConnInfo) {
+			linkEvents.Connected(info)
+			claim(info)
+		}
+		onDisconnect = release
+	}
 	if r.links, err = link.New(link.Config{
 		Store: linkStore,
 		// A new linked world never takes the id of an embedded one.
@@ -238,7 +267,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
-			OnConnect:       linkEvents.Connected,
+			OnConnect:       onConnect,
+			OnDisconnect:    onDisconnect,
 			// Subscribers on other nodes cannot be counted here.
 			AllChannels: r.shared != nil,
 		},
@@ -250,11 +280,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err := r.watchUnpaired(ctx); err != nil {
 		return fail(err)
 	}
+	// Embedded worlds first, then the linked ones; in a cluster, the
+	// registry of the whole cluster in front of them.
+	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
+	if r.cluster != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub()); err != nil {
+			return fail(err)
+		}
+		allWorlds = r.registry
+	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:        r.keys,
-		TicketStore: ticketStore,
-		// Embedded worlds first, then the linked ones.
-		Worlds:        link.NewRegistry(worlds, r.links, linkEvents),
+		Keys:          r.keys,
+		TicketStore:   ticketStore,
+		Worlds:        allWorlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
 		Log:           log,
@@ -343,9 +381,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.BodyReadTimeout, MinRate: cfg.BodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
-	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(observe.Access(routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)), access)),
+		Handler:           r.bodies.Wrap(observe.Access(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -363,6 +401,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			return fail(err)
 		}
 	}
+	r.clusterWiring.server.Store(r.grpc)
 	r.grpc.SetServing(true)
 	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.DataDir, "version", cfg.Build.Version)
 	return r, nil
@@ -428,6 +467,10 @@ func (r *Node) shutdown(ctx context.Context) error {
 	if r.grpc != nil {
 		r.grpc.SetServing(false)
 	}
+	if r.registry != nil {
+		// The other nodes answer 503 for this node's worlds at once.
+		r.registry.Close(ctx)
+	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
@@ -469,6 +512,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.linkDB != nil {
 		errs = append(errs, r.linkDB.Close())
+	}
+	if r.cluster != nil {
+		r.cluster.Close()
 	}
 	return errors.Join(errs...)
 }

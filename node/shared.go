@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/server"
@@ -14,13 +15,15 @@ import (
 	"github.com/tabletop-relay/relay/world/events"
 )
 
-// SharedState makes a node one of the nodes of a cluster (Config.Shared):
+// SharedState makes a node one of the nodes of a cluster (Config.Shared,
+// or the cluster it joins with Config.Cluster):
 // its API keys, stream tickets, pairing codes, linked worlds and their
 // connection tokens live in the cluster's JetStream key-value buckets
 // instead of relay.db and memory, its rate limits are shared with the live
 // nodes, and the events of the worlds it hosts go to the other nodes
-// (package cluster/shared, whose Attach does this). The cluster's assembly
-// fills it from its NATS connection; a node without it is one node alone,
+// (package cluster/shared, whose Attach does this). A node that joins a
+// cluster (Config.Cluster) gets it from the cluster's NATS connection;
+// tests may give it directly. A node without it is one node alone,
 // exactly as before.
 type SharedState struct {
 	// JetStream is the cluster's JetStream, over the node's connection.
@@ -141,4 +144,18 @@ func (r *Node) watchUnpaired(ctx context.Context) error {
 	return r.shared.DisconnectUnpaired(ctx, func(clientID string) {
 		r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
 	})
+}
+
+// sharedState is the cluster's shared state for the node to attach to:
+// Config.Shared when set, else, for a node that joined a cluster
+// (Config.Cluster), the cluster's own NATS connection; nil for a node
+// alone.
+func sharedState(cfg Config, c *cluster.Node) *SharedState {
+	if cfg.Shared != nil {
+		return cfg.Shared
+	}
+	if c == nil {
+		return nil
+	}
+	return &SharedState{JetStream: c.JetStream(), NodeName: c.Name(), Replicas: c.Replicas()}
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	"google.golang.org/grpc"
+
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
@@ -27,6 +29,12 @@ type Call struct {
 	// caller is what worlds learn about the caller (the key's scopes),
 	// carried in the call's context for the worlds that forward it.
 	caller world.Caller
+	// forwarded is set when another node forwarded the call here with the
+	// key it authenticated (forward.go).
+	forwarded bool
+	// stream is the call's stream, for a forwarded download to answer on;
+	// nil for unary calls.
+	stream grpc.ServerStream
 	// ticket is the stream ticket the call was authenticated with, if
 	// any: an event stream binds it to itself when it opens.
 	ticket *TicketUse

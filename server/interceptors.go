@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -53,6 +54,9 @@ type Worlds interface {
 //     is refused (fail closed);
 //  8. world resolution: `clientId`, or the key's only world, or the relay's
 //     only world; a key bound to worlds can reach only those;
+//     forwarding: in a cluster, a unary call for a world another node
+//     hosts goes to that node, which runs the steps from here on and
+//     answers (forward.go);
 //  9. user resolution: the key's injected user, or `userId`, by id then by
 //     case-insensitive name; no user means GM-level access;
 //  10. policy: GM-only methods and world permissions (FILES_BROWSE, ...);
@@ -89,15 +93,11 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		c.errorsUnary,
 		// The steps run as one interceptor: the same order and the same
 		// effect as one interceptor each, without a handler closure per
-		// step and call.
-		unarySteps(
-			c.authenticate,
-			c.rateLimit,
-			c.checkScope,
-			c.resolveWorld,
-			c.resolveUser,
-			c.checkPolicy,
-			refuseInvalidParams,
+		// step and call. A call for a world that another node hosts
+		// leaves for that node after world resolution (forward.go).
+		c.unaryStepsForwarding(
+			[]step{c.authenticate, c.rateLimit, c.checkScope, c.resolveWorld},
+			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams},
 		),
 	}
 }
@@ -114,6 +114,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 		streamStep(c.rateLimit, false),
 		streamStep(c.checkScope, false),
 		streamStep(c.resolveWorld, true),
+		streamStep(c.forwardStream, true),
 		streamStep(c.resolveUser, true),
 		streamStep(c.checkPolicy, true),
 		streamStep(refuseInvalidParams, true),
@@ -170,7 +171,14 @@ func (c *Chain) newCall(method string) *Call {
 }
 
 func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	call := c.newCall(info.FullMethod)
+	var call *Call
+	if fc := forwardedFrom(ctx); fc != nil {
+		// A call forwarded by another node keeps the id that node issued
+		// and sent its caller.
+		call = &Call{Method: info.FullMethod, Policy: c.Policies[info.FullMethod], RequestID: fc.RequestID, forwarded: true}
+	} else {
+		call = c.newCall(info.FullMethod)
+	}
 	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = grpc.SetHeader(ctx, md)
 	_ = grpc.SetTrailer(ctx, md)
@@ -178,14 +186,22 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 }
 
 func (c *Chain) requestIDStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	call := c.newCall(info.FullMethod)
+	var call *Call
+	if fc := forwardedFrom(ss.Context()); fc != nil {
+		call = &Call{Method: info.FullMethod, Policy: c.Policies[info.FullMethod], RequestID: fc.RequestID, forwarded: true}
+	} else {
+		call = c.newCall(info.FullMethod)
+	}
 	if rec := observe.RecordFrom(ss.Context()); rec != nil {
 		rec.SetStart(call.Method, call.RequestID)
 	}
 	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
 	_ = ss.SetHeader(md)
 	ss.SetTrailer(md)
-	return handler(srv, &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)})
+	cs := &contextStream{ServerStream: ss, ctx: withCall(ss.Context(), call)}
+	// A forwarded download sends the host's messages on it (forward.go).
+	call.stream = cs
+	return handler(srv, cs)
 }
 
 func (c *Chain) logUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -269,12 +285,22 @@ func (c *Chain) errorsUnary(ctx context.Context, req any, info *grpc.UnaryServer
 }
 
 func (c *Chain) errorsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return toStatus(ss.Context(), c.Log, handler(srv, ss))
+	err := handler(srv, ss)
+	if errors.Is(err, errStreamForwarded) {
+		return nil // the host answered, whole (forward.go)
+	}
+	return toStatus(ss.Context(), c.Log, err)
 }
 
 // authenticate resolves the API key to its record.
 func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	if isPublic(call.Method) {
+		return nil
+	}
+	if call.forwarded {
+		// The edge node authenticated the key (forward.go).
+		call.Key = forwardedFrom(ctx).Key
+		call.caller.Scopes = call.Key.Scopes
 		return nil
 	}
 	// ValueFromIncomingContext reads one key without copying the whole
@@ -360,6 +386,11 @@ func (c *Chain) resolveWorld(ctx context.Context, call *Call, req any) error {
 	if err != nil {
 		return toStatus(ctx, c.Log, err)
 	}
+	if _, remote := w.(RemoteWorld); remote && call.forwarded {
+		// Never forward a forwarded call again: the edge and this node
+		// disagree on the host, which is moving.
+		return errNotHostedHere(clientID)
+	}
 	call.World = w
 	return nil
 }
@@ -415,12 +446,21 @@ func (c *Chain) checkPolicy(_ context.Context, call *Call, _ any) error {
 // is the request message, or nil for checks that do not need it.
 type step func(ctx context.Context, call *Call, req any) error
 
-// unarySteps runs steps in order before a unary handler; the first that
-// fails answers the call.
-func unarySteps(steps ...step) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// unaryStepsForwarding runs the steps before, then forwards a call whose
+// world another node hosts to that node, or else runs the steps after and
+// the handler.
+func (c *Chain) unaryStepsForwarding(before, after []step) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		call := CallFrom(ctx)
-		for _, s := range steps {
+		for _, s := range before {
+			if err := s(ctx, call, req); err != nil {
+				return nil, err
+			}
+		}
+		if remote, ok := call.World.(RemoteWorld); ok && !call.forwarded {
+			return c.forward(ctx, call, remote, req, info.FullMethod)
+		}
+		for _, s := range after {
 			if err := s(ctx, call, req); err != nil {
 				return nil, err
 			}

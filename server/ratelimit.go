@@ -204,7 +204,8 @@ func retryLater(wait time.Duration, message func(seconds int) string) error {
 // spends a token. Public methods (health, reflection) have no key and are
 // not limited.
 func (c *Chain) rateLimit(_ context.Context, call *Call, _ any) error {
-	if c.RateLimit == nil || isPublic(call.Method) {
+	if c.RateLimit == nil || isPublic(call.Method) || call.forwarded {
+		// A forwarded call spent its token on the edge node.
 		return nil
 	}
 	if ok, wait := c.RateLimit.Allow(call.Key.ID); !ok {

@@ -33,6 +33,8 @@ type config struct {
 	// grpcConns is how many HTTP/2 connections the gRPC callers share.
 	grpcConns int
 	baseline  bool
+	// cluster starts the relay as a cluster of one node.
+	cluster bool
 	// fsyncFloor also measures one writer's fdatasync rate, fsyncDuration
 	// long, with fsyncBytes per write, in fsyncDir.
 	fsyncFloor    bool
@@ -72,6 +74,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.subscribers, "subscribers", 0, "open SSE `streams` on /actor/subscribe during the run, counting the events they receive")
 	fs.BoolVar(&cfg.grpc, "grpc", false, "send the operations through gRPC (h2c on the relay's port) instead of REST")
 	fs.IntVar(&cfg.grpcConns, "grpc-conns", 1, "with --grpc, the HTTP/2 `connections` the concurrent calls are spread over, round robin (high-throughput gRPC clients use a few)")
+	fs.BoolVar(&cfg.cluster, "cluster", false, "start the relay as a node of a cluster of one (--cluster-listen: embedded NATS with JetStream, world leases), to compare with clustering off; not with --addr")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also drive a bare net/http handler (in this process) returning the relay's GET /get bytes, the same way, and report the relay's get throughput as a fraction of it")
 	fs.BoolVar(&cfg.fsyncFloor, "fsync-floor", false, "also measure one writer's fdatasync rate on the disk of the relay's data (each write waits for its own fdatasync) and report update throughput as a multiple of it")
 	fs.DurationVar(&cfg.fsyncDuration, "fsync-duration", 3*time.Second, "how long --fsync-floor measures")
@@ -112,6 +115,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--subscribers must not be negative")
 	case cfg.addr != "" && cfg.cpuProfile != "":
 		return cfg, errors.New("--cpu-profile profiles a relay started here; it cannot be used with --addr (serve that relay with --pprof instead)")
+	case cfg.addr != "" && cfg.cluster:
+		return cfg, errors.New("--cluster starts a relay here; it cannot be used with --addr (start that relay with --cluster-listen instead)")
 	case cfg.addr != "" && cfg.adminKeyFile == "":
 		return cfg, errors.New("--addr needs --admin-key-file")
 	case cfg.addr == "" && (cfg.adminKeyFile != "" || cfg.pid != 0):

@@ -87,6 +87,16 @@ func startChild(bin, dataDir string, cfg config) (*target, error) {
 		// the per-address connection cap, which guards against one
 		// client holding too many, would refuse them past 512.
 		"--max-conns-per-ip", "0")
+	if cfg.cluster {
+		// Clustering on, alone: an embedded NATS server with JetStream,
+		// the world registry and its leases, as a node of a cluster pays.
+		routes, err := freeAddr()
+		if err != nil {
+			logFile.Close()
+			return nil, err
+		}
+		cmd.Args = append(cmd.Args, "--node-name", "bench", "--cluster-listen", routes)
+	}
 	var pprofAddr string
 	if cfg.cpuProfile != "" {
 		var err error

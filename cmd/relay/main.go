@@ -37,6 +37,7 @@ Usage:
                                 create a one-time code that links a real tabletop
   relay worlds unpair [flags] CLIENT_ID
                                 unlink a linked world (revoke its token)
+  relay cluster status [flags]  show the cluster's nodes, their worlds and health
   relay version                 print the version, commit and date (also --version)
 
 Run 'relay <command> -h' for the flags of a command.
@@ -86,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keysCommand(ctx, args[1:], stdout, stderr)
 	case "worlds":
 		return worldsCommand(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		return clusterCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout, buildInfo())
 		return nil

@@ -80,6 +80,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", d.PairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", envOr("RELAY_CORS_ORIGINS", d.CORSOrigins), "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
 	fs.BoolVar(&c.Console, "console", envBool("RELAY_CONSOLE", d.Console), "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
+	clusterFlags(fs, &c.Cluster)
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", envDuration("RELAY_REQUEST_TIMEOUT", d.RequestTimeout), "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }
 
@@ -124,7 +125,7 @@ func (c *serveConfig) check() error {
 	if _, err := gateway.ParseCORSOrigins(c.CORSOrigins); err != nil {
 		return fmt.Errorf("--cors-origins: %w", err)
 	}
-	return nil
+	return c.Cluster.Check()
 }
 
 // serveCommand runs `relay serve`: it reads the flags, starts a relay node

@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is how a relay node joins a cluster. The zero Config is a relay
+// alone: no NATS at all ([Config.Enabled] is false).
+type Config struct {
+	// NodeName names this node in the cluster; it must be unique and
+	// stay the same across restarts, since the node's world leases carry
+	// it. The host name when empty (--node-name).
+	NodeName string
+	// DataDir is the relay's data directory: an embedded NATS server keeps
+	// its JetStream files in <DataDir>/nats.
+	DataDir string
+
+	// ClusterListen is the host:port where the embedded NATS server
+	// accepts its peers' routes (--cluster-listen).
+	ClusterListen string
+	// ClusterPeers are the other nodes' ClusterListen addresses
+	// (--cluster-peers); this node's own address may be among them.
+	ClusterPeers []string
+	// ClusterSecret, when set, is the password every node of the cluster
+	// must present on its routes; a node without it cannot join
+	// (--cluster-secret). Routes are not encrypted: keep the route ports
+	// on a private network.
+	ClusterSecret string
+	// ClusterName is the NATS cluster's name; every node of a cluster
+	// must use the same one ("relay" when empty).
+	ClusterName string
+
+	// NATSURL connects to an existing NATS system instead of starting one
+	// (--nats): one or more comma-separated nats:// or tls:// URLs.
+	NATSURL string
+	// NATSCreds is a NATS credentials file (--nats-creds).
+	NATSCreds string
+	// NATSTLSCA, NATSTLSCert and NATSTLSKey are PEM files: the
+	// authorities that sign the NATS servers' certificates, and this
+	// node's client certificate and key (--nats-tls-ca, --nats-tls-cert,
+	// --nats-tls-key).
+	NATSTLSCA, NATSTLSCert, NATSTLSKey string
+
+	// Replicas is how many copies JetStream keeps of the shared state;
+	// when 0, min(3, the cluster's size) (--cluster-replicas).
+	Replicas int
+	// LeaseTTL is how long a world's hosting lease lasts without being
+	// renewed: how long a world stays unavailable after its host dies,
+	// and how soon a cut-off node stops serving it (--cluster-lease).
+	// DefaultLeaseTTL when 0.
+	LeaseTTL time.Duration
+	// ForwardTimeout bounds a call forwarded to another node when the
+	// caller set no earlier deadline (--cluster-forward-timeout);
+	// DefaultForwardTimeout when 0.
+	ForwardTimeout time.Duration
+	// StartTimeout bounds how long the node waits for NATS and JetStream
+	// to be ready at start (DefaultStartTimeout when 0).
+	StartTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultLeaseTTL       = 10 * time.Second
+	DefaultForwardTimeout = 30 * time.Second
+	DefaultStartTimeout   = 60 * time.Second
+	DefaultClusterName    = "relay"
+)
+
+// Enabled reports whether the configuration asks for a cluster: an
+// embedded NATS server with routes, or an existing NATS system. Without
+// it the relay runs alone, with no NATS at all.
+func (c Config) Enabled() bool {
+	return c.ClusterListen != "" || len(c.ClusterPeers) > 0 || c.NATSURL != ""
+}
+
+// Embedded reports whether the node starts its own NATS server.
+func (c Config) Embedded() bool { return c.Enabled() && c.NATSURL == "" }
+
+// ParsePeers splits a comma-separated host:port list, dropping blanks.
+func ParsePeers(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Check refuses configurations that cannot work, naming the flag at fault.
+// It fills in the node name from the host name when it is empty.
+func (c *Config) Check() error {
+	if !c.Enabled() {
+		for _, f := range []struct{ flag, v string }{{"nats-creds", c.NATSCreds}, {"nats-tls-ca", c.NATSTLSCA}, {"nats-tls-cert", c.NATSTLSCert}, {"nats-tls-key", c.NATSTLSKey}} {
+			if f.v != "" {
+				return fmt.Errorf("--%s needs --nats", f.flag)
+			}
+		}
+		return nil
+	}
+	if c.NATSURL != "" && (c.ClusterListen != "" || len(c.ClusterPeers) > 0) {
+		return errors.New("--nats connects to an existing NATS system: it cannot be combined with --cluster-listen or --cluster-peers")
+	}
+	if c.NATSURL == "" {
+		for _, f := range []struct{ flag, v string }{{"nats-creds", c.NATSCreds}, {"nats-tls-ca", c.NATSTLSCA}, {"nats-tls-cert", c.NATSTLSCert}, {"nats-tls-key", c.NATSTLSKey}} {
+			if f.v != "" {
+				return fmt.Errorf("--%s needs --nats", f.flag)
+			}
+		}
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		return errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if c.Embedded() {
+		if c.ClusterListen == "" {
+			return errors.New("--cluster-peers needs --cluster-listen: the address where this node's peers reach it")
+		}
+		if _, _, err := net.SplitHostPort(c.ClusterListen); err != nil {
+			return fmt.Errorf("--cluster-listen must be host:port, not %q", c.ClusterListen)
+		}
+		for _, p := range c.ClusterPeers {
+			if _, _, err := net.SplitHostPort(p); err != nil {
+				return fmt.Errorf("--cluster-peers must be a comma-separated list of host:port, not %q", p)
+			}
+		}
+	}
+	if c.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			return errors.New("--node-name is required: the host name is unknown")
+		}
+		c.NodeName = host
+	}
+	if !nodeNamePattern(c.NodeName) {
+		return fmt.Errorf("--node-name must be 1 to 64 letters, digits, '_' or '-', not %q", c.NodeName)
+	}
+	switch {
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("--cluster-replicas must be 0 (automatic) to 5, not %d", c.Replicas)
+	case c.LeaseTTL < 0:
+		return fmt.Errorf("--cluster-lease must not be negative, not %v", c.LeaseTTL)
+	case c.LeaseTTL > 0 && c.LeaseTTL < 500*time.Millisecond:
+		return fmt.Errorf("--cluster-lease must be at least 500ms, not %v", c.LeaseTTL)
+	case c.ForwardTimeout < 0:
+		return fmt.Errorf("--cluster-forward-timeout must not be negative, not %v", c.ForwardTimeout)
+	}
+	return nil
+}
+
+// nodeNamePattern reports whether s may name a node: it becomes part of
+// NATS subjects, so it must hold no dots, spaces or wildcards.
+func nodeNamePattern(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// withDefaults fills in the defaults of the zero fields.
+func (c Config) withDefaults() Config {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.ForwardTimeout == 0 {
+		c.ForwardTimeout = DefaultForwardTimeout
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.ClusterName == "" {
+		c.ClusterName = DefaultClusterName
+	}
+	return c
+}

@@ -1,0 +1,570 @@
+package cluster
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// Forwarding over NATS request/reply.
+//
+// Each node answers on the subject relay.node.<name>.call the calls other
+// nodes forward to it for the worlds it hosts. A request carries the
+// request message as its data and the rest of server.ForwardedCall in
+// headers; the reply carries the response message as its data, or the
+// status, and the handler's metadata in headers. The host's node must
+// hold the world when the call arrives: its chain resolves the world again
+// and never forwards a forwarded call. File downloads and uploads travel
+// as streams of messages with acknowledgements (see the sections on
+// forwarded server and client streams below).
+//
+// Whoever may publish on these subjects may act as any caller: the
+// embedded NATS server's client port is locked with a token only the
+// process knows, its routes with --cluster-secret, and with --nats the
+// relays must have a NATS account of their own.
+
+// Headers of forwarded calls and their replies.
+const (
+	hdrMethod    = "Relay-Method"
+	hdrRequestID = "Relay-Request-Id"
+	hdrClientID  = "Relay-Client-Id"
+	hdrKey       = "Relay-Key"
+	hdrMetadata  = "Relay-Metadata"
+	hdrDeadline  = "Relay-Deadline"
+	hdrStatus    = "Relay-Status"
+	hdrHeader    = "Relay-Header"
+	hdrTrailer   = "Relay-Trailer"
+)
+
+// callSubject is the subject on which a node answers forwarded calls.
+func callSubject(node string) string { return "relay.node." + node + ".call" }
+
+// serveForwarded subscribes to the node's call subject.
+func (r *Registry) serveForwarded() error {
+	sub, err := r.node.nc.Subscribe(callSubject(r.node.Name()), func(m *nats.Msg) {
+		// Each call runs on its own: the subscription hands messages over
+		// one at a time.
+		go r.answer(m)
+	})
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answer serves one forwarded call and replies.
+func (r *Registry) answer(m *nats.Msg) {
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	reply := nats.NewMsg(m.Reply)
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil {
+		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
+		return
+	}
+	if md := m.Header.Get(hdrMetadata); md != "" {
+		_ = json.Unmarshal([]byte(md), &fc.Metadata)
+	}
+	ctx := context.Background()
+	if d, err := strconv.ParseInt(m.Header.Get(hdrDeadline), 10, 64); err == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
+		defer cancel()
+	}
+	r.reply(m, reply, r.opts.Serve(ctx, fc))
+}
+
+// failed is the reply of a call that failed before it was served.
+func failed(err error) *server.ForwardedReply {
+	st, _ := status.FromError(err)
+	b, _ := protoMarshalStatus(st)
+	return &server.ForwardedReply{Status: b}
+}
+
+// reply sends a forwarded call's answer.
+func (r *Registry) reply(m, out *nats.Msg, rep *server.ForwardedReply) {
+	if rep.Status != nil {
+		out.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	} else {
+		out.Data = rep.Response
+	}
+	if len(rep.Header) > 0 {
+		b, _ := json.Marshal(rep.Header)
+		out.Header.Set(hdrHeader, string(b))
+	}
+	if len(rep.Trailer) > 0 {
+		b, _ := json.Marshal(rep.Trailer)
+		out.Header.Set(hdrTrailer, string(b))
+	}
+	if err := m.RespondMsg(out); err != nil {
+		r.log.Warn("could not answer a forwarded call", "method", m.Header.Get(hdrMethod), "clientId", m.Header.Get(hdrClientID), "error", err)
+		// A reply over the size limit: answer with the error instead, so
+		// that the edge does not wait for its time-out.
+		if errors.Is(err, nats.ErrMaxPayload) {
+			fail := nats.NewMsg(m.Reply)
+			b, _ := protoMarshalStatus(status.New(codes.ResourceExhausted, "The answer is too large to be forwarded between nodes"))
+			fail.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(b))
+			_ = m.RespondMsg(fail)
+		}
+	}
+}
+
+// remoteWorld is a world another node hosts: its calls are forwarded
+// there.
+type remoteWorld struct {
+	reg   *Registry
+	id    string
+	entry Entry
+}
+
+var _ server.RemoteWorld = (*remoteWorld)(nil)
+
+// Info describes the world from its registry entry.
+func (w *remoteWorld) Info() world.Info {
+	return world.Info{ClientID: w.id, Kind: w.entry.Kind, Title: w.entry.Title, Name: w.entry.Title, Online: true}
+}
+
+// errNotForwarded answers what only unary calls, forwarded whole, can do
+// on a remote world: streams reach ResolveUser here.
+func (w *remoteWorld) errNotForwarded() error {
+	return world.Errorf(world.ErrUnavailable, "World %s is hosted by node %s: connect to that node for this stream", w.id, w.entry.Node)
+}
+
+// ResolveUser is unavailable on a remote world (see errNotForwarded).
+func (w *remoteWorld) ResolveUser(context.Context, string) (*world.User, error) {
+	return nil, w.errNotForwarded()
+}
+
+// Users is unavailable on a remote world (see errNotForwarded).
+func (w *remoteWorld) Users(context.Context) ([]world.User, error) {
+	return nil, w.errNotForwarded()
+}
+
+// Can grants nothing on a remote world: the host decides.
+func (w *remoteWorld) Can(*world.User, string) bool { return false }
+
+// Host is the name of the node hosting the world.
+func (w *remoteWorld) Host() string { return w.entry.Node }
+
+// Forward implements server.RemoteWorld: the call goes to the host over
+// NATS; the answer comes back within the caller's deadline and the
+// cluster's forward time-out. A host that is gone or silent is
+// Unavailable naming the world, never a wait beyond that.
+func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*server.ForwardedReply, error) {
+	timeout := w.reg.node.cfg.ForwardTimeout
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg := nats.NewMsg(callSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	if len(fc.Metadata) > 0 {
+		b, _ := json.Marshal(fc.Metadata)
+		msg.Header.Set(hdrMetadata, string(b))
+	}
+	if d, ok := fctx.Deadline(); ok {
+		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
+	}
+	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
+	if err != nil {
+		return nil, w.forwardError(ctx, err, timeout)
+	}
+	rep := &server.ForwardedReply{Response: res.Data}
+	if s := res.Header.Get(hdrStatus); s != "" {
+		if rep.Status, err = base64.StdEncoding.DecodeString(s); err != nil {
+			return nil, status.Errorf(codes.Internal, "forward: bad status from node %s", w.entry.Node)
+		}
+		rep.Response = nil
+	}
+	if h := res.Header.Get(hdrHeader); h != "" {
+		_ = json.Unmarshal([]byte(h), &rep.Header)
+	}
+	if t := res.Header.Get(hdrTrailer); t != "" {
+		_ = json.Unmarshal([]byte(t), &rep.Trailer)
+	}
+	return rep, nil
+}
+
+// protoMarshalStatus encodes a status as a google.rpc.Status.
+func protoMarshalStatus(st *status.Status) ([]byte, error) { return proto.Marshal(st.Proto()) }
+
+// Forwarded server streams (file downloads).
+//
+// The edge subscribes to an inbox of its own, then asks the host on
+// relay.node.<name>.stream, naming that inbox; the host accepts with the
+// subject where it takes acknowledgements, then publishes the stream's
+// messages to the inbox in order, and a last message with the status. The
+// host keeps at most streamWindow messages unacknowledged, so that a slow
+// caller slows the host rather than overflow the edge's subscription; the
+// edge acknowledges every streamAckEvery messages, or cancels.
+const (
+	hdrInbox       = "Relay-Inbox"
+	hdrAck         = "Relay-Ack"
+	hdrEnd         = "Relay-End"
+	streamWindow   = 32
+	streamAckEvery = 8
+	cancelAck      = "cancel"
+)
+
+// streamSubject is the subject on which a node answers forwarded streams.
+func streamSubject(node string) string { return "relay.node." + node + ".stream" }
+
+// serveForwardedStreams subscribes to the node's stream subject.
+func (r *Registry) serveForwardedStreams() error {
+	sub, err := r.node.nc.Subscribe(streamSubject(r.node.Name()), func(m *nats.Msg) { go r.answerStream(m) })
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answerStream serves one forwarded stream.
+func (r *Registry) answerStream(m *nats.Msg) {
+	nc := r.node.nc
+	inbox := m.Header.Get(hdrInbox)
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded stream came without its key or inbox")))
+		return
+	}
+	acks, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Unavailable, "The host node cannot take the stream")))
+		return
+	}
+	defer func() { _ = acks.Unsubscribe() }()
+	accept := nats.NewMsg(m.Reply)
+	accept.Header.Set(hdrAck, acks.Subject)
+	if err := m.RespondMsg(accept); err != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sent, acked := 0, 0
+	send := func(b []byte) error {
+		for sent-acked >= streamWindow {
+			wait, cancelWait := context.WithTimeout(ctx, r.node.cfg.ForwardTimeout)
+			am, err := acks.NextMsgWithContext(wait)
+			cancelWait()
+			if err != nil {
+				return err
+			}
+			if string(am.Data) == cancelAck {
+				return context.Canceled
+			}
+			if n, err := strconv.Atoi(string(am.Data)); err == nil && n > acked {
+				acked = n
+			}
+		}
+		out := nats.NewMsg(inbox)
+		out.Data = b
+		if err := nc.PublishMsg(out); err != nil {
+			return err
+		}
+		sent++
+		return nil
+	}
+	rep := r.opts.ServeStream(ctx, fc, send)
+	end := nats.NewMsg(inbox)
+	end.Header.Set(hdrEnd, "1")
+	if rep.Status != nil {
+		end.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	}
+	_ = nc.PublishMsg(end)
+}
+
+var _ server.StreamForwarder = (*remoteWorld)(nil)
+
+// ForwardStream implements server.StreamForwarder: the host's messages go
+// to send as they arrive. A host that does not take the stream, or falls
+// silent for the forward time-out, is Unavailable naming the world.
+func (w *remoteWorld) ForwardStream(ctx context.Context, fc *server.ForwardedCall, send func([]byte) error) (*server.ForwardedReply, error) {
+	nc := w.reg.node.nc
+	timeout := w.reg.node.cfg.ForwardTimeout
+	inbox, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	}
+	defer func() { _ = inbox.Unsubscribe() }()
+	_ = inbox.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
+	msg := nats.NewMsg(streamSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	msg.Header.Set(hdrInbox, inbox.Subject)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	accept, err := nc.RequestMsgWithContext(actx, msg)
+	cancel()
+	if err != nil {
+		return nil, w.forwardError(ctx, err, timeout)
+	}
+	if s := accept.Header.Get(hdrStatus); s != "" {
+		b, _ := base64.StdEncoding.DecodeString(s)
+		return &server.ForwardedReply{Status: b}, nil
+	}
+	ackTo := accept.Header.Get(hdrAck)
+	received := 0
+	for {
+		wait, cancelWait := context.WithTimeout(ctx, timeout)
+		m, err := inbox.NextMsgWithContext(wait)
+		cancelWait()
+		if err != nil {
+			_ = nc.Publish(ackTo, []byte(cancelAck))
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+		if m.Header.Get(hdrEnd) != "" {
+			rep := &server.ForwardedReply{}
+			if s := m.Header.Get(hdrStatus); s != "" {
+				rep.Status, _ = base64.StdEncoding.DecodeString(s)
+			}
+			return rep, nil
+		}
+		if err := send(m.Data); err != nil {
+			_ = nc.Publish(ackTo, []byte(cancelAck))
+			return nil, err
+		}
+		received++
+		if received%streamAckEvery == 0 {
+			_ = nc.Publish(ackTo, []byte(strconv.Itoa(received)))
+		}
+	}
+}
+
+// forwardError turns a failed exchange with the host into the caller's
+// status: the caller's own deadline or cancellation as they are, anything
+// else Unavailable naming the world and its host.
+func (w *remoteWorld) forwardError(ctx context.Context, err error, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, nats.ErrNoResponders):
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s does not answer", w.id, w.entry.Node)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s did not answer within %v", w.id, w.entry.Node, timeout)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
+	default:
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s cannot be reached", w.id, w.entry.Node)
+	}
+}
+
+// Forwarded client streams (file uploads).
+//
+// The edge asks the host on relay.node.<name>.upload with the first
+// message, naming its inbox; the host accepts with the subject where it
+// takes the other messages, feeds them to the handler, acknowledges every
+// streamAckEvery of them on the edge's inbox, and ends with a message
+// holding the response or the status. The edge keeps at most
+// streamWindow messages unacknowledged; a caller that goes away cancels
+// the host's stream; a host that answers early (a refusal) ends the
+// upload at once.
+const (
+	hdrUp        = "Relay-Up"
+	hdrCancelled = "Relay-Cancelled"
+)
+
+// uploadSubject is the subject on which a node answers forwarded uploads.
+func uploadSubject(node string) string { return "relay.node." + node + ".upload" }
+
+// serveForwardedUploads subscribes to the node's upload subject.
+func (r *Registry) serveForwardedUploads() error {
+	sub, err := r.node.nc.Subscribe(uploadSubject(r.node.Name()), func(m *nats.Msg) { go r.answerUpload(m) })
+	if err != nil {
+		return err
+	}
+	r.node.OnClose(func() { _ = sub.Unsubscribe() })
+	return nil
+}
+
+// answerUpload serves one forwarded upload.
+func (r *Registry) answerUpload(m *nats.Msg) {
+	nc := r.node.nc
+	inbox := m.Header.Get(hdrInbox)
+	fc := &server.ForwardedCall{
+		Method:    m.Header.Get(hdrMethod),
+		RequestID: m.Header.Get(hdrRequestID),
+		ClientID:  m.Header.Get(hdrClientID),
+		Request:   m.Data,
+	}
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded upload came without its key or inbox")))
+		return
+	}
+	up, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Unavailable, "The host node cannot take the upload")))
+		return
+	}
+	defer func() { _ = up.Unsubscribe() }()
+	_ = up.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
+	accept := nats.NewMsg(m.Reply)
+	accept.Header.Set(hdrUp, up.Subject)
+	if err := m.RespondMsg(accept); err != nil {
+		return
+	}
+	received := 0
+	next := func() ([]byte, error) {
+		wait, cancel := context.WithTimeout(context.Background(), r.node.cfg.ForwardTimeout)
+		um, err := up.NextMsgWithContext(wait)
+		cancel()
+		switch {
+		case err != nil:
+			return nil, err
+		case um.Header.Get(hdrCancelled) != "":
+			return nil, context.Canceled
+		case um.Header.Get(hdrEnd) != "":
+			return nil, io.EOF
+		}
+		received++
+		if received%streamAckEvery == 0 {
+			_ = nc.Publish(inbox, []byte(strconv.Itoa(received)))
+		}
+		return um.Data, nil
+	}
+	rep := r.opts.ServeUpload(context.Background(), fc, next)
+	end := nats.NewMsg(inbox)
+	end.Header.Set(hdrEnd, "1")
+	if rep.Status != nil {
+		end.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
+	} else {
+		end.Data = rep.Response
+	}
+	_ = nc.PublishMsg(end)
+}
+
+var _ server.UploadForwarder = (*remoteWorld)(nil)
+
+// ForwardUpload implements server.UploadForwarder.
+func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCall, next func() ([]byte, error)) (*server.ForwardedReply, error) {
+	nc := w.reg.node.nc
+	timeout := w.reg.node.cfg.ForwardTimeout
+	inbox, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	}
+	defer func() { _ = inbox.Unsubscribe() }()
+	msg := nats.NewMsg(uploadSubject(w.entry.Node))
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	msg.Header.Set(hdrInbox, inbox.Subject)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	accept, err := nc.RequestMsgWithContext(actx, msg)
+	cancel()
+	if err != nil {
+		return nil, w.forwardError(ctx, err, timeout)
+	}
+	if s := accept.Header.Get(hdrStatus); s != "" {
+		b, _ := base64.StdEncoding.DecodeString(s)
+		return &server.ForwardedReply{Status: b}, nil
+	}
+	upTo := accept.Header.Get(hdrUp)
+	cancelHost := func() {
+		c := nats.NewMsg(upTo)
+		c.Header.Set(hdrCancelled, "1")
+		_ = nc.PublishMsg(c)
+	}
+	sent, acked := 0, 0
+	// handle takes one message from the host: an acknowledgement, or its
+	// answer (which may come early, when the host refused the upload).
+	handle := func(m *nats.Msg) *server.ForwardedReply {
+		if m.Header.Get(hdrEnd) == "" {
+			if n, err := strconv.Atoi(string(m.Data)); err == nil && n > acked {
+				acked = n
+			}
+			return nil
+		}
+		rep := &server.ForwardedReply{Response: m.Data}
+		if s := m.Header.Get(hdrStatus); s != "" {
+			rep.Status, _ = base64.StdEncoding.DecodeString(s)
+			rep.Response = nil
+		}
+		return rep
+	}
+	wait := func() (*server.ForwardedReply, error) {
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		m, err := inbox.NextMsgWithContext(wctx)
+		if err != nil {
+			cancelHost()
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+		return handle(m), nil
+	}
+	for done := false; !done; {
+		// Take what the host sent meanwhile, and wait while the window
+		// is full.
+		for {
+			if n, _, _ := inbox.Pending(); n == 0 && sent-acked < streamWindow {
+				break
+			}
+			rep, err := wait()
+			if err != nil || rep != nil {
+				return rep, err
+			}
+		}
+		b, err := next()
+		out := nats.NewMsg(upTo)
+		switch {
+		case errors.Is(err, io.EOF):
+			out.Header.Set(hdrEnd, "1")
+			done = true
+		case err != nil:
+			cancelHost()
+			return nil, err
+		default:
+			out.Data = b
+			sent++
+		}
+		if err := nc.PublishMsg(out); err != nil {
+			cancelHost()
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+	}
+	for {
+		rep, err := wait()
+		if err != nil || rep != nil {
+			return rep, err
+		}
+	}
+}

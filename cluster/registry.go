@@ -1,0 +1,733 @@
+package cluster
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// RegistryBucket is the JetStream key-value bucket of the world registry:
+// one key per client id, whose value is an [Entry].
+const RegistryBucket = "relay_worlds"
+
+// Entry is a world's record in the registry: which node hosts it, and
+// until when its lease holds unless renewed.
+type Entry struct {
+	// Node is the host node's name.
+	Node string `json:"node"`
+	// Kind is world.KindEmbedded or world.KindLinked.
+	Kind string `json:"kind"`
+	// Title is the world's title, for listings on other nodes.
+	Title string `json:"title,omitempty"`
+	// Expires is when the lease ends unless renewed, on the host's clock:
+	// for people to read. Other nodes judge the lease by their own clock
+	// instead (Lease from when they saw the entry written).
+	Expires time.Time `json:"expires"`
+	// Lease is how long the lease lasts from each write.
+	Lease time.Duration `json:"lease"`
+	// Released is set by a host that stopped hosting the world (a
+	// stopping node, a linked world whose socket closed).
+	Released bool `json:"released,omitempty"`
+}
+
+// seenEntry is an entry as this node saw it: its revision, and when it
+// was written, on this node's clock as well as it knows.
+type seenEntry struct {
+	Entry
+	rev  uint64
+	seen time.Time
+}
+
+// live reports whether the entry's host still holds the world, judged on
+// this node's clock: the lease runs from when this node saw the entry
+// written, so the nodes' clocks need not agree.
+func (e seenEntry) live(ttl time.Duration) bool {
+	if e.Released {
+		return false
+	}
+	if e.Lease > 0 {
+		ttl = e.Lease
+	}
+	return time.Since(e.seen) < ttl
+}
+
+// LocalWorlds is what the registry needs of the node's own worlds: the
+// relay's registry of embedded and linked worlds (link.Registry).
+type LocalWorlds interface {
+	World(ctx context.Context, clientID string) (world.World, error)
+	List(ctx context.Context) ([]world.Info, error)
+	IDs(ctx context.Context) ([]string, error)
+}
+
+// RegistryOptions configure a [Registry].
+type RegistryOptions struct {
+	// Local resolves the worlds this node can serve itself.
+	Local LocalWorlds
+	// EmbeddedIDs lists the embedded worlds of the node's data directory,
+	// which the node claims at start and whenever new ones appear.
+	EmbeddedIDs func(ctx context.Context) ([]string, error)
+	// Linked lists the linked worlds whose socket this node holds, with
+	// their titles: each round of renewals claims those the node does not
+	// hold (a connect hook whose claim was overtaken by a disconnect's
+	// release, say).
+	Linked func() []LinkedWorld
+	// Serve answers the calls other nodes forward here
+	// (server.Server.ServeForwarded); without it the node forwards but
+	// serves no forwarded call.
+	Serve func(ctx context.Context, call *server.ForwardedCall) *server.ForwardedReply
+	// ServeStream answers the server streams (file downloads) other
+	// nodes forward here (server.Server.ServeForwardedStream).
+	ServeStream func(ctx context.Context, call *server.ForwardedCall, send func([]byte) error) *server.ForwardedReply
+	// ServeUpload answers the client streams (file uploads) other nodes
+	// forward here (server.Server.ServeForwardedUpload).
+	ServeUpload func(ctx context.Context, call *server.ForwardedCall, next func() ([]byte, error)) *server.ForwardedReply
+}
+
+// Registry is the cluster's world registry as one node sees it, and the
+// node's [server.Worlds]: a world this node holds the lease of resolves to
+// the local world; a world another live node holds resolves to a remote
+// world whose calls are forwarded there; a world whose host is gone is
+// Unavailable (503) naming it; anything else is the local registry's
+// answer (ErrNotFound for an unknown world).
+//
+// Leases: every lease lasts Config.LeaseTTL and is renewed every third of
+// it. A node holds a world only while its last renewal is recent enough;
+// one that cannot renew (cut off from the cluster) answers 503 for its
+// worlds once its lease ran out, rather than serve a world that another
+// node might serve too. An embedded world found in the registry under a
+// live lease of another node is a duplicate client id: this node refuses
+// to host it, says so in its log and in the cluster's status, and
+// forwards its calls to the holder.
+type Registry struct {
+	node  *Node
+	log   *slog.Logger
+	kv    jetstream.KeyValue
+	opts  RegistryOptions
+	ttl   time.Duration
+	watch jetstream.KeyWatcher
+	// nodes is the bucket of node records (status.go); started is when
+	// this node joined.
+	nodes   jetstream.KeyValue
+	started time.Time
+
+	mu      sync.RWMutex
+	entries map[string]seenEntry // the bucket as last seen, by client id
+	owned   map[string]*lease    // the worlds this node holds
+	refused map[string]string    // embedded worlds held by another node: their holder
+	// remotes caches the remote worlds handed out, by client id.
+	remotes map[string]*remoteWorld
+
+	stop chan struct{}
+	done chan struct{}
+	// now is the clock (tests may shift it).
+	now func() time.Time
+}
+
+// lease is a world this node holds.
+type lease struct {
+	kind, title string
+	rev         uint64
+	// validUntil is when this node stops serving the world unless the
+	// lease is renewed first: the start of the last successful write
+	// plus nine tenths of the lease, on the monotonic clock, so that it
+	// stops before any other node may see the lease as expired.
+	validUntil time.Time
+}
+
+// ErrHeldElsewhere is returned by claims of worlds another live node
+// holds.
+var ErrHeldElsewhere = errors.New("held by another node")
+
+// NewRegistry opens the registry bucket, follows it, claims the node's
+// embedded worlds and renews its leases until Close.
+func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
+	r := &Registry{
+		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
+		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{},
+		remotes: map[string]*remoteWorld{},
+		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
+		started: time.Now().UTC(),
+	}
+	kv, err := node.KeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      RegistryBucket,
+		Description: "relay world registry: client id -> host node and lease",
+		History:     1,
+		Replicas:    node.Replicas(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.kv = kv
+	if r.nodes, err = node.KeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      NodesBucket,
+		Description: "relay nodes: name -> when it started, until when it runs",
+		History:     1,
+		Replicas:    node.Replicas(),
+	}); err != nil {
+		return nil, err
+	}
+	r.recordNode(ctx, false)
+	if r.watch, err = kv.WatchAll(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: watch the world registry: %w", err)
+	}
+	// The watcher first replays every key, then a nil marks the present.
+	for up := range r.watch.Updates() {
+		if up == nil {
+			break
+		}
+		// Entries written before this node watched were written when the
+		// server says, the best this node can know.
+		r.apply(up, up.Created())
+	}
+	go r.follow()
+	if opts.Serve != nil {
+		if err := r.serveForwarded(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.ServeStream != nil {
+		if err := r.serveForwardedStreams(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.ServeUpload != nil {
+		if err := r.serveForwardedUploads(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	r.claimEmbedded(ctx)
+	go r.renewLoop()
+	return r, nil
+}
+
+// KeyValue creates (or updates) a key-value bucket and returns it,
+// retrying until the node's start time-out while JetStream cannot place it
+// yet: in a new cluster, a bucket kept three ways can be placed only once
+// three nodes are up. Set cfg.Replicas to [Node.Replicas] for state the
+// cluster shares.
+func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	wait, cancel := context.WithTimeout(ctx, node.cfg.StartTimeout)
+	defer cancel()
+	for {
+		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
+		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
+		cancelAttempt()
+		if err == nil {
+			return kv, nil
+		}
+		select {
+		case <-wait.Done():
+			return nil, fmt.Errorf("cluster: create the %s bucket: %w", cfg.Bucket, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// follow applies the bucket's changes until the watcher stops.
+func (r *Registry) follow() {
+	for up := range r.watch.Updates() {
+		if up != nil {
+			r.apply(up, time.Now())
+		}
+	}
+}
+
+// apply records one change of the bucket, written at seen.
+func (r *Registry) apply(up jetstream.KeyValueEntry, seen time.Time) {
+	r.applyValue(up.Key(), up.Operation() == jetstream.KeyValuePut, up.Value(), up.Revision(), seen)
+}
+
+// applyValue records a world's entry at revision rev, written at seen;
+// put is false for a deleted key.
+func (r *Registry) applyValue(id string, put bool, value []byte, rev uint64, seen time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.entries[id]; ok && cur.rev > rev {
+		return // an older read (lookup) than what the watcher delivered
+	}
+	if !put {
+		delete(r.entries, id)
+		delete(r.remotes, id)
+		return
+	}
+	var e Entry
+	if err := json.Unmarshal(value, &e); err != nil {
+		r.log.Warn("ignoring a bad world registry entry", "clientId", id, "error", err)
+		return
+	}
+	if seen.After(time.Now()) {
+		seen = time.Now()
+	}
+	r.entries[id] = seenEntry{Entry: e, rev: rev, seen: seen}
+	if rw := r.remotes[id]; rw != nil && rw.entry != e {
+		delete(r.remotes, id)
+	}
+	// Another node took a world this node holds (a linked world that
+	// reconnected elsewhere): it is no longer ours.
+	if l := r.owned[id]; l != nil && e.Node != r.node.Name() {
+		delete(r.owned, id)
+		r.log.Info("world moved to another node", "clientId", id, "host", e.Node)
+	}
+}
+
+// claimEmbedded claims the embedded worlds of the data directory not yet
+// held or refused.
+func (r *Registry) claimEmbedded(ctx context.Context) {
+	if r.opts.EmbeddedIDs == nil {
+		return
+	}
+	ids, err := r.opts.EmbeddedIDs(ctx)
+	if err != nil {
+		r.log.Warn("could not list the embedded worlds to claim them", "error", err)
+		return
+	}
+	for _, id := range ids {
+		r.mu.RLock()
+		_, held := r.owned[id]
+		_, refused := r.refused[id]
+		r.mu.RUnlock()
+		if held || refused {
+			continue
+		}
+		title := ""
+		if w, err := r.opts.Local.World(ctx, id); err == nil {
+			title = w.Info().Title
+		}
+		if err := r.Claim(ctx, id, world.KindEmbedded, title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+			r.log.Warn("could not claim a world", "clientId", id, "error", err)
+		}
+	}
+}
+
+// LinkedWorld is a linked world whose socket a node holds.
+type LinkedWorld struct{ ClientID, Title string }
+
+// claimLinked claims the linked worlds connected here that this node does
+// not hold, unless another node took them since they connected (their
+// tabletop reconnected there: the newer socket wins).
+func (r *Registry) claimLinked(ctx context.Context) {
+	if r.opts.Linked == nil {
+		return
+	}
+	self := r.node.Name()
+	for _, lw := range r.opts.Linked() {
+		r.mu.RLock()
+		_, held := r.owned[lw.ClientID]
+		e, known := r.entries[lw.ClientID]
+		r.mu.RUnlock()
+		if held || (known && e.Node != self && e.live(r.ttl)) {
+			continue
+		}
+		if err := r.Claim(ctx, lw.ClientID, world.KindLinked, lw.Title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+			r.log.Warn("could not claim a linked world", "clientId", lw.ClientID, "error", err)
+		}
+	}
+}
+
+// Claim takes the lease of a world for this node: a world no one holds,
+// this node's own (after a restart), or one whose lease expired; with
+// force (a linked world whose tabletop connected here), whoever holds it.
+// A world another live node holds is ErrHeldElsewhere, and an embedded
+// one is then refused for good: the same client id on two nodes' disks
+// is two different worlds, never one world to serve from either.
+func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	self := r.node.Name()
+	start := time.Now()
+	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
+	val, _ := json.Marshal(e)
+	var rev uint64
+	cur, err := r.leaderGet(ctx, clientID)
+	switch {
+	case err != nil:
+	case !cur.found:
+		rev, err = r.kv.Create(ctx, clientID, val)
+	default:
+		old := seenEntry{rev: cur.rev, seen: cur.created}
+		_ = json.Unmarshal(cur.value, &old.Entry)
+		r.mu.RLock()
+		if known, ok := r.entries[clientID]; ok && known.rev == old.rev {
+			old.seen = known.seen
+		}
+		r.mu.RUnlock()
+		if old.Node != self && old.live(r.ttl) && !force {
+			r.mu.Lock()
+			// Remember the holder, so that this node resolves the world
+			// to it even before its watcher delivers the entry.
+			if known, ok := r.entries[clientID]; !ok || known.rev < old.rev {
+				r.entries[clientID] = old
+			}
+			if kind == world.KindEmbedded {
+				r.refused[clientID] = old.Node
+			}
+			r.mu.Unlock()
+			if kind == world.KindEmbedded {
+				r.log.Error("refusing to host a world another node hosts: the same client id is in two nodes' data directories", "clientId", clientID, "host", old.Node)
+			}
+			return fmt.Errorf("world %s: %w (%s)", clientID, ErrHeldElsewhere, old.Node)
+		}
+		rev, err = r.kv.Update(ctx, clientID, val, cur.rev)
+	}
+	if err != nil {
+		return fmt.Errorf("claim world %s: %w", clientID, err)
+	}
+	r.mu.Lock()
+	r.owned[clientID] = &lease{kind: kind, title: title, rev: rev, validUntil: start.Add(r.ttl * 9 / 10)}
+	r.entries[clientID] = seenEntry{Entry: e, rev: rev, seen: start}
+	delete(r.remotes, clientID)
+	r.mu.Unlock()
+	r.log.Debug("hosting world", "clientId", clientID, "kind", kind)
+	return nil
+}
+
+// Release gives up this node's lease of a world (a linked world whose
+// socket closed, a stopping node): the world is unavailable until a node
+// claims it again.
+func (r *Registry) Release(ctx context.Context, clientID string) {
+	r.mu.Lock()
+	l := r.owned[clientID]
+	delete(r.owned, clientID)
+	var rev uint64
+	if l != nil {
+		rev = l.rev
+	}
+	r.mu.Unlock()
+	if l == nil {
+		return
+	}
+	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
+	if _, err := r.kv.Update(ctx, clientID, val, rev); err != nil && !errors.Is(err, context.Canceled) {
+		r.log.Debug("could not release a world's lease (another node may hold it now)", "clientId", clientID, "error", err)
+	}
+}
+
+// renewLoop renews the leases every third of their length, and claims
+// embedded worlds created since the last round.
+func (r *Registry) renewLoop() {
+	defer close(r.done)
+	t := time.NewTicker(r.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		// A round may take up to half a lease: a slow write still renews
+		// in time, and the next round starts on time.
+		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/2)
+		r.renew(ctx)
+		r.recordNode(ctx, false)
+		r.claimEmbedded(ctx)
+		r.claimLinked(ctx)
+		cancel()
+	}
+}
+
+// renew renews every lease this node holds. A lease another node took
+// meanwhile is dropped; one that could not be written stays, and runs
+// out unless a later round succeeds.
+func (r *Registry) renew(ctx context.Context) {
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	r.mu.RUnlock()
+	// A node may host thousands of worlds: their renewals go out a few at
+	// a time, so that a round fits well within its half lease.
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		r.mu.RLock()
+		l := r.owned[id]
+		var rev uint64
+		if l != nil {
+			rev = l.rev
+		}
+		r.mu.RUnlock()
+		if l == nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.renewOne(ctx, id, l, rev)
+		})
+	}
+	wg.Wait()
+}
+
+// renewParallel is how many lease renewals a node has in flight at once.
+const renewParallel = 16
+
+// renewOne renews one lease, written last at revision rev.
+func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64) {
+	start := time.Now()
+	e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
+	val, _ := json.Marshal(e)
+	next, err := r.kv.Update(ctx, id, val, rev)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		if r.owned[id] == l {
+			l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
+		}
+	case errors.Is(err, jetstream.ErrKeyExists):
+		// Someone else wrote the key: the world is theirs now.
+		if r.owned[id] == l {
+			delete(r.owned, id)
+		}
+		r.log.Warn("lost the lease of a world to another node", "clientId", id)
+	default:
+		r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
+	}
+}
+
+// Close releases the node's leases, so that the other nodes answer 503 at
+// once for its worlds rather than forward to a node that is gone, and
+// stops following the registry.
+func (r *Registry) Close(ctx context.Context) {
+	select {
+	case <-r.stop:
+		return
+	default:
+	}
+	close(r.stop)
+	<-r.done
+	// A cluster that lost its quorum cannot take the releases: the leases
+	// then run out on their own.
+	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
+	defer cancel()
+	r.mu.RLock()
+	ids := make([]string, 0, len(r.owned))
+	for id := range r.owned {
+		ids = append(ids, id)
+	}
+	r.mu.RUnlock()
+	for _, id := range ids {
+		r.Release(ctx, id)
+	}
+	r.recordNode(ctx, true)
+	r.watch.Stop()
+}
+
+// World implements server.Worlds.
+func (r *Registry) World(ctx context.Context, clientID string) (world.World, error) {
+	self := r.node.Name()
+	now := time.Now()
+	r.mu.RLock()
+	l := r.owned[clientID]
+	e, known := r.entries[clientID]
+	rw := r.remotes[clientID]
+	r.mu.RUnlock()
+	switch {
+	case l != nil:
+		if now.After(l.validUntil) {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
+		}
+		return r.opts.Local.World(ctx, clientID)
+	case known && e.Node != self:
+		if e.live(r.ttl) {
+			if rw != nil {
+				return rw, nil
+			}
+			return r.remote(clientID, e.Entry), nil
+		}
+		if e.Released {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped hosting it", clientID, e.Node)
+		}
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
+	}
+	w, err := r.opts.Local.World(ctx, clientID)
+	if err != nil {
+		// Unknown here and not seen in the registry: the host may have
+		// claimed it a moment ago, before this node's watcher delivered
+		// the entry. Ask the bucket itself before saying 404.
+		if !known && errors.Is(err, world.ErrNotFound) && r.lookup(ctx, clientID) {
+			return r.World(ctx, clientID)
+		}
+		return nil, err
+	}
+	// A world of this node that it does not hold yet (created since the
+	// last round, or a linked world whose claim is under way): claim it
+	// before serving it.
+	info := w.Info()
+	kind := cmp.Or(info.Kind, world.KindEmbedded)
+	if err := r.Claim(ctx, clientID, kind, info.Title, kind == world.KindLinked); err != nil {
+		if errors.Is(err, ErrHeldElsewhere) {
+			return r.World(ctx, clientID)
+		}
+		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
+	}
+	return w, nil
+}
+
+// lookup reads a world's entry from the bucket, records it, and reports
+// whether another node holds (or held) the world.
+func (r *Registry) lookup(ctx context.Context, clientID string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	e, err := r.leaderGet(ctx, clientID)
+	if err != nil || !e.found {
+		return false
+	}
+	r.applyValue(clientID, true, e.value, e.rev, e.created)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	known, ok := r.entries[clientID]
+	return ok && known.Node != r.node.Name()
+}
+
+// latest is a key's last value in the registry bucket, as its stream's
+// leader has it.
+type latest struct {
+	found   bool
+	value   []byte
+	rev     uint64
+	created time.Time
+}
+
+// leaderGet reads a key's last value from the bucket's stream leader.
+// The key-value Get may be answered by any replica (direct get), which
+// may not have the latest write yet: a claim must see it, or it would try
+// to create a key that exists, and a lookup would call a world that was
+// just claimed unknown.
+func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
+	msg, err := r.node.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
+	if err != nil {
+		return latest{}, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64    `json:"seq"`
+			Hdrs []byte    `json:"hdrs"`
+			Data []byte    `json:"data"`
+			Time time.Time `json:"time"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return latest{}, err
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return latest{}, nil
+	case resp.Error != nil:
+		return latest{}, fmt.Errorf("read the world registry: %s", resp.Error.Description)
+	case resp.Message == nil:
+		return latest{}, errors.New("read the world registry: empty answer")
+	}
+	m := resp.Message
+	// A deleted or purged key is a marker with the KV-Operation header.
+	if bytes.Contains(m.Hdrs, []byte("KV-Operation")) {
+		return latest{rev: m.Seq}, nil
+	}
+	return latest{found: true, value: m.Data, rev: m.Seq, created: m.Time}, nil
+}
+
+// remote returns the remote world of an entry, made once per entry.
+func (r *Registry) remote(clientID string, e Entry) *remoteWorld {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rw := r.remotes[clientID]; rw != nil && rw.entry == e {
+		return rw
+	}
+	rw := &remoteWorld{reg: r, id: clientID, entry: e}
+	r.remotes[clientID] = rw
+	return rw
+}
+
+// List implements server.Worlds: this node's worlds and the other nodes',
+// by client id; a world another node hosts is described from the registry.
+func (r *Registry) List(ctx context.Context) ([]world.Info, error) {
+	infos, err := r.opts.Local.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	self := r.node.Name()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := map[string]bool{}
+	out := infos[:0]
+	for _, info := range infos {
+		if e, ok := r.entries[info.ClientID]; ok && e.Node != self && e.live(r.ttl) {
+			continue // described below, from its host's entry
+		}
+		seen[info.ClientID] = true
+		out = append(out, info)
+	}
+	for id, e := range r.entries {
+		if seen[id] || e.Node == self || (e.Released && e.Kind == world.KindLinked) {
+			continue
+		}
+		out = append(out, world.Info{ClientID: id, Kind: e.Kind, Title: e.Title, Name: e.Title, Online: e.live(r.ttl)})
+	}
+	slices.SortFunc(out, func(a, b world.Info) int { return cmp.Compare(a.ClientID, b.ClientID) })
+	return out, nil
+}
+
+// IDs implements server.Worlds: the client ids of this node's worlds and
+// of every world in the registry.
+func (r *Registry) IDs(ctx context.Context) ([]string, error) {
+	ids, err := r.opts.Local.IDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	for id := range r.entries {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.RUnlock()
+	return ids, nil
+}
+
+// Hosted is one world in [Registry.Snapshot].
+type Hosted struct {
+	ClientID string
+	Entry
+	// Live is true while the host's lease holds, as this node judges it.
+	Live bool
+	// Refused is set on this node's embedded worlds that another node
+	// holds under the same client id.
+	Refused bool
+}
+
+// Snapshot returns the registry as this node sees it, by client id, with
+// the duplicates this node refused.
+func (r *Registry) Snapshot() []Hosted {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Hosted, 0, len(r.entries)+len(r.refused))
+	for id, e := range r.entries {
+		out = append(out, Hosted{ClientID: id, Entry: e.Entry, Live: e.live(r.ttl)})
+	}
+	for id := range r.refused {
+		out = append(out, Hosted{ClientID: id, Entry: Entry{Node: r.node.Name(), Kind: world.KindEmbedded}, Refused: true})
+	}
+	slices.SortFunc(out, func(a, b Hosted) int {
+		return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.Node, b.Node))
+	})
+	return out
+}

@@ -1,0 +1,201 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// localWorlds is a node's own worlds, by client id, for registries
+// without a relay.
+type localWorlds map[string]world.World
+
+func (l localWorlds) World(_ context.Context, id string) (world.World, error) {
+	if w, ok := l[id]; ok {
+		return w, nil
+	}
+	return nil, world.Errorf(world.ErrNotFound, "Unknown world: %s", id)
+}
+
+func (l localWorlds) List(context.Context) ([]world.Info, error) {
+	var out []world.Info
+	for _, w := range l {
+		out = append(out, w.Info())
+	}
+	return out, nil
+}
+
+func (l localWorlds) IDs(context.Context) ([]string, error) {
+	var out []string
+	for id := range l {
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// plainWorld is a world with an id and nothing else.
+type plainWorld struct{ id string }
+
+func (w plainWorld) Info() world.Info { return world.Info{ClientID: w.id, Kind: world.KindEmbedded} }
+func (plainWorld) ResolveUser(context.Context, string) (*world.User, error) {
+	return nil, world.Errorf(world.ErrInvalid, "no users")
+}
+func (plainWorld) Users(context.Context) ([]world.User, error) { return nil, nil }
+func (plainWorld) Can(*world.User, string) bool                { return true }
+
+// TestRegistryBetweenNodes: a linked world moves to the node its tabletop
+// reconnects to. Then: a host whose clock runs an hour behind still
+// holds its world in the other nodes' eyes while it renews, and loses it
+// within a lease once it stops: every node judges a lease from when it
+// saw it written, on its own clock. Then: a world claimed before another
+// node's watcher saw it resolves to its holder there all the same.
+func TestRegistryBetweenNodes(t *testing.T) {
+	const lease = 2 * time.Second
+	// (clustertest.Configs, which imports this package, in short.)
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	cfgs := make([]Config, 2)
+	for i := range cfgs {
+		cfgs[i] = Config{NodeName: []string{"n1", "n2"}[i], DataDir: t.TempDir(), ClusterListen: addrs[i], ClusterPeers: addrs, LeaseTTL: lease, StartTimeout: 30 * time.Second}
+	}
+	nodes := make([]*Node, 2)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() {
+			var err error
+			if err = cfgs[i].Check(); err == nil {
+				nodes[i], err = Start(context.Background(), cfgs[i], nil)
+			}
+			if err != nil {
+				t.Errorf("start node %d: %v", i+1, err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ctx := context.Background()
+	regs := make([]*Registry, 2)
+	locals := make([]localWorlds, 2)
+	for i, n := range nodes {
+		t.Cleanup(n.Close)
+		local := localWorlds{}
+		locals[i] = local
+		if i == 0 {
+			local["behind"] = plainWorld{"behind"}
+		}
+		reg, err := NewRegistry(ctx, n, RegistryOptions{Local: local, EmbeddedIDs: local.IDs,
+			Serve: func(context.Context, *server.ForwardedCall) *server.ForwardedReply { return &server.ForwardedReply{} }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs[i] = reg
+		t.Cleanup(func() { reg.Close(context.Background()) })
+	}
+	// A linked world is hosted by the node that holds its socket: when
+	// the tabletop reconnects to n2, n2 takes it over, and n1 (whose
+	// renewal then fails) forwards its calls to n2.
+	remoteOn := func(reg *Registry, id, host string) bool {
+		w, err := reg.World(ctx, id)
+		rw, ok := w.(*remoteWorld)
+		return err == nil && ok && rw.Host() == host
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := regs[0].Claim(ctx, "tavern", world.KindLinked, "Tavern", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n2 to forward the linked world to n1", func() bool { return remoteOn(regs[1], "tavern", "n1") })
+	if err := regs[1].Claim(ctx, "tavern", world.KindLinked, "Tavern", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("n1 to forward the linked world to n2", func() bool { return remoteOn(regs[0], "tavern", "n2") })
+	time.Sleep(lease / 2) // a round of n1's renewals must not take it back
+	if !remoteOn(regs[0], "tavern", "n2") {
+		t.Fatal("n1 took the linked world back")
+	}
+	regs[1].Release(ctx, "tavern") // its socket closed
+	waitFor("the released linked world to be unavailable on n1", func() bool {
+		_, err := regs[0].World(ctx, "tavern")
+		return errors.Is(err, world.ErrUnavailable)
+	})
+
+	// n1's clock is an hour behind: the leases it writes "expired" an
+	// hour ago by n2's clock.
+	regs[0].mu.Lock()
+	regs[0].now = func() time.Time { return time.Now().Add(-time.Hour) }
+	regs[0].mu.Unlock()
+	// Let n1 renew with its skewed clock, and n2 see it.
+	time.Sleep(lease)
+	for range 3 {
+		w, err := regs[1].World(ctx, "behind")
+		if err != nil {
+			t.Fatalf("n2 resolving n1's world: %v", err)
+		}
+		if _, ok := w.(server.RemoteWorld); !ok {
+			t.Fatalf("n2 resolved %T, want a remote world", w)
+		}
+		time.Sleep(lease / 3)
+	}
+	// n1 stops renewing (its renewals stop, as when it dies): the lease
+	// runs out on n2's clock within a lease, even if n1's clock said
+	// otherwise.
+	close(regs[0].stop)
+	<-regs[0].done
+	deadline := time.Now().Add(2 * lease)
+	for {
+		_, err := regs[1].World(ctx, "behind")
+		if err != nil {
+			if !errors.Is(err, world.ErrUnavailable) {
+				t.Fatalf("after n1 stopped renewing: %v", err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("n1's world still resolves to n1 long after its last renewal")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A world claimed a moment ago, before n2's watcher delivered it, is
+	// found in the bucket itself rather than called unknown; one that n2
+	// also has on disk resolves to its holder, too.
+	close(regs[1].stop)
+	<-regs[1].done
+	regs[1].watch.Stop()
+	locals[1]["dup"] = plainWorld{"dup"}
+	for _, id := range []string{"fresh", "dup"} {
+		if err := regs[0].Claim(ctx, id, world.KindEmbedded, "", false); err != nil {
+			t.Fatal(err)
+		}
+		w, err := regs[1].World(ctx, id)
+		if err != nil {
+			t.Fatalf("n2 resolving %s, just claimed by n1: %v", id, err)
+		}
+		if _, ok := w.(server.RemoteWorld); !ok {
+			t.Fatalf("n2 resolved %s to %T, want a remote world", id, w)
+		}
+	}
+}
