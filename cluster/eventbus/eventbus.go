@@ -83,10 +83,6 @@ const (
 	linkedSubjectPrefix = "relay.linkevents."
 )
 
-// noPeersCode is JetStream's error code for "no suitable peers for
-// placement": too few servers (yet) for the copies asked for.
-const noPeersCode jetstream.ErrorCode = 10005
-
 // seqHeader carries an event's sequence number.
 const seqHeader = "Relay-Seq"
 
@@ -210,19 +206,20 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 		Replicas:          opts.Replicas,
 		Duplicates:        2 * time.Minute,
 	}
+	// A cluster that is still forming answers late or has too few servers
+	// for the copies: ask again, each attempt bounded, for up to a minute
+	// (the cluster's own start time-out) or until ctx ends.
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	for {
-		_, err := js.CreateOrUpdateStream(ctx, cfg)
+		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		_, err := js.CreateOrUpdateStream(attempt, cfg)
+		cancelAttempt()
 		if err == nil {
 			break
 		}
-		// A cluster that is still forming has too few servers for the
-		// copies: wait for them while the caller lets us.
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || apiErr.ErrorCode != noPeersCode {
-			return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
-		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			return nil, fmt.Errorf("eventbus: create stream %s: %w", StreamName, err)
 		case <-time.After(200 * time.Millisecond):
 		}

@@ -29,7 +29,6 @@ package shared
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -67,39 +66,33 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 		replicas = max(1, min(3, len(js.Conn().Servers())))
 	}
 	cfg.Replicas = replicas
+	// A cluster that is still forming answers late or has too few
+	// servers to place the copies on: ask again, each attempt bounded,
+	// until StartWait or the caller's context ends.
+	wait, cancel := context.WithTimeout(ctx, StartWait)
+	defer cancel()
 	for {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		kv, err := js.CreateOrUpdateKeyValue(attempt, cfg)
+		cancelAttempt()
 		if err == nil {
 			return kv, nil
 		}
-		// A cluster that is still forming has too few servers to place
-		// the copies on: wait for them while the caller lets us.
-		if !NoPeersYet(err) {
-			return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
-		}
 		select {
-		case <-ctx.Done():
+		case <-wait.Done():
 			return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
 		case <-time.After(placementRetry):
 		}
 	}
 }
 
+// StartWait bounds how long a store waits for JetStream to create its
+// bucket at start, as the cluster's own start does.
+const StartWait = 60 * time.Second
+
 // placementRetry is how often a bucket is asked for again while the
 // cluster has too few servers for its copies.
 const placementRetry = 200 * time.Millisecond
-
-// noPeersCode is JetStream's error code for "no suitable peers for
-// placement": too few servers (yet) for the copies asked for.
-const noPeersCode jetstream.ErrorCode = 10005
-
-// NoPeersYet reports whether err is JetStream refusing to place a stream
-// or bucket because too few servers are up, which passes once the cluster
-// has formed.
-func NoPeersYet(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == noPeersCode
-}
 
 // removeFile removes a file written by a step that failed later.
 func removeFile(path string) error { return os.Remove(path) }

@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -133,15 +132,13 @@ func (p *Presence) Count() int {
 }
 
 // Stop stops renewing and counting, and withdraws the node's entry so that
-// the others stop counting it at once.
+// the others stop counting it at once. Withdrawing is a courtesy (the
+// entry expires by itself), so a node cut off from NATS stops all the same.
 func (p *Presence) Stop() error {
 	p.stop()
 	p.done.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	err := p.kv.Delete(ctx, "n."+p.name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		err = nil
-	}
-	return err
+	_ = p.kv.Delete(ctx, "n."+p.name)
+	return nil
 }
