@@ -74,6 +74,9 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 	for {
 		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
 		kv, err := js.CreateOrUpdateKeyValue(attempt, cfg)
+		if err == nil {
+			kv, err = leaderReads(attempt, js, cfg.Bucket)
+		}
 		cancelAttempt()
 		if err == nil {
 			return kv, nil
@@ -84,6 +87,26 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 		case <-time.After(placementRetry):
 		}
 	}
+}
+
+// leaderReads makes every read of the bucket go to its stream's leader,
+// and returns the bucket anew (a bucket handle decides how it reads when
+// it is made). JetStream creates buckets that any copy may answer reads
+// from (direct gets), and a copy may not have applied a write yet: a
+// token just stored on one node would be refused by another, a key just
+// created unknown. The leader answers with every acknowledged write.
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	if cfg := stream.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return js.KeyValue(ctx, bucket)
 }
 
 // StartWait bounds how long a store waits for JetStream to create its
