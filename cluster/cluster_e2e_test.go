@@ -91,10 +91,26 @@ func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
 	if t.Failed() {
 		t.FailNow()
 	}
+	shareAdminKey(nodes...)
 	// Stop them together too: a node stopping alone after the others
 	// waits for a quorum that is gone.
 	t.Cleanup(func() { stopAll(nodes) })
 	return nodes, cfgs
+}
+
+// shareAdminKey gives every node the cluster's admin key: the nodes share
+// their keys (package cluster/shared), and only the node that made the
+// cluster's first key has it as its own.
+func shareAdminKey(nodes ...*relaytest.Relay) {
+	var key string
+	for _, n := range nodes {
+		if n.AdminKey != "" {
+			key = n.AdminKey
+		}
+	}
+	for _, n := range nodes {
+		n.AdminKey = key
+	}
 }
 
 // waitUntil polls cond for up to ten seconds.
@@ -435,6 +451,7 @@ func TestCluster(t *testing.T) {
 		}
 		began := time.Now()
 		back := clusterNode(t, cfgs[1], false)
+		shareAdminKey(n1, back)
 		t.Logf("n2 back in %v", time.Since(began))
 		t.Cleanup(func() { stopAll([]*relaytest.Relay{n1, back, n3}) })
 		deadline := time.Now().Add(10 * time.Second)

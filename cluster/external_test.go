@@ -45,6 +45,7 @@ func TestExternalNATS(t *testing.T) {
 	bDir := t.TempDir()
 	seedWorld(t, bDir, "east")
 	b := clusterNode(t, cluster.Config{NodeName: "b", DataDir: bDir, NATSURL: withCreds, LeaseTTL: 3 * time.Second, ForwardTimeout: 2 * time.Second}, false)
+	shareAdminKey(a, b)
 	t.Cleanup(func() { stopAll([]*relaytest.Relay{a, b}) })
 	if a.Cluster().Replicas() != 1 {
 		t.Fatalf("replicas on a one-server NATS system: %d", a.Cluster().Replicas())

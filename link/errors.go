@@ -90,6 +90,11 @@ func (e *kindError) Error() string   { return e.werr.Msg }
 func (e *kindError) Unwrap() []error { return []error{e.kind, e.werr} }
 
 // unknownWorld is the error for a clientId that names no linked world.
+// UnknownWorld returns the error of a store that has no linked world with
+// that clientId: it matches ErrUnknownWorld and answers 404 naming the
+// world. Stores other than this package's own return it too.
+func UnknownWorld(clientID string) error { return unknownWorld(clientID) }
+
 func unknownWorld(clientID string) error {
 	return &kindError{kind: ErrUnknownWorld, werr: &world.Error{Kind: world.ErrNotFound,
 		Msg: "Linked world not found: " + displayID(clientID)}}

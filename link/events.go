@@ -46,6 +46,11 @@ type Events struct {
 	// journalErrors counts its failures.
 	journal       EventJournal
 	journalErrors atomic.Uint64
+	// published, continueFrom and via, when set, connect the events to
+	// the other nodes of a cluster (see cluster.go).
+	published    func(clientID string, records []world.JournalRecord)
+	continueFrom func(clientID string) uint64
+	via          func(ctx context.Context, clientID string, user *world.User, req world.EventRequest) (world.EventSubscription, error)
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
@@ -65,9 +70,13 @@ func (e *Events) SetHub(h *Hub) { e.hub = h }
 
 // worldEvents is one world's retained events and subscribers.
 type worldEvents struct {
-	seq  uint64
-	ring []linkedEvent // the retained events, oldest first
-	subs map[*subscription]struct{}
+	// numbered is set once the world's numbering is known in a cluster:
+	// at its first event here, after asking continueFrom, or at its first
+	// Feed (see cluster.go).
+	numbered bool
+	seq      uint64
+	ring     []linkedEvent // the retained events, oldest first
+	subs     map[*subscription]struct{}
 	// known is what the relay saw of the world's documents' ownership;
 	// lastRound the round each running combat was last seen at.
 	known     knownDocs
@@ -129,7 +138,9 @@ func (e *Events) work(clientID string, w *worldEvents) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for len(w.inbox) > 0 {
+		e.numberLocked(clientID, w)
 		fresh := e.drain(clientID, w)
+		e.publishLocked(clientID, fresh)
 		if e.journal != nil && !w.noJournal && len(fresh) > 0 {
 			// Subscribers have the events already; the journal keeps
 			// them for resumes after a restart.
@@ -303,6 +314,9 @@ func (w *Linked) Subscribe(ctx context.Context, user *world.User, req world.Even
 	if w.events == nil {
 		return nil, world.Errorf(world.ErrUnimplemented, "World '%s' does not offer event streams", w.clientID)
 	}
+	if via := w.events.subscribeVia(); via != nil {
+		return via(ctx, w.clientID, user, req)
+	}
 	return w.events.subscribe(w.clientID, user, req)
 }
 
@@ -383,6 +397,13 @@ func (s *subscription) offer(le linkedEvent) {
 	select {
 	case s.queue <- ev:
 	default:
+		s.fall()
+	}
+}
+
+// fall ends the subscription with ErrSubscriberBehind; e.mu is held.
+func (s *subscription) fall() {
+	if !s.fell {
 		s.fell = true
 		close(s.behind)
 	}

@@ -52,6 +52,11 @@ type HubOptions struct {
 	// when another address connects as the same world; without an answer
 	// it is dropped as dead and the newcomer takes its place.
 	DuplicateProbe time.Duration
+	// AllChannels turns every event channel on in every module, whatever
+	// the subscribers here: in a cluster, subscribers on other nodes
+	// receive the events too (package cluster/eventbus), and this node
+	// cannot count them.
+	AllChannels bool
 	// OnEvent receives every event message of every world (see EventTypes),
 	// in the order the module sent them. It runs on the connection's
 	// reading goroutine: it must not block.
@@ -348,6 +353,9 @@ func (h *Hub) SetChannel(clientID, channel string, count int) error {
 		return fmt.Errorf("link: unknown event channel %q", channel)
 	}
 	count = max(count, 0)
+	if h.opts.AllChannels {
+		count = max(count, 1)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	m := h.subs[clientID]
@@ -418,7 +426,11 @@ func (h *Hub) attach(c *Conn) error {
 		old := h.conns[c.clientID]
 		if old == nil || old.addr == c.addr {
 			for _, ch := range Channels {
-				if n := h.subs[c.clientID][ch]; n > 0 {
+				n := h.subs[c.clientID][ch]
+				if h.opts.AllChannels {
+					n = max(n, 1)
+				}
+				if n > 0 {
 					c.enqueue(subscriptionMessage(ch, n))
 				}
 			}

@@ -939,3 +939,45 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 		t.Fatal("the world that does not read is still online")
 	}
 }
+
+// TestAllChannelsInACluster: with AllChannels (a cluster, whose other
+// nodes' subscribers this node cannot count) every channel is on from the
+// connection, and stays on when the last subscriber here leaves.
+func TestAllChannelsInACluster(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *link.Config) { c.Hub.AllChannels = true })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tt := e.tabletop()
+	if _, err := tt.Pair(ctx, e.code("")); err != nil {
+		t.Fatal(err)
+	}
+	clientID, _ := tt.Credentials()
+	ran := make(chan error, 1)
+	go func() { ran <- tt.Run(ctx) }()
+	waitCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	all := func(tt *linktest.Tabletop) bool {
+		for _, ch := range link.Channels {
+			if !tt.Channels()[ch] {
+				return false
+			}
+		}
+		return true
+	}
+	if err := tt.WaitFor(waitCtx, all); err != nil {
+		t.Fatalf("channels at connection: %v, want all on", tt.Channels())
+	}
+	hub := e.svc.Hub()
+	if err := hub.SetChannel(clientID, "hooks", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.SetChannel(clientID, "hooks", 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := hub.Channel(clientID, "hooks"); n != 1 {
+		t.Fatalf("hooks count %d after the last subscriber left, want it kept on (1)", n)
+	}
+	cancel()
+	<-ran
+}

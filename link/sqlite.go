@@ -228,3 +228,32 @@ func (s *SQLiteStore) Unpair(ctx context.Context, clientID string, now time.Time
 	}
 	return int(revoked), tx.Commit()
 }
+
+// Export returns every linked world, paired or not, each with its valid
+// token (a zero Token for an unpaired world), in clientId order: a single
+// node that joins a cluster hands its linked worlds to the cluster's store
+// with it, so that its tabletops keep their clientIds and tokens.
+func (s *SQLiteStore) Export(ctx context.Context) ([]Pairing, error) {
+	worlds, err := s.Worlds(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Pairing, 0, len(worlds))
+	for _, w := range worlds {
+		p := Pairing{World: w, New: true}
+		var hash []byte
+		var created int64
+		err := s.db.QueryRowContext(ctx, `SELECT token_hash, created_at FROM link_tokens
+			WHERE client_id = ? AND revoked_at IS NULL ORDER BY created_at DESC LIMIT 1`, w.ClientID).Scan(&hash, &created)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("link: export tokens: %w", err)
+		default:
+			copy(p.Token.Hash[:], hash)
+			p.Token.ClientID, p.Token.CreatedAt = w.ClientID, time.UnixMilli(created).UTC()
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}

@@ -113,6 +113,12 @@ type Config struct {
 	Cluster cluster.Config
 	// Build is what /healthz reports and the start-up log line names.
 	Build gateway.BuildInfo
+	// Shared, when set, makes the node one of a cluster's nodes, with the
+	// cluster's keys, tickets, pairing, rate limits and events (see
+	// SharedState), over a NATS connection of the caller's. A node that
+	// joins a cluster with Cluster needs none: it shares its state over
+	// the cluster's connection. No flag of its own.
+	Shared *SharedState
 }
 
 // Defaults of the HTTP servers' own time-outs.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/connroute"
 	"github.com/tabletop-relay/relay/console"
 	"github.com/tabletop-relay/relay/gateway"
@@ -45,12 +46,15 @@ type Node struct {
 	conns    *netlimit.Listener
 	bodies   *netlimit.BodyGuard
 	grpc     *server.Server
-	keys     *keys.Store
-	worlds   *world.Host
-	hub      *events.Hub
-	scripts  *script.Pool
-	links    *link.Service
-	linkDB   *link.SQLiteStore
+	keys     keys.Backend
+	// shared is the node's part of a cluster's state; nil for a node
+	// alone (see shared.go).
+	shared  *shared.Attached
+	worlds  *world.Host
+	hub     *events.Hub
+	scripts *script.Pool
+	links   *link.Service
+	linkDB  *link.SQLiteStore
 	// linkEvents are the linked worlds' event streams.
 	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
@@ -81,8 +85,8 @@ func (r *Node) GRPCAddr() string { return r.grpcAddr }
 // directory, or "" when the data directory already had one.
 func (r *Node) AdminKey() string { return r.adminKey }
 
-// Keys is the API key store.
-func (r *Node) Keys() *keys.Store { return r.keys }
+// Keys is the API key store: relay.db's, or the cluster's.
+func (r *Node) Keys() keys.Backend { return r.keys }
 
 // Worlds is the host of the embedded worlds of the data directory.
 func (r *Node) Worlds() *world.Host { return r.worlds }
@@ -172,13 +176,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			return fail(err)
 		}
 	}
+	if st := sharedState(cfg, r.cluster); st != nil {
+		// One of a cluster's nodes: the keys and the rest of the shared
+		// state are the cluster's (shared.go).
+		if r.shared, err = attachShared(ctx, st, r.hub, cfg.EventRingSize, keyStore, log); err != nil {
+			r.keys = nil // closed by attachShared
+			return fail(err)
+		}
+		r.keys = r.shared.Keys
+	}
 	if cfg.Demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.DataDir, log); err != nil {
 			return fail(err)
 		}
 	}
 	adminFile := filepath.Join(cfg.DataDir, "admin.key")
-	plaintext, created, err := keyStore.Bootstrap(ctx, adminFile)
+	plaintext, created, err := r.keys.Bootstrap(ctx, adminFile)
 	if err != nil {
 		return fail(fmt.Errorf("create admin key: %w", err))
 	}
@@ -219,13 +232,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents := link.NewEvents()
 	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
-	var onConnect func(link.ConnInfo)
+	// The stores of relay.db and memory, or the cluster's (shared.go).
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
+	if err != nil {
+		return fail(err)
+	}
+	// A linked world's numbering is settled with the cluster again each
+	// time its tabletop connects here (link/cluster.go), and in a cluster
+	// the node holding its socket hosts it.
+	onConnect := linkEvents.Connected
 	var onDisconnect func(string)
 	if r.cluster != nil {
-		onConnect, onDisconnect = r.clusterWiring.linkHooks()
+		claim, release := r.clusterWiring.linkHooks()
+		onConnect = func(info link.ConnInfo) {
+			linkEvents.Connected(info)
+			claim(info)
+		}
+		onDisconnect = release
 	}
 	if r.links, err = link.New(link.Config{
-		Store: r.linkDB,
+		Store: linkStore,
 		// A new linked world never takes the id of an embedded one.
 		Taken: func(clientID string) bool {
 			ids, err := r.worlds.IDs(context.Background())
@@ -243,12 +269,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			OnEvent:         linkEvents.Publish,
 			OnConnect:       onConnect,
 			OnDisconnect:    onDisconnect,
+			// Subscribers on other nodes cannot be counted here.
+			AllChannels: r.shared != nil,
 		},
 		Log: log,
 	}); err != nil {
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	if err := r.watchUnpaired(ctx); err != nil {
+		return fail(err)
+	}
 	// Embedded worlds first, then the linked ones; in a cluster, the
 	// registry of the whole cluster in front of them.
 	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
@@ -259,7 +290,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		allWorlds = r.registry
 	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:          keyStore,
+		Keys:          r.keys,
+		TicketStore:   ticketStore,
 		Worlds:        allWorlds,
 		Links:         worldLinks{r.links},
 		RequestIDs:    ids,
@@ -471,7 +503,11 @@ func (r *Node) shutdown(ctx context.Context) error {
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())
 	}
-	if r.keys != nil {
+	if r.shared != nil {
+		// After the worlds, so that their last events are published;
+		// this closes the cluster's key store too.
+		errs = append(errs, r.shared.Close())
+	} else if r.keys != nil {
 		errs = append(errs, r.keys.Close())
 	}
 	if r.linkDB != nil {

@@ -127,7 +127,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		if call.User != nil {
 			userID = call.User.ID
 		}
-		if ticketClosed, err = call.ticket.Open(fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter)); err != nil {
+		if ticketClosed, err = call.ticket.Open(ctx, fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter)); err != nil {
 			return err
 		}
 	}

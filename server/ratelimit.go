@@ -21,12 +21,21 @@ import (
 // PerMinute tokens a minute. A unary call takes one token; an event stream
 // takes one when it is opened, however long it then stays open.
 //
+// In a cluster the limits hold across the nodes approximately: each node
+// takes the limiter's share of the live nodes (see [RateLimiter.ShareWith])
+// and a request then costs as many tokens as there are nodes, so each node
+// allows 1/N of the rate and of the burst. With a load balancer spreading
+// a key's requests over the nodes, the key gets about its limit in all; a
+// key whose requests all reach one node gets 1/N of it.
+//
 // A nil *RateLimiter allows everything.
 type RateLimiter struct {
 	perMinute int
 	burst     float64
 	perToken  time.Duration // the time one token takes to come back
 	now       func() time.Time
+	// nodes, when set, counts the live nodes that share the limit.
+	nodes atomic.Pointer[func() int]
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -79,34 +88,57 @@ func NewRateLimiter(perMinute, burst int, now func() time.Time) *RateLimiter {
 	}
 }
 
+// ShareWith makes the limiter one of the nodes of a cluster that share
+// its limits: nodes counts the live nodes (itself included) each time a
+// request is judged, and a request costs that many tokens. A count below
+// one counts as one. It must be cheap: it runs on every request.
+func (l *RateLimiter) ShareWith(nodes func() int) {
+	if l != nil {
+		l.nodes.Store(&nodes)
+	}
+}
+
+// cost is the tokens one request takes and the capacity of a bucket: one
+// and the burst on a single node; the number of live nodes in a cluster,
+// in a bucket large enough to ever hold that many.
+func (l *RateLimiter) cost() (cost, capacity float64) {
+	f := l.nodes.Load()
+	if f == nil {
+		return 1, l.burst
+	}
+	n := float64(max((*f)(), 1))
+	return n, math.Max(l.burst, n)
+}
+
 // Allow takes a token from the key's bucket. When there is none it returns
 // false and how long until there is one.
 func (l *RateLimiter) Allow(keyID string) (bool, time.Duration) {
 	if l == nil {
 		return true, 0
 	}
+	cost, capacity := l.cost()
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
 	if l.calls >= sweepEvery {
 		l.calls = 0
-		l.sweep(now)
+		l.sweep(now, capacity)
 	}
 	b := l.buckets[keyID]
 	if b == nil {
-		b = &bucket{tokens: l.burst, last: now}
+		b = &bucket{tokens: capacity, last: now}
 		l.buckets[keyID] = b
 	}
 	if elapsed := now.Sub(b.last); elapsed > 0 {
-		b.tokens = math.Min(l.burst, b.tokens+float64(elapsed)/float64(l.perToken))
+		b.tokens = math.Min(capacity, b.tokens+float64(elapsed)/float64(l.perToken))
 		b.last = now
 	}
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.tokens >= cost {
+		b.tokens -= cost
 		return true, 0
 	}
-	wait := time.Duration((1 - b.tokens) * float64(l.perToken))
+	wait := time.Duration((cost - b.tokens) * float64(l.perToken))
 	l.refused.Add(1)
 	return false, wait
 }
@@ -118,6 +150,7 @@ func (l *RateLimiter) Blocked(keyID string) (bool, time.Duration) {
 	if l == nil {
 		return false, 0
 	}
+	cost, capacity := l.cost()
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -125,19 +158,19 @@ func (l *RateLimiter) Blocked(keyID string) (bool, time.Duration) {
 	if b == nil {
 		return false, 0
 	}
-	tokens := math.Min(l.burst, b.tokens+float64(now.Sub(b.last))/float64(l.perToken))
-	if tokens >= 1 {
+	tokens := math.Min(capacity, b.tokens+float64(now.Sub(b.last))/float64(l.perToken))
+	if tokens >= cost {
 		return false, 0
 	}
 	l.refused.Add(1)
-	return true, time.Duration((1 - tokens) * float64(l.perToken))
+	return true, time.Duration((cost - tokens) * float64(l.perToken))
 }
 
-// sweep forgets buckets that would be full by now: a fresh bucket is the
-// same. l.mu must be held.
-func (l *RateLimiter) sweep(now time.Time) {
+// sweep forgets buckets that would be full (hold capacity) by now: a
+// fresh bucket is the same. l.mu must be held.
+func (l *RateLimiter) sweep(now time.Time, capacity float64) {
 	for id, b := range l.buckets {
-		if b.tokens+float64(now.Sub(b.last))/float64(l.perToken) >= l.burst {
+		if b.tokens+float64(now.Sub(b.last))/float64(l.perToken) >= capacity {
 			delete(l.buckets, id)
 		}
 	}

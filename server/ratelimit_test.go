@@ -200,3 +200,48 @@ func TestRateLimiterBlockedTakesNothing(t *testing.T) {
 		t.Fatal("a nil limiter blocks")
 	}
 }
+
+// TestRateLimiterShared checks the cluster's approximation: with three live
+// nodes each node allows a third of the rate and of the burst, and goes
+// back to the whole limit when it is alone again.
+func TestRateLimiterShared(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	l := NewRateLimiter(60, 6, clock.Now) // one a second, bursts of six
+	var nodes atomic.Int64
+	nodes.Store(3)
+	l.ShareWith(func() int { return int(nodes.Load()) })
+	for i := range 2 {
+		if ok, _ := l.Allow("k1"); !ok {
+			t.Fatalf("request %d of a third of the burst refused", i+1)
+		}
+	}
+	ok, wait := l.Allow("k1")
+	if ok || wait != 3*time.Second {
+		t.Fatalf("third request: %v, wait %v; want refused for 3 s (three tokens at one a second)", ok, wait)
+	}
+	if blocked, _ := l.Blocked("k1"); !blocked {
+		t.Fatal("Blocked = false with an empty share")
+	}
+	clock.Add(3 * time.Second)
+	if ok, _ := l.Allow("k1"); !ok {
+		t.Fatal("refused after the share's interval")
+	}
+	// More nodes than the burst: the bucket still holds one request.
+	nodes.Store(10)
+	clock.Add(time.Minute)
+	if ok, _ := l.Allow("k2"); !ok {
+		t.Fatal("first request with ten nodes and a burst of six refused")
+	}
+	// Alone again: the whole limit.
+	nodes.Store(1)
+	clock.Add(time.Minute)
+	for i := range 6 {
+		if ok, _ := l.Allow("k3"); !ok {
+			t.Fatalf("request %d of the burst refused on a lone node", i+1)
+		}
+	}
+	if ok, _ := l.Allow("k3"); ok {
+		t.Fatal("request over the burst allowed on a lone node")
+	}
+}

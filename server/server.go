@@ -65,6 +65,9 @@ type Config struct {
 	// Worlds resolves client ids to the worlds that serve them, whatever
 	// their kind: the services reach worlds only through it.
 	Worlds Worlds
+	// TicketStore keeps the stream tickets (tickets.go); in memory when
+	// nil. A cluster shares one store among its nodes.
+	TicketStore TicketStore
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -156,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 		Worlds:     cfg.Worlds,
 		RequestIDs: cfg.RequestIDs,
 		Log:        cfg.Log,
-		Tickets:    NewTickets(nil, keyLookup(cfg.Keys)),
+		Tickets:    NewTicketsIn(cfg.TicketStore, nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 		Metrics:    cfg.Metrics,
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -42,61 +43,75 @@ const ticketPrefix = "st_"
 // Whoever holds the ticket may reopen that one stream in that time, and only
 // as the key that asked for it: every use reads the key again, so a key
 // revoked, disabled or expired in the meantime makes its tickets worthless.
-// Only hashes of tickets are kept, in memory: a relay restart ends them all.
+// Only hashes of tickets are kept, in a [TicketStore]: on a single node in
+// memory (a relay restart ends them all), in a cluster in a store shared by
+// every node, so that a browser may reconnect through any node.
 type Tickets struct {
 	now func() time.Time
 	// lookup re-reads a key by id at redemption; nil trusts the record
 	// captured when the ticket was issued.
 	lookup func(ctx context.Context, id string) (keys.Key, error)
-
-	mu      sync.Mutex
-	tickets map[[sha256.Size]byte]*ticket
+	store  TicketStore
 }
 
-// ticket is an issued ticket.
-type ticket struct {
-	key keys.Key
-	// expires is when the ticket lapses unless a stream is open with it:
-	// the first-use deadline, then the end of the reconnect window.
-	expires time.Time
-	// stream names the stream the ticket is bound to; empty until its
-	// first stream opens.
-	stream string
-	// open counts the streams open with the ticket.
-	open int
+// TicketHash is the SHA-256 of a stream ticket, under which it is kept.
+type TicketHash = [sha256.Size]byte
+
+// Errors of a [TicketStore].
+var (
+	// ErrTicketUnknown reports a ticket that is unknown or lapsed.
+	ErrTicketUnknown = errors.New("stream ticket unknown or lapsed")
+	// ErrTicketOtherStream reports a ticket presented for a stream other
+	// than the one it is bound to.
+	ErrTicketOtherStream = errors.New("stream ticket bound to another stream")
+)
+
+// TicketStore keeps issued stream tickets by hash. Each method is one
+// atomic step, so that a store shared by several relay nodes can
+// implement it.
+type TicketStore interface {
+	// Add stores a new ticket standing for key, whose first stream must
+	// open before expires.
+	Add(ctx context.Context, h TicketHash, key keys.Key, expires time.Time) error
+	// Find returns the key a ticket stands for, as it was issued, when the
+	// ticket is live at now; ErrTicketUnknown otherwise.
+	Find(ctx context.Context, h TicketHash, now time.Time) (keys.Key, error)
+	// Open binds the ticket to stream on its first use and refuses any
+	// other stream (ErrTicketOtherStream) or a lapsed ticket
+	// (ErrTicketUnknown). The ticket then stays live while the stream is
+	// open, until closed is called (exactly once), and for window after.
+	Open(ctx context.Context, h TicketHash, stream string, window time.Duration) (closed func(), err error)
 }
 
-// live reports whether the ticket may still be used at now.
-func (tk *ticket) live(now time.Time) bool {
-	return tk.open > 0 || now.Before(tk.expires)
-}
-
-// NewTickets returns an empty ticket store. lookup, when not nil, re-reads
-// a key by id when one of its tickets is redeemed.
+// NewTickets returns an empty ticket store kept in memory. lookup, when
+// not nil, re-reads a key by id when one of its tickets is redeemed.
 func NewTickets(now func() time.Time, lookup func(ctx context.Context, id string) (keys.Key, error)) *Tickets {
+	return NewTicketsIn(nil, now, lookup)
+}
+
+// NewTicketsIn returns the tickets kept in store (in memory when nil), as
+// NewTickets does.
+func NewTicketsIn(store TicketStore, now func() time.Time, lookup func(ctx context.Context, id string) (keys.Key, error)) *Tickets {
 	if now == nil {
 		now = time.Now
 	}
-	return &Tickets{now: now, lookup: lookup, tickets: map[[sha256.Size]byte]*ticket{}}
+	if store == nil {
+		store = &memTickets{now: now, tickets: map[TicketHash]*ticket{}}
+	}
+	return &Tickets{now: now, lookup: lookup, store: store}
 }
 
 // Issue returns a new ticket for key and the deadline of its first use.
-func (t *Tickets) Issue(key keys.Key) (string, time.Time, error) {
+func (t *Tickets) Issue(ctx context.Context, key keys.Key) (string, time.Time, error) {
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", time.Time{}, err
 	}
 	plain := ticketPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
-	now := t.now()
-	expires := now.Add(StreamTicketTTL)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for h, tk := range t.tickets { // drop the lapsed ones; the map stays small
-		if !tk.live(now) {
-			delete(t.tickets, h)
-		}
+	expires := t.now().Add(StreamTicketTTL)
+	if err := t.store.Add(ctx, sha256.Sum256([]byte(plain)), key, expires); err != nil {
+		return "", time.Time{}, err
 	}
-	t.tickets[sha256.Sum256([]byte(plain))] = &ticket{key: key, expires: expires}
 	return plain, expires, nil
 }
 
@@ -113,7 +128,7 @@ var errOtherStream = status.Error(codes.Unauthenticated,
 // stream opens (see [TicketUse.Open]).
 type TicketUse struct {
 	tickets *Tickets
-	hash    [sha256.Size]byte
+	hash    TicketHash
 }
 
 // Redeem checks a ticket and returns the key it stands for, with the use
@@ -135,22 +150,14 @@ func (t *Tickets) Check(ctx context.Context, plain string) error {
 }
 
 // find looks a ticket up and checks the key it stands for.
-func (t *Tickets) find(ctx context.Context, plain string) ([sha256.Size]byte, keys.Key, error) {
+func (t *Tickets) find(ctx context.Context, plain string) (TicketHash, keys.Key, error) {
 	if !strings.HasPrefix(plain, ticketPrefix) {
-		return [sha256.Size]byte{}, keys.Key{}, errBadTicket
+		return TicketHash{}, keys.Key{}, errBadTicket
 	}
 	h := sha256.Sum256([]byte(plain))
 	now := t.now()
-	t.mu.Lock()
-	tk, ok := t.tickets[h]
-	var key keys.Key
-	if ok && tk.live(now) {
-		key = tk.key
-	} else {
-		ok = false
-	}
-	t.mu.Unlock()
-	if !ok {
+	key, err := t.store.Find(ctx, h, now)
+	if err != nil {
 		return h, keys.Key{}, errBadTicket
 	}
 	if t.lookup != nil {
@@ -175,27 +182,89 @@ func (t *Tickets) find(ctx context.Context, plain string) ([sha256.Size]byte, ke
 // endpoint, world, user and filters) on its first use, refuses it for any
 // other stream, and counts the stream as open with it until the returned
 // function is called, which must happen exactly once, when the stream ends.
-func (u *TicketUse) Open(stream string) (closed func(), err error) {
-	t := u.tickets
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	tk, ok := t.tickets[u.hash]
+func (u *TicketUse) Open(ctx context.Context, stream string) (closed func(), err error) {
+	closed, err = u.tickets.store.Open(ctx, u.hash, stream, StreamTicketReconnectWindow)
 	switch {
-	case !ok || !tk.live(t.now()):
+	case errors.Is(err, ErrTicketOtherStream):
+		return nil, errOtherStream
+	case err != nil:
 		return nil, errBadTicket
+	}
+	return closed, nil
+}
+
+// memTickets is the single node's [TicketStore]: a map in memory.
+type memTickets struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	tickets map[TicketHash]*ticket
+}
+
+// ticket is an issued ticket.
+type ticket struct {
+	key keys.Key
+	// expires is when the ticket lapses unless a stream is open with it:
+	// the first-use deadline, then the end of the reconnect window.
+	expires time.Time
+	// stream names the stream the ticket is bound to; empty until its
+	// first stream opens.
+	stream string
+	// open counts the streams open with the ticket.
+	open int
+}
+
+// live reports whether the ticket may still be used at now.
+func (tk *ticket) live(now time.Time) bool {
+	return tk.open > 0 || now.Before(tk.expires)
+}
+
+// Add implements [TicketStore].
+func (m *memTickets) Add(_ context.Context, h TicketHash, key keys.Key, expires time.Time) error {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for h, tk := range m.tickets { // drop the lapsed ones; the map stays small
+		if !tk.live(now) {
+			delete(m.tickets, h)
+		}
+	}
+	m.tickets[h] = &ticket{key: key, expires: expires}
+	return nil
+}
+
+// Find implements [TicketStore].
+func (m *memTickets) Find(_ context.Context, h TicketHash, now time.Time) (keys.Key, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tk, ok := m.tickets[h]
+	if !ok || !tk.live(now) {
+		return keys.Key{}, ErrTicketUnknown
+	}
+	return tk.key, nil
+}
+
+// Open implements [TicketStore].
+func (m *memTickets) Open(_ context.Context, h TicketHash, stream string, window time.Duration) (func(), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tk, ok := m.tickets[h]
+	switch {
+	case !ok || !tk.live(m.now()):
+		return nil, ErrTicketUnknown
 	case tk.stream == "":
 		tk.stream = stream
 	case tk.stream != stream:
-		return nil, errOtherStream
+		return nil, ErrTicketOtherStream
 	}
 	tk.open++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
+			m.mu.Lock()
+			defer m.mu.Unlock()
 			if tk.open--; tk.open == 0 {
-				tk.expires = t.now().Add(StreamTicketReconnectWindow)
+				tk.expires = m.now().Add(window)
 			}
 		})
 	}, nil
@@ -221,7 +290,7 @@ type ticketService struct {
 }
 
 func (s ticketService) CreateStreamTicket(ctx context.Context, _ *relayv1.CreateStreamTicketRequest) (*relayv1.CreateStreamTicketResponse, error) {
-	plain, expires, err := s.tickets.Issue(CallFrom(ctx).Key)
+	plain, expires, err := s.tickets.Issue(ctx, CallFrom(ctx).Key)
 	if err != nil {
 		return nil, err
 	}

@@ -45,7 +45,7 @@ func (f *ticketFixture) open(t *testing.T, plain, stream string) (func(), error)
 	if key.ID != f.current.ID {
 		t.Fatalf("ticket stands for key %q", key.ID)
 	}
-	return use.Open(stream)
+	return use.Open(context.Background(), stream)
 }
 
 func isBadTicket(err error) bool {
@@ -55,7 +55,7 @@ func isBadTicket(err error) bool {
 func TestStreamTicketFirstUseDeadline(t *testing.T) {
 	t.Parallel()
 	f := newTicketFixture()
-	plain, expires, err := f.tickets.Issue(f.current)
+	plain, expires, err := f.tickets.Issue(context.Background(), f.current)
 	if err != nil || !expires.Equal(f.now.Add(StreamTicketTTL)) {
 		t.Fatalf("issue: %v %v", expires, err)
 	}
@@ -74,7 +74,7 @@ func TestStreamTicketFirstUseDeadline(t *testing.T) {
 func TestStreamTicketReopensItsOwnStreamOnly(t *testing.T) {
 	t.Parallel()
 	f := newTicketFixture()
-	plain, _, _ := f.tickets.Issue(f.current)
+	plain, _, _ := f.tickets.Issue(context.Background(), f.current)
 	closeFirst, err := f.open(t, plain, "actors demo Alice")
 	if err != nil {
 		t.Fatalf("first stream: %v", err)
@@ -126,7 +126,7 @@ func TestStreamTicketEndsWithItsKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newTicketFixture()
-			plain, _, _ := f.tickets.Issue(f.current)
+			plain, _, _ := f.tickets.Issue(context.Background(), f.current)
 			closed, err := f.open(t, plain, "s")
 			if err != nil {
 				t.Fatal(err)

@@ -23,7 +23,11 @@
 //
 // Several relay processes sharing one relay.db do not see each other's
 // changes automatically: each must call Store.Reload (periodically or when
-// told) to pick up keys created or revoked by the others.
+// told) to pick up keys created or revoked by the others. The nodes of a
+// cluster do not share a file: they keep their keys in the cluster's
+// replicated store (package cluster/shared), another [Backend] that mints,
+// authenticates and authorises keys with this package's own functions
+// ([Mint], [HashPresented], [Key.Usable], [Authorize]).
 //
 // Compared with the existing relay this package removes the plaintext
 // fallback (no plaintext column exists), the cache that ignored revocation

@@ -220,10 +220,11 @@ func (s *Store) Create(ctx context.Context, spec Spec) (string, Key, error) {
 // first; a key beyond actor's authority an error matching ErrForbidden.
 // Either way nothing is stored.
 func (s *Store) CreateAs(ctx context.Context, actor Key, spec Spec) (string, Key, error) {
-	if actor.ID == "" {
-		return "", Key{}, forbidden("API key creation needs a creating key")
+	check, err := CreateCheck(actor)
+	if err != nil {
+		return "", Key{}, err
 	}
-	return s.create(ctx, spec, actor.ID, func(k Key) error { return Authorize(actor, ActionCreate, k) })
+	return s.create(ctx, spec, actor.ID, check)
 }
 
 // create stores a key made from spec with the given creator, after check
@@ -247,35 +248,15 @@ func (s *Store) create(ctx context.Context, spec Spec, createdBy string, check f
 	return plaintext, k.clone(), nil
 }
 
-// insert validates spec, lets check (when not nil) refuse the validated key,
-// generates a key and inserts it within tx, recording createdBy as its
-// creator. It returns the plaintext, the stored description and the hash.
+// insert mints a key from spec (see [Mint]) and inserts it within tx,
+// recording createdBy as its creator. It returns the plaintext, the stored
+// description and the hash.
 func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec, createdBy string, check func(Key) error) (string, Key, [sha256.Size]byte, error) {
-	now := normTime(s.clock())
-	k, err := spec.validate(now)
+	m, err := Mint(spec, createdBy, s.clock(), check)
 	if err != nil {
 		return "", Key{}, [sha256.Size]byte{}, err
 	}
-	k.CreatedBy = createdBy
-	if check != nil {
-		if err := check(k); err != nil {
-			return "", Key{}, [sha256.Size]byte{}, err
-		}
-	}
-	plaintext, err := newPlaintext()
-	if err != nil {
-		return "", Key{}, [sha256.Size]byte{}, err
-	}
-	id, err := newID()
-	if err != nil {
-		return "", Key{}, [sha256.Size]byte{}, err
-	}
-	h := sha256.Sum256([]byte(plaintext))
-	k.ID = id
-	k.Prefix = plaintext[len(keyPrefix) : len(keyPrefix)+displayLen]
-	k.Enabled = true
-	k.CreatedAt = now
-
+	k, h := m.Key, m.Hash
 	scopes, clientIDs, clientUsers, err := encodeLists(k)
 	if err != nil {
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
@@ -289,7 +270,7 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec, createdBy str
 		// The error cannot contain the plaintext: only its hash is a parameter.
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
 	}
-	return plaintext, k, h, nil
+	return m.Plaintext, k, h, nil
 }
 
 // List returns every key, revoked ones included, in order of creation.
@@ -422,28 +403,18 @@ func (s *Store) Count(ctx context.Context) (int, error) {
 // ErrExpired (checked in that order) for a key that exists but may not be
 // used; on failure the returned Key is the zero value.
 func (s *Store) Authenticate(ctx context.Context, plaintext string) (Key, error) {
-	if plaintext == "" {
-		return Key{}, ErrMissing
+	h, err := HashPresented(plaintext)
+	if err != nil {
+		return Key{}, err
 	}
-	// The format check depends only on the public shape of keys, not on any
-	// stored secret, and bounds the work done for garbage input.
-	if !wellFormed(plaintext) {
-		return Key{}, ErrUnknown
-	}
-	h := sha256.Sum256([]byte(plaintext))
 	// Looking up the hash (not the key) leaks nothing useful through timing:
 	// an attacker would need a SHA-256 preimage to exploit it.
 	k, ok := s.idx.Load().byHash[h]
 	if !ok {
 		return Key{}, ErrUnknown
 	}
-	switch {
-	case k.Revoked():
-		return Key{}, ErrRevoked
-	case !k.Enabled:
-		return Key{}, ErrDisabled
-	case k.Expired(s.clock()):
-		return Key{}, ErrExpired
+	if err := k.Usable(s.clock()); err != nil {
+		return Key{}, err
 	}
 	return k.clone(), nil
 }

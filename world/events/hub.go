@@ -67,6 +67,9 @@ type Hub struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	stats   hubStats
+	// published, when set, receives each committed transaction's events
+	// (see OnPublish).
+	published atomic.Pointer[func(clientID string, records []world.JournalRecord)]
 }
 
 // hubStats counts what the hub's subscriptions did (see Stats). Each is
@@ -157,6 +160,8 @@ type stream struct {
 type recorded struct {
 	changes *world.Change // the first of the transaction's changes: its identity
 	events  []*event
+	// records are the events encoded, as the journal stores them.
+	records []world.JournalRecord
 }
 
 // stream returns a world's stream, creating it on first use.
@@ -230,7 +235,7 @@ func (h *Hub) Record(e *world.Engine, changes []world.Change, after *world.View)
 		records = append(records, world.JournalRecord{Seq: seq, Data: data})
 	}
 	s.recorded = seq
-	s.pending = append(s.pending, recorded{changes: &changes[0], events: evs})
+	s.pending = append(s.pending, recorded{changes: &changes[0], events: evs, records: records})
 	var keepFrom uint64
 	if size := uint64(len(s.ring.buf)); seq > size {
 		keepFrom = seq - size + 1
@@ -259,8 +264,9 @@ func (h *Hub) Committed(clientID string, changes []world.Change) {
 	s := h.stream(clientID)
 	s.mu.Lock()
 	var evs []*event
+	var records []world.JournalRecord
 	if len(s.pending) > 0 && s.pending[0].changes == &changes[0] {
-		evs = s.pending[0].events
+		evs, records = s.pending[0].events, s.pending[0].records
 		s.pending[0] = recorded{}
 		s.pending = s.pending[1:]
 	} else {
@@ -281,11 +287,35 @@ func (h *Hub) Committed(clientID string, changes []world.Change) {
 		s.ring.push(ev)
 		s.head = ev.Seq
 	}
+	// The tap is called under the stream's lock, so that it sees each
+	// world's transactions in the order of their sequence numbers.
+	if tap := h.published.Load(); tap != nil && len(evs) > 0 {
+		if records == nil {
+			records = encodeEvents(evs)
+		}
+		(*tap)(clientID, records)
+	}
 	s.mu.Unlock()
+	s.wake()
+}
+
+// wake tells the world's dispatcher that events wait.
+func (s *stream) wake() {
 	select {
 	case s.wakeup <- struct{}{}:
 	default:
 	}
+}
+
+// encodeEvents encodes events as the journal stores them.
+func encodeEvents(evs []*event) []world.JournalRecord {
+	out := make([]world.JournalRecord, 0, len(evs))
+	for _, ev := range evs {
+		if data, err := json.Marshal(ev); err == nil {
+			out = append(out, world.JournalRecord{Seq: ev.Seq, Data: data})
+		}
+	}
+	return out
 }
 
 // dispatch hands each published event to the subscriptions of its channel

@@ -78,7 +78,13 @@ type Subscription struct {
 // retained events are loaded on first use. Close the subscription when
 // done.
 func (h *Hub) Subscribe(ctx context.Context, e *world.Engine, req Request) (*Subscription, error) {
-	s := h.stream(e.Info().ClientID)
+	return h.subscribe(ctx, h.stream(e.Info().ClientID), e, req)
+}
+
+// subscribe starts a subscription on the world stream s, loading the
+// stream from e's journal when it was not loaded yet (e nil: a fed stream,
+// see feed.go).
+func (h *Hub) subscribe(ctx context.Context, s *stream, e *world.Engine, req Request) (*Subscription, error) {
 	sub := &Subscription{
 		stream: s,
 		stats:  &h.stats,

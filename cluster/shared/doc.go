@@ -1,0 +1,121 @@
+// Package shared keeps the state that every relay node of a cluster must
+// see alike in JetStream key-value buckets: API keys, stream tickets,
+// pairing codes, linked worlds and their connection tokens. Each store
+// implements the interface its consumer already uses on a single node
+// (keys.Backend, server.TicketStore, link.Store), so node assembly picks
+// SQLite and memory or these, and nothing above notices.
+//
+// Buckets are replicated min(3, servers) ways. Secrets are never stored,
+// only their SHA-256 hashes, as on a single node. Entries that expire
+// (tickets, pairing codes) live in buckets whose entries JetStream removes
+// after a maximum age; each record also carries its own deadline, which is
+// what the stores check.
+//
+// Propagation: a node writes to its bucket and updates its own memory at
+// once; the other nodes learn of the change through a watcher (typically
+// within milliseconds) and, for API keys, read through to the bucket when
+// a presented key is not in memory, so a key created on one node works on
+// every node at once and a revoked key is refused everywhere as soon as
+// the watchers deliver the revision (tested: well within a second).
+// Tickets, pairing codes and tokens are read from their buckets at every
+// use.
+//
+// Presence counts the live nodes, whose number the rate limiters divide
+// their limits by (server.RateLimiter.ShareWith). Attach puts all of it,
+// and the event bus (package cluster/eventbus), in place for a node; a
+// single node that joins an empty cluster brings its keys and linked
+// worlds along (KeyStore.Import, LinkStore.Import).
+package shared
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure the shared stores. The zero value works.
+type Options struct {
+	// Replicas is how many copies JetStream keeps of each bucket; when 0,
+	// three, or one per NATS server the connection knows of when there
+	// are fewer.
+	Replicas int
+	// Clock is the current time; time.Now when nil.
+	Clock func() time.Time
+	// TicketRenewEvery is how often a stream open with a ticket renews
+	// the ticket's deadline; a third of the reconnect window when 0.
+	TicketRenewEvery time.Duration
+}
+
+func (o Options) now() time.Time {
+	if o.Clock == nil {
+		return time.Now()
+	}
+	return o.Clock()
+}
+
+// opTimeout bounds each bucket operation a store makes on its own
+// (watchers, background renewals), when no caller's context bounds it.
+const opTimeout = 5 * time.Second
+
+// openBucket creates the bucket, or updates its configuration to cfg.
+func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if replicas <= 0 {
+		replicas = max(1, min(3, len(js.Conn().Servers())))
+	}
+	cfg.Replicas = replicas
+	// A cluster that is still forming answers late or has too few
+	// servers to place the copies on: ask again, each attempt bounded,
+	// until StartWait or the caller's context ends.
+	wait, cancel := context.WithTimeout(ctx, StartWait)
+	defer cancel()
+	for {
+		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		kv, err := js.CreateOrUpdateKeyValue(attempt, cfg)
+		if err == nil {
+			kv, err = leaderReads(attempt, js, cfg.Bucket)
+		}
+		cancelAttempt()
+		if err == nil {
+			return kv, nil
+		}
+		select {
+		case <-wait.Done():
+			return nil, fmt.Errorf("shared: open bucket %s: %w", cfg.Bucket, err)
+		case <-time.After(placementRetry):
+		}
+	}
+}
+
+// leaderReads makes every read of the bucket go to its stream's leader,
+// and returns the bucket anew (a bucket handle decides how it reads when
+// it is made). JetStream creates buckets that any copy may answer reads
+// from (direct gets), and a copy may not have applied a write yet: a
+// token just stored on one node would be refused by another, a key just
+// created unknown. The leader answers with every acknowledged write.
+func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	stream, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return nil, err
+	}
+	if cfg := stream.CachedInfo().Config; cfg.AllowDirect {
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	return js.KeyValue(ctx, bucket)
+}
+
+// StartWait bounds how long a store waits for JetStream to create its
+// bucket at start, as the cluster's own start does.
+const StartWait = 60 * time.Second
+
+// placementRetry is how often a bucket is asked for again while the
+// cluster has too few servers for its copies.
+const placementRetry = 200 * time.Millisecond
+
+// removeFile removes a file written by a step that failed later.
+func removeFile(path string) error { return os.Remove(path) }
