@@ -146,16 +146,6 @@ func (w *remoteWorld) errNotForwarded() error {
 	return world.Errorf(world.ErrUnavailable, "World %s is hosted by node %s: connect to that node for this stream", w.id, w.entry.Node)
 }
 
-// ResolveUser is unavailable on a remote world (see errNotForwarded).
-func (w *remoteWorld) ResolveUser(context.Context, string) (*world.User, error) {
-	return nil, w.errNotForwarded()
-}
-
-// Users is unavailable on a remote world (see errNotForwarded).
-func (w *remoteWorld) Users(context.Context) ([]world.User, error) {
-	return nil, w.errNotForwarded()
-}
-
 // Can grants nothing on a remote world: the host decides.
 func (w *remoteWorld) Can(*world.User, string) bool { return false }
 
