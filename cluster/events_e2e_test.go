@@ -15,7 +15,10 @@ import (
 
 	"github.com/tabletop-relay/relay/cluster/eventbus"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // streamEvent is one event of a stream, SSE or gRPC alike.
@@ -143,8 +146,8 @@ func sameEvents(t *testing.T, what string, got, want []streamEvent) {
 }
 
 // busConsumers counts the consumers of a world's events on the cluster's
-// event stream.
-func busConsumers(t *testing.T, ctx context.Context, r *relaytest.Relay, clientID string) int {
+// event stream by their subject.
+func busConsumers(t *testing.T, ctx context.Context, r *relaytest.Relay, subject string) int {
 	t.Helper()
 	stream, err := r.Cluster().JetStream().Stream(ctx, eventbus.StreamName)
 	if err != nil {
@@ -155,7 +158,7 @@ func busConsumers(t *testing.T, ctx context.Context, r *relaytest.Relay, clientI
 	for info := range lister.Info() {
 		subjects := append([]string{info.Config.FilterSubject}, info.Config.FilterSubjects...)
 		for _, s := range subjects {
-			if s == "relay.events."+clientID {
+			if s == subject {
 				n++
 				break
 			}
@@ -205,7 +208,7 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 	}
 	delete(edge, "host GM")
 	delete(edge, "host Alice")
-	if n := busConsumers(t, ctx, n1, "west"); n != 1 {
+	if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
 		t.Fatalf("%d consumers of west's events with six streams on n1, want 1", n)
 	}
 
@@ -239,7 +242,7 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		sameEvents(t, "resumed GM", gm[1:], wantGM[1:])
 		pl := take(t, "resumed Alice", grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west", LastEventId: after}), 3)
 		sameEvents(t, "resumed Alice", pl[1:], wantAlice)
-		if n := busConsumers(t, ctx, n1, "west"); n != 1 {
+		if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
 			t.Fatalf("%d consumers of west's events on n1 after the resumes, want 1", n)
 		}
 	})
@@ -251,5 +254,47 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		if host.Status != http.StatusBadRequest || got.Status != host.Status || got.ErrorText(t) != host.ErrorText(t) {
 			t.Fatalf("n1: %d %s; host: %d %s", got.Status, got.Body, host.Status, host.Body)
 		}
+	})
+	t.Run("linked world connected to another node", func(t *testing.T) {
+		code := n1.Do(http.MethodPost, "/pairing-codes", n1.AdminKey, nil, map[string]any{})
+		if code.Status != http.StatusOK {
+			t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+		}
+		tt := linktest.New(linktest.Config{RelayURL: n1.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-events",
+			Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
+		if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Drop)
+		clientID, _ := tt.Credentials()
+		waitUntil(t, "the linked world known on n3", func() bool {
+			got := n3.Do(http.MethodGet, "/clients", n3.AdminKey, nil, nil)
+			return got.Status == http.StatusOK && strings.Contains(string(got.Body), clientID)
+		})
+		// The user is the tabletop's, which n3 learns from the host.
+		lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
+		onHost := sseStream(t, ctx, n1, lpath, n1.AdminKey, "")
+		onEdge := sseStream(t, ctx, n3, lpath, n3.AdminKey, "")
+		onEdge2 := grpcStream(t, ctx, n3, n3.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: clientID, UserId: "Gamemaster"})
+		for what, s := range map[string]<-chan streamEvent{"host": onHost, "n3 SSE": onEdge, "n3 gRPC": onEdge2} {
+			if ev := take(t, what, s, 1)[0]; ev.name != "connected" {
+				t.Fatalf("%s: first event %s %s", what, ev.name, ev.data)
+			}
+		}
+		// Every subscription to a linked world follows it through the
+		// bus, on its host too: one consumer on n1, one on n3 for its two
+		// streams.
+		if n := busConsumers(t, ctx, n3, "relay.linkevents."+clientID); n != 2 {
+			t.Fatalf("%d consumers of the linked world's events, want 2 (n1 and n3)", n)
+		}
+		if err := tt.Emit("actor-event", map[string]any{"actorUuid": "Actor.hero", "eventType": "update", "changes": map[string]any{"_id": "hero", "name": "Hero"}}); err != nil {
+			t.Fatal(err)
+		}
+		want := take(t, "host", onHost, 1)
+		sameEvents(t, "n3 SSE", take(t, "n3 SSE", onEdge, 1), want)
+		sameEvents(t, "n3 gRPC", take(t, "n3 gRPC", onEdge2, 1), want)
 	})
 }
