@@ -141,7 +141,8 @@ func (w *remoteWorld) Info() world.Info {
 }
 
 // errNotForwarded answers what only unary calls, forwarded whole, can do
-// on a remote world: streams reach ResolveUser here.
+// on a remote world, when the node has no event bus to serve the world's
+// event streams itself (see events.go).
 func (w *remoteWorld) errNotForwarded() error {
 	return world.Errorf(world.ErrUnavailable, "World %s is hosted by node %s: connect to that node for this stream", w.id, w.entry.Node)
 }
