@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +49,9 @@ func sseStream(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key,
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("x-api-key", key)
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
@@ -240,11 +243,26 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		after := strconv.FormatUint(wantGM[0].id, 10)
 		gm := take(t, "resumed GM", sseStream(t, ctx, n1, path, n1.AdminKey, after), 3)
 		sameEvents(t, "resumed GM", gm[1:], wantGM[1:])
-		pl := take(t, "resumed Alice", grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west", LastEventId: after}), 3)
+		// Alice resumes from before the goblin's event, which she may
+		// not read: she gets her two events only.
+		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		pl := take(t, "resumed Alice", grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west", LastEventId: before}), 3)
 		sameEvents(t, "resumed Alice", pl[1:], wantAlice)
 		if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
 			t.Fatalf("%d consumers of west's events on n1 after the resumes, want 1", n)
 		}
+	})
+
+	t.Run("stream ticket from the host, stream on n1", func(t *testing.T) {
+		got := n2.Do(http.MethodPost, "/stream-tickets", alice, nil, map[string]any{})
+		if got.Status != http.StatusOK {
+			t.Fatalf("stream ticket: %d %s", got.Status, got.Body)
+		}
+		ticket := got.Data(t)["ticket"].(string)
+		// From before the goblin's event, which Alice may not read.
+		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		evs := take(t, "ticket", sseStream(t, ctx, n1, path+"&ticket="+url.QueryEscape(ticket), "", before), 3)
+		sameEvents(t, "Alice's stream by ticket", evs[1:], wantAlice)
 	})
 
 	t.Run("an unknown user is refused on n1 as on the host", func(t *testing.T) {
