@@ -141,19 +141,10 @@ func (w *remoteWorld) Info() world.Info {
 }
 
 // errNotForwarded answers what only unary calls, forwarded whole, can do
-// on a remote world: streams reach ResolveUser here.
+// on a remote world, when the node has no event bus to serve the world's
+// event streams itself (see events.go).
 func (w *remoteWorld) errNotForwarded() error {
 	return world.Errorf(world.ErrUnavailable, "World %s is hosted by node %s: connect to that node for this stream", w.id, w.entry.Node)
-}
-
-// ResolveUser is unavailable on a remote world (see errNotForwarded).
-func (w *remoteWorld) ResolveUser(context.Context, string) (*world.User, error) {
-	return nil, w.errNotForwarded()
-}
-
-// Users is unavailable on a remote world (see errNotForwarded).
-func (w *remoteWorld) Users(context.Context) ([]world.User, error) {
-	return nil, w.errNotForwarded()
 }
 
 // Can grants nothing on a remote world: the host decides.

@@ -93,6 +93,13 @@ type RegistryOptions struct {
 	// ServeUpload answers the client streams (file uploads) other nodes
 	// forward here (server.Server.ServeForwardedUpload).
 	ServeUpload func(ctx context.Context, call *server.ForwardedCall, next func() ([]byte, error)) *server.ForwardedReply
+	// Events serves on this node the event streams of a world of the
+	// given kind that another node hosts (the cluster's event bus,
+	// shared.Attached.Events); the node also answers other nodes'
+	// questions about the users of its worlds, which their streams'
+	// read rules need (events.go). Without it an event stream for a
+	// world hosted elsewhere is refused, naming the host.
+	Events func(clientID, kind string) world.Events
 }
 
 // Registry is the cluster's world registry as one node sees it, and the
@@ -209,6 +216,12 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	}
 	if opts.ServeUpload != nil {
 		if err := r.serveForwardedUploads(); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.Events != nil {
+		if err := r.serveUsers(); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -158,6 +159,22 @@ func TestRegistryBetweenNodes(t *testing.T) {
 			t.Fatalf("n2 resolved %T, want a remote world", w)
 		}
 		time.Sleep(lease / 3)
+	}
+	// Without the event bus (RegistryOptions.Events), a remote world
+	// serves no event stream: the chain refuses them naming the host.
+	w, err := regs[1].World(ctx, "behind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw := w.(*remoteWorld)
+	if rw.ServesStream(relayv1.EventService_SubscribeActors_FullMethodName) {
+		t.Fatal("a remote world without the event bus serves event streams")
+	}
+	if _, err := rw.ResolveUser(ctx, "Alice"); !errors.Is(err, world.ErrUnavailable) {
+		t.Fatalf("ResolveUser without the event bus: %v, want unavailable", err)
+	}
+	if _, err := rw.Subscribe(ctx, nil, world.EventRequest{Channel: world.ChannelActor}); !errors.Is(err, world.ErrUnavailable) {
+		t.Fatalf("Subscribe without the event bus: %v, want unavailable", err)
 	}
 	// n1 stops renewing (its renewals stop, as when it dies): the lease
 	// runs out on n2's clock within a lease, even if n1's clock said

@@ -244,8 +244,8 @@ func (c *Conn) deliverReply(id string, r reply) {
 	p.reply <- r
 }
 
-// shut ends the connection: it fails every waiting request at once,
-// forgets the connection in the hub, and closes the socket with the code
+// shut ends the connection: it forgets the connection in the hub, fails
+// every waiting request at once, and closes the socket with the code
 // and reason (the close handshake runs in the background).
 func (c *Conn) shut(code StatusCode, reason string) {
 	c.shutOnce.Do(func() {
@@ -255,11 +255,14 @@ func (c *Conn) shut(code StatusCode, reason string) {
 		c.pending = nil
 		c.mu.Unlock()
 		close(c.done)
+		// The hub forgets the connection before the waiting requests
+		// fail, so a caller told that the world disconnected never finds
+		// it online afterwards.
+		current := c.hub.detach(c)
 		for _, p := range pending {
 			c.hub.stats.failed.Add(1)
 			p.reply <- reply{err: newCallError(ErrDisconnected, c.clientID, p.requestType, "")}
 		}
-		current := c.hub.detach(c)
 		c.hub.closeSocket(c, code, reason)
 		c.hub.opts.Log.Info("linked world disconnected", "clientId", c.clientID, "code", int(code), "reason", reason)
 		if current && c.hub.opts.OnDisconnect != nil {

@@ -82,7 +82,12 @@ func (w *clusterWiring) serveUpload(ctx context.Context, fc *server.ForwardedCal
 
 // startRegistry opens the cluster's world registry over the node's local
 // worlds and claims its embedded worlds.
-func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub) (*cluster.Registry, error) {
+//
+// events, when the node is attached to the cluster's event bus, serves
+// the event streams of worlds hosted by other nodes here: an embedded
+// world's from the bus's feed of the node's hub, a linked world's from its
+// feed of the node's link.Events.
+func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub, events func(clientID, kind string) world.Events) (*cluster.Registry, error) {
 	linked := func() []cluster.LinkedWorld {
 		conns := hub.Connected()
 		out := make([]cluster.LinkedWorld, len(conns))
@@ -91,7 +96,7 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 		}
 		return out
 	}
-	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream, ServeUpload: w.serveUpload})
+	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream, ServeUpload: w.serveUpload, Events: events})
 	if err != nil {
 		return nil, err
 	}

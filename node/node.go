@@ -284,7 +284,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// registry of the whole cluster in front of them.
 	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
 	if r.cluster != nil {
-		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub()); err != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub(), r.remoteEvents()); err != nil {
 			return fail(err)
 		}
 		allWorlds = r.registry

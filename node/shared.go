@@ -12,6 +12,7 @@ import (
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/events"
 )
 
@@ -84,6 +85,23 @@ func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSiz
 // world hosted elsewhere, Events.LinkedEvents(clientID) that of a linked
 // world connected elsewhere.
 func (r *Node) Shared() *shared.Attached { return r.shared }
+
+// remoteEvents returns how the node serves the event streams of a world
+// another node hosts: through the cluster's event bus, by the world's
+// kind; nil for a node without the bus, whose registry then refuses such
+// streams.
+func (r *Node) remoteEvents() func(clientID, kind string) world.Events {
+	if r.shared == nil || r.shared.Events == nil {
+		return nil
+	}
+	bus := r.shared.Events
+	return func(clientID, kind string) world.Events {
+		if kind == world.KindLinked {
+			return bus.LinkedEvents(clientID)
+		}
+		return bus.Events(clientID)
+	}
+}
 
 // importLinks brings the linked worlds of relay.db, with their tokens, into
 // the cluster when it has none yet (the first node to join brings its

@@ -82,6 +82,20 @@ type UploadForwarder interface {
 // those whose client sends one message and whose answer ends.
 var forwardedStreams = map[string]bool{relayv1.FileService_DownloadFile_FullMethodName: true}
 
+// eventStreams are the event streams: a node of a cluster with its event
+// bus serves them for worlds hosted elsewhere itself ([StreamingRemote]).
+var eventStreams = map[string]bool{
+	relayv1.EventService_SubscribeHooks_FullMethodName:      true,
+	relayv1.EventService_SubscribeEncounters_FullMethodName: true,
+	relayv1.EventService_SubscribeActors_FullMethodName:     true,
+	relayv1.EventService_SubscribeScenes_FullMethodName:     true,
+}
+
+// IsEventStream reports whether method (a full gRPC method name) is one
+// of the event streams, which follow a world's events rather than ask its
+// host.
+func IsEventStream(method string) bool { return eventStreams[method] }
+
 // forwardedUploads are the client streams forwarded to a world's host.
 var forwardedUploads = map[string]bool{relayv1.FileService_UploadFile_FullMethodName: true}
 

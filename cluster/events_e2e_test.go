@@ -1,0 +1,318 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tabletop-relay/relay/cluster/eventbus"
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// streamEvent is one event of a stream, SSE or gRPC alike.
+type streamEvent struct {
+	id   uint64
+	name string
+	data string // JSON, compacted
+}
+
+// compactJSON re-encodes a JSON text so that two encodings of one value
+// compare equal.
+func compactJSON(t *testing.T, s string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, s)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// sseStream opens an event stream over REST and delivers its events until
+// ctx ends.
+func sseStream(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key, lastEventID string) <-chan streamEvent {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.Base+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("x-api-key", key)
+	}
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("stream %s on %s: status %d", path, r.Base, resp.StatusCode)
+	}
+	out := make(chan streamEvent, 64)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var ev streamEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.name != "" {
+					out <- ev
+				}
+				ev = streamEvent{}
+			case strings.HasPrefix(line, "id: "):
+				ev.id, _ = strconv.ParseUint(strings.TrimPrefix(line, "id: "), 10, 64)
+			case strings.HasPrefix(line, "event: "):
+				ev.name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				ev.data += strings.TrimPrefix(line, "data: ")
+			}
+		}
+	}()
+	return out
+}
+
+// grpcStream opens the actor stream over gRPC and delivers its events
+// until ctx ends.
+func grpcStream(t *testing.T, ctx context.Context, r *relaytest.Relay, key string, req *relayv1.SubscribeActorsRequest) <-chan streamEvent {
+	t.Helper()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+	stream, err := relayv1.NewEventServiceClient(r.Conn).SubscribeActors(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan streamEvent, 64)
+	go func() {
+		defer close(out)
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			ev := resp.GetEvent()
+			data, _ := protojson.Marshal(ev.GetData())
+			out <- streamEvent{id: ev.GetSequence(), name: ev.GetName(), data: string(data)}
+		}
+	}()
+	return out
+}
+
+// take reads n events from a stream, failing after a generous wait.
+func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamEvent {
+	t.Helper()
+	var out []streamEvent
+	timeout := time.After(20 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-stream:
+			if !ok {
+				t.Fatalf("%s: the stream ended after %d events", what, len(out))
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("%s: %d events of %d after 20s", what, len(out), n)
+		}
+	}
+	return out
+}
+
+// sameEvents fails unless two streams gave the same events: ids, names
+// and payloads.
+func sameEvents(t *testing.T, what string, got, want []streamEvent) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d events, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if got[i].id != want[i].id || got[i].name != want[i].name || compactJSON(t, got[i].data) != compactJSON(t, want[i].data) {
+			t.Fatalf("%s: event %d is %d %s %s; the host's stream gave %d %s %s", what, i, got[i].id, got[i].name, got[i].data, want[i].id, want[i].name, want[i].data)
+		}
+	}
+}
+
+// busConsumers counts the consumers of a world's events on the cluster's
+// event stream by their subject.
+func busConsumers(t *testing.T, ctx context.Context, r *relaytest.Relay, subject string) int {
+	t.Helper()
+	stream, err := r.Cluster().JetStream().Stream(ctx, eventbus.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	lister := stream.ListConsumers(ctx)
+	for info := range lister.Info() {
+		subjects := append([]string{info.Config.FilterSubject}, info.Config.FilterSubjects...)
+		for _, s := range subjects {
+			if s == subject {
+				n++
+				break
+			}
+		}
+	}
+	if err := lister.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestEventStreamsOnAnotherNode opens event streams for the world "west"
+// (hosted by n2) on n1, which does not host it: n1 serves them itself from
+// the cluster's event bus, with one consumer of the world's events
+// whatever the number of streams, and every stream, SSE or gRPC, GM or
+// player, gives the same events, ids and filtered payloads as the same
+// stream on the host. A stream resumed with Last-Event-ID on n1 gets the
+// events after it, and an unknown user is refused there as on the host.
+func TestEventStreamsOnAnotherNode(t *testing.T) {
+	nodes, _ := startCluster(t)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	alice, _ := n2.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ClientIds: []string{"west"}, ScopedUserId: "Alice"})
+	const path = "/actor/subscribe?clientId=west"
+
+	// Streams on the host, then on n1: GM and Alice, SSE and gRPC, and
+	// a second SSE stream of each, so that n1 has six subscribers.
+	hostGM := sseStream(t, ctx, n2, path, n2.AdminKey, "")
+	hostAlice := sseStream(t, ctx, n2, path, alice, "")
+	edge := map[string]<-chan streamEvent{
+		"SSE GM":      sseStream(t, ctx, n1, path, n1.AdminKey, ""),
+		"SSE GM 2":    sseStream(t, ctx, n1, path, n1.AdminKey, ""),
+		"SSE Alice":   sseStream(t, ctx, n1, path, alice, ""),
+		"SSE Alice 2": sseStream(t, ctx, n1, path, alice, ""),
+		"gRPC GM":     grpcStream(t, ctx, n1, n1.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: "west"}),
+		"gRPC Alice":  grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west"}),
+	}
+	for what, s := range map[string]<-chan streamEvent{"host GM": hostGM, "host Alice": hostAlice} {
+		edge[what] = s
+	}
+	for what, s := range edge {
+		if ev := take(t, what, s, 1)[0]; ev.name != "connected" || !strings.Contains(ev.data, `"west"`) {
+			t.Fatalf("%s: first event %s %s, want connected to west", what, ev.name, ev.data)
+		}
+	}
+	delete(edge, "host GM")
+	delete(edge, "host Alice")
+	if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
+		t.Fatalf("%d consumers of west's events with six streams on n1, want 1", n)
+	}
+
+	// Three updates through the third node; Alice may not read the
+	// goblin, and sees the guard (LIMITED to her) by name only.
+	for i, uuid := range []string{relaytest.GoblinUUID, relaytest.GuardUUID, relaytest.AriaUUID} {
+		data := map[string]any{"system.attributes.hp.value": 3 + i}
+		if uuid == relaytest.GuardUUID {
+			data = map[string]any{"name": "Captain"}
+		}
+		if resp := n3.Do(http.MethodPut, "/update", n3.AdminKey, relaytest.Q("clientId", "west"), map[string]any{"uuid": uuid, "data": data}); resp.Status != http.StatusOK {
+			t.Fatalf("update %s: %d %s", uuid, resp.Status, resp.Body)
+		}
+	}
+	wantGM := take(t, "host GM", hostGM, 3)
+	wantAlice := take(t, "host Alice", hostAlice, 2)
+	if wantAlice[0].id != wantGM[1].id || wantAlice[1].id != wantGM[2].id {
+		t.Fatalf("the host's streams: Alice got ids %d %d, the GM %d %d %d", wantAlice[0].id, wantAlice[1].id, wantGM[0].id, wantGM[1].id, wantGM[2].id)
+	}
+	for what, s := range edge {
+		if strings.Contains(what, "Alice") {
+			sameEvents(t, what, take(t, what, s, 2), wantAlice)
+		} else {
+			sameEvents(t, what, take(t, what, s, 3), wantGM)
+		}
+	}
+
+	t.Run("resume with Last-Event-ID on n1", func(t *testing.T) {
+		after := strconv.FormatUint(wantGM[0].id, 10)
+		gm := take(t, "resumed GM", sseStream(t, ctx, n1, path, n1.AdminKey, after), 3)
+		sameEvents(t, "resumed GM", gm[1:], wantGM[1:])
+		// Alice resumes from before the goblin's event, which she may
+		// not read: she gets her two events only.
+		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		pl := take(t, "resumed Alice", grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west", LastEventId: before}), 3)
+		sameEvents(t, "resumed Alice", pl[1:], wantAlice)
+		if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
+			t.Fatalf("%d consumers of west's events on n1 after the resumes, want 1", n)
+		}
+	})
+
+	t.Run("stream ticket from the host, stream on n1", func(t *testing.T) {
+		got := n2.Do(http.MethodPost, "/stream-tickets", alice, nil, map[string]any{})
+		if got.Status != http.StatusOK {
+			t.Fatalf("stream ticket: %d %s", got.Status, got.Body)
+		}
+		ticket := got.Data(t)["ticket"].(string)
+		// From before the goblin's event, which Alice may not read.
+		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		evs := take(t, "ticket", sseStream(t, ctx, n1, path+"&ticket="+url.QueryEscape(ticket), "", before), 3)
+		sameEvents(t, "Alice's stream by ticket", evs[1:], wantAlice)
+	})
+
+	t.Run("an unknown user is refused on n1 as on the host", func(t *testing.T) {
+		q := relaytest.Q("clientId", "west", "userId", "Nobody")
+		host := n2.Do(http.MethodGet, "/actor/subscribe", n2.AdminKey, q, nil)
+		got := n1.Do(http.MethodGet, "/actor/subscribe", n1.AdminKey, q, nil)
+		if host.Status != http.StatusBadRequest || got.Status != host.Status || got.ErrorText(t) != host.ErrorText(t) {
+			t.Fatalf("n1: %d %s; host: %d %s", got.Status, got.Body, host.Status, host.Body)
+		}
+	})
+	t.Run("linked world connected to another node", func(t *testing.T) {
+		code := n1.Do(http.MethodPost, "/pairing-codes", n1.AdminKey, nil, map[string]any{})
+		if code.Status != http.StatusOK {
+			t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+		}
+		tt := linktest.New(linktest.Config{RelayURL: n1.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-events",
+			Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
+		if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.Connect(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tt.Drop)
+		clientID, _ := tt.Credentials()
+		waitUntil(t, "the linked world known on n3", func() bool {
+			got := n3.Do(http.MethodGet, "/clients", n3.AdminKey, nil, nil)
+			return got.Status == http.StatusOK && strings.Contains(string(got.Body), clientID)
+		})
+		// The user is the tabletop's, which n3 learns from the host.
+		lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
+		onHost := sseStream(t, ctx, n1, lpath, n1.AdminKey, "")
+		onEdge := sseStream(t, ctx, n3, lpath, n3.AdminKey, "")
+		onEdge2 := grpcStream(t, ctx, n3, n3.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: clientID, UserId: "Gamemaster"})
+		for what, s := range map[string]<-chan streamEvent{"host": onHost, "n3 SSE": onEdge, "n3 gRPC": onEdge2} {
+			if ev := take(t, what, s, 1)[0]; ev.name != "connected" {
+				t.Fatalf("%s: first event %s %s", what, ev.name, ev.data)
+			}
+		}
+		// Every subscription to a linked world follows it through the
+		// bus, on its host too: one consumer on n1, one on n3 for its two
+		// streams.
+		if n := busConsumers(t, ctx, n3, "relay.linkevents."+clientID); n != 2 {
+			t.Fatalf("%d consumers of the linked world's events, want 2 (n1 and n3)", n)
+		}
+		if err := tt.Emit("actor-event", map[string]any{"actorUuid": "Actor.hero", "eventType": "update", "changes": map[string]any{"_id": "hero", "name": "Hero"}}); err != nil {
+			t.Fatal(err)
+		}
+		want := take(t, "host", onHost, 1)
+		sameEvents(t, "n3 SSE", take(t, "n3 SSE", onEdge, 1), want)
+		sameEvents(t, "n3 gRPC", take(t, "n3 gRPC", onEdge2, 1), want)
+	})
+}
