@@ -237,7 +237,12 @@ func TestClusterKill(t *testing.T) {
 				missing = append(missing, name)
 			}
 		}
-		if len(missing) > 0 {
+		switch {
+		case len(missing) > 0 && s.resetCount() > 0:
+			// The subscriber was told its resume point was no longer kept:
+			// the documented loss.
+			t.Logf("%s %s: %d of %d acknowledged writes' events lost to the subscriber's reset", tg.world, tg.uuid, len(missing), len(ackedNames[w]))
+		case len(missing) > 0:
 			t.Errorf("%s %s: the subscriber missed the events of %d of %d acknowledged writes: %v", tg.world, tg.uuid, len(missing), len(ackedNames[w]), missing[:min(10, len(missing))])
 		}
 	}
@@ -561,9 +566,7 @@ func killGetName(client *http.Client, base, key, world, uuid string) (int, strin
 // killSubscriber follows one world's hooks stream (every hook event of
 // the world, for the admin key) through random live nodes, and records
 // what it saw. Each time its stream breaks it tries another node, with
-// Last-Event-ID. (Today a node serves the event streams of its own worlds
-// only and answers 503 for the others' worlds, so the subscriber goes on
-// trying until it reaches the host.)
+// Last-Event-ID, and goes on trying live nodes until one serves it.
 type killSubscriber struct {
 	world string
 
@@ -697,6 +700,13 @@ func (s *killSubscriber) frame(id, event, data string) {
 // killEventName finds the name a write of the test set in an event's
 // payload.
 var killEventName = regexp.MustCompile(`"name":"(w[0-9]+-[0-9]+|final-[a-z]+)"`)
+
+// resetCount is the number of reset events received.
+func (s *killSubscriber) resetCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resets
+}
 
 // connected tells whether a stream was opened.
 func (s *killSubscriber) connected() bool {
