@@ -135,6 +135,9 @@ type Registry struct {
 	refused map[string]string    // embedded worlds held by another node: their holder
 	// remotes caches the remote worlds handed out, by client id.
 	remotes map[string]*remoteWorld
+	// rechecked is when this node last read from the bucket a world
+	// whose lease looked expired (recheck).
+	rechecked map[string]time.Time
 
 	stop chan struct{}
 	done chan struct{}
@@ -162,7 +165,7 @@ var ErrHeldElsewhere = errors.New("held by another node")
 func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
 	r := &Registry{
 		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
-		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{},
+		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{}, rechecked: map[string]time.Time{},
 		remotes: map[string]*remoteWorld{},
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
@@ -488,28 +491,60 @@ func (r *Registry) renew(ctx context.Context) {
 // renewParallel is how many lease renewals a node has in flight at once.
 const renewParallel = 16
 
-// renewOne renews one lease, written last at revision rev.
+// renewRetry is how soon a renewal that failed (a stream without a
+// leader, NATS briefly unreachable) is tried again within its round.
+const renewRetry = 250 * time.Millisecond
+
+// renewOne renews one lease, written last at revision rev. A write that
+// fails is tried again every renewRetry until the round's context ends:
+// JetStream elects a new leader for the bucket in a few seconds after a
+// node died, and waiting for the next round instead would let the lease
+// run out meanwhile.
 func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64) {
-	start := time.Now()
-	e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
-	val, _ := json.Marshal(e)
-	next, err := r.kv.Update(ctx, id, val, rev)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case err == nil:
-		if r.owned[id] == l {
-			l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
+	for {
+		start := time.Now()
+		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
+		val, _ := json.Marshal(e)
+		next, err := r.kv.Update(ctx, id, val, rev)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// An earlier write whose answer was lost may have renewed the
+			// lease already: the key is still this node's then.
+			if cur, gerr := r.leaderGet(ctx, id); gerr == nil && cur.found && cur.rev != rev && r.ownEntry(cur.value) {
+				rev = cur.rev
+				continue
+			}
 		}
-	case errors.Is(err, jetstream.ErrKeyExists):
-		// Someone else wrote the key: the world is theirs now.
-		if r.owned[id] == l {
-			delete(r.owned, id)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(renewRetry):
+				continue
+			}
 		}
-		r.log.Warn("lost the lease of a world to another node", "clientId", id)
-	default:
-		r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
+		r.mu.Lock()
+		switch {
+		case err == nil:
+			if r.owned[id] == l {
+				l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
+			}
+		case errors.Is(err, jetstream.ErrKeyExists):
+			// Someone else wrote the key: the world is theirs now.
+			if r.owned[id] == l {
+				delete(r.owned, id)
+			}
+			r.log.Warn("lost the lease of a world to another node", "clientId", id)
+		default:
+			r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
+		}
+		r.mu.Unlock()
+		return
 	}
+}
+
+// ownEntry reports whether a registry value is a live hold of this node.
+func (r *Registry) ownEntry(value []byte) bool {
+	var e Entry
+	return json.Unmarshal(value, &e) == nil && e.Node == r.node.Name() && !e.Released
 }
 
 // Close releases the node's leases, so that the other nodes answer 503 at
@@ -565,6 +600,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		if e.Released {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped hosting it", clientID, e.Node)
 		}
+		if r.recheck(ctx, clientID, e.rev) {
+			return r.World(ctx, clientID)
+		}
 		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
 	}
 	w, err := r.opts.Local.World(ctx, clientID)
@@ -589,6 +627,39 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
 	}
 	return w, nil
+}
+
+// recheckEvery is how often a node reads from the bucket a world whose
+// lease looks expired.
+const recheckEvery = 250 * time.Millisecond
+
+// recheck reads from the bucket a world whose lease looks expired, seen
+// at revision rev, and reports whether the bucket holds a later write.
+// The watcher that feeds the registry can fall seconds behind while
+// JetStream moves a stream's leader (after a node was killed), and the
+// renewals it did not deliver would make a live host's worlds look
+// abandoned. A host that really stopped renewing costs one read per
+// recheckEvery.
+func (r *Registry) recheck(ctx context.Context, clientID string, rev uint64) bool {
+	r.mu.Lock()
+	if time.Since(r.rechecked[clientID]) < recheckEvery {
+		r.mu.Unlock()
+		return false
+	}
+	r.rechecked[clientID] = time.Now()
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	e, err := r.leaderGet(ctx, clientID)
+	if err != nil || !e.found || e.rev <= rev {
+		return false
+	}
+	// Written when the bucket's leader says: the best this node can know
+	// of a write its watcher has not delivered.
+	r.applyValue(clientID, true, e.value, e.rev, e.created)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.entries[clientID].rev == e.rev
 }
 
 // lookup reads a world's entry from the bucket, records it, and reports
