@@ -60,14 +60,25 @@ func TestNodesShareJetStream(t *testing.T) {
 	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatalf("put: %v", err)
 	}
+	// A replica that has just been placed answers direct reads only once it
+	// holds the stream ("no responders" until then), so each node's read is
+	// retried until the test's deadline.
 	for _, n := range nodes {
-		kv, err := n.JetStream().KeyValue(ctx, "test")
-		if err != nil {
-			t.Fatalf("%s: bucket: %v", n.Name(), err)
-		}
-		e, err := kv.Get(ctx, "k")
-		if err != nil || string(e.Value()) != "v" {
-			t.Fatalf("%s: get: %v %v", n.Name(), e, err)
+		for {
+			kv, err := n.JetStream().KeyValue(ctx, "test")
+			if err == nil {
+				var e jetstream.KeyValueEntry
+				if e, err = kv.Get(ctx, "k"); err == nil {
+					if string(e.Value()) != "v" {
+						t.Fatalf("%s: get: %q, want v", n.Name(), e.Value())
+					}
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: read the bucket: %v", n.Name(), err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }

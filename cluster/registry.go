@@ -581,12 +581,17 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	now := time.Now()
 	r.mu.RLock()
 	l := r.owned[clientID]
+	// Renewals move validUntil under the lock: read it while holding it.
+	var validUntil time.Time
+	if l != nil {
+		validUntil = l.validUntil
+	}
 	e, known := r.entries[clientID]
 	rw := r.remotes[clientID]
 	r.mu.RUnlock()
 	switch {
 	case l != nil:
-		if now.After(l.validUntil) {
+		if now.After(validUntil) {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
 		}
 		return r.opts.Local.World(ctx, clientID)
