@@ -46,16 +46,6 @@ var worldErrorKinds = []error{
 	world.ErrTimeout, world.ErrUnimplemented,
 }
 
-// serveUsers subscribes to the node's users subject.
-func (r *Registry) serveUsers() error {
-	sub, err := r.node.nc.Subscribe(usersSubject(r.node.Name()), func(m *nats.Msg) { go r.answerUsers(m) })
-	if err != nil {
-		return err
-	}
-	r.node.OnClose(func() { _ = sub.Unsubscribe() })
-	return nil
-}
-
 // answerUsers answers one question about a world's users: the user the
 // message's data names, or every user with hdrUsersList. Only a world this
 // node hosts is answered: a node never asks another on behalf of a third.

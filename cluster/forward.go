@@ -51,13 +51,11 @@ const (
 // callSubject is the subject on which a node answers forwarded calls.
 func callSubject(node string) string { return "relay.node." + node + ".call" }
 
-// serveForwarded subscribes to the node's call subject.
-func (r *Registry) serveForwarded() error {
-	sub, err := r.node.nc.Subscribe(callSubject(r.node.Name()), func(m *nats.Msg) {
-		// Each call runs on its own: the subscription hands messages over
-		// one at a time.
-		go r.answer(m)
-	})
+// serveSubject answers the messages of subject, each in a goroutine of
+// its own (the subscription hands messages over one at a time), until the
+// node closes.
+func (r *Registry) serveSubject(subject string, answer func(*nats.Msg)) error {
+	sub, err := r.node.nc.Subscribe(subject, func(m *nats.Msg) { go answer(m) })
 	if err != nil {
 		return err
 	}
@@ -65,16 +63,26 @@ func (r *Registry) serveForwarded() error {
 	return nil
 }
 
-// answer serves one forwarded call and replies.
-func (r *Registry) answer(m *nats.Msg) {
+// forwardedCall reads the call a forwarding message carries: the method,
+// request id, world and request, and the key the edge resolved.
+func forwardedCall(m *nats.Msg) (*server.ForwardedCall, error) {
 	fc := &server.ForwardedCall{
 		Method:    m.Header.Get(hdrMethod),
 		RequestID: m.Header.Get(hdrRequestID),
 		ClientID:  m.Header.Get(hdrClientID),
 		Request:   m.Data,
 	}
-	reply := nats.NewMsg(m.Reply)
 	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil {
+		return nil, err
+	}
+	return fc, nil
+}
+
+// answer serves one forwarded call and replies.
+func (r *Registry) answer(m *nats.Msg) {
+	reply := nats.NewMsg(m.Reply)
+	fc, err := forwardedCall(m)
+	if err != nil {
 		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
 		return
 	}
@@ -222,27 +230,12 @@ const (
 // streamSubject is the subject on which a node answers forwarded streams.
 func streamSubject(node string) string { return "relay.node." + node + ".stream" }
 
-// serveForwardedStreams subscribes to the node's stream subject.
-func (r *Registry) serveForwardedStreams() error {
-	sub, err := r.node.nc.Subscribe(streamSubject(r.node.Name()), func(m *nats.Msg) { go r.answerStream(m) })
-	if err != nil {
-		return err
-	}
-	r.node.OnClose(func() { _ = sub.Unsubscribe() })
-	return nil
-}
-
 // answerStream serves one forwarded stream.
 func (r *Registry) answerStream(m *nats.Msg) {
 	nc := r.node.nc
 	inbox := m.Header.Get(hdrInbox)
-	fc := &server.ForwardedCall{
-		Method:    m.Header.Get(hdrMethod),
-		RequestID: m.Header.Get(hdrRequestID),
-		ClientID:  m.Header.Get(hdrClientID),
-		Request:   m.Data,
-	}
-	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+	fc, err := forwardedCall(m)
+	if err != nil || inbox == "" {
 		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded stream came without its key or inbox")))
 		return
 	}
@@ -391,27 +384,12 @@ const (
 // uploadSubject is the subject on which a node answers forwarded uploads.
 func uploadSubject(node string) string { return "relay.node." + node + ".upload" }
 
-// serveForwardedUploads subscribes to the node's upload subject.
-func (r *Registry) serveForwardedUploads() error {
-	sub, err := r.node.nc.Subscribe(uploadSubject(r.node.Name()), func(m *nats.Msg) { go r.answerUpload(m) })
-	if err != nil {
-		return err
-	}
-	r.node.OnClose(func() { _ = sub.Unsubscribe() })
-	return nil
-}
-
 // answerUpload serves one forwarded upload.
 func (r *Registry) answerUpload(m *nats.Msg) {
 	nc := r.node.nc
 	inbox := m.Header.Get(hdrInbox)
-	fc := &server.ForwardedCall{
-		Method:    m.Header.Get(hdrMethod),
-		RequestID: m.Header.Get(hdrRequestID),
-		ClientID:  m.Header.Get(hdrClientID),
-		Request:   m.Data,
-	}
-	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil || inbox == "" {
+	fc, err := forwardedCall(m)
+	if err != nil || inbox == "" {
 		r.reply(m, nats.NewMsg(m.Reply), failed(status.Error(codes.Internal, "Internal error: a forwarded upload came without its key or inbox")))
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/server"
@@ -202,26 +203,23 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		r.apply(up, up.Created())
 	}
 	go r.follow()
-	if opts.Serve != nil {
-		if err := r.serveForwarded(); err != nil {
-			r.watch.Stop()
-			return nil, err
+	// The subjects on which this node answers the others: forwarded calls,
+	// streams and uploads, and questions about its worlds' users.
+	self := r.node.Name()
+	for _, s := range []struct {
+		on      bool
+		subject string
+		answer  func(*nats.Msg)
+	}{
+		{opts.Serve != nil, callSubject(self), r.answer},
+		{opts.ServeStream != nil, streamSubject(self), r.answerStream},
+		{opts.ServeUpload != nil, uploadSubject(self), r.answerUpload},
+		{opts.Events != nil, usersSubject(self), r.answerUsers},
+	} {
+		if !s.on {
+			continue
 		}
-	}
-	if opts.ServeStream != nil {
-		if err := r.serveForwardedStreams(); err != nil {
-			r.watch.Stop()
-			return nil, err
-		}
-	}
-	if opts.ServeUpload != nil {
-		if err := r.serveForwardedUploads(); err != nil {
-			r.watch.Stop()
-			return nil, err
-		}
-	}
-	if opts.Events != nil {
-		if err := r.serveUsers(); err != nil {
+		if err := r.serveSubject(s.subject, s.answer); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}
