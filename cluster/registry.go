@@ -142,6 +142,10 @@ type Registry struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// stopping is cancelled when Close begins: it ends a round of renewals
+	// under way, and from then on the node claims no world.
+	stopping context.Context
+	cancel   context.CancelFunc
 	// now is the clock (tests may shift it).
 	now func() time.Time
 }
@@ -161,6 +165,9 @@ type lease struct {
 // holds.
 var ErrHeldElsewhere = errors.New("held by another node")
 
+// errStopping is returned by claims once the registry is closing.
+var errStopping = errors.New("the node is stopping")
+
 // NewRegistry opens the registry bucket, follows it, claims the node's
 // embedded worlds and renews its leases until Close.
 func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
@@ -171,6 +178,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
 	}
+	r.stopping, r.cancel = context.WithCancel(context.Background())
 	kv, err := node.KeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RegistryBucket,
 		Description: "relay world registry: client id -> host node and lease",
@@ -360,6 +368,11 @@ func (r *Registry) claimLinked(ctx context.Context) {
 // one is then refused for good: the same client id on two nodes' disks
 // is two different worlds, never one world to serve from either.
 func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	if r.stopping.Err() != nil {
+		// A stopping node released its worlds: it must not take them
+		// back for a call that arrived meanwhile.
+		return fmt.Errorf("claim world %s: %w", clientID, errStopping)
+	}
 	self := r.node.Name()
 	start := time.Now()
 	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
@@ -442,8 +455,9 @@ func (r *Registry) renewLoop() {
 		case <-t.C:
 		}
 		// A round may take up to half a lease: a slow write still renews
-		// in time, and the next round starts on time.
-		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/2)
+		// in time, and the next round starts on time. Close ends it at
+		// once.
+		ctx, cancel := context.WithTimeout(r.stopping, r.ttl/2)
 		r.renew(ctx)
 		r.recordNode(ctx, false)
 		r.claimEmbedded(ctx)
@@ -555,9 +569,10 @@ func (r *Registry) Close(ctx context.Context) {
 	default:
 	}
 	close(r.stop)
+	r.cancel()
 	<-r.done
 	// A cluster that lost its quorum cannot take the releases: the leases
-	// then run out on their own.
+	// then run out on their own, and the node stops all the same.
 	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
 	defer cancel()
 	r.mu.RLock()
@@ -566,11 +581,37 @@ func (r *Registry) Close(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	r.mu.RUnlock()
-	for _, id := range ids {
-		r.Release(ctx, id)
+	connected := r.node.nc.IsConnected()
+	if !connected {
+		// Cut off from NATS: the releases could not be sent, and the
+		// leases run out on their own.
+		ids = nil
 	}
-	r.recordNode(ctx, true)
-	r.watch.Stop()
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.Release(ctx, id)
+		})
+	}
+	wg.Wait()
+	if connected {
+		r.recordNode(ctx, true)
+	}
+	// Stopping the watcher deletes its consumer with a request of its
+	// own, which a cluster without quorum leaves unanswered for seconds;
+	// the servers remove the consumer anyway once the node is gone.
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		_ = r.watch.Stop()
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+	}
 }
 
 // World implements server.Worlds.
@@ -626,6 +667,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	if err := r.Claim(ctx, clientID, kind, info.Title, kind == world.KindLinked); err != nil {
 		if errors.Is(err, ErrHeldElsewhere) {
 			return r.World(ctx, clientID)
+		}
+		if errors.Is(err, errStopping) {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is stopping", clientID, self)
 		}
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
 	}
@@ -788,6 +832,20 @@ func (r *Registry) IDs(ctx context.Context) ([]string, error) {
 	}
 	r.mu.RUnlock()
 	return ids, nil
+}
+
+// HostedEmbedded lists the embedded worlds whose lease this node holds.
+func (r *Registry) HostedEmbedded() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for id, l := range r.owned {
+		if l.kind == world.KindEmbedded {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Hosted is one world in [Registry.Snapshot].

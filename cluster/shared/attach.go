@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -106,18 +107,23 @@ func (a *Attached) ShareLimits(limiters ...*server.RateLimiter) {
 // Close stops the event bus, withdraws the node and stops watching the
 // keys. Call it before closing the NATS connection.
 func (a *Attached) Close() error {
-	var errs []error
+	// The parts stop side by side: each may wait up to stopTimeout for a
+	// cluster that does not answer, and the node's stop should not add
+	// those waits up.
+	var wg sync.WaitGroup
+	var presenceErr, keysErr error
 	if a.stopWatching != nil {
-		a.stopWatching()
+		wg.Go(a.stopWatching)
 	}
 	if a.Events != nil {
-		a.Events.Close()
+		wg.Go(a.Events.Close)
 	}
 	if a.Presence != nil {
-		errs = append(errs, a.Presence.Stop())
+		wg.Go(func() { presenceErr = a.Presence.Stop() })
 	}
 	if a.Keys != nil {
-		errs = append(errs, a.Keys.Close())
+		wg.Go(func() { keysErr = a.Keys.Close() })
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(presenceErr, keysErr)
 }

@@ -60,6 +60,30 @@ func (o Options) now() time.Time {
 // (watchers, background renewals), when no caller's context bounds it.
 const opTimeout = 5 * time.Second
 
+// stopTimeout bounds each courtesy a store does as it stops (withdrawing
+// the node's presence, a last renewal, deleting its watchers' consumers):
+// a node whose cluster lost its quorum must still stop in a moment, and
+// what it could not do runs out on its own (entries expire, ephemeral
+// consumers are removed by the servers).
+const stopTimeout = 500 * time.Millisecond
+
+// within runs fn and waits at most d for it to return. An fn still
+// running then goes on in the background: it is blocked on a NATS
+// request, which ends at the latest when the node closes its connection.
+func within(d time.Duration, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // openBucket creates the bucket, or updates its configuration to cfg.
 func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if replicas <= 0 {

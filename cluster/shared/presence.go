@@ -135,9 +135,10 @@ func (p *Presence) Count() int {
 // the others stop counting it at once. Withdrawing is a courtesy (the
 // entry expires by itself), so a node cut off from NATS stops all the same.
 func (p *Presence) Stop() error {
+	// One stopTimeout for the whole stop.
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	p.stop()
-	p.done.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	within(stopTimeout, p.done.Wait)
 	defer cancel()
 	_ = p.kv.Delete(ctx, "n."+p.name)
 	return nil
