@@ -26,6 +26,12 @@ import (
 // hdrUsersList asks the host for every user of the world instead of one.
 const hdrUsersList = "Relay-Users-List"
 
+// hdrUsersPing asks the host only whether it hosts the world: an event
+// stream opened on another node checks it before it follows the world's
+// events, so that a host that is gone is a quick 503 rather than a stream
+// that waits for events that do not come.
+const hdrUsersPing = "Relay-Users-Ping"
+
 // usersSubject is the subject on which a node answers questions about the
 // users of the worlds it hosts.
 func usersSubject(node string) string { return "relay.node." + node + ".users" }
@@ -61,9 +67,12 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 		}
 	}
 	if err == nil {
-		if m.Header.Get(hdrUsersList) != "" {
+		switch {
+		case m.Header.Get(hdrUsersPing) != "":
+			// The world is hosted here: that is the whole answer.
+		case m.Header.Get(hdrUsersList) != "":
 			rep.Users, err = w.Users(ctx)
-		} else {
+		default:
 			var u *world.User
 			if u, err = w.ResolveUser(ctx, string(m.Data)); err == nil && u != nil {
 				rep.Users = []world.User{*u}
@@ -83,16 +92,29 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 	_ = m.Respond(b)
 }
 
-// askUsers asks the world's host for the user named name, or for every
-// user when list is set.
-func (w *remoteWorld) askUsers(ctx context.Context, name string, list bool) ([]world.User, error) {
+// Questions askUsers puts to a world's host.
+const (
+	askUser  = iota // the user the name names
+	askList         // every user of the world
+	askAlive        // whether it hosts the world (no users)
+)
+
+// askUsers asks the world's host about the world's users: the user named
+// name, every user, or only whether it hosts the world (ask is one of
+// askUser, askList and askAlive). A host that is gone is Unavailable
+// naming the world, at once when NATS knows that nothing answers, and
+// within the forward time-out at the latest.
+func (w *remoteWorld) askUsers(ctx context.Context, name string, ask int) ([]world.User, error) {
 	timeout := w.reg.node.cfg.ForwardTimeout
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg := nats.NewMsg(usersSubject(w.entry.Node))
 	msg.Header.Set(hdrClientID, w.id)
-	if list {
+	switch ask {
+	case askList:
 		msg.Header.Set(hdrUsersList, "1")
+	case askAlive:
+		msg.Header.Set(hdrUsersPing, "1")
 	}
 	msg.Data = []byte(name)
 	res, err := w.reg.node.nc.RequestMsgWithContext(actx, msg)
@@ -121,7 +143,7 @@ func (w *remoteWorld) ResolveUser(ctx context.Context, name string) (*world.User
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
 	}
-	users, err := w.askUsers(ctx, name, false)
+	users, err := w.askUsers(ctx, name, askUser)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +158,7 @@ func (w *remoteWorld) Users(ctx context.Context) ([]world.User, error) {
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
 	}
-	return w.askUsers(ctx, "", true)
+	return w.askUsers(ctx, "", askList)
 }
 
 var (
@@ -155,6 +177,14 @@ func (w *remoteWorld) ServesStream(method string) bool {
 func (w *remoteWorld) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
+	}
+	// The events come from the events stream, not from the host; but a
+	// stream of a world whose host is gone would only wait for events
+	// that do not come (and for the events stream's own recovery when
+	// the host took part in it): such a stream is refused with the
+	// answer a unary call gets.
+	if _, err := w.askUsers(ctx, "", askAlive); err != nil {
+		return nil, err
 	}
 	return w.reg.opts.Events(w.id, w.entry.Kind).Subscribe(ctx, user, req)
 }

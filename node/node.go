@@ -292,6 +292,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 		allWorlds = r.registry
 		timing.done("registry")
+		if r.shared != nil {
+			r.backfillEvents(ctx)
+			timing.done("backfill")
+		}
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          r.keys,

@@ -293,6 +293,60 @@ func (b *Bus) lastSeq(ctx context.Context, subject string) (uint64, error) {
 	return strconv.ParseUint(msg.Header.Get(seqHeader), 10, 64)
 }
 
+// Backfill publishes the events of a world this node hosts that the
+// events stream lacks: those of its journal after the stream's last one.
+// A node that was killed, or stopped while the cluster could not take its
+// last events, has them in its journal (they were committed with their
+// writes) but never published them; without them the other nodes'
+// subscribers would wait for them and then get the reset event. Call it
+// when the node takes its worlds at start, before it serves them: read
+// is the world's journal (world.Engine.ReadJournal). It returns how many
+// events it published. A copy that reached the stream after all is
+// stored once (same message id).
+func (b *Bus) Backfill(ctx context.Context, clientID string, read func(ctx context.Context, from uint64, fn func(world.JournalRecord) error) error) (int, error) {
+	if !subjectToken(clientID) {
+		return 0, nil
+	}
+	subject := subjectPrefix + clientID
+	last, err := b.lastSeq(ctx, subject)
+	if err != nil {
+		return 0, fmt.Errorf("eventbus: the last kept event of world %s: %w", clientID, err)
+	}
+	var acks []jetstream.PubAckFuture
+	err = read(ctx, last+1, func(rec world.JournalRecord) error {
+		ack, err := b.js.PublishMsgAsync(eventMsg(subject, rec))
+		if err != nil {
+			return err
+		}
+		acks = append(acks, ack)
+		return nil
+	})
+	for _, ack := range acks {
+		select {
+		case <-ack.Ok():
+		case aerr := <-ack.Err():
+			err = errors.Join(err, aerr)
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("eventbus: publish the missing events of world %s: %w", clientID, err)
+	}
+	return len(acks), nil
+}
+
+// eventMsg is the message of one event of subject: its data, its
+// sequence, and a message id that makes a second copy stored once.
+func eventMsg(subject string, rec world.JournalRecord) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = rec.Data
+	seq := strconv.FormatUint(rec.Seq, 10)
+	msg.Header.Set(seqHeader, seq)
+	msg.Header.Set(jetstream.MsgIDHeader, subject+"."+seq)
+	return msg
+}
+
 // Dropped counts the events that could not be queued for publishing.
 func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
 
@@ -352,11 +406,7 @@ const (
 // send publishes one event without waiting for its acknowledgement, and
 // sends it again when it is not acknowledged.
 func (b *Bus) send(o outgoing, attempt int) {
-	msg := nats.NewMsg(o.subject)
-	msg.Data = o.record.Data
-	seq := strconv.FormatUint(o.record.Seq, 10)
-	msg.Header.Set(seqHeader, seq)
-	msg.Header.Set(jetstream.MsgIDHeader, o.subject+"."+seq)
+	msg := eventMsg(o.subject, o.record)
 	retry := func(err error) {
 		if attempt+1 >= publishRetries {
 			b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
@@ -416,11 +466,20 @@ func (b *Bus) close() {
 	}
 	close(b.stop)
 	b.wg.Wait()
+	// The events published last are acknowledged in a few milliseconds by
+	// a healthy cluster. One that lost its quorum never acknowledges them:
+	// the node stops all the same, and when it hosts the worlds again it
+	// publishes what the events stream lacks from their journals
+	// (Backfill).
 	select {
 	case <-b.js.PublishAsyncComplete():
-	case <-time.After(5 * time.Second):
+	case <-time.After(closeFlushWait):
 	}
 }
+
+// closeFlushWait is how long Close waits for the acknowledgements of the
+// events published last.
+const closeFlushWait = time.Second
 
 // Events returns the event streams of a world hosted by another node,
 // served on this node (a world.Events for that world).
