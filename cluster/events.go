@@ -52,6 +52,15 @@ var worldErrorKinds = []error{
 	world.ErrTimeout, world.ErrUnimplemented,
 }
 
+// Answer lets the node answer the other nodes' questions about its
+// worlds (their users, whether it hosts them), which their event streams
+// of these worlds wait for: call it once the node has published the
+// events its journals hold and the events stream lacks (the cluster's
+// event bus, Backfill), so that no stream elsewhere starts before them.
+// Until then such questions are answered Unavailable: the node is
+// starting.
+func (r *Registry) Answer() { r.answering.Store(true) }
+
 // answerUsers answers one question about a world's users: the user the
 // message's data names, or every user with hdrUsersList. Only a world this
 // node hosts is answered: a node never asks another on behalf of a third.
@@ -60,7 +69,11 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 	defer cancel()
 	clientID := m.Header.Get(hdrClientID)
 	var rep usersReply
-	w, err := r.World(ctx, clientID)
+	var w world.World
+	err := world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s is starting", clientID, r.node.Name())
+	if r.answering.Load() {
+		w, err = r.World(ctx, clientID)
+	}
 	if err == nil {
 		if _, remote := w.(*remoteWorld); remote {
 			err = world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s does not host it", clientID, r.node.Name())

@@ -176,8 +176,8 @@ func TestClusterKill(t *testing.T) {
 		ready := c.start(t, i)
 		readies = append(readies, ready)
 		kills = append(kills, killRound{node: i, killed: killed, back: time.Now()})
-		t.Logf("round %d: n%d killed, down %v, ready again %v after its restart; so far %d writes acknowledged, %d failed around a kill, %d failed otherwise",
-			r, i+1, down, ready.Round(time.Millisecond), ok.Load(), excused.Load(), countUnexpected())
+		t.Logf("round %d (killed at %s): n%d killed, down %v, ready again %v after its restart; so far %d writes acknowledged, %d failed around a kill, %d failed otherwise",
+			r, killed.Format("15:04:05.000"), i+1, down, ready.Round(time.Millisecond), ok.Load(), excused.Load(), countUnexpected())
 	}
 	time.Sleep(2 * time.Second)
 	close(stop)
@@ -262,7 +262,50 @@ func TestClusterKill(t *testing.T) {
 		for _, line := range killLogProblems(path) {
 			t.Logf("n%d logged %s", i+1, line)
 		}
+		for _, line := range killPhases(path) {
+			t.Logf("n%d %s", i+1, line)
+		}
 	}
+}
+
+// killPhases lists how long each start and stop of a node took, phase by
+// phase, from its "relay ready" and "relay stopped" log lines.
+func killPhases(path string) []string {
+	data, _ := os.ReadFile(path)
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg   string                   `json:"msg"`
+			Start map[string]time.Duration `json:"start"`
+			Stop  map[string]time.Duration `json:"stop"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		phases := line.Start
+		switch {
+		case line.Msg == "relay stopped":
+			phases = line.Stop
+		case strings.HasPrefix(line.Msg, "published the events"):
+			out = append(out, strings.TrimSpace(sc.Text()))
+			continue
+		case line.Msg != "relay ready":
+			continue
+		}
+		names := make([]string, 0, len(phases))
+		for name := range phases {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, name := range names {
+			parts = append(parts, fmt.Sprintf("%s %v", name, phases[name].Round(time.Millisecond)))
+		}
+		out = append(out, line.Msg+": "+strings.Join(parts, ", "))
+	}
+	return out
 }
 
 // killLogProblems summarizes a node's log lines at level WARN and above:
@@ -583,6 +626,8 @@ type killSubscriber struct {
 	refused    map[int]int // failed (re)connections by status; 0: no answer
 	longest    time.Duration
 	seen       map[string]bool // the names written that events carried
+	node       int             // the node of the stream being read
+	resetNotes []string        // when, where and what each reset said
 }
 
 func newKillSubscriber(world string) *killSubscriber {
@@ -621,6 +666,7 @@ func (s *killSubscriber) follow(ctx context.Context, c *killCluster, key string)
 			continue
 		}
 		s.mu.Lock()
+		s.node = edge
 		s.opened++
 		if !broke.IsZero() {
 			s.reconnects++
@@ -665,6 +711,7 @@ func (s *killSubscriber) frame(id, event, data string) {
 	case "reset":
 		s.resets++
 		s.reset = true // any next id is accepted
+		s.resetNotes = append(s.resetNotes, fmt.Sprintf("%s on n%d: %s", time.Now().Format("15:04:05.000"), s.node+1, data))
 		return
 	}
 	if id == "" {
@@ -728,6 +775,9 @@ func (s *killSubscriber) report(t *testing.T) {
 	defer s.mu.Unlock()
 	t.Logf("subscriber of %s: %d events with increasing ids, last id %d (%d ids of other channels skipped); %d reconnections through another node (longest %v from break to open stream); %d resets; %d duplicate events; refused reconnections by status (0: no answer): %v",
 		s.world, s.events, s.last, s.skipped, s.reconnects, s.longest.Round(time.Millisecond), s.resets, s.dupes, s.refused)
+	for _, note := range s.resetNotes {
+		t.Logf("subscriber of %s: reset at %s", s.world, note)
+	}
 	if len(s.disorder) > 0 {
 		t.Errorf("subscriber of %s: %d ids not increasing without a reset: %v", s.world, len(s.disorder), s.disorder[:min(10, len(s.disorder))])
 	}

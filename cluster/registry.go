@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -139,6 +140,9 @@ type Registry struct {
 	// rechecked is when this node last read from the bucket a world
 	// whose lease looked expired (recheck).
 	rechecked map[string]time.Time
+	// answering is set by Answer once the node may tell the others it
+	// hosts its worlds (events.go).
+	answering atomic.Bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -246,7 +250,9 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 	wait, cancel := context.WithTimeout(ctx, node.cfg.StartTimeout)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
+		// A short attempt: a bucket whose stream is electing a leader
+		// answers nothing, and asking again is harmless.
+		attempt, cancelAttempt := context.WithTimeout(wait, 500*time.Millisecond)
 		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
 		cancelAttempt()
 		if err == nil {

@@ -296,6 +296,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			r.backfillEvents(ctx)
 			timing.done("backfill")
 		}
+		r.registry.Answer()
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          r.keys,

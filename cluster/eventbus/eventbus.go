@@ -212,7 +212,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		// A short attempt: a stream that is electing a leader answers
+		// nothing, and asking again soon after the election is harmless.
+		attempt, cancelAttempt := context.WithTimeout(wait, 500*time.Millisecond)
 		_, err := js.CreateOrUpdateStream(attempt, cfg)
 		cancelAttempt()
 		if err == nil {

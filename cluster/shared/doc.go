@@ -96,7 +96,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 	wait, cancel := context.WithTimeout(ctx, StartWait)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		attempt, cancelAttempt := context.WithTimeout(wait, attemptTimeout)
 		kv, err := js.CreateOrUpdateKeyValue(attempt, cfg)
 		if err == nil {
 			kv, err = leaderReads(attempt, js, cfg.Bucket)
@@ -136,6 +136,14 @@ func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (je
 // StartWait bounds how long a store waits for JetStream to create its
 // bucket at start, as the cluster's own start does.
 const StartWait = 60 * time.Second
+
+// attemptTimeout bounds one attempt to open a bucket. A request to a
+// stream without a leader (JetStream elects one again seconds after the
+// node that led it was killed) is never answered: a short attempt asks
+// again soon after the election, so a restarting node waits for the
+// election and not for an attempt's time-out on top of it. Asking again
+// is harmless: opening a bucket that exists changes nothing.
+const attemptTimeout = 500 * time.Millisecond
 
 // placementRetry is how often a bucket is asked for again while the
 // cluster has too few servers for its copies.
