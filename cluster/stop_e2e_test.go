@@ -8,12 +8,17 @@ import (
 	"time"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // TestNodeStops stops a node of a three-node cluster that has event
 // streams open (SSE and gRPC, of its own world and of another node's, by
-// key and by stream ticket), and checks that the stop takes a moment:
+// key and by stream ticket, and of a linked world connected to it; a
+// linked world's stream used to hold the stop up until its time-out),
+// and checks that the stop takes a moment:
 // with the cluster healthy (its streams end, and the other nodes answer
 // 503 for its world at once), and with the two other nodes dead, when
 // nothing the node asks of the cluster is answered (this used to take
@@ -51,6 +56,24 @@ func TestNodeStops(t *testing.T) {
 	}
 
 	streams := openStreams(n2)
+	// And a stream of a linked world whose tabletop is connected to n2.
+	code := n2.Do(http.MethodPost, "/pairing-codes", n2.AdminKey, nil, map[string]any{})
+	if code.Status != http.StatusOK {
+		t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: n2.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-stop",
+		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
+	if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	clientID, _ := tt.Credentials()
+	linked := sseStream(t, ctx, n2, "/actor/subscribe?clientId="+clientID+"&userId=Gamemaster", n2.AdminKey, "")
+	take(t, "linked world's stream", linked, 1)
+	streams = append(streams, linked)
 	began := time.Now()
 	stopAll([]*relaytest.Relay{n2})
 	took := time.Since(began)

@@ -494,6 +494,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
+	if r.linkEvents != nil {
+		r.linkEvents.Close() // and those of the linked worlds
+	}
 	if r.links != nil {
 		// The sockets were hijacked from the HTTP server, which no longer
 		// sees them: close them first, so the modules reconnect later
