@@ -92,6 +92,7 @@ const (
 	DefaultCatchUp      = 2 * time.Second
 	DefaultPublishQueue = 1 << 16
 	DefaultGapWait      = 10 * time.Second
+	DefaultStallAfter   = 5 * time.Second
 )
 
 // Options configure a Bus. The zero value works.
@@ -122,6 +123,13 @@ type Options struct {
 	// and the node's subscribers get the reset event. DefaultGapWait
 	// when 0.
 	GapWait time.Duration
+	// StallAfter is how long a feed may go without an event before the
+	// bus asks the events stream whether the world has newer ones; when it
+	// has, the feed's consumer is started again after the last event it
+	// delivered. An ordered consumer whose stream lost its leader (a
+	// killed node) can stay silent for good, and the node's subscribers
+	// with it. DefaultStallAfter when 0.
+	StallAfter time.Duration
 	// Log receives warnings; discarded when nil.
 	Log *slog.Logger
 }
@@ -189,6 +197,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	if opts.GapWait <= 0 {
 		opts.GapWait = DefaultGapWait
 	}
+	if opts.StallAfter <= 0 {
+		opts.StallAfter = DefaultStallAfter
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -227,8 +238,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 		}
 	}
 	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.publish()
+	go b.watchFeeds()
 	hub.OnPublish(func(clientID string, records []world.JournalRecord) { b.enqueue(subjectPrefix, clientID, records) })
 	return b, nil
 }
@@ -593,9 +605,23 @@ type feed struct {
 	// then.
 	started chan struct{}
 	cancel  context.CancelFunc
-	consume jetstream.ConsumeContext
 	order   *reorder
 	once    sync.Once
+
+	// stream and handle start the feed's consumer again (restart).
+	stream jetstream.Stream
+	handle func(jetstream.Msg)
+	// lastSeq is the stream sequence of the last message delivered;
+	// quiet is when the feed last delivered one, or was last checked
+	// (UnixNano).
+	lastSeq atomic.Uint64
+	quiet   atomic.Int64
+	// restarts counts the consumer's restarts (for tests).
+	restarts atomic.Int64
+
+	mu      sync.Mutex // guards consume and halted
+	consume jetstream.ConsumeContext
+	halted  bool
 }
 
 // markReady lets the subscribers waiting for the feed go, with the error
@@ -661,9 +687,12 @@ func (b *Bus) release(f *feed) {
 func (f *feed) halt() {
 	f.once.Do(func() {
 		<-f.started
+		f.mu.Lock()
+		f.halted = true
 		if f.consume != nil {
 			f.consume.Stop()
 		}
+		f.mu.Unlock()
 		if f.order != nil {
 			f.order.stop()
 		}
@@ -709,23 +738,109 @@ func (b *Bus) run(f *feed) {
 	}
 	order := &reorder{sink: f.sink, clientID: f.clientID, wait: b.opts.GapWait, head: f.sink.Head(f.clientID)}
 	f.order = order
-	consume, err := cons.Consume(func(msg jetstream.Msg) {
+	f.stream = stream
+	f.quiet.Store(time.Now().UnixNano())
+	f.handle = func(msg jetstream.Msg) {
 		seq, err := strconv.ParseUint(msg.Headers().Get(seqHeader), 10, 64)
 		if err == nil {
 			order.add(world.JournalRecord{Seq: seq, Data: msg.Data()})
 		}
-		if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
-			f.markReady(nil)
+		f.quiet.Store(time.Now().UnixNano())
+		if meta, err := msg.Metadata(); err == nil {
+			f.lastSeq.Store(max(f.lastSeq.Load(), meta.Sequence.Stream))
+			if meta.NumPending == 0 {
+				f.markReady(nil)
+			}
 		}
-	})
+	}
+	consume, err := cons.Consume(f.handle, b.consumeErrors(f))
 	if err != nil {
 		fail(err)
 		return
 	}
+	f.mu.Lock()
 	f.consume = consume
+	f.mu.Unlock()
 	if empty {
 		f.markReady(nil)
 	}
+}
+
+// consumeErrors logs what a feed's consumer reports (it recovers from
+// most of it by itself; watchFeeds handles the rest).
+func (b *Bus) consumeErrors(f *feed) jetstream.PullConsumeOpt {
+	return jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		b.opts.Log.Debug("the consumer of a world's events reported an error", "subject", f.subject, "error", err)
+	})
+}
+
+// watchFeeds starts again, every StallAfter, the consumers of the feeds
+// that have been quiet that long while the events stream holds newer
+// events of their world.
+func (b *Bus) watchFeeds() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.StallAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		feeds := make([]*feed, 0, len(b.feeds))
+		for _, f := range b.feeds {
+			feeds = append(feeds, f)
+		}
+		b.mu.Unlock()
+		for _, f := range feeds {
+			select {
+			case <-f.started:
+			default:
+				continue // still starting
+			}
+			if f.failed() || f.stream == nil || time.Since(time.Unix(0, f.quiet.Load())) < b.opts.StallAfter {
+				continue
+			}
+			f.quiet.Store(time.Now().UnixNano())
+			b.unstall(f)
+		}
+	}
+}
+
+// unstall asks the events stream for the last event of a quiet feed's
+// world, and starts the feed's consumer again after the last event it
+// delivered when the stream holds a later one.
+func (b *Bus) unstall(f *feed) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.StallAfter/2)
+	defer cancel()
+	msg, err := f.stream.GetLastMsgForSubject(ctx, f.subject)
+	if err != nil || msg.Sequence <= f.lastSeq.Load() || time.Since(msg.Time) < b.opts.StallAfter/2 {
+		return // nothing newer (or just stored, on its way), or the stream cannot say yet
+	}
+	cons, err := f.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    f.lastSeq.Load() + 1,
+	})
+	if err != nil {
+		return // tried again after the next quiet spell
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halted {
+		return
+	}
+	consume, err := cons.Consume(f.handle, b.consumeErrors(f))
+	if err != nil {
+		return
+	}
+	if f.consume != nil {
+		f.consume.Stop()
+	}
+	f.consume = consume
+	f.restarts.Add(1)
+	b.opts.Log.Warn("the consumer of a world's events had stopped delivering: started again", "subject", f.subject, "after", f.lastSeq.Load())
 }
 
 // reorder puts a world's events back in order before they are fed: one
