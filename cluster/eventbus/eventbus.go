@@ -561,8 +561,18 @@ func (b *Bus) subscribe(ctx context.Context, subject, clientID string, sink sink
 		return nil, world.Wrapf(world.ErrUnavailable, f.err, "The events of world %s are not available: %v", clientID, f.err)
 	}
 	if req.Resume && req.After > sink.Head(clientID) {
-		deadline := time.Now().Add(b.opts.CatchUp)
+		began := time.Now()
+		deadline := began.Add(b.opts.CatchUp)
+		kicked := false
 		for req.After > sink.Head(clientID) && time.Now().Before(deadline) {
+			if !kicked && time.Since(began) > b.opts.CatchUp/2 {
+				// Still behind half-way: the feed's consumer may have gone
+				// silent. Look now rather than at the next quiet spell, and
+				// give the feed the time to catch up once started again.
+				kicked = true
+				deadline = deadline.Add(b.opts.CatchUp)
+				go b.unstall(f)
+			}
 			select {
 			case <-time.After(5 * time.Millisecond):
 			case <-ctx.Done():
@@ -616,8 +626,10 @@ type feed struct {
 	// (UnixNano).
 	lastSeq atomic.Uint64
 	quiet   atomic.Int64
-	// restarts counts the consumer's restarts (for tests).
-	restarts atomic.Int64
+	// restarts counts the consumer's restarts (for tests); unstalling is
+	// set while unstall looks at the feed.
+	restarts   atomic.Int64
+	unstalling atomic.Bool
 
 	mu      sync.Mutex // guards consume and halted
 	consume jetstream.ConsumeContext
@@ -803,20 +815,33 @@ func (b *Bus) watchFeeds() {
 				continue
 			}
 			f.quiet.Store(time.Now().UnixNano())
-			b.unstall(f)
+			go b.unstall(f)
 		}
 	}
 }
 
-// unstall asks the events stream for the last event of a quiet feed's
-// world, and starts the feed's consumer again after the last event it
-// delivered when the stream holds a later one.
+// unstall asks the events stream for the last event of a feed's world,
+// and starts the feed's consumer again after the last event it delivered
+// when the stream holds a later one that the feed still has not delivered
+// a moment later (one just stored may be on its way).
 func (b *Bus) unstall(f *feed) {
+	if !f.unstalling.CompareAndSwap(false, true) {
+		return
+	}
+	defer f.unstalling.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), b.opts.StallAfter/2)
 	defer cancel()
 	msg, err := f.stream.GetLastMsgForSubject(ctx, f.subject)
-	if err != nil || msg.Sequence <= f.lastSeq.Load() || time.Since(msg.Time) < b.opts.StallAfter/2 {
-		return // nothing newer (or just stored, on its way), or the stream cannot say yet
+	if err != nil || msg.Sequence <= f.lastSeq.Load() {
+		return // nothing newer, or the stream cannot say yet
+	}
+	select {
+	case <-time.After(min(time.Second, b.opts.StallAfter/4)):
+	case <-ctx.Done():
+		return
+	}
+	if f.lastSeq.Load() >= msg.Sequence {
+		return // delivered meanwhile: the consumer works
 	}
 	cons, err := f.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{f.subject},
