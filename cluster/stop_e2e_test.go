@@ -71,7 +71,22 @@ func TestNodeStops(t *testing.T) {
 	}
 	t.Cleanup(tt.Drop)
 	clientID, _ := tt.Credentials()
-	linked := sseStream(t, ctx, n2, "/actor/subscribe?clientId="+clientID+"&userId=Gamemaster", n2.AdminKey, "")
+	lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
+	// The node claims the linked world in the background once its tabletop
+	// connected: its streams answer 503 until then.
+	waitUntil(t, "the linked world's stream", func() bool {
+		tctx, tcancel := context.WithCancel(ctx)
+		defer tcancel()
+		req, _ := http.NewRequestWithContext(tctx, http.MethodGet, n2.Base+lpath, nil)
+		req.Header.Set("x-api-key", n2.AdminKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	linked := sseStream(t, ctx, n2, lpath, n2.AdminKey, "")
 	take(t, "linked world's stream", linked, 1)
 	streams = append(streams, linked)
 	began := time.Now()
