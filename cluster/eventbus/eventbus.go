@@ -579,6 +579,20 @@ func (b *Bus) subscribe(ctx context.Context, subject, clientID string, sink sink
 				return nil, ctx.Err()
 			}
 		}
+		if req.After > sink.Head(clientID) {
+			// Still behind. When the events stream holds the event resumed
+			// from, or cannot say (its leader being elected after a lost
+			// node), this node is only late: the subscriber is told to try
+			// again, rather than given a reset that would make it drop
+			// events the cluster still keeps. An id the stream never had
+			// gets the reset, as on the host.
+			lctx, lcancel := context.WithTimeout(ctx, time.Second)
+			last, err := b.lastSeq(lctx, subject)
+			lcancel()
+			if err != nil || last >= req.After {
+				return nil, world.Errorf(world.ErrUnavailable, "The events of world %s after %d have not reached this node yet: try again", clientID, req.After)
+			}
+		}
 	}
 	sub, err := sink.SubscribeFed(ctx, clientID, user, req)
 	if err != nil {

@@ -303,3 +303,54 @@ func TestStalledFeedRecovers(t *testing.T) {
 		t.Fatalf("the feed's consumer was started again %d times, want 1", n)
 	}
 }
+
+// TestResumeKicksStalledFeed: a subscriber that resumes, on a node whose
+// feed went silent, from an event the feed did not deliver makes the bus
+// start the feed's consumer again at once (not at the next quiet spell),
+// and gets the events after its own, without a reset.
+func TestResumeKicksStalledFeed(t *testing.T) {
+	t.Parallel()
+	c := jstest.Start(t, 1)
+	engine, nodes := startNodes(t, c)
+	hub := events.New(events.Options{RingSize: ringSize})
+	// No quiet spell is noticed within the test: only the resume can
+	// find the stall.
+	bus, err := eventbus.New(context.Background(), c.JetStream(0), hub, eventbus.Options{Replicas: 1, RingSize: ringSize, Linger: time.Minute, StallAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close(); hub.Close() })
+	follower := node{hub: hub, bus: bus}
+	// The host's own stream of the world, where the subscriber saw "two".
+	onHost, err := nodes[0].hub.Subscribe(context.Background(), engine, events.Request{EventRequest: world.EventRequest{Channel: world.ChannelActor}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(onHost.Close)
+	first := subscribe(t, follower, nil, world.EventRequest{Channel: world.ChannelActor})
+	update(t, engine, aria, world.Document{"name": "one"})
+	next(t, first)
+	bus.StallFeed(demo.ClientID)
+	update(t, engine, aria, world.Document{"name": "two"})
+	update(t, engine, aria, world.Document{"name": "three"})
+	next(t, onHost) // one
+	two := next(t, onHost)
+	if !strings.Contains(string(two.Data), "two") {
+		t.Fatalf("the host's second event: %s", two.Data)
+	}
+	resumed := subscribe(t, follower, nil, world.EventRequest{Channel: world.ChannelActor, Resume: true, After: two.Seq})
+	if _, reset := resumed.Reset(); reset {
+		t.Fatal("the resume got a reset")
+	}
+	// "three" is replayed, or comes next.
+	evs := resumed.Replay()
+	if len(evs) == 0 {
+		evs = []world.Event{next(t, resumed)}
+	}
+	if ev := evs[0]; !strings.Contains(string(ev.Data), "three") || ev.Seq <= two.Seq {
+		t.Fatalf("after the resume: %d %s", ev.Seq, ev.Data)
+	}
+	if n := bus.FeedRestarts(demo.ClientID); n != 1 {
+		t.Fatalf("the feed's consumer was started again %d times, want 1", n)
+	}
+}
