@@ -131,7 +131,16 @@ func (req *commitReq) committedJSON(doc Document) ([]byte, bool) {
 // run runs fn under the write lock and queues its transaction for the
 // committer; a nil request means there is nothing to wait for. The
 // request must then be prepared.
-func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (*commitReq, error) {
+func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (req *commitReq, err error) {
+	// Counted as a writer in the engine until its transaction is queued,
+	// so that the committer can wait for it to join a group (see gather).
+	e.commits.beginWrite()
+	queued := false
+	defer func() {
+		if !queued {
+			e.commits.endWrite()
+		}
+	}()
 	select {
 	case e.writer <- struct{}{}:
 	case <-ctx.Done():
@@ -145,14 +154,14 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 		return nil, contextError(err)
 	}
 	tx := &Tx{e: e, base: e.latest, now: e.clock(), work: map[docKey]*pending{}}
-	err := func() error {
+	err = func() error {
 		defer func() { tx.done = true }()
 		return fn(tx)
 	}()
 	if err != nil {
 		return nil, err
 	}
-	req := &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
+	req = &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
 	var changed []docKey
 	for _, k := range tx.order {
 		p := tx.work[k]
@@ -176,6 +185,7 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 		e.latest = req.snap
 	}
 	e.enqueue(req)
+	queued = true
 	return req, nil
 }
 
