@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -177,4 +178,59 @@ func TestCommitDelayWriterLeavingWithoutCommit(t *testing.T) {
 	if err := gw.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStoredRowsLeaveOutUUID: a commit's rows are cut from the full
+// readers' JSON when written: what the database holds for each document a
+// group wrote is encoding/json's output of the document alone, without its
+// uuid, whether the uuid member sorted last or before another key.
+func TestStoredRowsLeaveOutUUID(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gw := newGatherWorld(t, 0)
+	// The owner's actor has no key sorting after "uuid" until the
+	// second update gives it one.
+	docs := []struct {
+		name  string
+		extra Document
+	}{
+		{"uuid last", Document{"name": "Last"}},
+		{"uuid before zz", Document{"name": "Mid", "zz": 1.0}},
+	}
+	for _, d := range docs {
+		name := d.name
+		err := gw.Mutate(ctx, func(tx *Tx) error {
+			_, err := tx.Update(actorOwner, d.extra)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := referenceJSON(t, map[string]any(mustStored(t, gw.Engine, actorOwner)))
+		var got string
+		if err := gw.store.db.QueryRow("SELECT data FROM documents WHERE collection = 'Actor' AND id = ?", strings.TrimPrefix(actorOwner, "Actor.")).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != string(want) {
+			t.Errorf("%s: stored\n%s\nwant\n%s", name, got, want)
+		}
+	}
+}
+
+// mustStored returns the engine's stored version of a top-level document
+// (without its uuid).
+func mustStored(t *testing.T, e *Engine, uuid string) Document {
+	t.Helper()
+	var doc Document
+	if err := e.Mutate(context.Background(), func(tx *Tx) error {
+		_, _, d, err := tx.View().find(uuid)
+		if err != nil {
+			return err
+		}
+		doc = d
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }

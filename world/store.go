@@ -45,13 +45,20 @@ type store struct {
 	// failWrite, when set (by tests), is called before each group is
 	// written; an error fails the write.
 	failWrite func(group []*commitReq) error
+	// scratch is where the committer puts together a row to write (see
+	// row), reused: SQLite copies what it is given.
+	scratch []byte
 }
 
 // row is one top-level document as stored. A nil data deletes the row.
+// When cutTo is set, what is stored is data without data[cutFrom:cutTo]
+// (a commit's rows are its full readers' JSON, whose `uuid` member the
+// stored row leaves out; see encodeTop).
 type row struct {
-	collection string
-	id         string
-	data       []byte
+	collection     string
+	id             string
+	data           []byte
+	cutFrom, cutTo int
 }
 
 // openStore opens the database at path, creating the file only when create
@@ -200,10 +207,16 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 			if r.data == nil {
 				_, err = remove.ExecContext(ctx, r.collection, r.id)
 			} else {
-				// TEXT: a []byte would be a BLOB. The row's bytes are never
-				// changed once made, so the string shares them rather than
-				// copying a whole document per write.
-				_, err = upsert.ExecContext(ctx, r.collection, r.id, unsafe.String(unsafe.SliceData(r.data), len(r.data)))
+				data := r.data
+				if r.cutTo > 0 {
+					s.scratch = append(append(s.scratch[:0], data[:r.cutFrom]...), data[r.cutTo:]...)
+					data = s.scratch
+				}
+				// TEXT: a []byte would be a BLOB. The string shares the
+				// bytes (the row's never change; the scratch buffer not
+				// before the statement has run, and SQLite copies them)
+				// rather than copying a whole document per write.
+				_, err = upsert.ExecContext(ctx, r.collection, r.id, unsafe.String(unsafe.SliceData(data), len(data)))
 			}
 			if err != nil {
 				return err

@@ -210,13 +210,14 @@ func (req *commitReq) prepare(e *Engine) {
 			// The parts kept of the version before, if they are of it,
 			// tell whether anything changed without comparing the trees.
 			prev := e.embedded.partsOf(uuid)
-			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
-			req.fresh = append(req.fresh, fresh...)
+			enc, err := encodeTop(&e.embedded, d.key.typ, uuid, d.after)
+			req.fresh = append(req.fresh, enc.fresh...)
 			if err != nil {
 				req.prepErr = Wrapf(ErrInvalid, err, "Could not encode the changes")
 				return
 			}
-			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, data, prev) {
+			full := enc.full
+			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, prev) {
 				// Nothing to write or report; the JSON still is that of
 				// the version published, for the writer's answer and the
 				// readers' cache (an update that set the values already
@@ -224,7 +225,7 @@ func (req *commitReq) prepare(e *Engine) {
 				req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 				continue
 			}
-			r.data = data
+			r = enc.row(r.collection, r.id)
 			req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 		}
 		req.rows = append(req.rows, r)
@@ -233,15 +234,14 @@ func (req *commitReq) prepare(e *Engine) {
 }
 
 // unchanged reports whether a document whose new version serialises as
-// full (stored as data) is equal to its version before: by their JSON when
-// a reader has had the one before serialised or its stored JSON was kept
-// (prev), else by comparing them (cheaply where they share what the
-// transaction did not touch).
-func (e *Engine) unchanged(uuid string, before, after Document, full, data []byte, prev *docParts) bool {
+// full is equal to its version before: by their JSON when a reader has had
+// the one before serialised or its JSON was kept (prev), else by comparing
+// them (cheaply where they share what the transaction did not touch).
+func (e *Engine) unchanged(uuid string, before, after Document, full []byte, prev *docParts) bool {
 	if raw, ok := e.json.cached(uuid, before); ok {
 		return bytes.Equal(raw, full)
 	}
-	if same, ok := prev.sameData(before, data); ok {
+	if same, ok := prev.sameData(before, full); ok {
 		return same
 	}
 	return treeEqual(before, after)
