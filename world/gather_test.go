@@ -234,3 +234,66 @@ func mustStored(t *testing.T, e *Engine, uuid string) Document {
 	}
 	return doc
 }
+
+// windowJournal numbers one record per change and keeps the last size.
+type windowJournal struct {
+	mu       sync.Mutex
+	recorded uint64
+	size     uint64
+}
+
+func (j *windowJournal) Record(e *Engine, changes []Change, after *View) ([]JournalRecord, uint64) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var records []JournalRecord
+	for range changes {
+		j.recorded++
+		records = append(records, JournalRecord{Seq: j.recorded, Data: []byte("x")})
+	}
+	var keepFrom uint64
+	if j.recorded > j.size {
+		keepFrom = j.recorded - j.size + 1
+	}
+	return records, keepFrom
+}
+
+func (j *windowJournal) Abandon(e *Engine) {}
+
+// TestJournalTrimmedInBatches: the records below the journal's window are
+// deleted in batches: the journal always holds its window, and never more
+// than a batch besides.
+func TestJournalTrimmedInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	j := &windowJournal{size: 10}
+	opts := testOptions()
+	opts.Journal = j
+	h, err := OpenHost(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	w, err := h.Create(ctx, "test", testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sawTrim := false
+	for i := range 3*journalTrimBatch + 20 {
+		if _, err := increment(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		seqs := storedJournal(t, w)
+		last := uint64(i + 1)
+		if len(seqs) == 0 || seqs[len(seqs)-1] != last {
+			t.Fatalf("after %d writes the journal ends at %v", last, seqs)
+		}
+		window := min(last, 10)
+		if n := uint64(len(seqs)); n < window || n > window+journalTrimBatch {
+			t.Fatalf("after %d writes the journal holds %d records, want %d to %d", last, n, window, window+journalTrimBatch)
+		}
+		sawTrim = sawTrim || last > journalTrimBatch+10 && len(seqs) < journalTrimBatch
+	}
+	if !sawTrim {
+		t.Error("old records were never deleted")
+	}
+}

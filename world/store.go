@@ -48,6 +48,9 @@ type store struct {
 	// scratch is where the committer puts together a row to write (see
 	// row), reused: SQLite copies what it is given.
 	scratch []byte
+	// trimmedTo is the lowest journal sequence kept by the last deletion
+	// of old records (see journalTrimBatch); 0 before the first one.
+	trimmedTo uint64
 }
 
 // row is one top-level document as stored. A nil data deletes the row.
@@ -233,13 +236,27 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 		}
 		keepFrom = max(keepFrom, req.journal.keepFrom)
 	}
-	if keepFrom > 0 {
+	trimmed := s.trimmedTo
+	if keepFrom > 0 && (s.trimmedTo == 0 || keepFrom >= s.trimmedTo+journalTrimBatch) {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM journal WHERE seq < ?", clampSeq(keepFrom)); err != nil {
 			return err
 		}
+		trimmed = keepFrom
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.trimmedTo = trimmed
+	return nil
 }
+
+// journalTrimBatch is how many journal records may stay below the lowest
+// one to keep before they are deleted: deleting them a few at a time, with
+// every commit, rebalanced the table's B-tree each time (3 % of an
+// update's CPU); a batch frees whole pages at once. Readers of the journal
+// take what they ask for by sequence, so the records left a while longer
+// do no harm.
+const journalTrimBatch = 256
 
 // rowKey identifies a document row.
 type rowKey struct{ collection, id string }
