@@ -42,6 +42,8 @@ type store struct {
 	db *sql.DB
 	// Prepared statements of the writes every commit makes.
 	upsert, remove, record *sql.Stmt
+	// recordBatch inserts journalRowsPerInsert journal records at once.
+	recordBatch *sql.Stmt
 	// failWrite, when set (by tests), is called before each group is
 	// written; an error fails the write.
 	failWrite func(group []*commitReq) error
@@ -227,14 +229,27 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 		}
 	}
 	var keepFrom uint64
-	journal := tx.StmtContext(ctx, s.record)
+	// The journal's records go in journalRowsPerInsert at a time (one statement
+	// for several rows costs little more than one for a row), the rest
+	// one by one.
+	journal, batch := tx.StmtContext(ctx, s.record), tx.StmtContext(ctx, s.recordBatch)
+	args := make([]any, 0, 2*journalRowsPerInsert)
 	for _, req := range group {
 		for _, r := range req.journal.records {
-			if _, err := journal.ExecContext(ctx, clampSeq(r.Seq), r.Data); err != nil {
-				return err
+			args = append(args, clampSeq(r.Seq), r.Data)
+			if len(args) == cap(args) {
+				if _, err := batch.ExecContext(ctx, args...); err != nil {
+					return err
+				}
+				args = args[:0]
 			}
 		}
 		keepFrom = max(keepFrom, req.journal.keepFrom)
+	}
+	for i := 0; i < len(args); i += 2 {
+		if _, err := journal.ExecContext(ctx, args[i], args[i+1]); err != nil {
+			return err
+		}
 	}
 	trimmed := s.trimmedTo
 	if keepFrom > 0 && (s.trimmedTo == 0 || keepFrom >= s.trimmedTo+journalTrimBatch) {
@@ -249,6 +264,9 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	s.trimmedTo = trimmed
 	return nil
 }
+
+// journalRowsPerInsert is how many journal records one statement inserts.
+const journalRowsPerInsert = 8
 
 // journalTrimBatch is how many journal records may stay below the lowest
 // one to keep before they are deleted: deleting them a few at a time, with
@@ -283,12 +301,13 @@ func (s *store) prepare() (err error) {
 	s.upsert = prep("INSERT INTO documents (collection, id, data) VALUES (?, ?, ?) ON CONFLICT (collection, id) DO UPDATE SET data = excluded.data")
 	s.remove = prep("DELETE FROM documents WHERE collection = ? AND id = ?")
 	s.record = prep("INSERT INTO journal (seq, data) VALUES (?, ?) ON CONFLICT (seq) DO UPDATE SET data = excluded.data")
+	s.recordBatch = prep("INSERT INTO journal (seq, data) VALUES (?, ?)" + strings.Repeat(", (?, ?)", journalRowsPerInsert-1) + " ON CONFLICT (seq) DO UPDATE SET data = excluded.data")
 	return err
 }
 
 // close checkpoints the write-ahead log and closes the database.
 func (s *store) close() error {
-	for _, st := range []*sql.Stmt{s.upsert, s.remove, s.record} {
+	for _, st := range []*sql.Stmt{s.upsert, s.remove, s.record, s.recordBatch} {
 		if st != nil {
 			st.Close()
 		}
