@@ -241,7 +241,8 @@ func (s *sizer) child(field *embeddedField, c any) int {
 // without a look inside.
 func (s *sizer) delta(t *docType, before, after map[string]any) int {
 	d := max(len(after)-1, 0) - max(len(before)-1, 0) // commas
-	kept := 0                                         // keys of after that before has
+	// kept counts the keys of after that before has.
+	kept := 0
 	for k, v := range after {
 		old, had := before[k]
 		if !had {
