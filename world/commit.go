@@ -23,15 +23,12 @@ import (
 // parallel; the committer waits for each request to be prepared, has the
 // journal record it, in order, and writes the group.
 //
-// Each group costs the same whatever its size (an SQLite transaction, its
-// WAL frames and an fsync, about 250 µs of CPU for a 20 KB actor), so the
-// fewer the groups the less CPU a write costs. When writers are concurrent
-// (the group about to be written, or the one before it, holds more than one
-// transaction), the committer lets the group's first transaction wait up to
-// Options.CommitDelay for others to join before it writes, and writes at
-// once when the group is full (gatherFull). A lone writer never waits: its
-// groups hold one transaction. On a disk whose commits take longer than
-// the delay the wait is already over when the committer comes back.
+// Each group costs about the same whatever its size (an SQLite
+// transaction, its WAL frames and an fsync: some 250 µs of CPU with a
+// 20 KB actor), so the fewer the groups the less CPU a write costs. When
+// writers are concurrent, the committer lets more transactions join a
+// group before it writes it, for at most Options.CommitDelay (see gather);
+// a lone writer never waits.
 //
 // When the SQLite write fails, the group fails as a whole, and so does
 // every transaction built on top of it since (they are all in the queue, or
@@ -84,9 +81,9 @@ func (r *commitReq) empty() bool {
 // join its group commit when writers are concurrent, as relay serve sets it
 // (--commit-delay). Measured with relay-bench (`--only update`, 64
 // connections, README's Performance), it takes about 15 % of the relay's
-// CPU off each update, and BenchmarkUpdateJSON's groups grow from 6 to 11
-// transactions. It bounds what a write may wait more than it would
-// without it; the committer seldom waits that long (see gather).
+// CPU off each update, and BenchmarkUpdateJSON's groups grow from 6 or 7
+// transactions to 12. It bounds how much longer a write may wait than it
+// would without it; the committer seldom waits that long (see gather).
 const DefaultCommitDelay = 500 * time.Microsecond
 
 // gatherFull is the group size at which the committer stops waiting for
@@ -187,16 +184,17 @@ func (e *Engine) runCommitter() {
 }
 
 // gather lets more transactions join the queued ones before they are
-// written, when writers are concurrent and the group is not full, for at
-// most the commit delay: while
-// writers are inside the engine (waiting for the write lock or running
-// their transactions), the committer waits for them to queue theirs; when
-// none is, it yields the processor to the goroutines ready to run (requests
-// being read and decoded on their way to the engine) for as long as each
-// turn brings more transactions. It never waits on an idle machine (a
-// processor with nothing else to run hands it straight back), and a lone
-// writer, whose groups hold one transaction, does not wait at all. c.mu is
-// held.
+// written, for at most the commit delay, when writers are concurrent (the
+// queue or the group before holds more than one transaction, or another
+// writer is inside the engine) and the group is not full (gatherFull).
+// While writers are inside the engine (waiting for the write lock or
+// running their transactions), the committer waits for them to queue
+// theirs; when none is, it yields the processor to the goroutines ready to
+// run (requests being read and decoded on their way to the engine) for as
+// long as each turn brings more transactions. So it never waits on an idle
+// machine (a processor with nothing else to run hands it straight back),
+// and a lone writer, whose groups hold one transaction, does not wait at
+// all. c.mu is held.
 func (c *committer) gather() {
 	n := len(c.queue)
 	if c.delay <= 0 || c.stopping || n == 0 || n >= gatherFull || n == 1 && c.lastGroup <= 1 && c.writing == 0 {

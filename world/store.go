@@ -218,9 +218,10 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 					data = s.scratch
 				}
 				// TEXT: a []byte would be a BLOB. The string shares the
-				// bytes (the row's never change; the scratch buffer not
-				// before the statement has run, and SQLite copies them)
-				// rather than copying a whole document per write.
+				// bytes rather than copying a whole document per write:
+				// a row's bytes never change, and the scratch buffer does
+				// only once SQLite, which copies what it is bound, has run
+				// the statement.
 				_, err = upsert.ExecContext(ctx, r.collection, r.id, unsafe.String(unsafe.SliceData(data), len(data)))
 			}
 			if err != nil {
@@ -229,9 +230,9 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 		}
 	}
 	var keepFrom uint64
-	// The journal's records go in journalRowsPerInsert at a time (one statement
-	// for several rows costs little more than one for a row), the rest
-	// one by one.
+	// The journal's records go in journalRowsPerInsert at a time (one
+	// statement for several rows costs little more than one for a row),
+	// the rest one by one.
 	journal, batch := tx.StmtContext(ctx, s.record), tx.StmtContext(ctx, s.recordBatch)
 	args := make([]any, 0, 2*journalRowsPerInsert)
 	for _, req := range group {
