@@ -10,3 +10,15 @@ func (n *Node) Crash() {
 		n.srv.WaitForShutdown()
 	}
 }
+
+// StallWatch stops the registry's watcher behind its back, as a watcher
+// whose consumer was lost with a node and never recreated.
+func (r *Registry) StallWatch() {
+	r.mu.RLock()
+	w := r.watch
+	r.mu.RUnlock()
+	_ = w.Stop()
+}
+
+// Rewatches is how many times the registry replaced its watcher.
+func (r *Registry) Rewatches() int64 { return r.rewatches.Load() }

@@ -144,6 +144,10 @@ type Registry struct {
 	// answering is set by Answer once the node may tell the others it
 	// hosts its worlds (events.go).
 	answering atomic.Bool
+	// rewatched is when the registry last replaced its watcher (rewatch;
+	// mu guards it); rewatches counts the replacements.
+	rewatched time.Time
+	rewatches atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
@@ -215,7 +219,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		// server says, the best this node can know.
 		r.apply(up, up.Created())
 	}
-	go r.follow()
+	go r.follow(r.watch)
 	// The subjects on which this node answers the others: forwarded calls,
 	// streams and uploads, and questions about its worlds' users.
 	self := r.node.Name()
@@ -267,13 +271,43 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 	}
 }
 
-// follow applies the bucket's changes until the watcher stops.
-func (r *Registry) follow() {
-	for up := range r.watch.Updates() {
+// follow applies the bucket's changes until the watcher w stops.
+func (r *Registry) follow(w jetstream.KeyWatcher) {
+	for up := range w.Updates() {
 		if up != nil {
 			r.apply(up, time.Now())
 		}
 	}
+}
+
+// rewatch replaces the registry's watcher with a new one, which replays
+// the bucket and then follows it, at most once a lease. recheck calls it
+// when it found a write the watcher had not delivered a lease after the
+// write before: the watcher fell behind, or stopped for good (its
+// consumer lost with a node and not recreated), and the node would judge
+// live hosts' worlds by rechecks alone, which fail while JetStream elects
+// the bucket's leader.
+func (r *Registry) rewatch() {
+	r.mu.Lock()
+	if r.stopping.Err() != nil || time.Since(r.rewatched) < r.ttl {
+		r.mu.Unlock()
+		return
+	}
+	r.rewatched = time.Now()
+	r.mu.Unlock()
+	w, err := r.kv.WatchAll(r.stopping)
+	if err != nil {
+		r.log.Warn("the world registry's watcher fell behind, and a new one could not start", "error", err)
+		return
+	}
+	r.mu.Lock()
+	old := r.watch
+	r.watch = w
+	r.mu.Unlock()
+	r.rewatches.Add(1)
+	go r.follow(w)
+	go func() { _ = old.Stop() }()
+	r.log.Warn("the world registry's watcher fell behind: following the registry with a new one")
 }
 
 // apply records one change of the bucket, written at seen.
@@ -611,9 +645,12 @@ func (r *Registry) Close(ctx context.Context) {
 	// own, which a cluster without quorum leaves unanswered for seconds;
 	// the servers remove the consumer anyway once the node is gone.
 	stopped := make(chan struct{})
+	r.mu.RLock()
+	watch := r.watch
+	r.mu.RUnlock()
 	go func() {
 		defer close(stopped)
-		_ = r.watch.Stop()
+		_ = watch.Stop()
 	}()
 	select {
 	case <-stopped:
@@ -711,6 +748,7 @@ func (r *Registry) recheck(ctx context.Context, clientID string, rev uint64) boo
 	// Written when the bucket's leader says: the best this node can know
 	// of a write its watcher has not delivered.
 	r.applyValue(clientID, true, e.value, e.rev, e.created)
+	go r.rewatch()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.entries[clientID].rev == e.rev

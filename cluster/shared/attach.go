@@ -75,23 +75,25 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 			a = nil
 		}
 	}()
-	// The stores open side by side: each waits for its bucket's stream to
-	// have a leader, and after a node was killed JetStream elects them
-	// again at the same time, so the waits need not add up.
-	var wg sync.WaitGroup
-	var errs [5]error
-	wg.Go(func() { a.Keys, errs[0] = OpenKeys(ctx, js, opts) })
-	wg.Go(func() { a.Tickets, errs[1] = OpenTickets(ctx, js, opts) })
-	wg.Go(func() { a.Links, errs[2] = OpenLinks(ctx, js, opts) })
-	wg.Go(func() { a.Presence, errs[3] = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}) })
-	if cfg.Hub != nil {
-		wg.Go(func() {
-			a.Events, errs[4] = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, Log: cfg.Log})
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs[:]...); err != nil {
+	// The stores open one after the other: a bucket's stream just made
+	// may take a moment to answer its first writes and watchers, and each
+	// store's start gives the others that moment.
+	if a.Keys, err = OpenKeys(ctx, js, opts); err != nil {
 		return a, err
+	}
+	if a.Tickets, err = OpenTickets(ctx, js, opts); err != nil {
+		return a, err
+	}
+	if a.Links, err = OpenLinks(ctx, js, opts); err != nil {
+		return a, err
+	}
+	if a.Presence, err = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}); err != nil {
+		return a, err
+	}
+	if cfg.Hub != nil {
+		if a.Events, err = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, Log: cfg.Log}); err != nil {
+			return a, err
+		}
 	}
 	return a, nil
 }
