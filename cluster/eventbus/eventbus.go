@@ -326,8 +326,19 @@ func (b *Bus) Backfill(ctx context.Context, clientID string, read func(ctx conte
 	if err != nil {
 		return 0, fmt.Errorf("eventbus: the last kept event of world %s: %w", clientID, err)
 	}
+	from := last + 1
+	if first, holes, err := b.holes(ctx, subject, last); err != nil {
+		return 0, fmt.Errorf("eventbus: the kept events of world %s: %w", clientID, err)
+	} else if holes {
+		// Events published just before the kill may have been stored
+		// after later ones were lost (a publication retried): publish
+		// again from the first kept one. Those the stream has are stored
+		// once (same message id) while they are recent; an older one is
+		// stored a second time, which the nodes' feeds skip.
+		from = first
+	}
 	var acks []jetstream.PubAckFuture
-	err = read(ctx, last+1, func(rec world.JournalRecord) error {
+	err = read(ctx, from, func(rec world.JournalRecord) error {
 		ack, err := b.js.PublishMsgAsync(eventMsg(subject, rec))
 		if err != nil {
 			return err
@@ -348,6 +359,31 @@ func (b *Bus) Backfill(ctx context.Context, clientID string, read func(ctx conte
 		return 0, fmt.Errorf("eventbus: publish the missing events of world %s: %w", clientID, err)
 	}
 	return len(acks), nil
+}
+
+// holes reports whether the events stream lacks events of subject between
+// the first one it keeps and last (its last): it keeps fewer than they
+// span. first is the first one's sequence.
+func (b *Bus) holes(ctx context.Context, subject string, last uint64) (first uint64, holes bool, err error) {
+	if last == 0 {
+		return 0, false, nil
+	}
+	stream, err := b.js.Stream(ctx, StreamName)
+	if err != nil {
+		return 0, false, err
+	}
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return 0, false, err
+	}
+	if first, err = strconv.ParseUint(msg.Header.Get(seqHeader), 10, 64); err != nil || first > last {
+		return 0, false, err
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, false, err
+	}
+	return first, info.State.Subjects[subject] < last-first+1, nil
 }
 
 // eventMsg is the message of one event of subject: its data, its
