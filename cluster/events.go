@@ -20,8 +20,11 @@ import (
 // subscribers, with the host's event ids, filters and read rules. The
 // read rules need the subscriber's tabletop user, which only the host
 // knows: the remote world asks the host for it on
-// relay.node.<name>.users (usersSubject). Without the bus such streams
-// are refused as before, naming the host.
+// relay.node.<name>.users (usersSubject). Before it follows a world's
+// events, the node asks the host whether it hosts the world (the same
+// subject, hdrUsersPing), so that a stream of a dead host's world is the
+// 503 a unary call gets, at once. Without the bus such streams are refused
+// as before, naming the host.
 
 // hdrUsersList asks the host for every user of the world instead of one.
 const hdrUsersList = "Relay-Users-List"

@@ -16,6 +16,15 @@
 // A feed stops a while (Options.Linger) after the world's last subscriber
 // on the node left.
 //
+// A host that was killed may have committed events it never published (or
+// whose publication was being retried): when it takes its worlds back it
+// publishes what the stream lacks from their journals (Bus.Backfill),
+// before it serves them. A feed whose consumer goes silent while the stream
+// holds newer events of its world is started again after the last event
+// it delivered (Options.StallAfter), and a resume from an event this node
+// has not received yet, but the stream holds, is Unavailable (try again)
+// rather than a reset.
+//
 // Publication is asynchronous and never holds a world's writer up; an
 // event JetStream does not acknowledge (while a stream elects a leader
 // after a lost server, say) is sent again with the same message id, so it
