@@ -62,7 +62,7 @@ const (
 // It runs only with RELAY_CLUSTER_KILL set to the number of rounds
 // (RELAY_CLUSTER_KILL=5 go test ./cluster -run TestClusterKill -v);
 // RELAY_CLUSTER_KILL_LEASE sets the world lease (the relay's default,
-// 10s, otherwise) and RELAY_CLUSTER_KILL_SEED replays the kills' choices.
+// 15s, otherwise) and RELAY_CLUSTER_KILL_SEED replays the kills' choices.
 func TestClusterKill(t *testing.T) {
 	v := os.Getenv("RELAY_CLUSTER_KILL")
 	if v == "" {
