@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 	"github.com/tabletop-relay/relay/server/keys"
 )
 
@@ -54,9 +55,7 @@ type KeyStore struct {
 	mu  sync.Mutex // serialises index updates
 	idx atomic.Pointer[keyIndex]
 
-	watcher jetstream.KeyWatcher
-	stop    context.CancelFunc
-	done    chan struct{}
+	follower *steady.Follower
 }
 
 var _ keys.Backend = (*KeyStore)(nil)
@@ -92,51 +91,20 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, opts Options) (*KeySt
 	if err != nil {
 		return nil, err
 	}
-	s := &KeyStore{kv: kv, clock: opts.now, done: make(chan struct{})}
+	s := &KeyStore{kv: kv, clock: opts.now}
 	if opts.Clock != nil {
 		s.clock = opts.Clock
 	}
 	s.idx.Store(&keyIndex{byHash: map[[sha256.Size]byte]*indexed{}, byID: map[string][sha256.Size]byte{}})
-	wctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	w, err := kv.Watch(wctx, keyEntryPrefix+">")
+	// The follower loads every key, then applies each change, replacing
+	// its watcher if it ever stops delivering: a node whose watcher went
+	// silent would keep accepting keys revoked elsewhere.
+	f, err := steady.Follow(ctx, kv, []string{keyEntryPrefix + ">"}, steady.FollowOptions{}, s.apply)
 	if err != nil {
-		stop()
 		return nil, fmt.Errorf("shared: watch keys: %w", err)
 	}
-	s.watcher = w
-	// The watcher sends every current entry, then nil: the index is
-	// complete from then on.
-	for loaded := false; !loaded; {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				stop()
-				return nil, errors.New("shared: watch keys: watcher ended while loading")
-			}
-			if e == nil {
-				loaded = true
-				continue
-			}
-			s.apply(e)
-		case <-ctx.Done():
-			stop()
-			_ = w.Stop()
-			return nil, fmt.Errorf("shared: load keys: %w", ctx.Err())
-		}
-	}
-	go s.watch(w)
+	s.follower = f
 	return s, nil
-}
-
-// watch applies the bucket's changes to the index until the store closes.
-func (s *KeyStore) watch(w jetstream.KeyWatcher) {
-	defer close(s.done)
-	for e := range w.Updates() {
-		if e != nil {
-			s.apply(e)
-		}
-	}
 }
 
 // apply puts a watched entry into the index.
@@ -218,13 +186,7 @@ func (s *KeyStore) forget(h [sha256.Size]byte, rev uint64) {
 // Close stops watching the bucket. Authenticate keeps answering from
 // memory.
 func (s *KeyStore) Close() error {
-	// Cancelling the watcher's context ends it; Stop makes sure, and may
-	// find it ended already.
-	s.stop()
-	within(stopTimeout, func() {
-		_ = s.watcher.Stop()
-		<-s.done
-	})
+	s.follower.Close(stopTimeout)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 	"github.com/tabletop-relay/relay/link"
 )
 
@@ -356,35 +357,27 @@ func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) 
 }
 
 // WatchUnpaired calls fn with the clientId of every linked world that is
-// unpaired on any node from now on, so that the node holding the world's
-// socket closes it (on a single node, the unpairing closes it directly).
-// fn runs on the watcher's goroutine. Stop the watcher with the returned
-// function.
+// unpaired on any node, so that the node holding the world's socket closes
+// it (on a single node, the unpairing closes it directly): each world
+// unpaired when the watch starts, then each one unpaired later. fn runs on
+// the watcher's goroutine, and may be called again for a world it was
+// called for (after the watcher was replaced). Stop the watcher with the
+// returned function.
 func (s *LinkStore) WatchUnpaired(ctx context.Context, fn func(clientID string)) (stop func(), err error) {
-	wctx, cancel := context.WithCancel(context.Background())
-	w, err := s.links.Watch(wctx, "w.>", jetstream.UpdatesOnly())
+	// A follower replaces a watcher that stops delivering: a node whose
+	// watcher went silent would keep the socket of a world unpaired
+	// elsewhere.
+	f, err := steady.Follow(ctx, s.links, []string{"w.>"}, steady.FollowOptions{}, func(e jetstream.KeyValueEntry) {
+		if e.Operation() != jetstream.KeyValuePut {
+			return
+		}
+		var rec worldRecord
+		if json.Unmarshal(e.Value(), &rec) == nil && !rec.World.Paired() {
+			fn(rec.World.ClientID)
+		}
+	})
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("shared: watch linked worlds: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for e := range w.Updates() {
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var rec worldRecord
-			if json.Unmarshal(e.Value(), &rec) == nil && !rec.World.Paired() {
-				fn(rec.World.ClientID)
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		within(stopTimeout, func() {
-			_ = w.Stop()
-			<-done
-		})
-	}, nil
+	return func() { f.Close(stopTimeout) }, nil
 }
