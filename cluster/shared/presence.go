@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 )
 
 // PresenceBucket is the bucket where each node says it is alive.
@@ -84,37 +86,34 @@ func StartPresence(ctx context.Context, js jetstream.JetStream, name string, opt
 		case <-time.After(placementRetry):
 		}
 	}
-	wctx, stop := context.WithCancel(context.Background())
-	p.stop = stop
-	w, err := kv.Watch(wctx, "n.>")
+	// The follower replaces a watcher that stops delivering: a node whose
+	// watcher went silent would count itself alone and allow each key the
+	// whole cluster's limit.
+	f, err := steady.Follow(ctx, kv, []string{"n.>"}, steady.FollowOptions{}, func(e jetstream.KeyValueEntry) {
+		node := strings.TrimPrefix(e.Key(), "n.")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if e.Operation() == jetstream.KeyValuePut {
+			// When this node saw the renewal, by its own clock: the
+			// nodes' clocks need not agree. A node that died just before
+			// this one started is counted for one time-out too many,
+			// which only makes the shared limits stricter.
+			p.seen[node] = time.Now()
+		} else {
+			delete(p.seen, node)
+		}
+	})
 	if err != nil {
-		stop()
 		return nil, fmt.Errorf("shared: presence: %w", err)
 	}
-	p.done.Add(2)
+	wctx, stop := context.WithCancel(context.Background())
+	p.stop = func() {
+		stop()
+		f.Close(stopTimeout)
+	}
+	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			node := strings.TrimPrefix(e.Key(), "n.")
-			p.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				// When this node saw the renewal, by its own clock: the
-				// nodes' clocks need not agree. A node that died just
-				// before this one started is counted for one time-out
-				// too many, which only makes the shared limits stricter.
-				p.seen[node] = time.Now()
-			} else {
-				delete(p.seen, node)
-			}
-			p.mu.Unlock()
-		}
-	}()
-	go func() {
-		defer p.done.Done()
-		defer w.Stop()
 		t := time.NewTicker(popts.Every)
 		defer t.Stop()
 		for {
