@@ -181,15 +181,24 @@ func (f *fanOut) collect() {
 		f.byChannel[ev.Channel] = append(f.byChannel[ev.Channel], ev)
 	}
 	f.gen++
+	delivered := 0
 	for ch, list := range f.byChannel {
 		for _, sub := range subs[ch] {
 			out := f.deliverable(sub, list)
-			if len(out) > 0 && sub.offer(out) && !sub.listed {
-				sub.listed = true
-				f.list = append(f.list, sub)
+			if len(out) == 0 {
+				continue
+			}
+			if n := sub.offer(out); n > 0 {
+				delivered += n
+				if !sub.listed {
+					sub.listed = true
+					f.list = append(f.list, sub)
+				}
 			}
 		}
 	}
+	// One count per round rather than per subscriber.
+	s.hub.stats.delivered.Add(uint64(delivered))
 }
 
 // classEvents are the events one class of subscriptions receives in a

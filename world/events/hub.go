@@ -67,6 +67,10 @@ type Hub struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	stats   hubStats
+	// work hands pushed subscriptions with events to the hub's writer
+	// goroutines, which start with the first one (see push.go).
+	work    chan *Subscription
+	writers bool // set under mu once the writers run
 	// published, when set, receives each committed transaction's events
 	// (see OnPublish).
 	published atomic.Pointer[func(clientID string, records []world.JournalRecord)]
@@ -108,7 +112,7 @@ func New(opts Options) *Hub {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
 	}
-	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{})}
+	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{}), work: make(chan *Subscription, 2*waveSize)}
 }
 
 // Close stops delivering: every subscription's Next returns ErrClosed.

@@ -1,0 +1,17 @@
+//go:build !unix
+
+package gateway
+
+import (
+	"errors"
+	"syscall"
+)
+
+// rawWriteSupported reports whether event streams may be written straight
+// to their connection's descriptor: not on this system, where every
+// stream writes through net/http in its own goroutine.
+const rawWriteSupported = false
+
+func writeNonBlocking(syscall.RawConn, []byte) (int, error) {
+	return 0, errors.ErrUnsupported
+}
