@@ -12,6 +12,8 @@ import (
 // stream writes through net/http in its own goroutine.
 const rawWriteSupported = false
 
-func writeNonBlocking(syscall.RawConn, []byte) (int, error) {
-	return 0, errors.ErrUnsupported
-}
+type rawWriter struct{}
+
+func newRawWriter(syscall.RawConn) *rawWriter { return &rawWriter{} }
+
+func (*rawWriter) write([]byte) (int, error) { return 0, errors.ErrUnsupported }

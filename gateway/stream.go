@@ -177,7 +177,10 @@ func (d *directSink) SendDirect(msg proto.Message, header metadata.MD, more bool
 			requestID = d.g.newRequestID(d.rt.operation)
 		}
 		d.sw = startSSE(d.w, d.r, requestID)
-		d.sw.raw, d.sw.cancel = d.raw, d.cancel
+		if d.raw != nil {
+			d.sw.raw = newRawWriter(d.raw)
+		}
+		d.sw.cancel = d.cancel
 		d.stopKeepalive = d.sw.keepalive(d.g.keepaliveEvery)
 		d.buf = framePool.Get().(*[]byte)
 		d.frames = append((*d.buf)[:0], ssePrefix...)
@@ -463,9 +466,9 @@ type sseWriter struct {
 	idle sync.Cond // signalled when busy is cleared
 	w    http.ResponseWriter
 	rc   *http.ResponseController
-	// raw is the connection, when frames may be written to it directly;
-	// cancel ends the stream when a write fails.
-	raw    syscall.RawConn
+	// raw writes to the connection directly, when frames may be written
+	// so; cancel ends the stream when a write fails.
+	raw    *rawWriter
 	cancel func()
 	// busy is set while a goroutine writes through w; pending are the
 	// bytes it writes next, and resume is called once they are out.
@@ -573,7 +576,7 @@ func (s *sseWriter) tryWrite(frames []byte, resume func()) bool {
 		s.mu.Unlock()
 		return false
 	}
-	n, err := writeNonBlocking(s.raw, frames)
+	n, err := s.raw.write(frames)
 	if err != nil {
 		s.fail(err)
 		s.mu.Unlock()

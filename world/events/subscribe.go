@@ -354,7 +354,10 @@ func (sub *Subscription) offerLocked(evs []Event) (queued int) {
 }
 
 // queuePool recycles the queues of pushed subscriptions (see box).
-var queuePool = sync.Pool{New: func() any { return new([]Event) }}
+var queuePool = sync.Pool{New: func() any {
+	q := make([]Event, 0, 16)
+	return &q
+}}
 
 // notify wakes the subscriber's reader, if it waits.
 func (sub *Subscription) notify() {
