@@ -24,6 +24,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
+	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -179,6 +180,7 @@ func (d *directSink) SendDirect(msg proto.Message, header metadata.MD, more bool
 		d.sw = startSSE(d.w, d.r, requestID)
 		if d.raw != nil {
 			d.sw.raw = newRawWriter(d.raw)
+			d.sw.rec = observe.RecordFrom(d.r.Context())
 		}
 		d.sw.cancel = d.cancel
 		d.stopKeepalive = d.sw.keepalive(d.g.keepaliveEvery)
@@ -467,9 +469,12 @@ type sseWriter struct {
 	w    http.ResponseWriter
 	rc   *http.ResponseController
 	// raw writes to the connection directly, when frames may be written
-	// so; cancel ends the stream when a write fails.
-	raw    *rawWriter
-	cancel func()
+	// so, and rawBytes counts what it wrote, for the access line (rec);
+	// cancel ends the stream when a write fails.
+	raw      *rawWriter
+	rawBytes int64
+	rec      *observe.Record
+	cancel   func()
 	// busy is set while a goroutine writes through w; pending are the
 	// bytes it writes next, and resume is called once they are out.
 	busy    bool
@@ -577,6 +582,7 @@ func (s *sseWriter) tryWrite(frames []byte, resume func()) bool {
 		return false
 	}
 	n, err := s.raw.write(frames)
+	s.rawBytes += int64(n)
 	if err != nil {
 		s.fail(err)
 		s.mu.Unlock()
@@ -633,6 +639,9 @@ func (s *sseWriter) stop() {
 	defer s.mu.Unlock()
 	for s.busy {
 		s.idle.Wait()
+	}
+	if !s.stopped && s.rec != nil && s.rawBytes > 0 {
+		s.rec.AddBytes(s.rawBytes)
 	}
 	s.stopped = true
 	if s.timer != nil {
