@@ -154,9 +154,9 @@ type stream struct {
 	recorded uint64
 	pending  []recorded
 	subs     map[Channel]map[*Subscription]struct{}
-	// snapshot lists the subscriptions by channel for the dispatcher;
-	// rebuilt when dirty.
-	snapshot map[Channel][]*Subscription
+	// snapshot lists the subscriptions by channel and class for the
+	// dispatcher; rebuilt when dirty.
+	snapshot map[Channel][]classGroup
 	dirty    bool
 }
 

@@ -62,11 +62,8 @@ type Subscription struct {
 	wokenBy  *fanOut
 	isClosed bool
 	// listed is set while the subscription is on its dispatcher's wake
-	// list; classSlot is its class's entry in the dispatcher's classes of
-	// epoch classEpoch (see fanOut.deliverable). The dispatcher's alone.
-	listed     bool
-	classSlot  *classEvents
-	classEpoch uint64
+	// list; the dispatcher's alone.
+	listed bool
 
 	// writer, once set by Push, takes the live events instead of Next,
 	// from the hub's writer goroutines (see push.go); writing is set from
