@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -242,7 +243,7 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
 		cancelAttempt()
 		if err == nil {
-			return kv, nil
+			return steady.KV(kv), nil
 		}
 		select {
 		case <-wait.Done():
@@ -697,7 +698,12 @@ type latest struct {
 // just claimed unknown.
 func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
-	msg, err := r.node.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
+	var msg *nats.Msg
+	err := steady.Do(ctx, func() error {
+		var err error
+		msg, err = r.node.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
+		return err
+	})
 	if err != nil {
 		return latest{}, err
 	}

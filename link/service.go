@@ -264,6 +264,24 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// storeFailed answers a request whose pairing store failed: 503 with
+// Retry-After when the store says it is unavailable for the moment (a
+// cluster electing a leader), else 500; the cause is logged, never shown.
+func (s *Service) storeFailed(w http.ResponseWriter, what, addr string, err error) {
+	var werr *world.Error
+	if errors.As(err, &werr) && werr.Cause != nil {
+		s.log.Error(what, "addr", addr, "error", err, "cause", werr.Cause)
+	} else {
+		s.log.Error(what, "addr", addr, "error", err)
+	}
+	if errors.Is(err, world.ErrUnavailable) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "The relay's pairing store is unavailable for the moment: try again")
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "Internal error")
+}
+
 // tooMany answers 429 with Retry-After.
 func tooMany(w http.ResponseWriter, wait time.Duration, what string) {
 	seconds := max(int(math.Ceil(wait.Seconds())), 1)
@@ -351,8 +369,7 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	case err != nil:
-		s.log.Error("pairing failed", "addr", addr, "error", err)
-		writeError(w, http.StatusInternalServerError, "Internal error")
+		s.storeFailed(w, "pairing failed", addr, err)
 		return
 	}
 	if p.Again {
@@ -401,8 +418,7 @@ func (s *Service) serveSelfUnpair(w http.ResponseWriter, r *http.Request) {
 		_, err = s.pairings.Unpair(r.Context(), clientID)
 	}
 	if err != nil {
-		s.log.Error("self-unpair failed", "addr", addr, "error", err)
-		writeError(w, http.StatusInternalServerError, "Internal error")
+		s.storeFailed(w, "self-unpair failed", addr, err)
 		return
 	}
 	// The module forgets its token itself; 1000 keeps it from coming back.
@@ -427,8 +443,7 @@ func (s *Service) serveActive(w http.ResponseWriter, r *http.Request, clientID s
 		writeError(w, http.StatusNotFound, "Unknown client: "+displayID(clientID))
 		return
 	case err != nil:
-		s.log.Error("active probe failed", "addr", addr, "error", err)
-		writeError(w, http.StatusInternalServerError, "Internal error")
+		s.storeFailed(w, "active probe failed", addr, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"active": s.hub.Online(clientID)})

@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 )
 
 // Options configure the shared stores. The zero value works.
@@ -73,13 +75,14 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 	defer cancel()
 	for {
 		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
-		kv, err := js.CreateOrUpdateKeyValue(attempt, cfg)
+		_, err := js.CreateOrUpdateStream(attempt, leaderReadStream(cfg))
+		var kv jetstream.KeyValue
 		if err == nil {
-			kv, err = leaderReads(attempt, js, cfg.Bucket)
+			kv, err = js.KeyValue(attempt, cfg.Bucket)
 		}
 		cancelAttempt()
 		if err == nil {
-			return kv, nil
+			return steady.KV(kv), nil
 		}
 		select {
 		case <-wait.Done():
@@ -89,24 +92,44 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 	}
 }
 
-// leaderReads makes every read of the bucket go to its stream's leader,
-// and returns the bucket anew (a bucket handle decides how it reads when
-// it is made). JetStream creates buckets that any copy may answer reads
-// from (direct gets), and a copy may not have applied a write yet: a
-// token just stored on one node would be refused by another, a key just
-// created unknown. The leader answers with every acknowledged write.
-func leaderReads(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	stream, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return nil, err
+// leaderReadStream is the stream of a key-value bucket whose reads all go
+// to the stream's leader: the stream the client library makes for cfg,
+// but without direct gets. With direct gets any copy may answer a read,
+// and a copy may not have applied a write yet: a token just stored on one
+// node would be refused by another, a key just created unknown. The
+// leader answers with every acknowledged write.
+//
+// The stream is made here rather than by the library, because the library
+// turns direct gets on whenever it creates or updates a bucket. A bucket
+// handle decides how it reads when it is made: a node whose handle was
+// made while another node's start had turned direct gets on would read
+// from a subject no server answers once they were turned off again.
+func leaderReadStream(cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
+	history := max(int64(cfg.History), 1)
+	// The duplicate window is two minutes, or the bucket's age limit when
+	// shorter, as the library sets it.
+	duplicates := 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < duplicates {
+		duplicates = cfg.TTL
 	}
-	if cfg := stream.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return nil, err
-		}
+	return jetstream.StreamConfig{
+		Name:              "KV_" + cfg.Bucket,
+		Description:       cfg.Description,
+		Subjects:          []string{"$KV." + cfg.Bucket + ".>"},
+		MaxMsgsPerSubject: history,
+		MaxBytes:          -1,
+		MaxAge:            cfg.TTL,
+		MaxMsgSize:        -1,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		Storage:           cfg.Storage,
+		Replicas:          max(cfg.Replicas, 1),
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        duplicates,
+		Discard:           jetstream.DiscardNew,
+		AllowDirect:       false,
 	}
-	return js.KeyValue(ctx, bucket)
 }
 
 // StartWait bounds how long a store waits for JetStream to create its

@@ -174,16 +174,7 @@ func (s *LinkStore) World(ctx context.Context, clientID string) (link.World, err
 
 // Worlds implements link.Store.
 func (s *LinkStore) Worlds(ctx context.Context) ([]link.World, error) {
-	// Listing opens a consumer on the bucket's stream, which JetStream can
-	// refuse for a moment while it elects the stream's leader (a node
-	// just started, or a peer just lost); a GET /clients at that moment
-	// should wait a little rather than fail.
-	var l jetstream.KeyLister
-	err := retryTransient(ctx, func() error {
-		var err error
-		l, err = s.links.ListKeysFiltered(ctx, "w.>")
-		return err
-	})
+	l, err := s.links.ListKeysFiltered(ctx, "w.>")
 	if err != nil {
 		return nil, fmt.Errorf("shared: list linked worlds: %w", err)
 	}
@@ -394,22 +385,4 @@ func (s *LinkStore) WatchUnpaired(ctx context.Context, fn func(clientID string))
 		_ = w.Stop()
 		<-done
 	}, nil
-}
-
-// retryTransient runs op until it succeeds, for at most two seconds and
-// never past ctx, pausing 100 ms between attempts. It is for reads whose
-// failure is most likely JetStream electing a leader.
-func retryTransient(ctx context.Context, op func() error) error {
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		err := op()
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
