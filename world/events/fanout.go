@@ -21,6 +21,10 @@ import (
 //     served, so ten thousand readers woken at once would make every other
 //     goroutine of the process (the world's writers among them) wait for
 //     all of them to write; waves keep that wait to one wave's.
+//   - A pushed subscription's reader is no goroutine of its own: waking it
+//     hands it to one of the hub's writer goroutines (push.go), which
+//     writes everything queued for it at once. The waves then pace the
+//     writers the same way, and no goroutine is woken per subscriber.
 //
 // With few subscribers the list empties at once and each event goes out
 // after the coalescing window. With many, a reader is woken about once per
