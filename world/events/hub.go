@@ -11,7 +11,10 @@
 // event's payload carries (a chat message's speaker and targets, a token's
 // actor: see embeds.go), and has a bounded queue: a subscriber that falls
 // behind is told so (ErrOverflow) rather than slowing the world or anyone
-// else.
+// else. A subscription whose stream can write without blocking may be
+// pushed instead of read (push.go): a few writer goroutines of the hub
+// then write its events, everything waiting in one go, with no goroutine
+// woken per subscriber.
 //
 // The hub is wired to a [world.Host] twice: as the worlds' [world.Journal]
 // (it numbers and stores a transaction's events in the transaction itself)
