@@ -85,7 +85,7 @@ func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 		delete(rest, name)
 		raws = append(raws, fd)
 	}
-	if !valid || paramsJSON.Unmarshal(appendObject(nil, rest), msg) != nil {
+	if !valid || !setStrings(m, rest) && paramsJSON.Unmarshal(appendObject(nil, rest), msg) != nil {
 		proto.Reset(msg)
 		return refusal(md, fields)
 	}
@@ -93,6 +93,121 @@ func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 		m.Set(fd, protoreflect.ValueOfMessage(jsonvalue.RawStruct(fields[fd.JSONName()]).ProtoReflect()))
 	}
 	return nil
+}
+
+// setStrings sets the fields of m from merged parameters when every one of
+// them is a plain string field given a JSON string without escapes (a
+// call's uuid, client id and user id), as protojson would set them, without
+// its decoding; it sets nothing and returns false otherwise, and protojson
+// then decodes them.
+func setStrings(m protoreflect.Message, fields map[string]json.RawMessage) bool {
+	md := m.Descriptor()
+	for name, raw := range fields {
+		fd := fieldByName(md, name)
+		if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() ||
+			fd.ContainingOneof() != nil && !fd.ContainingOneof().IsSynthetic() || !plainString(raw) {
+			return false
+		}
+	}
+	for name, raw := range fields {
+		m.Set(fieldByName(md, name), protoreflect.ValueOfString(string(raw[1:len(raw)-1])))
+	}
+	return true
+}
+
+// plainString reports whether raw is a JSON string without escapes, in
+// valid UTF-8: its text between the quotes is its value.
+func plainString(raw json.RawMessage) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '"' || c == '\\' || c < 0x20 {
+			return false
+		}
+	}
+	return utf8.Valid(inner)
+}
+
+// objectMembers splits a request body into its members, as json.Unmarshal
+// into a map of raw messages does but without copying them, for the usual
+// body: valid JSON, an object, keys without escapes and in valid UTF-8. A
+// repeated key keeps its last value, as with json.Unmarshal. ok is false
+// for any other body, which json.Unmarshal then reads (and refuses, with
+// its reasons).
+func objectMembers(body []byte) (members map[string]json.RawMessage, ok bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	i := skipSpace(body, 0)
+	if body[i] != '{' {
+		return nil, false
+	}
+	members = make(map[string]json.RawMessage, 4)
+	if i = skipSpace(body, i+1); body[i] == '}' {
+		return members, true
+	}
+	for {
+		// Valid JSON: a key, a colon, a value, then a comma or the end.
+		end := stringEnd(body, i)
+		key := body[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
+			return nil, false
+		}
+		i = skipSpace(body, skipSpace(body, end)+1)
+		end = valueEnd(body, i)
+		members[string(key)] = body[i:end:end]
+		if i = skipSpace(body, end); body[i] == '}' {
+			return members, true
+		}
+		i = skipSpace(body, i+1)
+	}
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just after the valid JSON string at i.
+func stringEnd(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// valueEnd returns the index just after the valid JSON value at i.
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\t' && b[i] != '\r' && b[i] != '\n' {
+		i++
+	}
+	return i
 }
 
 // isObject reports whether valid JSON text is an object.
@@ -130,15 +245,22 @@ func newMessage(md protoreflect.MessageDescriptor) proto.Message {
 func mergeFields(md protoreflect.MessageDescriptor, body []byte, query url.Values) (map[string]json.RawMessage, error) {
 	merged := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(body)) > 0 {
-		var members map[string]json.RawMessage
-		if err := json.Unmarshal(body, &members); err != nil || members == nil {
-			var syntax *json.SyntaxError
-			if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "exceeded max depth") {
-				// encoding/json's own bound; the worlds refuse values far
-				// shallower, with the limit and the parameter named.
-				return nil, paramErrorf("The request body nests deeper than %d levels", jsonDecoderDepth)
+		members, ok := objectMembers(body)
+		if !ok {
+			members = nil
+			err := json.Unmarshal(body, &members)
+			if err == nil && members == nil {
+				err = errors.New("not an object")
 			}
-			return nil, paramErrorf("The request body must be a JSON object")
+			if err != nil {
+				var syntax *json.SyntaxError
+				if errors.As(err, &syntax) && strings.Contains(syntax.Error(), "exceeded max depth") {
+					// encoding/json's own bound; the worlds refuse values far
+					// shallower, with the limit and the parameter named.
+					return nil, paramErrorf("The request body nests deeper than %d levels", jsonDecoderDepth)
+				}
+				return nil, paramErrorf("The request body must be a JSON object")
+			}
 		}
 		for name, raw := range members {
 			fd := fieldByName(md, name)
@@ -283,8 +405,12 @@ func lenient(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMess
 
 func lenientValue(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.RawMessage, error) {
 	kind := scalarOf(fd)
+	switch kind {
+	case 0, protoreflect.StringKind, protoreflect.BytesKind, protoreflect.EnumKind:
+		return raw, nil // taken as they are
+	}
 	var s string
-	if kind == 0 || json.Unmarshal(raw, &s) != nil {
+	if json.Unmarshal(raw, &s) != nil {
 		return raw, nil
 	}
 	switch kind {
@@ -296,8 +422,6 @@ func lenientValue(fd protoreflect.FieldDescriptor, raw json.RawMessage) (json.Ra
 			return json.RawMessage("false"), nil
 		}
 		return nil, paramErrorf("'%s' must be true or false", fd.JSONName())
-	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.EnumKind:
-		return raw, nil
 	}
 	n := strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(n, 64); err != nil || math.IsNaN(f) || math.IsInf(f, 0) || !json.Valid([]byte(n)) {

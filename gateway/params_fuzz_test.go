@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -194,4 +195,50 @@ func FuzzQueryArray(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzObjectMembers: where objectMembers splits a body, json.Unmarshal
+// into a map of raw messages reads it, to the same members; where it
+// declines, the body is anything but a plain JSON object.
+func FuzzObjectMembers(f *testing.F) {
+	for _, s := range []string{
+		`{"uuid":"Actor.a","data":{"system.attributes.hp.value":12}}`,
+		` { "a" : [1, {"b": "}"}, "\"]"] , "a": null, "c" : -1.5e3 , "d":true} `,
+		`{}`, `[]`, `null`, `{"a\u0062":1}`, "{\"\xff\":1}", `{"a":"\\"}`, `{"a":{}}x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, ok := objectMembers(body)
+		var want map[string]json.RawMessage
+		err := json.Unmarshal(body, &want)
+		if !ok {
+			if err == nil && want != nil && json.Valid(body) && !strings.Contains(string(body), `\`) && utf8Keys(want) {
+				t.Fatalf("%q: declined a plain object", body)
+			}
+			return
+		}
+		if err != nil || want == nil {
+			t.Fatalf("%q: split into %v, json.Unmarshal: %v", body, got, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, json.Unmarshal %d", body, len(got), len(want))
+		}
+		for k, v := range want {
+			if string(got[k]) != string(v) {
+				t.Fatalf("%q: member %q is %q, json.Unmarshal %q", body, k, got[k], v)
+			}
+		}
+	})
+}
+
+// utf8Keys reports whether every key is valid UTF-8 (json.Unmarshal
+// replaces bad bytes, which objectMembers leaves to it).
+func utf8Keys(m map[string]json.RawMessage) bool {
+	for k := range m {
+		if strings.ContainsRune(k, utf8.RuneError) {
+			return false
+		}
+	}
+	return true
 }

@@ -186,6 +186,9 @@ func DecodeObject(s *structpb.Struct) (map[string]any, error) {
 	if !ok {
 		return s.AsMap(), nil
 	}
+	if m, ok := decodePlain(raw); ok {
+		return m, nil
+	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err

@@ -52,6 +52,10 @@ type Config struct {
 	// the world's defaults; --max-document-bytes, --max-json-depth).
 	MaxDocumentBytes int
 	MaxJSONDepth     int
+	// CommitDelay is how long a write may wait for concurrent writes to
+	// share its group commit (one SQLite transaction and fsync); 0 writes
+	// each group at once (--commit-delay).
+	CommitDelay time.Duration
 	// Event streams: the keepalive interval, the events each world keeps
 	// for resuming, the events a stream may fall behind, how long events
 	// gather before fan-out, and the caps on open streams
@@ -147,6 +151,7 @@ func DefaultConfig() Config {
 		MaxUploadBytes:      server.DefaultMaxUploadBytes,
 		MaxDocumentBytes:    world.DefaultMaxDocumentBytes,
 		MaxJSONDepth:        world.DefaultMaxDepth,
+		CommitDelay:         world.DefaultCommitDelay,
 		EventKeepalive:      15 * time.Second,
 		EventRingSize:       events.DefaultRingSize,
 		EventQueueSize:      events.DefaultQueueSize,

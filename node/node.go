@@ -142,7 +142,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// committed (as a host listener).
 	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
 	limits := world.Limits{MaxDocumentBytes: cfg.MaxDocumentBytes, MaxDepth: cfg.MaxJSONDepth}
-	worldOpts := world.Options{Journal: r.hub, Limits: limits}
+	worldOpts := world.Options{Journal: r.hub, Limits: limits, CommitDelay: cfg.CommitDelay}
 	if r.metrics != nil {
 		worldOpts.ObserveCommit = r.metrics.ObserveCommit
 	}

@@ -276,4 +276,9 @@ type Options struct {
 	// it carried, by the world's committer; it must not block. The metrics
 	// endpoint keeps a histogram of it.
 	ObserveCommit func(d time.Duration, transactions int)
+	// CommitDelay is how long a transaction may wait for others to join
+	// its group commit (one SQLite transaction and fsync for all of them)
+	// when writers are concurrent; a lone writer never waits. Zero or less
+	// writes every group at once. See DefaultCommitDelay.
+	CommitDelay time.Duration
 }

@@ -20,55 +20,84 @@ import (
 // next, and shared between them. fresh lists the embedded documents that
 // were serialised here, for the registry once they are committed.
 func encodeFull(reg *embeddedJSON, t *docType, uuid string, doc Document) (full, data []byte, fresh []embeddedDoc, err error) {
+	enc, err := encodeTop(reg, t, uuid, doc)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return enc.full, enc.appendData(nil), enc.fresh, nil
+}
+
+// encodedDoc is a top-level document serialised by encodeTop: full is its
+// full readers' JSON, and its stored row is full without the bytes
+// full[cutFrom:cutTo] (its `uuid` member and the comma that separates it),
+// made only when a row is written (appendData); or data, when set.
+type encodedDoc struct {
+	full, data     []byte
+	cutFrom, cutTo int
+	fresh          []embeddedDoc
+}
+
+// appendData appends the document's stored JSON to dst.
+func (enc *encodedDoc) appendData(dst []byte) []byte {
+	if enc.data != nil {
+		return append(dst, enc.data...)
+	}
+	dst = append(dst, enc.full[:enc.cutFrom]...)
+	return append(dst, enc.full[enc.cutTo:]...)
+}
+
+// row returns the document's row, as the store writes it.
+func (enc *encodedDoc) row(collection, id string) row {
+	if enc.data != nil {
+		return row{collection: collection, id: id, data: enc.data}
+	}
+	return row{collection: collection, id: id, data: enc.full, cutFrom: enc.cutFrom, cutTo: enc.cutTo}
+}
+
+// encodeTop serialises a top-level document as encodeFull does, into one
+// buffer: the full readers' JSON, from which the stored row is cut when it
+// is written, once per group commit rather than once per version.
+func encodeTop(reg *embeddedJSON, t *docType, uuid string, doc Document) (encodedDoc, error) {
 	if _, ok := doc["uuid"]; ok || doc == nil {
 		// Never so in practice (writes drop it); keep it simple then.
-		if data, err = encodeDoc(doc); err != nil {
-			return nil, nil, nil, err
+		data, err := encodeDoc(doc)
+		if err != nil {
+			return encodedDoc{}, err
 		}
 		withUUID := make(map[string]any, len(doc))
 		for k, v := range doc {
 			withUUID[k] = v
 		}
 		withUUID["uuid"] = uuid
-		full, err = EncodeJSON(withUUID)
-		return full, data, nil, err
+		full, err := EncodeJSON(withUUID)
+		if err != nil {
+			return encodedDoc{}, err
+		}
+		return encodedDoc{full: full, data: data}, nil
 	}
 	w := jsonWriters.Get().(*jsonWriter)
 	defer w.release()
-	d := docWriter{w: w, reg: reg, prev: reg.partsOf(uuid)}
+	member := appendJSONString([]byte(`"uuid":`), uuid)
+	d := docWriter{w: w, reg: reg, prev: reg.partsOf(uuid), uuidMember: member}
 	pooled := w.buf
 	if d.prev != nil {
 		// The size of the version before is known: serialise into a
-		// buffer of about that size, which becomes data, instead of into
+		// buffer of about that size, which becomes full, instead of into
 		// the pooled one and copying it out.
 		w.buf = make([]byte, 0, len(d.prev.data)+512)
 	}
-	at, err := d.document(t, doc, true)
-	if err != nil {
+	if _, err := d.document(t, doc, true); err != nil {
 		w.buf = pooled
-		return nil, nil, nil, err
+		return encodedDoc{}, err
 	}
+	var full []byte
 	if d.prev != nil {
-		data, w.buf = w.buf, pooled
+		full, w.buf = w.buf, pooled
 	} else {
-		data = slices.Clone(w.buf)
+		full = slices.Clone(w.buf)
 	}
-	reg.keepParts(uuid, doc, data, d.parts)
-	// The member, with the comma that separates it from its neighbour.
-	member := append([]byte(nil), `"uuid":`...)
-	member = appendJSONString(member, uuid)
-	switch {
-	case len(doc) == 0:
-	case data[at] == '}': // last member
-		member = append([]byte{','}, member...)
-	default:
-		member = append(member, ',')
-	}
-	full = make([]byte, 0, len(data)+len(member))
-	full = append(full, data[:at]...)
-	full = append(full, member...)
-	full = append(full, data[at:]...)
-	return full, data, d.fresh, nil
+	reg.keepParts(uuid, doc, full, d.parts)
+	return encodedDoc{full: full, cutFrom: d.cutFrom, cutTo: d.cutTo, fresh: d.fresh}, nil
 }
 
 // docWriter writes documents, taking their embedded documents from a
@@ -86,6 +115,11 @@ type docWriter struct {
 	// current field: their objects are not kept (the embedded documents
 	// are, whole).
 	nested int
+	// uuidMember, when set, is the `"uuid":"..."` member written into the
+	// top-level document where it sorts; cutFrom and cutTo are where it
+	// is, with its separating comma.
+	uuidMember     []byte
+	cutFrom, cutTo int
 }
 
 // document writes a document of type t. For the top level it returns
@@ -107,6 +141,14 @@ func (d *docWriter) document(t *docType, doc map[string]any, top bool) (uuidAt i
 		}
 		if top && uuidAt < 0 && k > "uuid" {
 			uuidAt = len(w.buf)
+			if d.uuidMember != nil {
+				// Before the first key that sorts after it, with the
+				// comma that separates them.
+				d.cutFrom = len(w.buf)
+				w.buf = append(w.buf, d.uuidMember...)
+				w.buf = append(w.buf, ',')
+				d.cutTo = len(w.buf)
+			}
 		}
 		w.buf = appendJSONString(w.buf, k)
 		w.buf = append(w.buf, ':')
@@ -116,6 +158,16 @@ func (d *docWriter) document(t *docType, doc map[string]any, top bool) (uuidAt i
 	}
 	if uuidAt < 0 {
 		uuidAt = len(w.buf)
+		if top && d.uuidMember != nil {
+			// Last, after the comma that separates it from the key
+			// before, if any.
+			d.cutFrom = len(w.buf)
+			if len(w.keys) > base {
+				w.buf = append(w.buf, ',')
+			}
+			w.buf = append(w.buf, d.uuidMember...)
+			d.cutTo = len(w.buf)
+		}
 	}
 	w.buf = append(w.buf, '}')
 	clear(w.keys[base:])
@@ -235,7 +287,7 @@ type partSpan struct {
 // reused.
 type docParts struct {
 	doc   unsafe.Pointer // the version they were taken from
-	data  []byte         // its stored JSON, which the parts are slices of
+	data  []byte         // its full readers' JSON, which the parts are slices of
 	parts map[unsafe.Pointer]partSpan
 }
 
@@ -264,7 +316,7 @@ func (r *embeddedJSON) partsOf(uuid string) *docParts {
 }
 
 // keepParts keeps the parts of a top-level document's version just
-// serialised as data, for the next version; for documents big enough to
+// serialised as data (its full readers' JSON), for the next version; for documents big enough to
 // gain from it. The latest serialised version wins, committed or not:
 // parts are right by identity whatever version they came from.
 func (r *embeddedJSON) keepParts(uuid string, doc Document, data []byte, spans []partSpan) {
@@ -279,12 +331,13 @@ func (r *embeddedJSON) keepParts(uuid string, doc Document, data []byte, spans [
 }
 
 // sameData reports whether the kept parts are of the version before and
-// its stored JSON is equal to data (ok false when that is not known).
-func (p *docParts) sameData(before Document, data []byte) (same, ok bool) {
+// its full readers' JSON is equal to full (ok false when that is not
+// known).
+func (p *docParts) sameData(before Document, full []byte) (same, ok bool) {
 	if p == nil || p.doc != identity(before) {
 		return false, false
 	}
-	return bytes.Equal(p.data, data), true
+	return bytes.Equal(p.data, full), true
 }
 
 // embeddedJSON is an engine's registry of the JSON of the embedded

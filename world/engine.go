@@ -95,6 +95,7 @@ func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]ma
 		store:         st,
 		writer:        make(chan struct{}, 1),
 	}
+	e.commits.delay = opts.CommitDelay
 	if e.clock == nil {
 		e.clock = time.Now
 	}

@@ -26,9 +26,14 @@ const (
 
 // benchDemo opens a demo world in a temporary directory.
 func benchDemo(b *testing.B) *world.Engine {
+	return benchDemoWith(b, world.Options{})
+}
+
+// benchDemoWith opens a demo world with options in a temporary directory.
+func benchDemoWith(b *testing.B, opts world.Options) *world.Engine {
 	b.Helper()
 	ctx := context.Background()
-	host, err := world.OpenHost(b.TempDir(), world.Options{})
+	host, err := world.OpenHost(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,10 +104,23 @@ func BenchmarkGetJSONLimited(b *testing.B) {
 // BenchmarkUpdateJSON is PUT /update's work in the engine on the demo's
 // largest actor: a changed hit point value each time, committed durably
 // (synchronous=FULL) by 16 writers at once, so that group commit shares
-// the fsyncs as it does under load.
+// the fsyncs as it does under load; with the relay's commit delay and
+// without one. It reports the transactions per group commit too.
 func BenchmarkUpdateJSON(b *testing.B) {
-	w := benchDemo(b)
+	for _, delay := range []time.Duration{0, world.DefaultCommitDelay} {
+		b.Run("commit-delay="+delay.String(), func(b *testing.B) { benchUpdateJSON(b, delay) })
+	}
+}
+
+func benchUpdateJSON(b *testing.B, delay time.Duration) {
+	var commits, txs atomic.Int64
+	w := benchDemoWith(b, world.Options{CommitDelay: delay, ObserveCommit: func(_ time.Duration, n int) {
+		commits.Add(1)
+		txs.Add(int64(n))
+	}})
 	ctx := context.Background()
+	commits.Store(0)
+	txs.Store(0)
 	var n atomic.Int64
 	b.SetParallelism(8)
 	b.ReportAllocs()
@@ -117,4 +135,7 @@ func BenchmarkUpdateJSON(b *testing.B) {
 		}
 	})
 	reportCPU(b, start)
+	if n := commits.Load(); n > 0 {
+		b.ReportMetric(float64(txs.Load())/float64(n), "tx/commit")
+	}
 }

@@ -29,7 +29,8 @@ type Journal interface {
 	// can describe the documents the changes refer to as they are at that
 	// moment. It returns the records to insert and the lowest sequence
 	// number to keep: older records are deleted in the same SQLite
-	// transaction (0 keeps them all). Record must not block on writers of
+	// transaction, or, a few hundred at a time, in a later one (0 keeps
+	// them all). Record must not block on writers of
 	// this world; it may read the journal with [Engine.ReadJournal].
 	Record(e *Engine, changes []Change, after *View) (records []JournalRecord, keepFrom uint64)
 	// Abandon is called by the committer when a commit failed: every

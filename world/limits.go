@@ -241,13 +241,19 @@ func (s *sizer) child(field *embeddedField, c any) int {
 // without a look inside.
 func (s *sizer) delta(t *docType, before, after map[string]any) int {
 	d := max(len(after)-1, 0) - max(len(before)-1, 0) // commas
+	// kept counts the keys of after that before has.
+	kept := 0
 	for k, v := range after {
 		old, had := before[k]
 		if !had {
 			d += stringSize(k) + 1 + s.anyMember(t, k, v)
 			continue
 		}
+		kept++
 		d += s.memberDelta(t, k, old, v)
+	}
+	if kept == len(before) {
+		return d // every key of before is still there
 	}
 	for k, old := range before {
 		if _, has := after[k]; !has {

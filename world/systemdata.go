@@ -26,6 +26,8 @@ type numberField struct {
 // document type and by the document's own `type`.
 type systemRules struct {
 	fields map[*docType][]numberField
+	// roots are the trees of the fields' paths (buildFieldTree).
+	roots map[*docType]*fieldNode
 	// types limits the rules to documents of these `type`s (nil: all).
 	types map[*docType][]string
 }
@@ -92,6 +94,15 @@ var rulesBySystem = map[string]*systemRules{
 	},
 }
 
+func init() {
+	for _, r := range rulesBySystem {
+		r.roots = map[*docType]*fieldNode{}
+		for t, fields := range r.fields {
+			r.roots[t] = buildFieldTree(fields)
+		}
+	}
+}
+
 // under prefixes the fields' paths.
 func under(prefix string, fields []numberField) []numberField {
 	out := make([]numberField, len(fields))
@@ -121,21 +132,71 @@ func (r *systemRules) clean(t *docType, docType string, data map[string]any) err
 	if len(fields) == 0 {
 		return nil
 	}
-	return cleanObject(fields, nil, data)
+	return cleanObject([]*fieldNode{r.roots[t]}, nil, data)
 }
 
-// cleanObject cleans the keys of one object of a write, at path.
-func cleanObject(fields []numberField, path []string, data map[string]any) error {
+// fieldNode is one segment of the fields' paths, in a tree of them built
+// once per document type (buildFieldTree), so that a write's keys are
+// matched one segment at a time against the fields that lead through
+// their object, rather than each key against every field's whole path
+// (this runs for every key of every write).
+type fieldNode struct {
+	children map[string]*fieldNode // by segment
+	star     *fieldNode            // `*`: any key
+	// field is the first field, in the rules' order, whose path ends
+	// here; order is its position.
+	field *numberField
+	order int
+}
+
+// buildFieldTree returns the tree of the fields' paths.
+func buildFieldTree(fields []numberField) *fieldNode {
+	root := &fieldNode{}
+	for i := range fields {
+		n := root
+		for seg := range strings.SplitSeq(fields[i].path, ".") {
+			next := n.star
+			if seg != "*" {
+				next = n.children[seg]
+			}
+			if next == nil {
+				next = &fieldNode{}
+				if seg == "*" {
+					n.star = next
+				} else {
+					if n.children == nil {
+						n.children = map[string]*fieldNode{}
+					}
+					n.children[seg] = next
+				}
+			}
+			n = next
+		}
+		if n.field == nil {
+			n.field, n.order = &fields[i], i
+		}
+	}
+	return root
+}
+
+// cleanObject cleans the keys of one object of a write, at path; nodes
+// are where the fields' paths that lead through the object are.
+func cleanObject(nodes []*fieldNode, path []string, data map[string]any) error {
 	for key, v := range data {
 		name, deleted := strings.CutPrefix(key, "-=")
 		name = strings.TrimPrefix(name, "==")
+		var buf [4]*fieldNode
+		field, next := nextField(nodes, name, buf[:0])
+		isField, isParent := field != nil, field == nil && len(next) > 0
+		if !isField && !isParent {
+			continue
+		}
 		at := append(slices.Clip(path), name)
-		field, isField, isParent := lookupField(fields, at)
-		dotted := strings.Join(at, ".")
+		dotted := func() string { return strings.Join(at, ".") }
 		switch {
 		case isField && deleted:
 			if !field.nullable {
-				return Errorf(ErrInvalid, "%s cannot be deleted", dotted)
+				return Errorf(ErrInvalid, "%s cannot be deleted", dotted())
 			}
 		case isField:
 			cleaned, err := field.clean(dotted, v)
@@ -143,19 +204,19 @@ func cleanObject(fields []numberField, path []string, data map[string]any) error
 				return err
 			}
 			data[key] = cleaned
-		case isParent && deleted:
+		case deleted:
 			if len(at) > 1 || at[0] != "delta" {
-				return Errorf(ErrInvalid, "%s cannot be deleted", dotted)
+				return Errorf(ErrInvalid, "%s cannot be deleted", dotted())
 			}
-		case isParent:
+		default:
 			obj, ok := v.(map[string]any)
 			if !ok {
 				if v == nil && len(at) == 1 && at[0] == "delta" {
 					continue // an unlinked token's changes may be reset
 				}
-				return Errorf(ErrInvalid, "%s must be an object, got %s", dotted, describe(v))
+				return Errorf(ErrInvalid, "%s must be an object, got %s", dotted(), describe(v))
 			}
-			if err := cleanObject(fields, at, obj); err != nil {
+			if err := cleanObject(next, at, obj); err != nil {
 				return err
 			}
 		}
@@ -163,39 +224,42 @@ func cleanObject(fields []numberField, path []string, data map[string]any) error
 	return nil
 }
 
-// lookupField finds the field at a path, or tells whether the path leads
-// to one.
-func lookupField(fields []numberField, path []string) (numberField, bool, bool) {
-	parent := false
-	for _, f := range fields {
-		// Walk the field's dotted path segment by segment, without
-		// splitting it (this runs for every key of every write).
-		rest, match := f.path, true
-		for _, p := range path {
-			if rest == "" {
-				match = false // the field's path is shorter
-				break
-			}
-			var seg string
-			seg, rest, _ = strings.Cut(rest, ".")
-			if seg != "*" && seg != p {
-				match = false
-				break
-			}
+// nextField follows a key from the nodes of its object: it returns the
+// first field, in the rules' order, whose path ends at the key, if any,
+// and the nodes of the paths that go on below it, appended to next (nil
+// when no path goes through the key).
+func nextField(nodes []*fieldNode, key string, next []*fieldNode) (*numberField, []*fieldNode) {
+	for _, n := range nodes {
+		if c := n.children[key]; c != nil {
+			next = append(next, c)
 		}
-		switch {
-		case !match:
-		case rest == "":
-			return f, true, false
-		default:
-			parent = true
+		if n.star != nil {
+			next = append(next, n.star)
 		}
 	}
-	return numberField{}, false, parent
+	var field *numberField
+	order := 0
+	for _, n := range next {
+		if n.field != nil && (field == nil || n.order < order) {
+			field, order = n.field, n.order
+		}
+	}
+	if field != nil {
+		return field, nil
+	}
+	// Only nodes with paths below them lead anywhere.
+	kept := next[:0]
+	for _, n := range next {
+		if n.children != nil || n.star != nil {
+			kept = append(kept, n)
+		}
+	}
+	return nil, kept
 }
 
-// clean returns the value a field stores for v, or an error naming it.
-func (f numberField) clean(name string, v any) (any, error) {
+// clean returns the value a field stores for v, or an error naming it
+// (name makes the field's name, only when an error needs it).
+func (f numberField) clean(name func() string, v any) (any, error) {
 	kind := "a number"
 	if f.integer {
 		kind = "an integer"
@@ -206,7 +270,7 @@ func (f numberField) clean(name string, v any) (any, error) {
 		if f.nullable {
 			return nil, nil
 		}
-		return nil, Errorf(ErrInvalid, "%s must be %s, got null", name, kind)
+		return nil, Errorf(ErrInvalid, "%s must be %s, got null", name(), kind)
 	case float64:
 		n = x
 	case string:
@@ -216,11 +280,11 @@ func (f numberField) clean(name string, v any) (any, error) {
 		}
 		parsed, err := strconv.ParseFloat(s, 64)
 		if err != nil || math.IsNaN(parsed) || math.IsInf(parsed, 0) {
-			return nil, Errorf(ErrInvalid, "%s must be %s, got %s", name, kind, describe(v))
+			return nil, Errorf(ErrInvalid, "%s must be %s, got %s", name(), kind, describe(v))
 		}
 		n = parsed
 	default:
-		return nil, Errorf(ErrInvalid, "%s must be %s, got %s", name, kind, describe(v))
+		return nil, Errorf(ErrInvalid, "%s must be %s, got %s", name(), kind, describe(v))
 	}
 	if f.integer {
 		n = math.Floor(n + 0.5) // JavaScript's Math.round

@@ -131,7 +131,16 @@ func (req *commitReq) committedJSON(doc Document) ([]byte, bool) {
 // run runs fn under the write lock and queues its transaction for the
 // committer; a nil request means there is nothing to wait for. The
 // request must then be prepared.
-func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (*commitReq, error) {
+func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx) error) (req *commitReq, err error) {
+	// Counted as a writer in the engine until its transaction is queued,
+	// so that the committer can wait for it to join a group (see gather).
+	e.commits.beginWrite()
+	queued := false
+	defer func() {
+		if !queued {
+			e.commits.endWrite()
+		}
+	}()
 	select {
 	case e.writer <- struct{}{}:
 	case <-ctx.Done():
@@ -145,14 +154,14 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 		return nil, contextError(err)
 	}
 	tx := &Tx{e: e, base: e.latest, now: e.clock(), work: map[docKey]*pending{}}
-	err := func() error {
+	err = func() error {
 		defer func() { tx.done = true }()
 		return fn(tx)
 	}()
 	if err != nil {
 		return nil, err
 	}
-	req := &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
+	req = &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
 	var changed []docKey
 	for _, k := range tx.order {
 		p := tx.work[k]
@@ -176,6 +185,7 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 		e.latest = req.snap
 	}
 	e.enqueue(req)
+	queued = true
 	return req, nil
 }
 
@@ -200,13 +210,14 @@ func (req *commitReq) prepare(e *Engine) {
 			// The parts kept of the version before, if they are of it,
 			// tell whether anything changed without comparing the trees.
 			prev := e.embedded.partsOf(uuid)
-			full, data, fresh, err := encodeFull(&e.embedded, d.key.typ, uuid, d.after)
-			req.fresh = append(req.fresh, fresh...)
+			enc, err := encodeTop(&e.embedded, d.key.typ, uuid, d.after)
+			req.fresh = append(req.fresh, enc.fresh...)
 			if err != nil {
 				req.prepErr = Wrapf(ErrInvalid, err, "Could not encode the changes")
 				return
 			}
-			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, data, prev) {
+			full := enc.full
+			if d.before != nil && e.unchanged(uuid, d.before, d.after, full, prev) {
 				// Nothing to write or report; the JSON still is that of
 				// the version published, for the writer's answer and the
 				// readers' cache (an update that set the values already
@@ -214,7 +225,7 @@ func (req *commitReq) prepare(e *Engine) {
 				req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 				continue
 			}
-			r.data = data
+			r = enc.row(r.collection, r.id)
 			req.cached = append(req.cached, cachedJSON{uuid: uuid, doc: d.after, json: full})
 		}
 		req.rows = append(req.rows, r)
@@ -223,15 +234,14 @@ func (req *commitReq) prepare(e *Engine) {
 }
 
 // unchanged reports whether a document whose new version serialises as
-// full (stored as data) is equal to its version before: by their JSON when
-// a reader has had the one before serialised or its stored JSON was kept
-// (prev), else by comparing them (cheaply where they share what the
-// transaction did not touch).
-func (e *Engine) unchanged(uuid string, before, after Document, full, data []byte, prev *docParts) bool {
+// full is equal to its version before: by their JSON when a reader has had
+// the one before serialised or its JSON was kept (prev), else by comparing
+// them (cheaply where they share what the transaction did not touch).
+func (e *Engine) unchanged(uuid string, before, after Document, full []byte, prev *docParts) bool {
 	if raw, ok := e.json.cached(uuid, before); ok {
 		return bytes.Equal(raw, full)
 	}
-	if same, ok := prev.sameData(before, data); ok {
+	if same, ok := prev.sameData(before, full); ok {
 		return same
 	}
 	return treeEqual(before, after)

@@ -46,6 +46,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("RELAY_MAX_BODY_BYTES", int(d.MaxBodyBytes))), "largest request in `bytes`, at least 4096: a REST body (uploads have their own limit) or a gRPC message (each chunk of an upload too); larger ones get 413, over gRPC RESOURCE_EXHAUSTED (RELAY_MAX_BODY_BYTES)")
 	fs.IntVar(&c.MaxDocumentBytes, "max-document-bytes", envInt("RELAY_MAX_DOCUMENT_BYTES", d.MaxDocumentBytes), "largest document a world stores, in `bytes` of JSON with its embedded documents; a write that would make one larger gets 413 (RELAY_MAX_DOCUMENT_BYTES)")
 	fs.IntVar(&c.MaxJSONDepth, "max-json-depth", envInt("RELAY_MAX_JSON_DEPTH", d.MaxJSONDepth), "deepest nesting of objects and arrays, in `levels`, in a value written to a world (update and create data, token matches; dotted update keys count); deeper ones get 400 (RELAY_MAX_JSON_DEPTH)")
+	fs.DurationVar(&c.CommitDelay, "commit-delay", envDuration("RELAY_COMMIT_DELAY", d.CommitDelay), "longest a write waits for concurrent writes to join its group commit (one SQLite transaction and fsync for all of them), which costs less CPU per write the more it carries; only when writes are concurrent, a lone writer never waits; 0 writes at once (RELAY_COMMIT_DELAY)")
 	fs.Int64Var(&c.MaxUploadBytes, "max-upload-bytes", int64(envInt("RELAY_MAX_UPLOAD_BYTES", int(d.MaxUploadBytes))), "largest uploaded file in `bytes`; larger ones get 413 (RELAY_MAX_UPLOAD_BYTES)")
 	fs.DurationVar(&c.ScriptTimeout, "script-timeout", envDuration("RELAY_SCRIPT_TIMEOUT", d.ScriptTimeout), "time limit of an execute-js script, which then gets 504; a script stuck inside a built-in has its worker process killed "+script.KillGrace.String()+" later (RELAY_SCRIPT_TIMEOUT)")
 	fs.Int64Var(&c.ScriptMemory, "script-memory", int64(envInt("RELAY_SCRIPT_MEMORY", int(d.ScriptMemory))), "memory an execute-js script may use, in `bytes`: its worker process cannot grow past its start-up size plus this, and the script gets 400 (RELAY_SCRIPT_MEMORY)")
@@ -99,7 +100,7 @@ func (c *serveConfig) check() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"read-header-timeout", c.ReadHeaderTimeout}, {"body-read-timeout", c.BodyReadTimeout}, {"idle-timeout", c.IdleTimeout}, {"write-stall-timeout", c.WriteStallTimeout}} {
+	}{{"read-header-timeout", c.ReadHeaderTimeout}, {"body-read-timeout", c.BodyReadTimeout}, {"idle-timeout", c.IdleTimeout}, {"write-stall-timeout", c.WriteStallTimeout}, {"commit-delay", c.CommitDelay}} {
 		if d.v < 0 {
 			return fmt.Errorf("--%s must not be negative (0 turns it off), not %v", d.flag, d.v)
 		}

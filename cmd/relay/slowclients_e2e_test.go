@@ -815,6 +815,7 @@ func TestServeFlagsOfSlowClients(t *testing.T) {
 		"-write-stall-timeout duration", "(RELAY_WRITE_STALL_TIMEOUT) (default 1m0s)",
 		"-max-conns connections", "(RELAY_MAX_CONNS) (default ",
 		"-max-conns-per-ip connections", "(RELAY_MAX_CONNS_PER_IP) (default 512)",
+		"-commit-delay duration", "(RELAY_COMMIT_DELAY) (default 500µs)",
 	} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("relay serve --help lacks %q", want)
@@ -826,6 +827,7 @@ func TestServeFlagsOfSlowClients(t *testing.T) {
 	}{
 		{[]string{"--idle-timeout", "-1s"}, "", "--idle-timeout must not be negative (0 turns it off), not -1s"},
 		{[]string{"--max-conns-per-ip", "-3"}, "", "--max-conns-per-ip must not be negative (0 turns it off), not -3"},
+		{[]string{"--commit-delay", "-1ms"}, "", "--commit-delay must not be negative (0 turns it off), not -1ms"},
 		{nil, "RELAY_BODY_READ_TIMEOUT=-5s", "--body-read-timeout must not be negative (0 turns it off), not -5s"},
 	} {
 		if tc.env != "" {
