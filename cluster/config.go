@@ -65,7 +65,7 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultLeaseTTL       = 10 * time.Second
+	DefaultLeaseTTL       = 15 * time.Second
 	DefaultForwardTimeout = 30 * time.Second
 	DefaultStartTimeout   = 60 * time.Second
 	DefaultClusterName    = "relay"

@@ -20,11 +20,20 @@ import (
 // subscribers, with the host's event ids, filters and read rules. The
 // read rules need the subscriber's tabletop user, which only the host
 // knows: the remote world asks the host for it on
-// relay.node.<name>.users (usersSubject). Without the bus such streams
-// are refused as before, naming the host.
+// relay.node.<name>.users (usersSubject). Before it follows a world's
+// events, the node asks the host whether it hosts the world (the same
+// subject, hdrUsersPing), so that a stream of a dead host's world is the
+// 503 a unary call gets, at once. Without the bus such streams are refused
+// as before, naming the host.
 
 // hdrUsersList asks the host for every user of the world instead of one.
 const hdrUsersList = "Relay-Users-List"
+
+// hdrUsersPing asks the host only whether it hosts the world: an event
+// stream opened on another node checks it before it follows the world's
+// events, so that a host that is gone is a quick 503 rather than a stream
+// that waits for events that do not come.
+const hdrUsersPing = "Relay-Users-Ping"
 
 // usersSubject is the subject on which a node answers questions about the
 // users of the worlds it hosts.
@@ -46,6 +55,15 @@ var worldErrorKinds = []error{
 	world.ErrTimeout, world.ErrUnimplemented,
 }
 
+// Answer lets the node answer the other nodes' questions about its
+// worlds (their users, whether it hosts them), which their event streams
+// of these worlds wait for: call it once the node has published the
+// events its journals hold and the events stream lacks (the cluster's
+// event bus, Backfill), so that no stream elsewhere starts before them.
+// Until then such questions are answered Unavailable: the node is
+// starting.
+func (r *Registry) Answer() { r.answering.Store(true) }
+
 // answerUsers answers one question about a world's users: the user the
 // message's data names, or every user with hdrUsersList. Only a world this
 // node hosts is answered: a node never asks another on behalf of a third.
@@ -54,16 +72,23 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 	defer cancel()
 	clientID := m.Header.Get(hdrClientID)
 	var rep usersReply
-	w, err := r.World(ctx, clientID)
+	var w world.World
+	err := world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s is starting", clientID, r.node.Name())
+	if r.answering.Load() {
+		w, err = r.World(ctx, clientID)
+	}
 	if err == nil {
 		if _, remote := w.(*remoteWorld); remote {
 			err = world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s does not host it", clientID, r.node.Name())
 		}
 	}
 	if err == nil {
-		if m.Header.Get(hdrUsersList) != "" {
+		switch {
+		case m.Header.Get(hdrUsersPing) != "":
+			// The world is hosted here: that is the whole answer.
+		case m.Header.Get(hdrUsersList) != "":
 			rep.Users, err = w.Users(ctx)
-		} else {
+		default:
 			var u *world.User
 			if u, err = w.ResolveUser(ctx, string(m.Data)); err == nil && u != nil {
 				rep.Users = []world.User{*u}
@@ -83,16 +108,29 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 	_ = m.Respond(b)
 }
 
-// askUsers asks the world's host for the user named name, or for every
-// user when list is set.
-func (w *remoteWorld) askUsers(ctx context.Context, name string, list bool) ([]world.User, error) {
+// Questions askUsers puts to a world's host.
+const (
+	askUser  = iota // the user the name names
+	askList         // every user of the world
+	askAlive        // whether it hosts the world (no users)
+)
+
+// askUsers asks the world's host about the world's users: the user named
+// name, every user, or only whether it hosts the world (ask is one of
+// askUser, askList and askAlive). A host that is gone is Unavailable
+// naming the world, at once when NATS knows that nothing answers, and
+// within the forward time-out at the latest.
+func (w *remoteWorld) askUsers(ctx context.Context, name string, ask int) ([]world.User, error) {
 	timeout := w.reg.node.cfg.ForwardTimeout
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg := nats.NewMsg(usersSubject(w.entry.Node))
 	msg.Header.Set(hdrClientID, w.id)
-	if list {
+	switch ask {
+	case askList:
 		msg.Header.Set(hdrUsersList, "1")
+	case askAlive:
+		msg.Header.Set(hdrUsersPing, "1")
 	}
 	msg.Data = []byte(name)
 	res, err := w.reg.node.nc.RequestMsgWithContext(actx, msg)
@@ -121,7 +159,7 @@ func (w *remoteWorld) ResolveUser(ctx context.Context, name string) (*world.User
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
 	}
-	users, err := w.askUsers(ctx, name, false)
+	users, err := w.askUsers(ctx, name, askUser)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +174,7 @@ func (w *remoteWorld) Users(ctx context.Context) ([]world.User, error) {
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
 	}
-	return w.askUsers(ctx, "", true)
+	return w.askUsers(ctx, "", askList)
 }
 
 var (
@@ -155,6 +193,14 @@ func (w *remoteWorld) ServesStream(method string) bool {
 func (w *remoteWorld) Subscribe(ctx context.Context, user *world.User, req world.EventRequest) (world.EventSubscription, error) {
 	if w.reg.opts.Events == nil {
 		return nil, w.errNotForwarded()
+	}
+	// The events come from the events stream, not from the host; but a
+	// stream of a world whose host is gone would only wait for events
+	// that do not come (and for the events stream's own recovery when
+	// the host took part in it): such a stream is refused with the
+	// answer a unary call gets.
+	if _, err := w.askUsers(ctx, "", askAlive); err != nil {
+		return nil, err
 	}
 	return w.reg.opts.Events(w.id, w.entry.Kind).Subscribe(ctx, user, req)
 }

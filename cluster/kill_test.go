@@ -40,6 +40,11 @@ const (
 	// killReadyLimit is the longest a (re)started node may take to answer
 	// /readyz.
 	killReadyLimit = 90 * time.Second
+	// killTermLimit is the longest a node may take to exit after SIGTERM,
+	// alone under load or with the other two at once (when the cluster
+	// loses its quorum under it). It stops in about two seconds; it used
+	// to take more than ten.
+	killTermLimit = 5 * time.Second
 )
 
 // TestClusterKill kills nodes of a three-node cluster of real relay
@@ -57,7 +62,7 @@ const (
 // It runs only with RELAY_CLUSTER_KILL set to the number of rounds
 // (RELAY_CLUSTER_KILL=5 go test ./cluster -run TestClusterKill -v);
 // RELAY_CLUSTER_KILL_LEASE sets the world lease (the relay's default,
-// 10s, otherwise) and RELAY_CLUSTER_KILL_SEED replays the kills' choices.
+// 15s, otherwise) and RELAY_CLUSTER_KILL_SEED replays the kills' choices.
 func TestClusterKill(t *testing.T) {
 	v := os.Getenv("RELAY_CLUSTER_KILL")
 	if v == "" {
@@ -159,7 +164,7 @@ func TestClusterKill(t *testing.T) {
 		})
 	}
 
-	var readies []time.Duration
+	var readies, terms []time.Duration
 	var kills []killRound
 	countUnexpected := func() int {
 		unexpectedMu.Lock()
@@ -170,14 +175,22 @@ func TestClusterKill(t *testing.T) {
 		time.Sleep(time.Duration(2000+rng.IntN(2000)) * time.Millisecond)
 		i := rng.IntN(3)
 		killed := time.Now()
-		c.kill(i)
+		// One round in three stops the node gracefully instead, under
+		// the same load.
+		how := "killed"
+		if rng.IntN(3) == 0 {
+			how = "stopped (SIGTERM)"
+			terms = append(terms, c.term(t, i))
+		} else {
+			c.kill(i)
+		}
 		down := time.Duration(500+rng.IntN(2500)) * time.Millisecond
 		time.Sleep(down)
 		ready := c.start(t, i)
 		readies = append(readies, ready)
 		kills = append(kills, killRound{node: i, killed: killed, back: time.Now()})
-		t.Logf("round %d: n%d killed, down %v, ready again %v after its restart; so far %d writes acknowledged, %d failed around a kill, %d failed otherwise",
-			r, i+1, down, ready.Round(time.Millisecond), ok.Load(), excused.Load(), countUnexpected())
+		t.Logf("round %d (at %s): n%d %s, down %v, ready again %v after its restart; so far %d writes acknowledged, %d failed around a kill, %d failed otherwise",
+			r, killed.Format("15:04:05.000"), i+1, how, down, ready.Round(time.Millisecond), ok.Load(), excused.Load(), countUnexpected())
 	}
 	time.Sleep(2 * time.Second)
 	close(stop)
@@ -255,6 +268,7 @@ func TestClusterKill(t *testing.T) {
 		t.Errorf("failed though neither the world's host nor the node called was killed: %s", b)
 	}
 	t.Logf("restarts ready (/readyz 200) after: %v", roundAll(readies))
+	t.Logf("graceful stops (SIGTERM to exit) under load: %v", roundAll(terms))
 	for _, s := range subs {
 		s.report(t)
 	}
@@ -262,7 +276,50 @@ func TestClusterKill(t *testing.T) {
 		for _, line := range killLogProblems(path) {
 			t.Logf("n%d logged %s", i+1, line)
 		}
+		for _, line := range killPhases(path) {
+			t.Logf("n%d %s", i+1, line)
+		}
 	}
+}
+
+// killPhases lists how long each start and stop of a node took, phase by
+// phase, from its "relay ready" and "relay stopped" log lines.
+func killPhases(path string) []string {
+	data, _ := os.ReadFile(path)
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg   string                   `json:"msg"`
+			Start map[string]time.Duration `json:"start"`
+			Stop  map[string]time.Duration `json:"stop"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		phases := line.Start
+		switch {
+		case line.Msg == "relay stopped":
+			phases = line.Stop
+		case strings.HasPrefix(line.Msg, "published the events"):
+			out = append(out, strings.TrimSpace(sc.Text()))
+			continue
+		case line.Msg != "relay ready":
+			continue
+		}
+		names := make([]string, 0, len(phases))
+		for name := range phases {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, name := range names {
+			parts = append(parts, fmt.Sprintf("%s %v", name, phases[name].Round(time.Millisecond)))
+		}
+		out = append(out, line.Msg+": "+strings.Join(parts, ", "))
+	}
+	return out
 }
 
 // killLogProblems summarizes a node's log lines at level WARN and above:
@@ -441,31 +498,47 @@ func (c *killCluster) kill(i int) {
 	waited <- err
 }
 
-// stopAll stops the nodes together with SIGTERM (one stopping alone after
-// the others would wait for a quorum that is gone), and kills any that do
-// not stop within ten seconds.
+// term stops node i with SIGTERM and returns how long it took to exit; a
+// node that takes more than killTermLimit fails the test, and one that
+// has not exited after ten seconds is killed.
+func (c *killCluster) term(t *testing.T, i int) time.Duration {
+	c.mu.Lock()
+	c.up[i] = false
+	c.changed[i] = time.Now()
+	cmd, waited := c.procs[i], c.waited[i]
+	c.mu.Unlock()
+	began := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-waited:
+		waited <- err
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		err := <-waited
+		waited <- err
+	}
+	took := time.Since(began)
+	if took > killTermLimit {
+		t.Errorf("n%d took %v to exit after SIGTERM (limit %v); its log ends:\n%s", i+1, took, killTermLimit, crashTail(c.logs[i], 20))
+	}
+	return took
+}
+
+// stopAll stops the nodes together with SIGTERM, each within
+// killTermLimit though the cluster loses its quorum as they go.
 func (c *killCluster) stopAll(t *testing.T) {
 	var wg sync.WaitGroup
+	took := make([]time.Duration, 3)
 	for i := range 3 {
 		c.mu.Lock()
-		cmd, waited := c.procs[i], c.waited[i]
+		running := c.procs[i] != nil
 		c.mu.Unlock()
-		if cmd == nil {
-			continue
+		if running {
+			wg.Go(func() { took[i] = c.term(t, i) })
 		}
-		wg.Go(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case err := <-waited:
-				waited <- err
-			case <-time.After(10 * time.Second):
-				t.Logf("n%d did not stop within 10 s of SIGTERM: killed", i+1)
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				<-waited
-			}
-		})
 	}
 	wg.Wait()
+	t.Logf("the three nodes stopped together (SIGTERM to exit): %v", roundAll(took))
 }
 
 // adminKey reads the cluster's admin key, which the node that made the
@@ -583,6 +656,8 @@ type killSubscriber struct {
 	refused    map[int]int // failed (re)connections by status; 0: no answer
 	longest    time.Duration
 	seen       map[string]bool // the names written that events carried
+	node       int             // the node of the stream being read
+	resetNotes []string        // when, where and what each reset said
 }
 
 func newKillSubscriber(world string) *killSubscriber {
@@ -621,6 +696,7 @@ func (s *killSubscriber) follow(ctx context.Context, c *killCluster, key string)
 			continue
 		}
 		s.mu.Lock()
+		s.node = edge
 		s.opened++
 		if !broke.IsZero() {
 			s.reconnects++
@@ -665,6 +741,7 @@ func (s *killSubscriber) frame(id, event, data string) {
 	case "reset":
 		s.resets++
 		s.reset = true // any next id is accepted
+		s.resetNotes = append(s.resetNotes, fmt.Sprintf("%s on n%d: %s", time.Now().Format("15:04:05.000"), s.node+1, data))
 		return
 	}
 	if id == "" {
@@ -728,6 +805,9 @@ func (s *killSubscriber) report(t *testing.T) {
 	defer s.mu.Unlock()
 	t.Logf("subscriber of %s: %d events with increasing ids, last id %d (%d ids of other channels skipped); %d reconnections through another node (longest %v from break to open stream); %d resets; %d duplicate events; refused reconnections by status (0: no answer): %v",
 		s.world, s.events, s.last, s.skipped, s.reconnects, s.longest.Round(time.Millisecond), s.resets, s.dupes, s.refused)
+	for _, note := range s.resetNotes {
+		t.Logf("subscriber of %s: reset at %s", s.world, note)
+	}
 	if len(s.disorder) > 0 {
 		t.Errorf("subscriber of %s: %d ids not increasing without a reset: %v", s.world, len(s.disorder), s.disorder[:min(10, len(s.disorder))])
 	}

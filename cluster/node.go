@@ -95,7 +95,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	for {
 		// Each attempt has a short time-out of its own: a request sent
 		// before the meta leader is known may go unanswered.
-		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
+		attempt, cancelAttempt := context.WithTimeout(wait, 500*time.Millisecond)
 		_, err = n.js.AccountInfo(attempt)
 		cancelAttempt()
 		if err == nil {

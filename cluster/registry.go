@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -111,8 +112,8 @@ type RegistryOptions struct {
 // Unavailable (503) naming it; anything else is the local registry's
 // answer (ErrNotFound for an unknown world).
 //
-// Leases: every lease lasts Config.LeaseTTL and is renewed every third of
-// it. A node holds a world only while its last renewal is recent enough;
+// Leases: every lease lasts Config.LeaseTTL and is renewed every quarter
+// of it (renewQuarters). A node holds a world only while its last renewal is recent enough;
 // one that cannot renew (cut off from the cluster) answers 503 for its
 // worlds once its lease ran out, rather than serve a world that another
 // node might serve too. An embedded world found in the registry under a
@@ -140,9 +141,20 @@ type Registry struct {
 	// rechecked is when this node last read from the bucket a world
 	// whose lease looked expired (recheck).
 	rechecked map[string]time.Time
+	// answering is set by Answer once the node may tell the others it
+	// hosts its worlds (events.go).
+	answering atomic.Bool
+	// rewatched is when the registry last replaced its watcher (rewatch;
+	// mu guards it); rewatches counts the replacements.
+	rewatched time.Time
+	rewatches atomic.Int64
 
 	stop chan struct{}
 	done chan struct{}
+	// stopping is cancelled when Close begins: it ends a round of renewals
+	// under way, and from then on the node claims no world.
+	stopping context.Context
+	cancel   context.CancelFunc
 	// now is the clock (tests may shift it).
 	now func() time.Time
 }
@@ -162,6 +174,9 @@ type lease struct {
 // holds.
 var ErrHeldElsewhere = errors.New("held by another node")
 
+// errStopping is returned by claims once the registry is closing.
+var errStopping = errors.New("the node is stopping")
+
 // NewRegistry opens the registry bucket, follows it, claims the node's
 // embedded worlds and renews its leases until Close.
 func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Registry, error) {
@@ -172,6 +187,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
 	}
+	r.stopping, r.cancel = context.WithCancel(context.Background())
 	kv, err := node.KeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RegistryBucket,
 		Description: "relay world registry: client id -> host node and lease",
@@ -203,7 +219,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		// server says, the best this node can know.
 		r.apply(up, up.Created())
 	}
-	go r.follow()
+	go r.follow(r.watch)
 	// The subjects on which this node answers the others: forwarded calls,
 	// streams and uploads, and questions about its worlds' users.
 	self := r.node.Name()
@@ -239,7 +255,9 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 	wait, cancel := context.WithTimeout(ctx, node.cfg.StartTimeout)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
+		// A short attempt: a bucket whose stream is electing a leader
+		// answers nothing, and asking again is harmless.
+		attempt, cancelAttempt := context.WithTimeout(wait, 500*time.Millisecond)
 		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
 		cancelAttempt()
 		if err == nil {
@@ -253,13 +271,43 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 	}
 }
 
-// follow applies the bucket's changes until the watcher stops.
-func (r *Registry) follow() {
-	for up := range r.watch.Updates() {
+// follow applies the bucket's changes until the watcher w stops.
+func (r *Registry) follow(w jetstream.KeyWatcher) {
+	for up := range w.Updates() {
 		if up != nil {
 			r.apply(up, time.Now())
 		}
 	}
+}
+
+// rewatch replaces the registry's watcher with a new one, which replays
+// the bucket and then follows it, at most once a lease. recheck calls it
+// when it found a write the watcher had not delivered a lease after the
+// write before: the watcher fell behind, or stopped for good (its
+// consumer lost with a node and not recreated), and the node would judge
+// live hosts' worlds by rechecks alone, which fail while JetStream elects
+// the bucket's leader.
+func (r *Registry) rewatch() {
+	r.mu.Lock()
+	if r.stopping.Err() != nil || time.Since(r.rewatched) < r.ttl {
+		r.mu.Unlock()
+		return
+	}
+	r.rewatched = time.Now()
+	r.mu.Unlock()
+	w, err := r.kv.WatchAll(r.stopping)
+	if err != nil {
+		r.log.Warn("the world registry's watcher fell behind, and a new one could not start", "error", err)
+		return
+	}
+	r.mu.Lock()
+	old := r.watch
+	r.watch = w
+	r.mu.Unlock()
+	r.rewatches.Add(1)
+	go r.follow(w)
+	go func() { _ = old.Stop() }()
+	r.log.Warn("the world registry's watcher fell behind: following the registry with a new one")
 }
 
 // apply records one change of the bucket, written at seen.
@@ -361,6 +409,11 @@ func (r *Registry) claimLinked(ctx context.Context) {
 // one is then refused for good: the same client id on two nodes' disks
 // is two different worlds, never one world to serve from either.
 func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	if r.stopping.Err() != nil {
+		// A stopping node released its worlds: it must not take them
+		// back for a call that arrived meanwhile.
+		return fmt.Errorf("claim world %s: %w", clientID, errStopping)
+	}
 	self := r.node.Name()
 	start := time.Now()
 	e := Entry{Node: self, Kind: kind, Title: title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
@@ -430,11 +483,19 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 	}
 }
 
-// renewLoop renews the leases every third of their length, and claims
+// renewLoop renews the leases every quarter of their length, and claims
 // embedded worlds created since the last round.
+//
+// A host serves for nine tenths of a lease after its last renewal, so a
+// renewal that JetStream cannot take (the bucket's leader died with
+// another node, and a new one is being elected) leaves it 0.9 − 0.25 =
+// 0.65 of a lease: at the default 15 s, 9.75 s, more than nats-server's
+// longest election time-out (9 s). A third of the lease left elections
+// longer than 5.7 s of the former 10 s lease making live hosts' worlds
+// unavailable.
 func (r *Registry) renewLoop() {
 	defer close(r.done)
-	t := time.NewTicker(r.ttl / 3)
+	t := time.NewTicker(r.ttl / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -443,8 +504,9 @@ func (r *Registry) renewLoop() {
 		case <-t.C:
 		}
 		// A round may take up to half a lease: a slow write still renews
-		// in time, and the next round starts on time.
-		ctx, cancel := context.WithTimeout(context.Background(), r.ttl/2)
+		// in time, and the next round starts on time. Close ends it at
+		// once.
+		ctx, cancel := context.WithTimeout(r.stopping, r.ttl/2)
 		r.renew(ctx)
 		r.recordNode(ctx, false)
 		r.claimEmbedded(ctx)
@@ -556,9 +618,10 @@ func (r *Registry) Close(ctx context.Context) {
 	default:
 	}
 	close(r.stop)
+	r.cancel()
 	<-r.done
 	// A cluster that lost its quorum cannot take the releases: the leases
-	// then run out on their own.
+	// then run out on their own, and the node stops all the same.
 	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
 	defer cancel()
 	r.mu.RLock()
@@ -567,11 +630,40 @@ func (r *Registry) Close(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	r.mu.RUnlock()
-	for _, id := range ids {
-		r.Release(ctx, id)
+	connected := r.node.nc.IsConnected()
+	if !connected {
+		// Cut off from NATS: the releases could not be sent, and the
+		// leases run out on their own.
+		ids = nil
 	}
-	r.recordNode(ctx, true)
-	r.watch.Stop()
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.Release(ctx, id)
+		})
+	}
+	wg.Wait()
+	if connected {
+		r.recordNode(ctx, true)
+	}
+	// Stopping the watcher deletes its consumer with a request of its
+	// own, which a cluster without quorum leaves unanswered for seconds;
+	// the servers remove the consumer anyway once the node is gone.
+	stopped := make(chan struct{})
+	r.mu.RLock()
+	watch := r.watch
+	r.mu.RUnlock()
+	go func() {
+		defer close(stopped)
+		_ = watch.Stop()
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+	}
 }
 
 // World implements server.Worlds.
@@ -628,6 +720,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		if errors.Is(err, ErrHeldElsewhere) {
 			return r.World(ctx, clientID)
 		}
+		if errors.Is(err, errStopping) {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is stopping", clientID, self)
+		}
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
 	}
 	return w, nil
@@ -661,6 +756,7 @@ func (r *Registry) recheck(ctx context.Context, clientID string, rev uint64) boo
 	// Written when the bucket's leader says: the best this node can know
 	// of a write its watcher has not delivered.
 	r.applyValue(clientID, true, e.value, e.rev, e.created)
+	go r.rewatch()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.entries[clientID].rev == e.rev
@@ -794,6 +890,20 @@ func (r *Registry) IDs(ctx context.Context) ([]string, error) {
 	}
 	r.mu.RUnlock()
 	return ids, nil
+}
+
+// HostedEmbedded lists the embedded worlds whose lease this node holds.
+func (r *Registry) HostedEmbedded() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for id, l := range r.owned {
+		if l.kind == world.KindEmbedded {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Hosted is one world in [Registry.Snapshot].

@@ -58,12 +58,24 @@ type Events struct {
 	// is closed when it drops to zero (see Drain).
 	running int
 	idle    chan struct{}
+
+	// ended is closed by Close: every subscription ends.
+	ended     chan struct{}
+	closeOnce sync.Once
 }
 
 // NewEvents returns the event streams of hub's worlds. hub may be set
 // later, before the first subscription, with SetHub (the hub is built
 // with Publish as its callback).
-func NewEvents() *Events { return &Events{worlds: map[string]*worldEvents{}} }
+func NewEvents() *Events {
+	return &Events{worlds: map[string]*worldEvents{}, ended: make(chan struct{})}
+}
+
+// Close ends every subscription (their Next returns
+// world.ErrSubscriptionEnded) and refuses new ones: the relay is
+// stopping, and a stream left open would hold up its graceful stop until
+// its time-out. Later calls do nothing.
+func (e *Events) Close() { e.closeOnce.Do(func() { close(e.ended) }) }
 
 // SetHub sets the hub whose channels subscriptions turn on.
 func (e *Events) SetHub(h *Hub) { e.hub = h }
@@ -326,6 +338,11 @@ func (e *Events) subscribe(clientID string, user *world.User, req world.EventReq
 	if !ok {
 		return nil, world.Errorf(world.ErrInvalid, "Unknown event channel: %s", req.Channel)
 	}
+	select {
+	case <-e.ended:
+		return nil, world.Errorf(world.ErrUnavailable, "The events of world %s are not available: the relay is shutting down", clientID)
+	default:
+	}
 	s := &subscription{e: e, clientID: clientID, user: user, req: req, channel: channel,
 		queue: make(chan world.Event, DefaultEventQueue), behind: make(chan struct{})}
 	e.mu.Lock()
@@ -509,6 +526,8 @@ func (s *subscription) Next(ctx context.Context) (world.Event, error) {
 		return ev, nil
 	case <-s.behind:
 		return world.Event{}, world.ErrSubscriberBehind
+	case <-s.e.ended:
+		return world.Event{}, world.ErrSubscriptionEnded
 	case <-ctx.Done():
 		return world.Event{}, ctx.Err()
 	}

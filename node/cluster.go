@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -103,6 +105,43 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 	w.registry.Store(reg)
 	return reg, nil
 }
+
+// backfillEvents publishes, for each embedded world the node took at
+// start, the events its journal holds and the cluster's events stream
+// does not: those a kill (or a stop while the cluster could not take
+// them) kept from being published. It runs before the node serves, so
+// that no new event of the world goes out before them and the other
+// nodes' subscribers see no gap. Each world is given a few seconds; one
+// that fails is logged, and its subscribers elsewhere get the reset
+// event for the events missed, as before.
+func (r *Node) backfillEvents(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, backfillTimeout)
+	defer cancel()
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, id := range r.registry.HostedEmbedded() {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			eng, err := r.worlds.World(ctx, id)
+			if err != nil {
+				r.log.Warn("could not open a world to publish the events the cluster lacks", "clientId", id, "error", err)
+				return
+			}
+			n, err := r.shared.Events.Backfill(ctx, id, eng.ReadJournal)
+			switch {
+			case err != nil:
+				r.log.Warn("could not publish the events of a world the cluster lacks; its subscribers on other nodes will get the reset event", "clientId", id, "error", err)
+			case n > 0:
+				r.log.Info("published the events of a world that the cluster had not received before this node stopped", "clientId", id, "events", n)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// backfillTimeout bounds backfillEvents.
+const backfillTimeout = 5 * time.Second
 
 // Cluster is the node's membership of a cluster; nil for a relay alone.
 func (r *Node) Cluster() *cluster.Node { return r.cluster }

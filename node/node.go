@@ -130,6 +130,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return nil, fmt.Errorf("open key store: %w", err)
 	}
 	r := &Node{keys: keyStore, log: log, served: make(chan error, 1)}
+	timing := newSteps()
 	if cfg.MetricsListen != "" {
 		r.metrics = observe.NewMetrics()
 	}
@@ -175,6 +176,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		if r.cluster, err = cluster.Start(ctx, ccfg, log); err != nil {
 			return fail(err)
 		}
+		timing.done("cluster")
 	}
 	if st := sharedState(cfg, r.cluster); st != nil {
 		// One of a cluster's nodes: the keys and the rest of the shared
@@ -184,6 +186,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			return fail(err)
 		}
 		r.keys = r.shared.Keys
+		timing.done("shared")
 	}
 	if cfg.Demo {
 		if err := ensureDemoWorld(ctx, r.worlds, cfg.DataDir, log); err != nil {
@@ -288,6 +291,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			return fail(err)
 		}
 		allWorlds = r.registry
+		timing.done("registry")
+		if r.shared != nil {
+			r.backfillEvents(ctx)
+			timing.done("backfill")
+		}
+		r.registry.Answer()
 	}
 	if r.grpc, err = server.New(server.Config{
 		Keys:          r.keys,
@@ -406,7 +415,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	}
 	r.clusterWiring.server.Store(r.grpc)
 	r.grpc.SetServing(true)
-	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.DataDir, "version", cfg.Build.Version)
+	timing.done("serve")
+	log.Info("relay ready", "addr", r.addr, "grpcAddr", r.grpcAddr, "data", cfg.DataDir, "version", cfg.Build.Version, timing.group("start"))
 	return r, nil
 }
 
@@ -467,49 +477,65 @@ func (r *Node) Close(ctx context.Context) error {
 
 func (r *Node) shutdown(ctx context.Context) error {
 	var errs []error
+	timing := newSteps()
+	// The order of a cluster node's stop: take no new connections, release
+	// the leases (the other nodes answer 503 for this node's worlds at
+	// once, and this node claims none again), end the event streams, let
+	// the calls under way finish, then leave NATS. Each step that needs
+	// the cluster is bounded, so a node stops in a moment even when the
+	// cluster does not answer.
 	if r.grpc != nil {
 		r.grpc.SetServing(false)
 	}
+	if r.router != nil {
+		_ = r.router.Close() // no new connections, on either port
+	}
 	if r.registry != nil {
-		// The other nodes answer 503 for this node's worlds at once.
 		r.registry.Close(ctx)
+		timing.done("leases")
 	}
 	if r.hub != nil {
 		r.hub.Close() // ends the event streams, which would hold up a graceful stop
 	}
-	if r.router != nil {
-		_ = r.router.Close() // no new connections, on either port
+	if r.linkEvents != nil {
+		r.linkEvents.Close() // and those of the linked worlds
 	}
 	if r.links != nil {
 		// The sockets were hijacked from the HTTP server, which no longer
 		// sees them: close them first, so the modules reconnect later
 		// and their waiting requests fail now.
 		r.links.Close(ctx)
+		timing.done("links")
 	}
 	if r.linkEvents != nil {
 		// The events the modules sent before they went are stored
 		// before relay.db closes.
 		_ = r.linkEvents.Drain(ctx)
+		timing.done("linkEvents")
 	}
 	if r.http != nil {
 		errs = append(errs, r.http.Shutdown(ctx))
+		timing.done("http")
 	}
 	if r.metricsStop != nil {
 		r.metricsStop()
 	}
 	if r.grpc != nil {
 		r.grpc.Stop(ctx)
+		timing.done("grpc")
 	}
 	if r.scripts != nil {
 		errs = append(errs, r.scripts.Close())
 	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())
+		timing.done("worlds")
 	}
 	if r.shared != nil {
 		// After the worlds, so that their last events are published;
 		// this closes the cluster's key store too.
 		errs = append(errs, r.shared.Close())
+		timing.done("shared")
 	} else if r.keys != nil {
 		errs = append(errs, r.keys.Close())
 	}
@@ -518,6 +544,10 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.cluster != nil {
 		r.cluster.Close()
+		timing.done("cluster")
+	}
+	if r.log != nil {
+		r.log.Info("relay stopped", timing.group("stop"))
 	}
 	return errors.Join(errs...)
 }

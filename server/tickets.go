@@ -158,7 +158,7 @@ func (t *Tickets) find(ctx context.Context, plain string) (TicketHash, keys.Key,
 	now := t.now()
 	key, err := t.store.Find(ctx, h, now)
 	if err != nil {
-		return h, keys.Key{}, errBadTicket
+		return h, keys.Key{}, ticketStoreError(err)
 	}
 	if t.lookup != nil {
 		current, err := t.lookup(ctx, key.ID)
@@ -188,9 +188,21 @@ func (u *TicketUse) Open(ctx context.Context, stream string) (closed func(), err
 	case errors.Is(err, ErrTicketOtherStream):
 		return nil, errOtherStream
 	case err != nil:
-		return nil, errBadTicket
+		return nil, ticketStoreError(err)
 	}
 	return closed, nil
+}
+
+// ticketStoreError is the answer for a ticket the store could not find or
+// bind: the one answer for an unknown or lapsed ticket, or, when the store
+// itself failed (a cluster's tickets bucket electing a new leader after a
+// node died), Unavailable, so that the client tries again with the same
+// ticket instead of dropping a ticket that may well be valid.
+func ticketStoreError(err error) error {
+	if errors.Is(err, ErrTicketUnknown) {
+		return errBadTicket
+	}
+	return status.Error(codes.Unavailable, "Stream tickets cannot be checked at the moment: try again shortly")
 }
 
 // memTickets is the single node's [TicketStore]: a map in memory.

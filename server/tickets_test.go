@@ -151,3 +151,58 @@ func TestTicketsOnlyForEventStreams(t *testing.T) {
 		t.Fatal("tickets must be accepted by the event streams and nothing else")
 	}
 }
+
+// failingTickets is a ticket store that cannot be reached (a cluster's
+// tickets bucket without a leader), after the tickets were issued.
+type failingTickets struct {
+	TicketStore
+	down bool
+}
+
+var errStoreDown = errors.New("no leader")
+
+func (s *failingTickets) Find(ctx context.Context, h TicketHash, now time.Time) (keys.Key, error) {
+	if s.down {
+		return keys.Key{}, errStoreDown
+	}
+	return s.TicketStore.Find(ctx, h, now)
+}
+
+func (s *failingTickets) Open(ctx context.Context, h TicketHash, stream string, window time.Duration) (func(), error) {
+	if s.down {
+		return nil, errStoreDown
+	}
+	return s.TicketStore.Open(ctx, h, stream, window)
+}
+
+// A store that fails is Unavailable, not the answer for a bad ticket: the
+// client must try the same ticket again rather than give it up.
+func TestStreamTicketStoreDown(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	key := keys.Key{ID: "k1", Enabled: true, Scopes: []string{keys.ScopeEventsSubscribe}}
+	store := &failingTickets{TicketStore: NewTickets(func() time.Time { return now }, nil).store}
+	tickets := NewTicketsIn(store, func() time.Time { return now }, func(context.Context, string) (keys.Key, error) { return key, nil })
+	plain, _, err := tickets.Issue(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, use, err := tickets.Redeem(context.Background(), plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.down = true
+	if _, err := use.Open(context.Background(), "a"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("open with the store down: %v", err)
+	}
+	if err := tickets.Check(context.Background(), plain); status.Code(err) != codes.Unavailable {
+		t.Fatalf("check with the store down: %v", err)
+	}
+	store.down = false
+	if err := tickets.Check(context.Background(), "st_unknown"); !isBadTicket(err) {
+		t.Fatalf("an unknown ticket with the store up: %v", err)
+	}
+	if _, err := use.Open(context.Background(), "a"); err != nil {
+		t.Fatalf("open once the store is back: %v", err)
+	}
+}

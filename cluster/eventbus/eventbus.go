@@ -16,6 +16,15 @@
 // A feed stops a while (Options.Linger) after the world's last subscriber
 // on the node left.
 //
+// A host that was killed may have committed events it never published (or
+// whose publication was being retried): when it takes its worlds back it
+// publishes what the stream lacks from their journals (Bus.Backfill),
+// before it serves them. A feed whose consumer goes silent while the stream
+// holds newer events of its world is started again after the last event
+// it delivered (Options.StallAfter), and a resume from an event this node
+// has not received yet, but the stream holds, is Unavailable (try again)
+// rather than a reset.
+//
 // Publication is asynchronous and never holds a world's writer up; an
 // event JetStream does not acknowledge (while a stream elects a leader
 // after a lost server, say) is sent again with the same message id, so it
@@ -92,6 +101,7 @@ const (
 	DefaultCatchUp      = 2 * time.Second
 	DefaultPublishQueue = 1 << 16
 	DefaultGapWait      = 10 * time.Second
+	DefaultStallAfter   = 5 * time.Second
 )
 
 // Options configure a Bus. The zero value works.
@@ -122,6 +132,13 @@ type Options struct {
 	// and the node's subscribers get the reset event. DefaultGapWait
 	// when 0.
 	GapWait time.Duration
+	// StallAfter is how long a feed may go without an event before the
+	// bus asks the events stream whether the world has newer ones; when it
+	// has, the feed's consumer is started again after the last event it
+	// delivered. An ordered consumer whose stream lost its leader (a
+	// killed node) can stay silent for good, and the node's subscribers
+	// with it. DefaultStallAfter when 0.
+	StallAfter time.Duration
 	// Log receives warnings; discarded when nil.
 	Log *slog.Logger
 }
@@ -189,6 +206,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	if opts.GapWait <= 0 {
 		opts.GapWait = DefaultGapWait
 	}
+	if opts.StallAfter <= 0 {
+		opts.StallAfter = DefaultStallAfter
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -212,7 +232,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		// A short attempt: a stream that is electing a leader answers
+		// nothing, and asking again soon after the election is harmless.
+		attempt, cancelAttempt := context.WithTimeout(wait, 500*time.Millisecond)
 		_, err := js.CreateOrUpdateStream(attempt, cfg)
 		cancelAttempt()
 		if err == nil {
@@ -225,8 +247,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 		}
 	}
 	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.publish()
+	go b.watchFeeds()
 	hub.OnPublish(func(clientID string, records []world.JournalRecord) { b.enqueue(subjectPrefix, clientID, records) })
 	return b, nil
 }
@@ -293,6 +316,96 @@ func (b *Bus) lastSeq(ctx context.Context, subject string) (uint64, error) {
 	return strconv.ParseUint(msg.Header.Get(seqHeader), 10, 64)
 }
 
+// Backfill publishes the events of a world this node hosts that the
+// events stream lacks: those of its journal after the stream's last one.
+// A node that was killed, or stopped while the cluster could not take its
+// last events, has them in its journal (they were committed with their
+// writes) but never published them; without them the other nodes'
+// subscribers would wait for them and then get the reset event. Call it
+// when the node takes its worlds at start, before it serves them: read
+// is the world's journal (world.Engine.ReadJournal). It returns how many
+// events it published. A copy that reached the stream after all is
+// stored once (same message id).
+func (b *Bus) Backfill(ctx context.Context, clientID string, read func(ctx context.Context, from uint64, fn func(world.JournalRecord) error) error) (int, error) {
+	if !subjectToken(clientID) {
+		return 0, nil
+	}
+	subject := subjectPrefix + clientID
+	last, err := b.lastSeq(ctx, subject)
+	if err != nil {
+		return 0, fmt.Errorf("eventbus: the last kept event of world %s: %w", clientID, err)
+	}
+	from := last + 1
+	if first, holes, err := b.holes(ctx, subject, last); err != nil {
+		return 0, fmt.Errorf("eventbus: the kept events of world %s: %w", clientID, err)
+	} else if holes {
+		// Events published just before the kill may have been stored
+		// after later ones were lost (a publication retried): publish
+		// again from the first kept one. Those the stream has are stored
+		// once (same message id) while they are recent; an older one is
+		// stored a second time, which the nodes' feeds skip.
+		from = first
+	}
+	var acks []jetstream.PubAckFuture
+	err = read(ctx, from, func(rec world.JournalRecord) error {
+		ack, err := b.js.PublishMsgAsync(eventMsg(subject, rec))
+		if err != nil {
+			return err
+		}
+		acks = append(acks, ack)
+		return nil
+	})
+	for _, ack := range acks {
+		select {
+		case <-ack.Ok():
+		case aerr := <-ack.Err():
+			err = errors.Join(err, aerr)
+		case <-ctx.Done():
+			return 0, errors.Join(err, ctx.Err())
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("eventbus: publish the missing events of world %s: %w", clientID, err)
+	}
+	return len(acks), nil
+}
+
+// holes reports whether the events stream lacks events of subject between
+// the first one it keeps and last (its last): it keeps fewer than they
+// span. first is the first one's sequence.
+func (b *Bus) holes(ctx context.Context, subject string, last uint64) (first uint64, holes bool, err error) {
+	if last == 0 {
+		return 0, false, nil
+	}
+	stream, err := b.js.Stream(ctx, StreamName)
+	if err != nil {
+		return 0, false, err
+	}
+	msg, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return 0, false, err
+	}
+	if first, err = strconv.ParseUint(msg.Header.Get(seqHeader), 10, 64); err != nil || first > last {
+		return 0, false, err
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, false, err
+	}
+	return first, info.State.Subjects[subject] < last-first+1, nil
+}
+
+// eventMsg is the message of one event of subject: its data, its
+// sequence, and a message id that makes a second copy stored once.
+func eventMsg(subject string, rec world.JournalRecord) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	msg.Data = rec.Data
+	seq := strconv.FormatUint(rec.Seq, 10)
+	msg.Header.Set(seqHeader, seq)
+	msg.Header.Set(jetstream.MsgIDHeader, subject+"."+seq)
+	return msg
+}
+
 // Dropped counts the events that could not be queued for publishing.
 func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
 
@@ -352,11 +465,7 @@ const (
 // send publishes one event without waiting for its acknowledgement, and
 // sends it again when it is not acknowledged.
 func (b *Bus) send(o outgoing, attempt int) {
-	msg := nats.NewMsg(o.subject)
-	msg.Data = o.record.Data
-	seq := strconv.FormatUint(o.record.Seq, 10)
-	msg.Header.Set(seqHeader, seq)
-	msg.Header.Set(jetstream.MsgIDHeader, o.subject+"."+seq)
+	msg := eventMsg(o.subject, o.record)
 	retry := func(err error) {
 		if attempt+1 >= publishRetries {
 			b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
@@ -416,11 +525,20 @@ func (b *Bus) close() {
 	}
 	close(b.stop)
 	b.wg.Wait()
+	// The events published last are acknowledged in a few milliseconds by
+	// a healthy cluster. One that lost its quorum never acknowledges them:
+	// the node stops all the same, and when it hosts the worlds again it
+	// publishes what the events stream lacks from their journals
+	// (Backfill).
 	select {
 	case <-b.js.PublishAsyncComplete():
-	case <-time.After(5 * time.Second):
+	case <-time.After(closeFlushWait):
 	}
 }
+
+// closeFlushWait is how long Close waits for the acknowledgements of the
+// events published last.
+const closeFlushWait = time.Second
 
 // Events returns the event streams of a world hosted by another node,
 // served on this node (a world.Events for that world).
@@ -488,12 +606,36 @@ func (b *Bus) subscribe(ctx context.Context, subject, clientID string, sink sink
 		return nil, world.Wrapf(world.ErrUnavailable, f.err, "The events of world %s are not available: %v", clientID, f.err)
 	}
 	if req.Resume && req.After > sink.Head(clientID) {
-		deadline := time.Now().Add(b.opts.CatchUp)
+		began := time.Now()
+		deadline := began.Add(b.opts.CatchUp)
+		kicked := false
 		for req.After > sink.Head(clientID) && time.Now().Before(deadline) {
+			if !kicked && time.Since(began) > b.opts.CatchUp/2 {
+				// Still behind half-way: the feed's consumer may have gone
+				// silent. Look now rather than at the next quiet spell, and
+				// give the feed the time to catch up once started again.
+				kicked = true
+				deadline = deadline.Add(b.opts.CatchUp)
+				go b.unstall(f)
+			}
 			select {
 			case <-time.After(5 * time.Millisecond):
 			case <-ctx.Done():
 				return nil, ctx.Err()
+			}
+		}
+		if req.After > sink.Head(clientID) {
+			// Still behind. When the events stream holds the event resumed
+			// from, or cannot say (its leader being elected after a lost
+			// node), this node is only late: the subscriber is told to try
+			// again, rather than given a reset that would make it drop
+			// events the cluster still keeps. An id the stream never had
+			// gets the reset, as on the host.
+			lctx, lcancel := context.WithTimeout(ctx, time.Second)
+			last, err := b.lastSeq(lctx, subject)
+			lcancel()
+			if err != nil || last >= req.After {
+				return nil, world.Errorf(world.ErrUnavailable, "The events of world %s after %d have not reached this node yet: try again", clientID, req.After)
 			}
 		}
 	}
@@ -532,9 +674,25 @@ type feed struct {
 	// then.
 	started chan struct{}
 	cancel  context.CancelFunc
-	consume jetstream.ConsumeContext
 	order   *reorder
 	once    sync.Once
+
+	// stream and handle start the feed's consumer again (restart).
+	stream jetstream.Stream
+	handle func(jetstream.Msg)
+	// lastSeq is the stream sequence of the last message delivered;
+	// quiet is when the feed last delivered one, or was last checked
+	// (UnixNano).
+	lastSeq atomic.Uint64
+	quiet   atomic.Int64
+	// restarts counts the consumer's restarts (for tests); unstalling is
+	// set while unstall looks at the feed.
+	restarts   atomic.Int64
+	unstalling atomic.Bool
+
+	mu      sync.Mutex // guards consume and halted
+	consume jetstream.ConsumeContext
+	halted  bool
 }
 
 // markReady lets the subscribers waiting for the feed go, with the error
@@ -600,9 +758,12 @@ func (b *Bus) release(f *feed) {
 func (f *feed) halt() {
 	f.once.Do(func() {
 		<-f.started
+		f.mu.Lock()
+		f.halted = true
 		if f.consume != nil {
 			f.consume.Stop()
 		}
+		f.mu.Unlock()
 		if f.order != nil {
 			f.order.stop()
 		}
@@ -648,23 +809,122 @@ func (b *Bus) run(f *feed) {
 	}
 	order := &reorder{sink: f.sink, clientID: f.clientID, wait: b.opts.GapWait, head: f.sink.Head(f.clientID)}
 	f.order = order
-	consume, err := cons.Consume(func(msg jetstream.Msg) {
+	f.stream = stream
+	f.quiet.Store(time.Now().UnixNano())
+	f.handle = func(msg jetstream.Msg) {
 		seq, err := strconv.ParseUint(msg.Headers().Get(seqHeader), 10, 64)
 		if err == nil {
 			order.add(world.JournalRecord{Seq: seq, Data: msg.Data()})
 		}
-		if meta, err := msg.Metadata(); err == nil && meta.NumPending == 0 {
-			f.markReady(nil)
+		f.quiet.Store(time.Now().UnixNano())
+		if meta, err := msg.Metadata(); err == nil {
+			f.lastSeq.Store(max(f.lastSeq.Load(), meta.Sequence.Stream))
+			if meta.NumPending == 0 {
+				f.markReady(nil)
+			}
 		}
-	})
+	}
+	consume, err := cons.Consume(f.handle, b.consumeErrors(f))
 	if err != nil {
 		fail(err)
 		return
 	}
+	f.mu.Lock()
 	f.consume = consume
+	f.mu.Unlock()
 	if empty {
 		f.markReady(nil)
 	}
+}
+
+// consumeErrors logs what a feed's consumer reports (it recovers from
+// most of it by itself; watchFeeds handles the rest).
+func (b *Bus) consumeErrors(f *feed) jetstream.PullConsumeOpt {
+	return jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		b.opts.Log.Debug("the consumer of a world's events reported an error", "subject", f.subject, "error", err)
+	})
+}
+
+// watchFeeds starts again, every StallAfter, the consumers of the feeds
+// that have been quiet that long while the events stream holds newer
+// events of their world.
+func (b *Bus) watchFeeds() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.StallAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		feeds := make([]*feed, 0, len(b.feeds))
+		for _, f := range b.feeds {
+			feeds = append(feeds, f)
+		}
+		b.mu.Unlock()
+		for _, f := range feeds {
+			select {
+			case <-f.started:
+			default:
+				continue // still starting
+			}
+			if f.failed() || f.stream == nil || time.Since(time.Unix(0, f.quiet.Load())) < b.opts.StallAfter {
+				continue
+			}
+			f.quiet.Store(time.Now().UnixNano())
+			go b.unstall(f)
+		}
+	}
+}
+
+// unstall asks the events stream for the last event of a feed's world,
+// and starts the feed's consumer again after the last event it delivered
+// when the stream holds a later one that the feed still has not delivered
+// a moment later (one just stored may be on its way).
+func (b *Bus) unstall(f *feed) {
+	if !f.unstalling.CompareAndSwap(false, true) {
+		return
+	}
+	defer f.unstalling.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.StallAfter/2)
+	defer cancel()
+	msg, err := f.stream.GetLastMsgForSubject(ctx, f.subject)
+	if err != nil || msg.Sequence <= f.lastSeq.Load() {
+		return // nothing newer, or the stream cannot say yet
+	}
+	select {
+	case <-time.After(min(time.Second, b.opts.StallAfter/4)):
+	case <-ctx.Done():
+		return
+	}
+	if f.lastSeq.Load() >= msg.Sequence {
+		return // delivered meanwhile: the consumer works
+	}
+	cons, err := f.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{f.subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    f.lastSeq.Load() + 1,
+	})
+	if err != nil {
+		return // tried again after the next quiet spell
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halted {
+		return
+	}
+	consume, err := cons.Consume(f.handle, b.consumeErrors(f))
+	if err != nil {
+		return
+	}
+	if f.consume != nil {
+		f.consume.Stop()
+	}
+	f.consume = consume
+	f.restarts.Add(1)
+	b.opts.Log.Warn("the consumer of a world's events had stopped delivering: started again", "subject", f.subject, "after", f.lastSeq.Load())
 }
 
 // reorder puts a world's events back in order before they are fed: one

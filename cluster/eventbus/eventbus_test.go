@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,10 @@ var alice = &world.User{ID: "aliceUser0000001", Name: "Alice", Role: world.RoleP
 
 // ringSize is the hubs' and the stream's retention in these tests.
 const ringSize = 8
+
+// stallAfter is the buses' StallAfter in these tests: short, so that a
+// stalled feed recovers quickly.
+const stallAfter = 400 * time.Millisecond
 
 // node is one relay node of the test: a hub and its bus.
 type node struct {
@@ -46,7 +51,7 @@ func startNodesRing(t *testing.T, c *jstest.Cluster, ring int) (*world.Engine, [
 	var engine *world.Engine
 	for i := range c.Servers {
 		hub := events.New(events.Options{RingSize: ring})
-		bus, err := eventbus.New(ctx, c.JetStream(i), hub, eventbus.Options{Replicas: c.Replicas(), RingSize: ring, Linger: 100 * time.Millisecond})
+		bus, err := eventbus.New(ctx, c.JetStream(i), hub, eventbus.Options{Replicas: c.Replicas(), RingSize: ring, Linger: 100 * time.Millisecond, StallAfter: stallAfter})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,5 +266,91 @@ func TestFeedStartsFromKeptEvents(t *testing.T) {
 	second.bus.Close()
 	if _, err := second.bus.Subscribe(context.Background(), demo.ClientID, nil, world.EventRequest{Channel: world.ChannelActor}); !errors.Is(err, world.ErrUnavailable) {
 		t.Fatalf("Subscribe on a closed bus: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestStalledFeedRecovers stops the consumer that feeds a node with a
+// world's events, as an ordered consumer that went silent after a lost
+// stream leader: the bus finds the feed quiet while the events stream
+// holds newer events, and starts its consumer again after the last event
+// it delivered, so that the node's subscribers get every event, in order,
+// without a reset.
+func TestStalledFeedRecovers(t *testing.T) {
+	t.Parallel()
+	c := jstest.Start(t, 1)
+	engine, nodes := startNodes(t, c)
+	_ = nodes[0]
+	// A second node on the same server follows the world.
+	hub := events.New(events.Options{RingSize: ringSize})
+	bus, err := eventbus.New(context.Background(), c.JetStream(0), hub, eventbus.Options{Replicas: 1, RingSize: ringSize, Linger: time.Minute, StallAfter: stallAfter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close(); hub.Close() })
+	follower := node{hub: hub, bus: bus}
+	sub := subscribe(t, follower, nil, world.EventRequest{Channel: world.ChannelActor})
+	update(t, engine, aria, world.Document{"name": "one"})
+	first := next(t, sub)
+
+	bus.StallFeed(demo.ClientID)
+	update(t, engine, aria, world.Document{"name": "two"})
+	update(t, engine, aria, world.Document{"name": "three"})
+	second, third := next(t, sub), next(t, sub)
+	if second.Seq <= first.Seq || third.Seq <= second.Seq || !strings.Contains(string(third.Data), "three") {
+		t.Fatalf("after the stall: %d %s, %d %s (before it: %d)", second.Seq, second.Data, third.Seq, third.Data, first.Seq)
+	}
+	if n := bus.FeedRestarts(demo.ClientID); n != 1 {
+		t.Fatalf("the feed's consumer was started again %d times, want 1", n)
+	}
+}
+
+// TestResumeKicksStalledFeed: a subscriber that resumes, on a node whose
+// feed went silent, from an event the feed did not deliver makes the bus
+// start the feed's consumer again at once (not at the next quiet spell),
+// and gets the events after its own, without a reset.
+func TestResumeKicksStalledFeed(t *testing.T) {
+	t.Parallel()
+	c := jstest.Start(t, 1)
+	engine, nodes := startNodes(t, c)
+	hub := events.New(events.Options{RingSize: ringSize})
+	// No quiet spell is noticed within the test: only the resume can
+	// find the stall.
+	bus, err := eventbus.New(context.Background(), c.JetStream(0), hub, eventbus.Options{Replicas: 1, RingSize: ringSize, Linger: time.Minute, StallAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close(); hub.Close() })
+	follower := node{hub: hub, bus: bus}
+	// The host's own stream of the world, where the subscriber saw "two".
+	onHost, err := nodes[0].hub.Subscribe(context.Background(), engine, events.Request{EventRequest: world.EventRequest{Channel: world.ChannelActor}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(onHost.Close)
+	first := subscribe(t, follower, nil, world.EventRequest{Channel: world.ChannelActor})
+	update(t, engine, aria, world.Document{"name": "one"})
+	next(t, first)
+	bus.StallFeed(demo.ClientID)
+	update(t, engine, aria, world.Document{"name": "two"})
+	update(t, engine, aria, world.Document{"name": "three"})
+	next(t, onHost) // one
+	two := next(t, onHost)
+	if !strings.Contains(string(two.Data), "two") {
+		t.Fatalf("the host's second event: %s", two.Data)
+	}
+	resumed := subscribe(t, follower, nil, world.EventRequest{Channel: world.ChannelActor, Resume: true, After: two.Seq})
+	if _, reset := resumed.Reset(); reset {
+		t.Fatal("the resume got a reset")
+	}
+	// "three" is replayed, or comes next.
+	evs := resumed.Replay()
+	if len(evs) == 0 {
+		evs = []world.Event{next(t, resumed)}
+	}
+	if ev := evs[0]; !strings.Contains(string(ev.Data), "three") || ev.Seq <= two.Seq {
+		t.Fatalf("after the resume: %d %s", ev.Seq, ev.Data)
+	}
+	if n := bus.FeedRestarts(demo.ClientID); n != 1 {
+		t.Fatalf("the feed's consumer was started again %d times, want 1", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,6 +75,9 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 			a = nil
 		}
 	}()
+	// The stores open one after the other: a bucket's stream just made
+	// may take a moment to answer its first writes and watchers, and each
+	// store's start gives the others that moment.
 	if a.Keys, err = OpenKeys(ctx, js, opts); err != nil {
 		return a, err
 	}
@@ -106,18 +110,23 @@ func (a *Attached) ShareLimits(limiters ...*server.RateLimiter) {
 // Close stops the event bus, withdraws the node and stops watching the
 // keys. Call it before closing the NATS connection.
 func (a *Attached) Close() error {
-	var errs []error
+	// The parts stop side by side: each may wait up to stopTimeout for a
+	// cluster that does not answer, and the node's stop should not add
+	// those waits up.
+	var wg sync.WaitGroup
+	var presenceErr, keysErr error
 	if a.stopWatching != nil {
-		a.stopWatching()
+		wg.Go(a.stopWatching)
 	}
 	if a.Events != nil {
-		a.Events.Close()
+		wg.Go(a.Events.Close)
 	}
 	if a.Presence != nil {
-		errs = append(errs, a.Presence.Stop())
+		wg.Go(func() { presenceErr = a.Presence.Stop() })
 	}
 	if a.Keys != nil {
-		errs = append(errs, a.Keys.Close())
+		wg.Go(func() { keysErr = a.Keys.Close() })
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return errors.Join(presenceErr, keysErr)
 }

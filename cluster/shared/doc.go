@@ -62,6 +62,30 @@ func (o Options) now() time.Time {
 // (watchers, background renewals), when no caller's context bounds it.
 const opTimeout = 5 * time.Second
 
+// stopTimeout bounds each courtesy a store does as it stops (withdrawing
+// the node's presence, a last renewal, deleting its watchers' consumers):
+// a node whose cluster lost its quorum must still stop in a moment, and
+// what it could not do runs out on its own (entries expire, ephemeral
+// consumers are removed by the servers).
+const stopTimeout = 500 * time.Millisecond
+
+// within runs fn and waits at most d for it to return. An fn still
+// running then goes on in the background: it is blocked on a NATS
+// request, which ends at the latest when the node closes its connection.
+func within(d time.Duration, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // openBucket creates the bucket, or updates its configuration to cfg.
 func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if replicas <= 0 {
@@ -74,7 +98,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 	wait, cancel := context.WithTimeout(ctx, StartWait)
 	defer cancel()
 	for {
-		attempt, cancelAttempt := context.WithTimeout(wait, 2*time.Second)
+		attempt, cancelAttempt := context.WithTimeout(wait, attemptTimeout)
 		_, err := js.CreateOrUpdateStream(attempt, leaderReadStream(cfg))
 		var kv jetstream.KeyValue
 		if err == nil {
@@ -135,6 +159,14 @@ func leaderReadStream(cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
 // StartWait bounds how long a store waits for JetStream to create its
 // bucket at start, as the cluster's own start does.
 const StartWait = 60 * time.Second
+
+// attemptTimeout bounds one attempt to open a bucket. A request to a
+// stream without a leader (JetStream elects one again seconds after the
+// node that led it was killed) is never answered: a short attempt asks
+// again soon after the election, so a restarting node waits for the
+// election and not for an attempt's time-out on top of it. Asking again
+// is harmless: opening a bucket that exists changes nothing.
+const attemptTimeout = 500 * time.Millisecond
 
 // placementRetry is how often a bucket is asked for again while the
 // cluster has too few servers for its copies.

@@ -221,8 +221,10 @@ func (s *KeyStore) Close() error {
 	// Cancelling the watcher's context ends it; Stop makes sure, and may
 	// find it ended already.
 	s.stop()
-	_ = s.watcher.Stop()
-	<-s.done
+	within(stopTimeout, func() {
+		_ = s.watcher.Stop()
+		<-s.done
+	})
 	return nil
 }
 

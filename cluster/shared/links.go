@@ -382,7 +382,9 @@ func (s *LinkStore) WatchUnpaired(ctx context.Context, fn func(clientID string))
 	}()
 	return func() {
 		cancel()
-		_ = w.Stop()
-		<-done
+		within(stopTimeout, func() {
+			_ = w.Stop()
+			<-done
+		})
 	}, nil
 }

@@ -66,8 +66,23 @@ func StartPresence(ctx context.Context, js jetstream.JetStream, name string, opt
 		return nil, err
 	}
 	p := &Presence{kv: kv, name: name, timeout: popts.Timeout, seen: map[string]time.Time{}}
-	if _, err := kv.PutString(ctx, "n."+name, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
-		return nil, fmt.Errorf("shared: presence: %w", err)
+	// The bucket's stream, just made, may not answer its first write at
+	// once: ask again, each attempt bounded, until StartWait (a second
+	// write of the node's entry changes nothing).
+	wait, cancelWait := context.WithTimeout(ctx, StartWait)
+	defer cancelWait()
+	for {
+		attempt, cancelAttempt := context.WithTimeout(wait, time.Second)
+		_, err := kv.PutString(attempt, "n."+name, time.Now().UTC().Format(time.RFC3339Nano))
+		cancelAttempt()
+		if err == nil {
+			break
+		}
+		select {
+		case <-wait.Done():
+			return nil, fmt.Errorf("shared: presence: %w", err)
+		case <-time.After(placementRetry):
+		}
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	p.stop = stop
@@ -135,9 +150,10 @@ func (p *Presence) Count() int {
 // the others stop counting it at once. Withdrawing is a courtesy (the
 // entry expires by itself), so a node cut off from NATS stops all the same.
 func (p *Presence) Stop() error {
+	// One stopTimeout for the whole stop.
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	p.stop()
-	p.done.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	within(stopTimeout, p.done.Wait)
 	defer cancel()
 	_ = p.kv.Delete(ctx, "n."+p.name)
 	return nil

@@ -169,7 +169,8 @@ func (s *TicketStore) Open(ctx context.Context, h server.TicketHash, stream stri
 	if err != nil {
 		return nil, err
 	}
-	stop := make(chan struct{})
+	// Stopping cancels a renewal under way: the stream has ended.
+	stopped, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -181,10 +182,10 @@ func (s *TicketStore) Open(ctx context.Context, h server.TicketHash, stream stri
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-stopped.Done():
 				return
 			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				rctx, cancel := context.WithTimeout(stopped, opTimeout)
 				_ = s.extend(rctx, h, s.clock().Add(window))
 				cancel()
 			}
@@ -193,9 +194,11 @@ func (s *TicketStore) Open(ctx context.Context, h server.TicketHash, stream stri
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			close(stop)
+			stop()
 			<-done
-			rctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			// The stream's last renewal: a courtesy, bounded so that a
+			// stream ends at once even when NATS does not answer.
+			rctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 			defer cancel()
 			_ = s.extend(rctx, h, s.clock().Add(window))
 		})

@@ -1,0 +1,24 @@
+package cluster
+
+// Crash stops the node's embedded NATS server at once, as a SIGKILL of its
+// process would for the other nodes: its routes drop, its subscriptions
+// vanish, and it releases nothing. The relay around it keeps running,
+// unable to reach the cluster, until the test closes it.
+func (n *Node) Crash() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+	}
+}
+
+// StallWatch stops the registry's watcher behind its back, as a watcher
+// whose consumer was lost with a node and never recreated.
+func (r *Registry) StallWatch() {
+	r.mu.RLock()
+	w := r.watch
+	r.mu.RUnlock()
+	_ = w.Stop()
+}
+
+// Rewatches is how many times the registry replaced its watcher.
+func (r *Registry) Rewatches() int64 { return r.rewatches.Load() }

@@ -1,0 +1,133 @@
+package cluster_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// TestNodeStops stops a node of a three-node cluster that has event
+// streams open (SSE and gRPC, of its own world and of another node's, by
+// key and by stream ticket, and of a linked world connected to it; a
+// linked world's stream used to hold the stop up until its time-out),
+// and checks that the stop takes a moment:
+// with the cluster healthy (its streams end, and the other nodes answer
+// 503 for its world at once), and with the two other nodes dead, when
+// nothing the node asks of the cluster is answered (this used to take
+// 16 to 26 s: each courtesy of the stop waited for its NATS time-out).
+func TestNodeStops(t *testing.T) {
+	nodes, cfgs := startCluster(t)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// openStreams opens streams on r and returns them once connected.
+	openStreams := func(r *relaytest.Relay) []<-chan streamEvent {
+		alice, _ := r.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ClientIds: []string{"west"}, ScopedUserId: "Alice"})
+		tr := r.Do(http.MethodPost, "/stream-tickets", alice, nil, map[string]any{})
+		if tr.Status != http.StatusOK {
+			t.Fatalf("stream ticket: %d %s", tr.Status, tr.Body)
+		}
+		streams := []<-chan streamEvent{
+			sseStream(t, ctx, r, "/hooks/subscribe?clientId=west", r.AdminKey, ""),
+			grpcStream(t, ctx, r, r.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: "west"}),
+			sseStream(t, ctx, r, "/actor/subscribe?clientId=demo", r.AdminKey, ""),
+			sseStream(t, ctx, r, "/actor/subscribe?clientId=west&ticket="+tr.Data(t)["ticket"].(string), "", ""),
+		}
+		for _, s := range streams {
+			take(t, "connected", s, 1)
+		}
+		return streams
+	}
+	restart := func() *relaytest.Relay {
+		r := clusterNode(t, cfgs[1], false)
+		shareAdminKey(n1, r)
+		waitUntil(t, "west served again", func() bool {
+			return n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil).Status == http.StatusOK
+		})
+		return r
+	}
+
+	streams := openStreams(n2)
+	// And a stream of a linked world whose tabletop is connected to n2.
+	code := n2.Do(http.MethodPost, "/pairing-codes", n2.AdminKey, nil, map[string]any{})
+	if code.Status != http.StatusOK {
+		t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: n2.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-stop",
+		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
+	if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	clientID, _ := tt.Credentials()
+	lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
+	// The node claims the linked world in the background once its tabletop
+	// connected: its streams answer 503 until then.
+	waitUntil(t, "the linked world's stream", func() bool {
+		tctx, tcancel := context.WithCancel(ctx)
+		defer tcancel()
+		req, _ := http.NewRequestWithContext(tctx, http.MethodGet, n2.Base+lpath, nil)
+		req.Header.Set("x-api-key", n2.AdminKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	linked := sseStream(t, ctx, n2, lpath, n2.AdminKey, "")
+	take(t, "linked world's stream", linked, 1)
+	streams = append(streams, linked)
+	began := time.Now()
+	stopAll([]*relaytest.Relay{n2})
+	took := time.Since(began)
+	t.Logf("stopped with the cluster healthy in %v", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("a node of a healthy cluster took %v to stop", took)
+	}
+	got := n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+	if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "n2 stopped hosting it") {
+		t.Errorf("the stopped node's world: %d %s", got.Status, got.Body)
+	}
+	// Every stream the stopped node served has ended.
+	for i, s := range streams {
+		timeout := time.After(10 * time.Second)
+	drain:
+		for {
+			select {
+			case _, open := <-s:
+				if !open {
+					break drain
+				}
+			case <-timeout:
+				t.Fatalf("stream %d of the stopped node still open after 10 s", i)
+			}
+		}
+	}
+
+	n2 = restart()
+	t.Cleanup(func() { stopAll([]*relaytest.Relay{n1, n2, n3}) })
+	openStreams(n2)
+	// The two other nodes die: the node's cluster has no quorum, and
+	// answers none of its releases, renewals and deletions.
+	n1.Cluster().Crash()
+	n3.Cluster().Crash()
+	began = time.Now()
+	stopAll([]*relaytest.Relay{n2})
+	took = time.Since(began)
+	t.Logf("stopped without a quorum in %v", took.Round(time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("a node whose cluster lost its quorum took %v to stop", took)
+	}
+}
