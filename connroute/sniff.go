@@ -294,6 +294,10 @@ func (c *replayConn) nextFrame() error {
 	return nil
 }
 
+// PlainConn returns the routed connection, to which this one writes
+// unchanged (only its reads differ).
+func (c *replayConn) PlainConn() net.Conn { return c.Conn }
+
 // CloseWrite shuts down the writing side when the connection can, as
 // net/http does before it closes an HTTP/1.1 connection.
 func (c *replayConn) CloseWrite() error {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -22,6 +24,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
+	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -56,8 +59,12 @@ func (g *gateway) serveStream(w http.ResponseWriter, r *http.Request, rt *route,
 	// message out itself, through sink, without handing it to this
 	// goroutine (see server.DirectSender); another connection ignores the
 	// option, and the messages come through RecvMsg.
-	sink := &directSink{g: g, w: w, r: r, rt: rt}
-	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header), sink)
+	sink := &directSink{g: g, w: w, r: r, rt: rt, raw: streamConn(r), cancel: cancel}
+	var option grpc.CallOption = sink
+	if sink.raw != nil {
+		option = pushSink{sink}
+	}
+	stream, err := g.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, rt.fullMethod, grpc.Header(&header), option)
 	if err == nil {
 		err = stream.SendMsg(req)
 	}
@@ -118,7 +125,7 @@ func startSSE(w http.ResponseWriter, r *http.Request, requestID string) *sseWrit
 	}
 	h.Set(wire.RequestIDHeader, requestID)
 	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	sw := newSSEWriter(w)
 	// The server's write deadline must not cut a long stream.
 	_ = sw.rc.SetWriteDeadline(time.Time{})
 	return sw
@@ -136,6 +143,10 @@ type directSink struct {
 	w  http.ResponseWriter
 	r  *http.Request
 	rt *route
+	// raw is the stream's connection when its events may be written from
+	// the hub's writers (see pushSink); cancel ends the stream.
+	raw    syscall.RawConn
+	cancel func()
 
 	mu            sync.Mutex
 	started       bool // the response is committed
@@ -167,6 +178,11 @@ func (d *directSink) SendDirect(msg proto.Message, header metadata.MD, more bool
 			requestID = d.g.newRequestID(d.rt.operation)
 		}
 		d.sw = startSSE(d.w, d.r, requestID)
+		if d.raw != nil {
+			d.sw.raw = newRawWriter(d.raw)
+			d.sw.rec = observe.RecordFrom(d.r.Context())
+		}
+		d.sw.cancel = d.cancel
 		d.stopKeepalive = d.sw.keepalive(d.g.keepaliveEvery)
 		d.buf = framePool.Get().(*[]byte)
 		d.frames = append((*d.buf)[:0], ssePrefix...)
@@ -212,6 +228,84 @@ func (d *directSink) finish() bool {
 		d.buf, d.frames = nil, nil
 	}
 	return true
+}
+
+// pushSink is a directSink on a connection it can write to without
+// blocking (HTTP/1.1 without TLS, on a system with raw writes): it is a
+// server.EventFrameWriter, so the event hub's writer goroutines write the
+// stream's live events, several subscribers' in turn, with no goroutine
+// woken per subscriber, and the handler's goroutine only waits for the
+// stream's end.
+type pushSink struct{ *directSink }
+
+// WriteEvents implements server.EventFrameWriter: it frames evs and hands
+// them to the stream's writer without blocking (sseWriter.tryWrite).
+func (p pushSink) WriteEvents(evs []wire.Event, resume func()) bool {
+	buf := framePool.Get().(*[]byte)
+	frames := (*buf)[:0]
+	for _, ev := range evs {
+		var err error
+		if frames, err = appendEventFrame(frames, ev.Seq, ev.Name, ev.Data); err != nil {
+			// A payload that is not JSON: the stream cannot go on
+			// without a gap.
+			p.sw.mu.Lock()
+			p.sw.fail(err)
+			p.sw.mu.Unlock()
+			framePool.Put(buf)
+			return true
+		}
+	}
+	done := p.sw.tryWrite(frames, resume)
+	if cap(frames) > maxPooledFrame {
+		*buf = nil
+	} else {
+		*buf = frames[:0]
+	}
+	framePool.Put(buf)
+	return done
+}
+
+// ConnContext records a connection in its requests' context, so that an
+// event stream may write to it directly (see pushSink); it is meant for
+// http.Server.ConnContext.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+type connKey struct{}
+
+// plainConn is a connection that passes what is written to it unchanged
+// to another one, which PlainConn returns (the relay's connection limits
+// and its protocol router are).
+type plainConn interface {
+	PlainConn() net.Conn
+}
+
+// streamConn returns the descriptor of the request's connection when an
+// event stream may write to it directly: HTTP/1.x without TLS, on a
+// connection recorded by ConnContext whose bytes reach a socket unchanged.
+func streamConn(r *http.Request) syscall.RawConn {
+	if !rawWriteSupported || r.ProtoMajor != 1 || r.TLS != nil {
+		return nil
+	}
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	for c != nil {
+		if p, ok := c.(plainConn); ok {
+			c = p.PlainConn()
+			continue
+		}
+		if _, ok := c.(*net.TCPConn); !ok {
+			if _, ok := c.(*net.UnixConn); !ok {
+				return nil
+			}
+		}
+		rc, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
+			return nil
+		}
+		return rc
+	}
+	return nil
 }
 
 // pendingStream is a client stream that tells how many received messages
@@ -355,38 +449,164 @@ type eventCarrier interface {
 	GetEvent() *relayv1.Event
 }
 
-// sseWriter serialises the frames of one stream; the keepalive timer and
-// the event loop share it.
+// sseWriter serialises the frames of one stream; the keepalive timer, the
+// stream's handler and, for a pushed stream, the event hub's writer
+// goroutines share it.
+//
+// Writes that may block (the handler's, the keepalive's) go through the
+// http.ResponseWriter, one goroutine at a time: that goroutine is busy, and
+// its mutex is not held while it writes. The hub's writers must never block:
+// tryWrite writes straight to the connection's descriptor (raw) what its
+// socket buffer takes at once. What it cannot write, or what comes while a
+// goroutine is busy, waits in pending for the busy goroutine (or a new one)
+// to write through the ResponseWriter, under the write-stall limit as any
+// answer. Raw writes happen only while no goroutine is busy, and each busy
+// turn ends with a flush, so net/http never holds bytes of the stream that
+// a raw write could overtake.
 type sseWriter struct {
-	mu sync.Mutex
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	mu   sync.Mutex
+	idle sync.Cond // signalled when busy is cleared
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	// raw writes to the connection directly, when frames may be written
+	// so, and rawBytes counts what it wrote, for the access line (rec);
+	// cancel ends the stream when a write fails.
+	raw      *rawWriter
+	rawBytes int64
+	rec      *observe.Record
+	cancel   func()
+	// busy is set while a goroutine writes through w; pending are the
+	// bytes it writes next, and resume is called once they are out.
+	busy    bool
+	pending []byte
+	resume  func()
+	failed  error
 	// wrote is set by every write, so the keepalive stays quiet while
-	// events flow; stopped is set once the keepalive must write no more;
+	// events flow; stopped is set once nothing may be written any more;
 	// timer runs the keepalive.
 	wrote   bool
 	stopped bool
 	timer   *time.Timer
 }
 
-func (s *sseWriter) write(frames []byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.writeLocked(frames)
+// newSSEWriter returns the writer of a committed stream.
+func newSSEWriter(w http.ResponseWriter) *sseWriter {
+	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	s.idle.L = &s.mu
+	return s
 }
 
-func (s *sseWriter) writeLocked(frames []byte) error {
-	if _, err := s.w.Write(frames); err != nil {
+// write writes frames through the ResponseWriter, waiting for its turn;
+// it may block as long as the client lets it.
+func (s *sseWriter) write(frames []byte) error {
+	s.mu.Lock()
+	for s.busy {
+		s.idle.Wait()
+	}
+	if s.failed != nil {
+		err := s.failed
+		s.mu.Unlock()
 		return err
 	}
-	s.wrote = true
+	s.busy = true
+	s.mu.Unlock()
+	err := s.writeOut(frames)
+	s.release(err, true)
+	return err
+}
+
+// writeOut writes p through the ResponseWriter and flushes it; only the
+// busy goroutine calls it.
+func (s *sseWriter) writeOut(p []byte) error {
+	if _, err := s.w.Write(p); err != nil {
+		return err
+	}
 	return s.rc.Flush()
 }
 
+// release ends the busy goroutine's turn after a write that ended with
+// err (wrote: it wrote events or a message): it first writes what waited
+// in pending, then lets the others write, and calls resume.
+func (s *sseWriter) release(err error, wrote bool) {
+	s.mu.Lock()
+	for err == nil && len(s.pending) > 0 {
+		p := s.pending
+		s.pending = nil
+		s.mu.Unlock()
+		err = s.writeOut(p)
+		wrote = true
+		s.mu.Lock()
+	}
+	s.fail(err)
+	if err == nil && wrote {
+		s.wrote = true
+	}
+	s.busy = false
+	resume := s.resume
+	s.resume = nil
+	s.idle.Broadcast()
+	s.mu.Unlock()
+	if resume != nil {
+		resume()
+	}
+}
+
+// fail records a failed write and ends the stream; the caller holds mu.
+func (s *sseWriter) fail(err error) {
+	if err == nil || s.failed != nil {
+		return
+	}
+	s.failed = err
+	s.pending = nil
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// tryWrite writes frames without blocking, for the event hub's writers
+// (see server.EventFrameWriter): straight to the connection what its
+// socket buffer takes, and it returns true; or, when the buffer is full
+// or another goroutine is writing, it keeps the rest for a goroutine that
+// may block, which calls resume once it is out, and returns false. After a
+// failure or the stream's end, frames are dropped.
+func (s *sseWriter) tryWrite(frames []byte, resume func()) bool {
+	s.mu.Lock()
+	if s.failed != nil || s.stopped {
+		s.mu.Unlock()
+		return true
+	}
+	if s.busy {
+		s.pending = append(s.pending, frames...)
+		s.resume = resume
+		s.mu.Unlock()
+		return false
+	}
+	n, err := s.raw.write(frames)
+	s.rawBytes += int64(n)
+	if err != nil {
+		s.fail(err)
+		s.mu.Unlock()
+		return true
+	}
+	s.wrote = true
+	if n == len(frames) {
+		s.mu.Unlock()
+		return true
+	}
+	// The client reads slower than events come: the rest goes out from a
+	// goroutine of its own, as slowly as the client takes it.
+	s.pending = append(s.pending, frames[n:]...)
+	s.resume = resume
+	s.busy = true
+	s.mu.Unlock()
+	go s.release(nil, true)
+	return false
+}
+
 // keepalive writes a comment every interval in which nothing else was
-// written, until the returned stop is called; once stop returns, it writes
-// nothing more. It runs on a timer, with no goroutine of its own while it
-// waits.
+// written, until the returned stop is called; once stop returns, nothing
+// more is written to the stream. It runs on a timer, with no goroutine of
+// its own while it waits.
 func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
 	// The timer is set under the lock its function takes first, so the
 	// function always finds it.
@@ -394,22 +614,37 @@ func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
 	defer s.mu.Unlock()
 	s.timer = time.AfterFunc(every, func() {
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		if s.stopped {
+			s.mu.Unlock()
 			return
 		}
-		if !s.wrote {
-			if err := s.writeLocked([]byte(": keepalive\n\n")); err != nil {
-				return
-			}
-		}
+		quiet := !s.wrote && !s.busy && s.failed == nil
 		s.wrote = false
 		s.timer.Reset(every)
+		if !quiet {
+			s.mu.Unlock()
+			return
+		}
+		s.busy = true
+		s.mu.Unlock()
+		s.release(s.writeOut([]byte(": keepalive\n\n")), false)
 	})
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.stopped = true
+	return s.stop
+}
+
+// stop waits for the goroutine writing, if any, then ends every write to
+// the stream and its keepalive.
+func (s *sseWriter) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.busy {
+		s.idle.Wait()
+	}
+	if !s.stopped && s.rec != nil && s.rawBytes > 0 {
+		s.rec.AddBytes(s.rawBytes)
+	}
+	s.stopped = true
+	if s.timer != nil {
 		s.timer.Stop()
 	}
 }
@@ -446,6 +681,13 @@ func appendMessageFrame(dst []byte, msg proto.Message) ([]byte, error) {
 		}
 		data = raw
 	}
+	return appendEventFrame(dst, seq, name, data)
+}
+
+// appendEventFrame appends one event's SSE frame: `id:` (when it has a
+// sequence number), `event:` (`message` when it has no name) and its JSON
+// payload on one line of `data:` (`{}` when empty).
+func appendEventFrame(dst []byte, seq uint64, name string, data []byte) ([]byte, error) {
 	if seq > 0 {
 		dst = append(dst, "id: "...)
 		dst = strconv.AppendUint(dst, seq, 10)

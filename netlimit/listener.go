@@ -412,6 +412,11 @@ func (c *conn) CloseWrite() error {
 	return nil
 }
 
+// PlainConn returns the connection accepted, to which this one writes
+// unchanged: an event stream writes to it without blocking, so no write
+// of it can stall (see gateway.pushSink).
+func (c *conn) PlainConn() net.Conn { return c.Conn }
+
 // Close closes the connection and gives its slot back, once.
 func (c *conn) Close() error {
 	err := c.Conn.Close()

@@ -398,6 +398,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// An event stream over HTTP/1.1 is written from the event hub's writer
+	// goroutines straight to its connection (see gateway.pushSink).
+	r.http.ConnContext = gateway.ConnContext
 	// REST clients speak HTTP/1.1 or HTTP/2 without TLS (h2c).
 	r.http.Protocols = new(http.Protocols)
 	r.http.Protocols.SetHTTP1(true)

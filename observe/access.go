@@ -103,7 +103,7 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw 
 		slog.String("path", r.URL.Path),
 		slog.String("route", rec.Route),
 		slog.Int("status", status),
-		slog.Int64("bytes", aw.bytes),
+		slog.Int64("bytes", aw.bytes+rec.Bytes),
 		slog.Duration("duration", d),
 	)
 	if requestID != "" {

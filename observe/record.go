@@ -49,6 +49,11 @@ type RecordFields struct {
 	User string
 	// Error is the RPC's error message, when it failed.
 	Error string
+	// Bytes counts the bytes of the answer written to the connection
+	// around the ResponseWriter (an event stream's frames that the event
+	// hub's writers write directly); the access line adds them to the
+	// ResponseWriter's.
+	Bytes int64
 }
 
 // recordKey is the context key of the Record.
@@ -64,6 +69,14 @@ func WithRecord(ctx context.Context, rec *Record) context.Context {
 func RecordFrom(ctx context.Context) *Record {
 	rec, _ := ctx.Value(recordKey{}).(*Record)
 	return rec
+}
+
+// AddBytes counts bytes written around the ResponseWriter (see
+// RecordFields.Bytes).
+func (r *Record) AddBytes(n int64) {
+	r.mu.Lock()
+	r.Bytes += n
+	r.mu.Unlock()
 }
 
 // SetRoute sets the route label.

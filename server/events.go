@@ -177,6 +177,28 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 			return err
 		}
 	}
+	overflow := func(last uint64) {
+		hold(false)
+		_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: jsonvalue.Raw(eventJSON(map[string]any{
+			"lastEventId": strconv.FormatUint(last, 10),
+			"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
+		}))})
+	}
+	// A caller that writes frames from the hub's writers (the SSE bridge
+	// over HTTP/1.1) takes the live events from them: this goroutine only
+	// waits for the stream's end.
+	if fw, pusher := frameWriter(ctx), asPusher(sub); fw != nil && pusher != nil {
+		pusher.Push(&pushWriter{w: fw, resume: pusher.Resume})
+		err := pusher.Wait(ctx)
+		switch {
+		case errors.Is(err, world.ErrSubscriberBehind):
+			overflow(pusher.Last())
+			return nil
+		case errors.Is(err, world.ErrSubscriptionEnded):
+			return status.Error(codes.Unavailable, "The relay is shutting down")
+		}
+		return err
+	}
 	// last is the resume point a client should use after an overflow:
 	// everything up to it has been handed to this stream or filtered out.
 	last := sub.Start()
@@ -184,11 +206,7 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		ev, err := sub.Next(ctx)
 		switch {
 		case errors.Is(err, world.ErrSubscriberBehind):
-			hold(false)
-			_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: jsonvalue.Raw(eventJSON(map[string]any{
-				"lastEventId": strconv.FormatUint(last, 10),
-				"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
-			}))})
+			overflow(last)
 			return nil
 		case errors.Is(err, world.ErrSubscriptionEnded):
 			return status.Error(codes.Unavailable, "The relay is shutting down")
@@ -202,6 +220,50 @@ func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEv
 		}
 		last = ev.Seq
 	}
+}
+
+// frameWriter returns the stream's caller as an EventFrameWriter, when it
+// is one (a local stream's DirectSender).
+func frameWriter(ctx context.Context) EventFrameWriter {
+	if t, ok := grpc.ServerTransportStreamFromContext(ctx).(localTransport); ok {
+		return t.eventFrameWriter()
+	}
+	return nil
+}
+
+// asPusher returns a subscription that can push its events, or nil.
+func asPusher(sub world.EventSubscription) world.EventPusher {
+	p, _ := sub.(world.EventPusher)
+	return p
+}
+
+// pushWriter hands a pushed subscription's events to an EventFrameWriter
+// as wire events.
+type pushWriter struct {
+	w      EventFrameWriter
+	resume func()
+}
+
+// wireEvents recycles the slices events are handed over in.
+var wireEvents = sync.Pool{New: func() any { return new([]wire.Event) }}
+
+// maxPooledWireEvents bounds the capacity of the slices recycled.
+const maxPooledWireEvents = 4096
+
+// WriteEvents implements [world.EventWriter].
+func (p *pushWriter) WriteEvents(evs []world.Event) bool {
+	box := wireEvents.Get().(*[]wire.Event)
+	buf := (*box)[:0]
+	for _, ev := range evs {
+		buf = append(buf, wire.Event{Seq: ev.Seq, Name: ev.Name, Data: ev.Data})
+	}
+	done := p.w.WriteEvents(buf, p.resume)
+	clear(buf)
+	if cap(buf) <= maxPooledWireEvents {
+		*box = buf[:0]
+		wireEvents.Put(box)
+	}
+	return done
 }
 
 // connectedJSON is the payload of the `connected` event: the world, the

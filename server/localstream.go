@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tabletop-relay/relay/wire"
 )
 
 // localWindow is how many messages a stream's sender may be ahead of its
@@ -100,6 +102,21 @@ func callStreamChain(interceptors []grpc.StreamServerInterceptor, i int, srv any
 type DirectSender interface {
 	grpc.CallOption
 	SendDirect(msg proto.Message, header metadata.MD, more bool) error
+}
+
+// EventFrameWriter is a DirectSender that can also write an event stream's
+// live events from the event hub's writer goroutines, without a goroutine
+// wake-up per event (the SSE bridge on an HTTP/1.1 connection it can write
+// to without blocking). WriteEvents follows [world.EventWriter]: it must
+// not block; it writes what the connection takes at once and returns
+// true, or keeps the rest, finishes it in a goroutine of its own, calls
+// resume and returns false. It must not keep evs. A stream whose
+// DirectSender is one hands its subscription's live events to it when the
+// world's subscriptions allow it ([world.EventPusher]), and otherwise
+// sends them one by one as messages.
+type EventFrameWriter interface {
+	DirectSender
+	WriteEvents(evs []wire.Event, resume func()) bool
 }
 
 // SendHolder is implemented by the transport stream of a local stream
@@ -267,6 +284,13 @@ func (t localTransport) Method() string                  { return t.s.method }
 func (t localTransport) SetHeader(md metadata.MD) error  { return t.s.SetHeader(md) }
 func (t localTransport) SendHeader(md metadata.MD) error { return t.s.SendHeader(md) }
 func (t localTransport) SetTrailer(md metadata.MD) error { t.s.SetTrailer(md); return nil }
+
+// eventFrameWriter returns the stream's EventFrameWriter, if its caller
+// gave one.
+func (t localTransport) eventFrameWriter() EventFrameWriter {
+	w, _ := t.s.direct.(EventFrameWriter)
+	return w
+}
 
 // HoldSends implements SendHolder; it is called by the handler's goroutine
 // only, as SendMsg is.

@@ -76,3 +76,13 @@ const (
 	// too far behind; it names the event to resume from.
 	EventOverflow = "overflow"
 )
+
+// Event is a live event as a stream writes it, handed from the server to
+// the SSE bridge without a message of its own (see server.EventFrameWriter):
+// its sequence number, its name and its payload, one JSON value shared by
+// every stream that receives it, so never changed.
+type Event struct {
+	Seq  uint64
+	Name string
+	Data []byte
+}

@@ -87,6 +87,44 @@ type EventSubscription interface {
 	Close()
 }
 
+// EventPusher is implemented by subscriptions whose live events can be
+// written by a few writer goroutines shared by every subscription, rather
+// than taken one by one with Next in a goroutine per subscriber: a stream
+// whose transport can write without blocking (an SSE stream over HTTP/1.1)
+// then costs no goroutine wake-up per event, and each write carries every
+// event that waited.
+type EventPusher interface {
+	EventSubscription
+	// Push hands every live event from now on to w instead of Next (the
+	// reset notice and the replay are still the caller's to send first):
+	// the events already waiting go to w at once. Call it once, and never
+	// call Next afterwards.
+	Push(w EventWriter)
+	// Wait blocks until a pushed subscription ends: with
+	// ErrSubscriberBehind once it fell too far behind (after w returned
+	// from its last write), with ErrSubscriptionEnded when the world stops
+	// publishing, or with the context's error.
+	Wait(ctx context.Context) error
+	// Last is the sequence of the last live event handed to w, or Start
+	// when none was: where a subscriber that fell behind resumes.
+	Last() uint64
+	// Resume hands w the events that waited while w was finishing a
+	// write in its own goroutine (see EventWriter).
+	Resume()
+}
+
+// EventWriter writes a pushed subscription's live events (see
+// EventPusher). WriteEvents is called by one goroutine at a time per
+// subscription, with the events in order, and must not block: it writes
+// what the connection takes at once and returns true, or keeps what it
+// could not write, finishes writing it in a goroutine of its own and
+// returns false. The subscription then hands it nothing more (events wait
+// in its queue, which may overflow) until that goroutine calls the
+// subscription's Resume. It must not keep evs after it returns.
+type EventWriter interface {
+	WriteEvents(evs []Event) bool
+}
+
 // Errors that end a subscription; they are not kinds of [Error], which
 // answer calls: they tell a stream why it ends.
 var (

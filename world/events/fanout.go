@@ -21,6 +21,10 @@ import (
 //     served, so ten thousand readers woken at once would make every other
 //     goroutine of the process (the world's writers among them) wait for
 //     all of them to write; waves keep that wait to one wave's.
+//   - A pushed subscription's reader is no goroutine of its own: waking it
+//     hands it to one of the hub's writer goroutines (push.go), which
+//     writes everything queued for it at once. The waves then pace the
+//     writers the same way, and no goroutine is woken per subscriber.
 //
 // With few subscribers the list empties at once and each event goes out
 // after the coalescing window. With many, a reader is woken about once per
@@ -43,13 +47,7 @@ type fanOut struct {
 	drained  chan struct{}
 
 	byChannel map[Channel][]*event
-	// classes are the classes of subscriptions seen since the
-	// subscriptions last changed (epoch), each with what it receives of the
-	// events being handed out (collect round gen).
-	classes map[filterClass]*classEvents
-	epoch   uint64
-	gen     uint64
-	timer   *time.Timer
+	timer     *time.Timer
 }
 
 const (
@@ -66,7 +64,7 @@ const (
 )
 
 func newFanOut(s *stream, done uint64) *fanOut {
-	f := &fanOut{s: s, done: done, drained: make(chan struct{}, 1), byChannel: map[Channel][]*event{}, classes: map[filterClass]*classEvents{}, timer: time.NewTimer(time.Hour)}
+	f := &fanOut{s: s, done: done, drained: make(chan struct{}, 1), byChannel: map[Channel][]*event{}, timer: time.NewTimer(time.Hour)}
 	f.timer.Stop()
 	return f
 }
@@ -152,27 +150,19 @@ func (f *fanOut) collect() {
 	evs := s.ring.after(f.done)
 	f.done = s.head
 	if s.dirty {
-		// Forget the classes of subscriptions that may be gone.
-		f.epoch++
-		clear(f.classes)
-		s.snapshot = make(map[Channel][]*Subscription, len(s.subs))
-		for ch, set := range s.subs {
-			list := make([]*Subscription, 0, len(set))
-			for sub := range set {
-				list = append(list, sub)
-			}
-			s.snapshot[ch] = list
-		}
+		s.snapshot = groupByClass(s.subs)
 		s.dirty = false
 	}
-	subs := s.snapshot
+	groups := s.snapshot
 	s.mu.Unlock()
 	if lost {
 		// The ring moved past events this dispatcher never handed out:
 		// every subscriber missed some and must resume.
-		for _, list := range subs {
-			for _, sub := range list {
-				sub.overflow()
+		for _, list := range groups {
+			for _, g := range list {
+				for _, sub := range g.subs {
+					sub.overflow()
+				}
 			}
 		}
 	}
@@ -180,43 +170,56 @@ func (f *fanOut) collect() {
 	for _, ev := range evs {
 		f.byChannel[ev.Channel] = append(f.byChannel[ev.Channel], ev)
 	}
-	f.gen++
+	delivered := 0
 	for ch, list := range f.byChannel {
-		for _, sub := range subs[ch] {
-			out := f.deliverable(sub, list)
-			if len(out) > 0 && sub.offer(out) && !sub.listed {
-				sub.listed = true
-				f.list = append(f.list, sub)
+		for _, g := range groups[ch] {
+			// What a class receives is worked out once, by any of its
+			// subscriptions, and shared by all of them.
+			out := g.subs[0].deliverableOf(list)
+			if len(out) == 0 {
+				continue
+			}
+			for _, sub := range g.subs {
+				if n := sub.offer(out); n > 0 {
+					delivered += n
+					if !sub.listed {
+						sub.listed = true
+						f.list = append(f.list, sub)
+					}
+				}
 			}
 		}
 	}
+	// One count per round rather than per subscriber.
+	s.hub.stats.delivered.Add(uint64(delivered))
 }
 
-// classEvents are the events one class of subscriptions receives in a
-// collect round.
-type classEvents struct {
-	gen    uint64
-	events []Event
+// classGroup is the subscriptions of one class (see filterClass): they
+// receive the same events.
+type classGroup struct {
+	subs []*Subscription
 }
 
-// deliverable returns what sub receives of evs, worked out once per class
-// of subscriptions and collect round. A subscription remembers its class's
-// entry (Subscription.classSlot) until the subscriptions change, so that
-// most rounds look up no map.
-func (f *fanOut) deliverable(sub *Subscription, evs []*event) []Event {
-	slot := sub.classSlot
-	if slot == nil || sub.classEpoch != f.epoch {
-		slot = f.classes[sub.class]
-		if slot == nil {
-			slot = &classEvents{}
-			f.classes[sub.class] = slot
+// groupByClass lists a stream's subscriptions by channel and class, for
+// the dispatcher.
+func groupByClass(subs map[Channel]map[*Subscription]struct{}) map[Channel][]classGroup {
+	out := make(map[Channel][]classGroup, len(subs))
+	index := map[filterClass]int{}
+	for ch, set := range subs {
+		var groups []classGroup
+		for sub := range set {
+			i, ok := index[sub.class]
+			if !ok {
+				i = len(groups)
+				index[sub.class] = i
+				groups = append(groups, classGroup{})
+			}
+			groups[i].subs = append(groups[i].subs, sub)
 		}
-		sub.classSlot, sub.classEpoch = slot, f.epoch
+		out[ch] = groups
+		clear(index)
 	}
-	if slot.gen != f.gen {
-		slot.gen, slot.events = f.gen, sub.deliverableOf(evs)
-	}
-	return slot.events
+	return out
 }
 
 // wakeWave wakes the readers of the next wave of the list.

@@ -11,7 +11,10 @@
 // event's payload carries (a chat message's speaker and targets, a token's
 // actor: see embeds.go), and has a bounded queue: a subscriber that falls
 // behind is told so (ErrOverflow) rather than slowing the world or anyone
-// else.
+// else. A subscription whose stream can write without blocking may be
+// pushed instead of read (push.go): a few writer goroutines of the hub
+// then write its events, everything waiting in one go, with no goroutine
+// woken per subscriber.
 //
 // The hub is wired to a [world.Host] twice: as the worlds' [world.Journal]
 // (it numbers and stores a transaction's events in the transaction itself)
@@ -67,6 +70,10 @@ type Hub struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	stats   hubStats
+	// work hands pushed subscriptions with events to the hub's writer
+	// goroutines, which start with the first one (see push.go).
+	work    chan *Subscription
+	writers bool // set under mu once the writers run
 	// published, when set, receives each committed transaction's events
 	// (see OnPublish).
 	published atomic.Pointer[func(clientID string, records []world.JournalRecord)]
@@ -108,7 +115,7 @@ func New(opts Options) *Hub {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
 	}
-	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{})}
+	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{}), work: make(chan *Subscription, 2*waveSize)}
 }
 
 // Close stops delivering: every subscription's Next returns ErrClosed.
@@ -150,9 +157,9 @@ type stream struct {
 	recorded uint64
 	pending  []recorded
 	subs     map[Channel]map[*Subscription]struct{}
-	// snapshot lists the subscriptions by channel for the dispatcher;
-	// rebuilt when dirty.
-	snapshot map[Channel][]*Subscription
+	// snapshot lists the subscriptions by channel and class for the
+	// dispatcher; rebuilt when dirty.
+	snapshot map[Channel][]classGroup
 	dirty    bool
 }
 

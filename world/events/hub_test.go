@@ -25,7 +25,7 @@ var (
 
 // openDemo opens (creating it when needed) the demo world in dir with a hub
 // wired as the relay wires it.
-func openDemo(t *testing.T, dir string, opts events.Options) (*world.Engine, *events.Hub) {
+func openDemo(t testing.TB, dir string, opts events.Options) (*world.Engine, *events.Hub) {
 	t.Helper()
 	hub := events.New(opts)
 	host, err := world.OpenHost(dir, world.Options{Journal: hub})

@@ -62,11 +62,22 @@ type Subscription struct {
 	wokenBy  *fanOut
 	isClosed bool
 	// listed is set while the subscription is on its dispatcher's wake
-	// list; classSlot is its class's entry in the dispatcher's classes of
-	// epoch classEpoch (see fanOut.deliverable). The dispatcher's alone.
-	listed     bool
-	classSlot  *classEvents
-	classEpoch uint64
+	// list; the dispatcher's alone.
+	listed bool
+
+	// writer, once set by Push, takes the live events instead of Next,
+	// from the hub's writer goroutines (see push.go); writing is set from
+	// the moment the subscription is handed to a writer goroutine until
+	// its queue is empty again, and stays set while the writer finishes a
+	// write in its own goroutine (until Resume). last is the last live
+	// event handed to writer; box holds the queue when it came from
+	// queuePool (a pushed subscription's queues are recycled, so that a
+	// batch grows no new one and an idle stream holds none). All under
+	// qmu.
+	writer  world.EventWriter
+	writing bool
+	last    uint64
+	box     *[]Event
 
 	closeOnce sync.Once
 
@@ -252,7 +263,7 @@ func (sub *Subscription) Close() {
 
 // offer queues the live events of evs that the subscriber wants and may
 // see; the dispatcher wakes the reader later (fanOut).
-func (sub *Subscription) offer(evs []Event) (queued bool) {
+func (sub *Subscription) offer(evs []Event) (queued int) {
 	sub.qmu.Lock()
 	defer sub.qmu.Unlock()
 	return sub.offerLocked(evs)
@@ -268,11 +279,25 @@ func (sub *Subscription) wake(f *fanOut) {
 		sub.qmu.Unlock()
 		return
 	}
+	if sub.writer != nil {
+		// A pushed subscription: a writer goroutine takes its events,
+		// unless one holds it already and will find them when it is done.
+		if sub.writing {
+			sub.qmu.Unlock()
+			return
+		}
+		sub.writing = true
+	}
 	if sub.wokenBy == nil {
 		sub.wokenBy = f
 		f.inFlight.Add(1)
 	}
+	pushed := sub.writer != nil
 	sub.qmu.Unlock()
+	if pushed {
+		sub.stream.hub.push(sub)
+		return
+	}
 	sub.notify()
 }
 
@@ -300,11 +325,16 @@ func (sub *Subscription) deliverableOf(evs []*event) []Event {
 
 // offerLocked queues the live ones of evs, which deliverableOf gave for
 // the subscriber's class, in one go; a queue that would pass its limit
-// overflows the subscription. The caller holds qmu; the dispatcher wakes
-// the reader later.
-func (sub *Subscription) offerLocked(evs []Event) (queued bool) {
+// overflows the subscription. It returns how many it queued, for the
+// caller to count as delivered (Stats). The caller holds qmu; the
+// dispatcher wakes the reader later.
+func (sub *Subscription) offerLocked(evs []Event) (queued int) {
 	if sub.isOverflowed {
-		return false
+		return 0
+	}
+	if sub.queue == nil && sub.writer != nil {
+		sub.box = queuePool.Get().(*[]Event)
+		sub.queue = (*sub.box)[:0]
 	}
 	n := len(sub.queue)
 	for _, ev := range evs {
@@ -313,16 +343,18 @@ func (sub *Subscription) offerLocked(evs []Event) (queued bool) {
 		}
 		if len(sub.queue) >= sub.limit {
 			sub.overflowLocked()
-			return false
+			return 0
 		}
 		sub.queue = append(sub.queue, ev)
-		queued = true
 	}
-	if queued {
-		sub.stats.delivered.Add(uint64(len(sub.queue) - n))
-	}
-	return queued
+	return len(sub.queue) - n
 }
+
+// queuePool recycles the queues of pushed subscriptions (see box).
+var queuePool = sync.Pool{New: func() any {
+	q := make([]Event, 0, 16)
+	return &q
+}}
 
 // notify wakes the subscriber's reader, if it waits.
 func (sub *Subscription) notify() {
