@@ -644,7 +644,27 @@ func (b *Bus) subscribe(ctx context.Context, subject, clientID string, sink sink
 		return nil, err
 	}
 	ok = true
-	return &fedSubscription{EventSubscription: sub, release: func() { b.release(f) }}, nil
+	release := func() { b.release(f) }
+	if p, canPush := sub.(world.EventPusher); canPush {
+		// The hub's writer goroutines may write it, as they write the
+		// streams of the node's own worlds.
+		return &fedPusher{EventPusher: p, release: release}, nil
+	}
+	return &fedSubscription{EventSubscription: sub, release: release}, nil
+}
+
+// fedPusher is a fedSubscription whose live events the hub's writers can
+// push (world.EventPusher).
+type fedPusher struct {
+	world.EventPusher
+	once    sync.Once
+	release func()
+}
+
+// Close ends the subscription and lets go of the feed.
+func (s *fedPusher) Close() {
+	s.EventPusher.Close()
+	s.once.Do(s.release)
 }
 
 // fedSubscription is a subscription that holds its world's feed.
