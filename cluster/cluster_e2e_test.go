@@ -125,6 +125,30 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// connectLinked pairs a tabletop with a GM through node n, connects it
+// there and returns it with its clientId; handler answers the relay's
+// requests (nil: none). The tabletop drops when the test ends.
+func connectLinked(t *testing.T, n *relaytest.Relay, fingerprint string, handler func(context.Context, linktest.Request) (any, bool)) (*linktest.Tabletop, string) {
+	t.Helper()
+	ctx := context.Background()
+	code := n.Do(http.MethodPost, "/pairing-codes", n.AdminKey, nil, map[string]any{})
+	if code.Status != http.StatusOK {
+		t.Fatalf("pairing code: %d %s", code.Status, code.Body)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: n.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: fingerprint,
+		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}},
+		Handler: handler})
+	if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	clientID, _ := tt.Credentials()
+	return tt, clientID
+}
+
 // bigFile is the content of west's maps/big.bin: 3 MiB that no two
 // chunks repeat, so that a chunk lost, repeated or out of order shows.
 func bigFile() []byte {
@@ -338,29 +362,14 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("linked world hosted by the node holding its socket", func(t *testing.T) {
-		code := n1.Do(http.MethodPost, "/pairing-codes", n1.AdminKey, nil, map[string]any{})
-		if code.Status != http.StatusOK {
-			t.Fatalf("pairing code: %d %s", code.Status, code.Body)
-		}
-		tt := linktest.New(linktest.Config{RelayURL: n1.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-cluster",
-			Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}},
-			Handler: func(_ context.Context, req linktest.Request) (any, bool) {
-				var m map[string]any
-				_ = req.Params(&m)
-				if req.Type == "entity" {
-					return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Linked Hero", "type": "character"}}, true
-				}
-				return nil, false
-			}})
-		ctx := context.Background()
-		if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tt.Connect(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Drop)
-		clientID, _ := tt.Credentials()
+		tt, clientID := connectLinked(t, n1, "fp-cluster", func(_ context.Context, req linktest.Request) (any, bool) {
+			var m map[string]any
+			_ = req.Params(&m)
+			if req.Type == "entity" {
+				return map[string]any{"uuid": m["uuid"], "data": map[string]any{"_id": "hero", "name": "Linked Hero", "type": "character"}}, true
+			}
+			return nil, false
+		})
 		get := func() relaytest.Response {
 			return n3.Do(http.MethodGet, "/get", n3.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor.hero"), nil)
 		}

@@ -16,10 +16,7 @@ import (
 
 	"github.com/tabletop-relay/relay/cluster/eventbus"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
-	"github.com/tabletop-relay/relay/link"
-	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/relaytest"
-	"github.com/tabletop-relay/relay/world"
 )
 
 // streamEvent is one event of a stream, SSE or gRPC alike.
@@ -274,20 +271,7 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		}
 	})
 	t.Run("linked world connected to another node", func(t *testing.T) {
-		code := n1.Do(http.MethodPost, "/pairing-codes", n1.AdminKey, nil, map[string]any{})
-		if code.Status != http.StatusOK {
-			t.Fatalf("pairing code: %d %s", code.Status, code.Body)
-		}
-		tt := linktest.New(linktest.Config{RelayURL: n1.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-events",
-			Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
-		if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
-			t.Fatal(err)
-		}
-		if err := tt.Connect(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(tt.Drop)
-		clientID, _ := tt.Credentials()
+		tt, clientID := connectLinked(t, n1, "fp-events", nil)
 		waitUntil(t, "the linked world known on n3", func() bool {
 			got := n3.Do(http.MethodGet, "/clients", n3.AdminKey, nil, nil)
 			return got.Status == http.StatusOK && strings.Contains(string(got.Body), clientID)

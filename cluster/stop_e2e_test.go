@@ -8,10 +8,7 @@ import (
 	"time"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
-	"github.com/tabletop-relay/relay/link"
-	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/relaytest"
-	"github.com/tabletop-relay/relay/world"
 )
 
 // TestNodeStops stops a node of a three-node cluster that has event
@@ -57,20 +54,7 @@ func TestNodeStops(t *testing.T) {
 
 	streams := openStreams(n2)
 	// And a stream of a linked world whose tabletop is connected to n2.
-	code := n2.Do(http.MethodPost, "/pairing-codes", n2.AdminKey, nil, map[string]any{})
-	if code.Status != http.StatusOK {
-		t.Fatalf("pairing code: %d %s", code.Status, code.Body)
-	}
-	tt := linktest.New(linktest.Config{RelayURL: n2.Base, WorldID: "w", WorldTitle: "Linked Tales", SystemID: "dnd5e", ServerFingerprint: "fp-stop",
-		Players: []link.Player{{ID: "gm000000000000001", Name: "Gamemaster", Role: world.RoleGamemaster, Active: true}}})
-	if _, err := tt.Pair(ctx, code.Data(t)["code"].(string)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tt.Connect(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tt.Drop)
-	clientID, _ := tt.Credentials()
+	_, clientID := connectLinked(t, n2, "fp-stop", nil)
 	lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
 	// The node claims the linked world in the background once its tabletop
 	// connected: its streams answer 503 until then.
