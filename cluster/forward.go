@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,15 +53,83 @@ const (
 func callSubject(node string) string { return "relay.node." + node + ".call" }
 
 // serveSubject answers the messages of subject, each in a goroutine of
-// its own (the subscription hands messages over one at a time), until the
-// node closes.
+// its own (the subscription hands messages over one at a time), until
+// StopAnswering or the node closes.
 func (r *Registry) serveSubject(subject string, answer func(*nats.Msg)) error {
-	sub, err := r.node.nc.Subscribe(subject, func(m *nats.Msg) { go answer(m) })
+	sub, err := r.node.nc.Subscribe(subject, func(m *nats.Msg) {
+		r.inflight.begin()
+		go func() {
+			defer r.inflight.end()
+			answer(m)
+		}()
+	})
 	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.answerSubs = append(r.answerSubs, sub)
+	r.mu.Unlock()
 	r.node.OnClose(func() { _ = sub.Unsubscribe() })
 	return nil
+}
+
+// StopAnswering stops taking calls, streams and questions from the other
+// nodes, and waits until those under way have answered, or until ctx
+// ends. A node that stops calls it once its leases are released and its
+// own callers are served, before it closes what the answers need: an
+// answer sent after the NATS connection closed would be lost, and the
+// caller would wait out its forward time-out. Calls sent afterwards find
+// no one listening, which the edge answers with a 503 at once.
+func (r *Registry) StopAnswering(ctx context.Context) {
+	r.mu.Lock()
+	subs := r.answerSubs
+	r.answerSubs = nil
+	r.mu.Unlock()
+	for _, sub := range subs {
+		_ = sub.Unsubscribe()
+	}
+	r.inflight.wait(ctx)
+}
+
+// inflight counts the answers under way, for StopAnswering.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n reaches 0 while someone waits
+}
+
+func (f *inflight) begin() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// wait returns once no answer is under way, or when ctx ends.
+func (f *inflight) wait(ctx context.Context) {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }
 
 // forwardedCall reads the call a forwarding message carries: the method,

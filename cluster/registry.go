@@ -151,6 +151,11 @@ type Registry struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	// answerSubs are the subscriptions on which this node answers the
+	// others (mu guards it), and inflight counts the answers under way.
+	answerSubs []*nats.Subscription
+	inflight   inflight
 	// stopping is cancelled when Close begins: it ends a round of renewals
 	// under way, and from then on the node claims no world.
 	stopping context.Context

@@ -524,6 +524,12 @@ func (r *Node) shutdown(ctx context.Context) error {
 		r.grpc.Stop(ctx)
 		timing.done("grpc")
 	}
+	if r.registry != nil {
+		// The calls other nodes forwarded here finish and answer too,
+		// before the scripts and worlds they may need close.
+		r.registry.StopAnswering(ctx)
+		timing.done("forwarded")
+	}
 	if r.scripts != nil {
 		errs = append(errs, r.scripts.Close())
 	}
