@@ -238,16 +238,10 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	timeout := w.reg.node.cfg.ForwardTimeout
 	fctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	msg := nats.NewMsg(callSubject(w.entry.Node))
-	msg.Data = fc.Request
-	msg.Header.Set(hdrMethod, fc.Method)
-	msg.Header.Set(hdrRequestID, fc.RequestID)
-	msg.Header.Set(hdrClientID, fc.ClientID)
-	key, err := json.Marshal(fc.Key)
+	msg, err := callMessage(callSubject(w.entry.Node), fc)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+		return nil, err
 	}
-	msg.Header.Set(hdrKey, string(key))
 	if len(fc.Metadata) > 0 {
 		b, _ := json.Marshal(fc.Metadata)
 		msg.Header.Set(hdrMetadata, string(b))
@@ -273,6 +267,61 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 		_ = json.Unmarshal([]byte(t), &rep.Trailer)
 	}
 	return rep, nil
+}
+
+// callMessage is the message that forwards fc on subject: the request,
+// with the method, request id, world and the key the edge resolved in its
+// headers (read back by forwardedCall).
+func callMessage(subject string, fc *server.ForwardedCall) (*nats.Msg, error) {
+	msg := nats.NewMsg(subject)
+	msg.Data = fc.Request
+	msg.Header.Set(hdrMethod, fc.Method)
+	msg.Header.Set(hdrRequestID, fc.RequestID)
+	msg.Header.Set(hdrClientID, fc.ClientID)
+	key, err := json.Marshal(fc.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward: %v", err)
+	}
+	msg.Header.Set(hdrKey, string(key))
+	return msg, nil
+}
+
+// openTransfer opens a forwarded download or upload: it sends fc on
+// subject with an inbox of its own for the messages that follow, holding
+// up to pending of them, and waits for the host to take it. It returns the
+// inbox (the caller unsubscribes it) and the host's acceptance, or, when
+// the host refused the call, its answer.
+func (w *remoteWorld) openTransfer(ctx context.Context, subject string, fc *server.ForwardedCall, pending int) (*nats.Subscription, *nats.Msg, *server.ForwardedReply, error) {
+	nc := w.reg.node.nc
+	timeout := w.reg.node.cfg.ForwardTimeout
+	inbox, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return nil, nil, nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	}
+	fail := func(err error) (*nats.Subscription, *nats.Msg, *server.ForwardedReply, error) {
+		_ = inbox.Unsubscribe()
+		return nil, nil, nil, err
+	}
+	if pending > 0 {
+		_ = inbox.SetPendingLimits(pending, pending*maxPayload)
+	}
+	msg, err := callMessage(subject, fc)
+	if err != nil {
+		return fail(err)
+	}
+	msg.Header.Set(hdrInbox, inbox.Subject)
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	accept, err := nc.RequestMsgWithContext(actx, msg)
+	cancel()
+	if err != nil {
+		return fail(w.forwardError(ctx, err, timeout))
+	}
+	if s := accept.Header.Get(hdrStatus); s != "" {
+		_ = inbox.Unsubscribe()
+		b, _ := base64.StdEncoding.DecodeString(s)
+		return nil, nil, &server.ForwardedReply{Status: b}, nil
+	}
+	return inbox, accept, nil, nil
 }
 
 // protoMarshalStatus encodes a status as a google.rpc.Status.
@@ -362,33 +411,11 @@ var _ server.StreamForwarder = (*remoteWorld)(nil)
 func (w *remoteWorld) ForwardStream(ctx context.Context, fc *server.ForwardedCall, send func([]byte) error) (*server.ForwardedReply, error) {
 	nc := w.reg.node.nc
 	timeout := w.reg.node.cfg.ForwardTimeout
-	inbox, err := nc.SubscribeSync(nc.NewInbox())
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	inbox, accept, refused, err := w.openTransfer(ctx, streamSubject(w.entry.Node), fc, 4*streamWindow)
+	if err != nil || refused != nil {
+		return refused, err
 	}
 	defer func() { _ = inbox.Unsubscribe() }()
-	_ = inbox.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
-	msg := nats.NewMsg(streamSubject(w.entry.Node))
-	msg.Data = fc.Request
-	msg.Header.Set(hdrMethod, fc.Method)
-	msg.Header.Set(hdrRequestID, fc.RequestID)
-	msg.Header.Set(hdrClientID, fc.ClientID)
-	msg.Header.Set(hdrInbox, inbox.Subject)
-	key, err := json.Marshal(fc.Key)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "forward: %v", err)
-	}
-	msg.Header.Set(hdrKey, string(key))
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	accept, err := nc.RequestMsgWithContext(actx, msg)
-	cancel()
-	if err != nil {
-		return nil, w.forwardError(ctx, err, timeout)
-	}
-	if s := accept.Header.Get(hdrStatus); s != "" {
-		b, _ := base64.StdEncoding.DecodeString(s)
-		return &server.ForwardedReply{Status: b}, nil
-	}
 	ackTo := accept.Header.Get(hdrAck)
 	received := 0
 	for {
@@ -510,32 +537,11 @@ var _ server.UploadForwarder = (*remoteWorld)(nil)
 func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCall, next func() ([]byte, error)) (*server.ForwardedReply, error) {
 	nc := w.reg.node.nc
 	timeout := w.reg.node.cfg.ForwardTimeout
-	inbox, err := nc.SubscribeSync(nc.NewInbox())
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: %v", w.id, err)
+	inbox, accept, refused, err := w.openTransfer(ctx, uploadSubject(w.entry.Node), fc, 0)
+	if err != nil || refused != nil {
+		return refused, err
 	}
 	defer func() { _ = inbox.Unsubscribe() }()
-	msg := nats.NewMsg(uploadSubject(w.entry.Node))
-	msg.Data = fc.Request
-	msg.Header.Set(hdrMethod, fc.Method)
-	msg.Header.Set(hdrRequestID, fc.RequestID)
-	msg.Header.Set(hdrClientID, fc.ClientID)
-	msg.Header.Set(hdrInbox, inbox.Subject)
-	key, err := json.Marshal(fc.Key)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "forward: %v", err)
-	}
-	msg.Header.Set(hdrKey, string(key))
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	accept, err := nc.RequestMsgWithContext(actx, msg)
-	cancel()
-	if err != nil {
-		return nil, w.forwardError(ctx, err, timeout)
-	}
-	if s := accept.Header.Get(hdrStatus); s != "" {
-		b, _ := base64.StdEncoding.DecodeString(s)
-		return &server.ForwardedReply{Status: b}, nil
-	}
 	upTo := accept.Header.Get(hdrUp)
 	cancelHost := func() {
 		c := nats.NewMsg(upTo)

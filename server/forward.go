@@ -130,19 +130,14 @@ func (c *Chain) forwardStream(ctx context.Context, call *Call, req any) error {
 // forwardServerStream sends a server stream's request to the host and its
 // answer to the caller.
 func (c *Chain) forwardServerStream(ctx context.Context, call *Call, fwd StreamForwarder, req any) error {
-	msg, ok := req.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", call.Method, req)
-	}
-	body, err := proto.Marshal(msg)
+	fc, err := newForwardedCall(call, call.Method, fwd, req)
 	if err != nil {
-		return status.Errorf(codes.Internal, "forward %s: %v", call.Method, err)
+		return err
 	}
 	_, out, err := methodTypes(call.Method)
 	if err != nil {
 		return err
 	}
-	fc := &ForwardedCall{Method: call.Method, RequestID: call.RequestID, ClientID: fwd.Info().ClientID, Key: call.Key, Request: body}
 	reply, err := fwd.ForwardStream(ctx, fc, func(b []byte) error {
 		m := out.New().Interface()
 		if err := proto.Unmarshal(b, m); err != nil {
@@ -154,12 +149,8 @@ func (c *Chain) forwardServerStream(ctx context.Context, call *Call, fwd StreamF
 		return err
 	}
 	if reply.Status != nil {
-		st := new(spb.Status)
-		if err := proto.Unmarshal(reply.Status, st); err != nil {
-			return status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", call.Method, err)
-		}
-		if codes.Code(st.GetCode()) != codes.OK {
-			return status.ErrorProto(st)
+		if err := hostError(call.Method, reply.Status); err != nil {
+			return err
 		}
 	}
 	return errStreamForwarded
@@ -168,19 +159,14 @@ func (c *Chain) forwardServerStream(ctx context.Context, call *Call, fwd StreamF
 // forwardUpload sends a client stream's messages to the host as the
 // caller sends them, and the host's response to the caller.
 func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForwarder, req any) error {
-	first, ok := req.(proto.Message)
-	if !ok {
-		return status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", call.Method, req)
-	}
-	body, err := proto.Marshal(first)
+	fc, err := newForwardedCall(call, call.Method, fwd, req)
 	if err != nil {
-		return status.Errorf(codes.Internal, "forward %s: %v", call.Method, err)
+		return err
 	}
 	in, out, err := methodTypes(call.Method)
 	if err != nil {
 		return err
 	}
-	fc := &ForwardedCall{Method: call.Method, RequestID: call.RequestID, ClientID: fwd.Info().ClientID, Key: call.Key, Request: body}
 	next := func() ([]byte, error) {
 		m := in.New().Interface()
 		// The call's own stream: the chain's steps ran on the first
@@ -195,11 +181,7 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 		return err
 	}
 	if reply.Status != nil {
-		st := new(spb.Status)
-		if err := proto.Unmarshal(reply.Status, st); err != nil {
-			return status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", call.Method, err)
-		}
-		return status.ErrorProto(st)
+		return hostError(call.Method, reply.Status)
 	}
 	resp := out.New().Interface()
 	if err := proto.Unmarshal(reply.Response, resp); err != nil {
@@ -356,20 +338,9 @@ func forwardedFrom(ctx context.Context) *ForwardedCall {
 // forward sends a unary call for a remote world to its host, which
 // answers it (see unaryStepsForwarding).
 func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req any, method string) (any, error) {
-	msg, ok := req.(proto.Message)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", method, req)
-	}
-	body, err := proto.Marshal(msg)
+	fc, err := newForwardedCall(call, method, remote, req)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "forward %s: %v", method, err)
-	}
-	fc := &ForwardedCall{
-		Method:    method,
-		RequestID: call.RequestID,
-		ClientID:  remote.Info().ClientID,
-		Key:       call.Key,
-		Request:   body,
+		return nil, err
 	}
 	for _, name := range forwardedMetadata {
 		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
@@ -390,11 +361,7 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 		_ = grpc.SetTrailer(ctx, tr)
 	}
 	if reply.Status != nil {
-		st := new(spb.Status)
-		if err := proto.Unmarshal(reply.Status, st); err != nil {
-			return nil, status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", method, err)
-		}
-		return nil, status.ErrorProto(st)
+		return nil, hostError(method, reply.Status)
 	}
 	_, out, err := methodTypes(method)
 	if err != nil {
@@ -405,6 +372,30 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", method, err)
 	}
 	return resp, nil
+}
+
+// newForwardedCall is call's request req, for method, as the host of
+// remote receives it, with the key the edge resolved.
+func newForwardedCall(call *Call, method string, remote RemoteWorld, req any) (*ForwardedCall, error) {
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "forward %s: request %T is not a protobuf message", method, req)
+	}
+	body, err := proto.Marshal(msg)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "forward %s: %v", method, err)
+	}
+	return &ForwardedCall{Method: method, RequestID: call.RequestID, ClientID: remote.Info().ClientID, Key: call.Key, Request: body}, nil
+}
+
+// hostError is the error of a status the host answered with (a
+// google.rpc.Status): nil for OK.
+func hostError(method string, raw []byte) error {
+	st := new(spb.Status)
+	if err := proto.Unmarshal(raw, st); err != nil {
+		return status.Errorf(codes.Internal, "forward %s: bad status from the host: %v", method, err)
+	}
+	return status.ErrorProto(st)
 }
 
 // withoutRequestID drops the request id from forwarded metadata: the edge
