@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -20,11 +19,7 @@ import (
 )
 
 // streamEvent is one event of a stream, SSE or gRPC alike.
-type streamEvent struct {
-	id   uint64
-	name string
-	data string // JSON, compacted
-}
+type streamEvent = relaytest.SSEEvent
 
 // compactJSON re-encodes a JSON text so that two encodings of one value
 // compare equal.
@@ -52,39 +47,7 @@ func sseStream(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key,
 	if lastEventID != "" {
 		req.Header.Set("Last-Event-ID", lastEventID)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		t.Fatalf("stream %s on %s: status %d", path, r.Base, resp.StatusCode)
-	}
-	out := make(chan streamEvent, 64)
-	go func() {
-		defer close(out)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		var ev streamEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.name != "" {
-					out <- ev
-				}
-				ev = streamEvent{}
-			case strings.HasPrefix(line, "id: "):
-				ev.id, _ = strconv.ParseUint(strings.TrimPrefix(line, "id: "), 10, 64)
-			case strings.HasPrefix(line, "event: "):
-				ev.name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				ev.data += strings.TrimPrefix(line, "data: ")
-			}
-		}
-	}()
-	return out
+	return relaytest.ReadSSE(t, req)
 }
 
 // grpcStream opens the actor stream over gRPC and delivers its events
@@ -106,7 +69,7 @@ func grpcStream(t *testing.T, ctx context.Context, r *relaytest.Relay, key strin
 			}
 			ev := resp.GetEvent()
 			data, _ := protojson.Marshal(ev.GetData())
-			out <- streamEvent{id: ev.GetSequence(), name: ev.GetName(), data: string(data)}
+			out <- streamEvent{ID: ev.GetSequence(), Name: ev.GetName(), Data: string(data)}
 		}
 	}()
 	return out
@@ -139,8 +102,8 @@ func sameEvents(t *testing.T, what string, got, want []streamEvent) {
 		t.Fatalf("%s: %d events, want %d", what, len(got), len(want))
 	}
 	for i := range want {
-		if got[i].id != want[i].id || got[i].name != want[i].name || compactJSON(t, got[i].data) != compactJSON(t, want[i].data) {
-			t.Fatalf("%s: event %d is %d %s %s; the host's stream gave %d %s %s", what, i, got[i].id, got[i].name, got[i].data, want[i].id, want[i].name, want[i].data)
+		if got[i].ID != want[i].ID || got[i].Name != want[i].Name || compactJSON(t, got[i].Data) != compactJSON(t, want[i].Data) {
+			t.Fatalf("%s: event %d is %d %s %s; the host's stream gave %d %s %s", what, i, got[i].ID, got[i].Name, got[i].Data, want[i].ID, want[i].Name, want[i].Data)
 		}
 	}
 }
@@ -202,8 +165,8 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		edge[what] = s
 	}
 	for what, s := range edge {
-		if ev := take(t, what, s, 1)[0]; ev.name != "connected" || !strings.Contains(ev.data, `"west"`) {
-			t.Fatalf("%s: first event %s %s, want connected to west", what, ev.name, ev.data)
+		if ev := take(t, what, s, 1)[0]; ev.Name != "connected" || !strings.Contains(ev.Data, `"west"`) {
+			t.Fatalf("%s: first event %s %s, want connected to west", what, ev.Name, ev.Data)
 		}
 	}
 	delete(edge, "host GM")
@@ -225,8 +188,8 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 	}
 	wantGM := take(t, "host GM", hostGM, 3)
 	wantAlice := take(t, "host Alice", hostAlice, 2)
-	if wantAlice[0].id != wantGM[1].id || wantAlice[1].id != wantGM[2].id {
-		t.Fatalf("the host's streams: Alice got ids %d %d, the GM %d %d %d", wantAlice[0].id, wantAlice[1].id, wantGM[0].id, wantGM[1].id, wantGM[2].id)
+	if wantAlice[0].ID != wantGM[1].ID || wantAlice[1].ID != wantGM[2].ID {
+		t.Fatalf("the host's streams: Alice got ids %d %d, the GM %d %d %d", wantAlice[0].ID, wantAlice[1].ID, wantGM[0].ID, wantGM[1].ID, wantGM[2].ID)
 	}
 	for what, s := range edge {
 		if strings.Contains(what, "Alice") {
@@ -237,12 +200,12 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 	}
 
 	t.Run("resume with Last-Event-ID on n1", func(t *testing.T) {
-		after := strconv.FormatUint(wantGM[0].id, 10)
+		after := strconv.FormatUint(wantGM[0].ID, 10)
 		gm := take(t, "resumed GM", sseStream(t, ctx, n1, path, n1.AdminKey, after), 3)
 		sameEvents(t, "resumed GM", gm[1:], wantGM[1:])
 		// Alice resumes from before the goblin's event, which she may
 		// not read: she gets her two events only.
-		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		before := strconv.FormatUint(wantGM[0].ID-1, 10)
 		pl := take(t, "resumed Alice", grpcStream(t, ctx, n1, alice, &relayv1.SubscribeActorsRequest{ClientId: "west", LastEventId: before}), 3)
 		sameEvents(t, "resumed Alice", pl[1:], wantAlice)
 		if n := busConsumers(t, ctx, n1, "relay.events.west"); n != 1 {
@@ -257,7 +220,7 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		}
 		ticket := got.Data(t)["ticket"].(string)
 		// From before the goblin's event, which Alice may not read.
-		before := strconv.FormatUint(wantGM[0].id-1, 10)
+		before := strconv.FormatUint(wantGM[0].ID-1, 10)
 		evs := take(t, "ticket", sseStream(t, ctx, n1, path+"&ticket="+url.QueryEscape(ticket), "", before), 3)
 		sameEvents(t, "Alice's stream by ticket", evs[1:], wantAlice)
 	})
@@ -282,8 +245,8 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 		onEdge := sseStream(t, ctx, n3, lpath, n3.AdminKey, "")
 		onEdge2 := grpcStream(t, ctx, n3, n3.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: clientID, UserId: "Gamemaster"})
 		for what, s := range map[string]<-chan streamEvent{"host": onHost, "n3 SSE": onEdge, "n3 gRPC": onEdge2} {
-			if ev := take(t, what, s, 1)[0]; ev.name != "connected" {
-				t.Fatalf("%s: first event %s %s", what, ev.name, ev.data)
+			if ev := take(t, what, s, 1)[0]; ev.Name != "connected" {
+				t.Fatalf("%s: first event %s %s", what, ev.Name, ev.Data)
 			}
 		}
 		// Every subscription to a linked world follows it through the

@@ -47,16 +47,16 @@ func TestHostLoss(t *testing.T) {
 	sse := sseStream(t, ctx, n1, path, n1.AdminKey, "")
 	grpcEvents := grpcStream(t, ctx, n1, n1.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: "west"})
 	for what, s := range map[string]<-chan streamEvent{"SSE": sse, "gRPC": grpcEvents} {
-		if ev := take(t, what, s, 1)[0]; ev.name != "connected" {
-			t.Fatalf("%s: first event %s", what, ev.name)
+		if ev := take(t, what, s, 1)[0]; ev.Name != "connected" {
+			t.Fatalf("%s: first event %s", what, ev.Name)
 		}
 	}
 	if got := update(n3, "Aria before"); got.Status != http.StatusOK {
 		t.Fatalf("update: %d %s", got.Status, got.Body)
 	}
 	before := take(t, "SSE", sse, 1)[0]
-	if got := take(t, "gRPC", grpcEvents, 1)[0]; got.id != before.id {
-		t.Fatalf("gRPC event %d, SSE %d", got.id, before.id)
+	if got := take(t, "gRPC", grpcEvents, 1)[0]; got.ID != before.ID {
+		t.Fatalf("gRPC event %d, SSE %d", got.ID, before.ID)
 	}
 	// A stream ticket, bound to its stream at first use, for later.
 	alice, _ := n1.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ClientIds: []string{"west"}, ScopedUserId: "Alice"})
@@ -213,14 +213,14 @@ func TestHostLoss(t *testing.T) {
 		// The stream carries one channel of the world's events, whose ids
 		// are the world's: they increase, and skip the other channels'.
 		evs := take(t, what+" after the host returned", s, want)
-		last := before.id
+		last := before.ID
 		for i, ev := range evs {
-			if ev.name == "reset" || ev.name == "overflow" || ev.id <= last {
-				t.Fatalf("%s: event %d after the host returned is %d %s, after %d: %v", what, i, ev.id, ev.name, last, evs)
+			if ev.Name == "reset" || ev.Name == "overflow" || ev.ID <= last {
+				t.Fatalf("%s: event %d after the host returned is %d %s, after %d: %v", what, i, ev.ID, ev.Name, last, evs)
 			}
-			last = ev.id
+			last = ev.ID
 		}
-		if !strings.Contains(evs[len(evs)-1].data, "Aria after") || (want == 2 && !strings.Contains(evs[0].data, "Aria while cut off")) {
+		if !strings.Contains(evs[len(evs)-1].Data, "Aria after") || (want == 2 && !strings.Contains(evs[0].Data, "Aria while cut off")) {
 			t.Fatalf("%s: events after the host returned: %v", what, evs)
 		}
 	}

@@ -1,12 +1,10 @@
 package shared_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +14,6 @@ import (
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 )
-
-// sseEvent is one frame of an event stream.
-type sseEvent struct {
-	id   uint64
-	name string
-	data string
-}
 
 // TestRelayEventsReachAnotherNode runs two real relays on a NATS cluster:
 // the first hosts the demo world; the second hosts nothing and follows
@@ -44,8 +35,8 @@ func TestRelayEventsReachAnotherNode(t *testing.T) {
 
 	aliceKey, _ := host.NewKey(&relayv1.CreateKeyRequest{Name: "alice", Scopes: []string{"events:subscribe"}, ClientIds: []string{"demo"}, ScopedUserId: "Alice"})
 	stream := openSSE(t, ctx, host, "/actor/subscribe?clientId=demo", aliceKey)
-	if ev, ok := <-stream; !ok || ev.name != "connected" {
-		t.Fatalf("first event on the host: %q", ev.name)
+	if ev, ok := <-stream; !ok || ev.Name != "connected" {
+		t.Fatalf("first event on the host: %q", ev.Name)
 	}
 
 	w, err := host.Worlds().World(ctx, "demo")
@@ -87,8 +78,8 @@ func TestRelayEventsReachAnotherNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Seq != want.id || got.Name != want.name || !sameJSON(t, string(got.Data), want.data) {
-			t.Fatalf("the other node gave %d %s %s; the host's stream %d %s %s", got.Seq, got.Name, got.Data, want.id, want.name, want.data)
+		if got.Seq != want.ID || got.Name != want.Name || !sameJSON(t, string(got.Data), want.Data) {
+			t.Fatalf("the other node gave %d %s %s; the host's stream %d %s %s", got.Seq, got.Name, got.Data, want.ID, want.Name, want.Data)
 		}
 	}
 }
@@ -110,54 +101,14 @@ func sameJSON(t *testing.T, a, b string) bool {
 
 // openSSE opens an event stream on r and delivers its events until ctx
 // ends.
-func openSSE(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key string) <-chan sseEvent {
+func openSSE(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key string) <-chan relaytest.SSEEvent {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, "GET", r.Base+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("x-api-key", key)
-	return readSSE(t, req)
+	return relaytest.ReadSSE(t, req)
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
-
-// readSSE sends req, an event stream's request, and delivers the stream's
-// events until it ends.
-func readSSE(t *testing.T, req *http.Request) <-chan sseEvent {
-	t.Helper()
-	path := req.URL.Path
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		t.Fatalf("stream %s: %d", path, resp.StatusCode)
-	}
-	out := make(chan sseEvent, 64)
-	go func() {
-		defer close(out)
-		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.name != "" {
-					out <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				ev.id, _ = strconv.ParseUint(strings.TrimPrefix(line, "id: "), 10, 64)
-			case strings.HasPrefix(line, "event: "):
-				ev.name = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				ev.data += strings.TrimPrefix(line, "data: ")
-			}
-		}
-	}()
-	return out
-}

@@ -41,10 +41,10 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream := openSSE(t, ctx, a, "/actor/subscribe?clientId="+res.ClientID, a.AdminKey)
-	if ev, ok := <-stream; !ok || ev.name != "connected" {
+	if ev, ok := <-stream; !ok || ev.Name != "connected" {
 		t.Fatalf("first event: %+v", ev)
 	}
-	next := func(what string) sseEvent {
+	next := func(what string) relaytest.SSEEvent {
 		t.Helper()
 		select {
 		case ev, ok := <-stream:
@@ -55,7 +55,7 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: no event", what)
 		}
-		return sseEvent{}
+		return relaytest.SSEEvent{}
 	}
 	if err := onA.Emit("actor-event", map[string]any{"actorUuid": "Actor.x", "eventType": "update", "changes": map[string]any{"name": "One"}}); err != nil {
 		t.Fatal(err)
@@ -73,22 +73,22 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		t.Fatal(err)
 	}
 	moved := next("the event from node b, on node a's stream")
-	if moved.id != first.id+1 || moved.name != "actor-update" || !strings.Contains(moved.data, "Two") {
-		t.Fatalf("after the move node a's stream got %d %s %s, want %d actor-update to Two", moved.id, moved.name, moved.data, first.id+1)
+	if moved.ID != first.ID+1 || moved.Name != "actor-update" || !strings.Contains(moved.Data, "Two") {
+		t.Fatalf("after the move node a's stream got %d %s %s, want %d actor-update to Two", moved.ID, moved.Name, moved.Data, first.ID+1)
 	}
 
 	// Resume on node b from the first event.
 	req, _ := http.NewRequestWithContext(ctx, "GET", b.Base+"/actor/subscribe?clientId="+res.ClientID, nil)
 	req.Header.Set("x-api-key", a.AdminKey)
-	req.Header.Set("Last-Event-ID", itoa(first.id))
-	resumed := readSSE(t, req)
-	if ev := <-resumed; ev.name != "connected" {
+	req.Header.Set("Last-Event-ID", itoa(first.ID))
+	resumed := relaytest.ReadSSE(t, req)
+	if ev := <-resumed; ev.Name != "connected" {
 		t.Fatalf("first event on node b: %+v", ev)
 	}
 	select {
 	case ev := <-resumed:
-		if ev.id != moved.id || ev.data != moved.data {
-			t.Fatalf("resumed on node b with %d %s, want %d %s", ev.id, ev.data, moved.id, moved.data)
+		if ev.ID != moved.ID || ev.Data != moved.Data {
+			t.Fatalf("resumed on node b with %d %s, want %d %s", ev.ID, ev.Data, moved.ID, moved.Data)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing replayed on node b")
