@@ -79,8 +79,19 @@ lint: ## gofmt, go vet, staticcheck, deadcode
 	@dead=$$(go tool -modfile=tools/go.mod deadcode -test ./...); \
 	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
+# The manual's reference pages (docs/reference) are generated from the
+# OpenAPI document, the commands' help, the flags and the registered metrics
+# by cmd/relay-docs, which is not shipped.
+.PHONY: docs
+docs: ## regenerate the manual's generated pages in docs/
+	go run ./cmd/relay-docs
+
+.PHONY: docs-check
+docs-check: ## fail when a generated page in docs/ is out of date
+	go run ./cmd/relay-docs -check
+
 .PHONY: test
-test: lint check-generate contract lint-openapi sdk-test ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi docs-check sdk-test ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short
