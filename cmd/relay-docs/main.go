@@ -2,7 +2,8 @@
 // that no reference is written twice: the API reference from the OpenAPI
 // document, the command line from the commands' own help, the configuration
 // table from the flags of `relay serve` and their environment variables, and
-// the metrics from those a running relay registers. With -check it writes
+// the metrics from those a running relay registers; and the import graph of
+// the architecture page from `go list`. With -check it writes
 // nothing and fails when a page differs from what it would write, which is
 // how `make test` keeps the pages in step. It is a tool for working on the
 // relay and is not shipped.
@@ -69,6 +70,20 @@ func run(check bool) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	pages = append(pages, page{"docs/reference/metrics.md", metrics})
+	region, err := importsRegion()
+	if err != nil {
+		return fmt.Errorf("import graph: %w", err)
+	}
+	const architecture = "docs/development/architecture.md"
+	current, err := os.ReadFile(architecture)
+	if err != nil {
+		return err
+	}
+	arch, err := withRegion(current, region)
+	if err != nil {
+		return fmt.Errorf("%s: %w", architecture, err)
+	}
+	pages = append(pages, page{architecture, arch})
 
 	var stale []string
 	for _, p := range pages {

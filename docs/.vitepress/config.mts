@@ -33,6 +33,7 @@ const reference = [
   ["Metrics", "/reference/metrics"],
 ];
 const development = [
+  ["Architecture", "/development/architecture"],
   ["How it is built", "/development/how-it-is-built"],
   ["The contract and its tools", "/development/contract"],
   ["Performance", "/development/performance"],
@@ -53,7 +54,7 @@ export default {
       { text: "Guide", link: "/guide/using-the-api" },
       { text: "Operations", link: "/operations/configuration" },
       { text: "Reference", link: "/reference/" },
-      { text: "Development", link: "/development/how-it-is-built" },
+      { text: "Development", link: "/development/architecture" },
     ],
     sidebar: [
       { text: "Guide", items: items(guide) },
