@@ -104,11 +104,18 @@ func metricsPage(relayBin, tmp string) ([]byte, error) {
 }
 
 // labels lists a family's label names, each with its values when the
-// series existed before any call (registered, the same family scraped
-// then): those values are fixed, such as one counter per rate limit.
+// family already had several series before any call (registered, the same
+// family scraped then): those values are an enumeration fixed at
+// registration, such as one counter per rate limit. A single series, such
+// as one that names the build, keeps its values to itself, since they
+// change from build to build.
 func labels(f, registered *dto.MetricFamily) string {
 	fixed := map[string]map[string]bool{}
-	for _, m := range registered.GetMetric() {
+	series := registered.GetMetric()
+	if len(series) < 2 {
+		series = nil
+	}
+	for _, m := range series {
 		for _, l := range m.GetLabel() {
 			if fixed[l.GetName()] == nil {
 				fixed[l.GetName()] = map[string]bool{}
