@@ -226,6 +226,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.AuthFailureLimit, 0, nil)
 	pairAttempts := server.NewRateLimiter(cfg.PairRateLimit, 0, nil)
+	requestAttempts := server.NewRateLimiter(cfg.RequestRateLimit, 0, nil)
+	requestPolls := server.NewRateLimiter(cfg.RequestPollLimit, 0, nil)
 	rateLimit := server.NewRateLimiter(cfg.RateLimit, cfg.RateLimitBurst, nil)
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
@@ -236,7 +238,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit, requestAttempts, requestPolls)
 	if err != nil {
 		return fail(err)
 	}
@@ -264,6 +266,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthTimeout:  cfg.LinkAuthTimeout,
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
+		// Key requests and pair requests: in memory on a node alone, in
+		// the cluster's shared state otherwise, approved through the
+		// relay's own services with the approver's key.
+		Requests:        r.requestStore(),
+		Approvals:       approvals{r},
+		RequestAttempts: requestAttempts,
+		RequestPolls:    requestPolls,
 		Hub: link.HubOptions{
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
