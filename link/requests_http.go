@@ -75,6 +75,35 @@ func ownsRequestPath(path string) bool {
 	return false
 }
 
+// RequestRoute is the route of a request's path with its code replaced by
+// {code}, such as /auth/key-request/{code}/status, for logs and metrics,
+// which must show neither a code nor an unbounded set of paths; false for
+// a path that is not a request's.
+func RequestRoute(path string) (string, bool) {
+	if !ownsRequestPath(path) {
+		return "", false
+	}
+	if path == PathKeyRequestExchange {
+		return path, true
+	}
+	base := PathKeyRequest
+	if strings.HasPrefix(path, PathPairRequest) {
+		base = PathPairRequest
+	}
+	rest := strings.Trim(strings.TrimPrefix(path, base), "/")
+	if rest == "" {
+		return base, true
+	}
+	_, action, _ := strings.Cut(rest, "/")
+	switch action {
+	case "":
+		return base + "/{code}", true
+	case "status", "approve", "deny":
+		return base + "/{code}/" + action, true
+	}
+	return base + "/{code}/other", true
+}
+
 // serveRequests routes the requests' paths.
 func (s *Service) serveRequests(w http.ResponseWriter, r *http.Request) {
 	kind, base := KindKeyRequest, PathKeyRequest

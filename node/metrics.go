@@ -121,6 +121,9 @@ func linkRoute(path string) string {
 	if !link.Owns(path) {
 		return ""
 	}
+	if route, ok := link.RequestRoute(path); ok {
+		return route
+	}
 	if strings.HasPrefix(path, "/api/clients/") {
 		return "/api/clients/{clientId}/active"
 	}

@@ -399,7 +399,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.BodyReadTimeout, MinRate: cfg.BodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
-	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute,
+		// A request's code fetches what its approval granted: it is
+		// never written to the log.
+		Hidden: func(path string) bool { _, ok := link.RequestRoute(path); return ok }}
 	r.http = &http.Server{
 		Handler:           r.bodies.Wrap(observe.Access(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

@@ -234,3 +234,52 @@ func TestConsoleCanBeTurnedOff(t *testing.T) {
 		t.Fatalf("GET /console: %d %v", r.Status, r.Header)
 	}
 }
+
+// TestConsoleApprovesRequests opens the console's approval pages in
+// headless Chromium, as a game master does from a key request's
+// approvalUrl and a pair request's pairUrl: signed in with the admin key,
+// they approve a key request with one of its two scopes unchecked, and a
+// tabletop's pairing; the asker's poll then gets exactly that.
+func TestConsoleApprovesRequests(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true })
+	resp := tr.Do("POST", "/auth/key-request", "", nil, map[string]any{"appName": "Initiative bot", "appDescription": "Tracks turns",
+		"scopes": []string{"entity:read", "encounter:read"}, "clientIds": []string{"demo"}})
+	if resp.Status != http.StatusCreated {
+		t.Fatalf("open key request: %d %s", resp.Status, resp.Body)
+	}
+	approvalURL, code := resp.JSON(t)["approvalUrl"].(string), resp.JSON(t)["code"].(string)
+
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(approvalURL)
+	p.typeInto("#signin-key", tr.AdminKey)
+	p.click("#signin-button")
+	p.waitFor("the key request", `document.getElementById("approve-app").textContent === "Initiative bot"`)
+	if got := p.text("#approve-scopes"); got != "entity:readencounter:read" {
+		t.Fatalf("the page offers the scopes %q", got)
+	}
+	p.click(`#approve-scopes input[value="encounter:read"]`)
+	p.screenshot("06-approve-key-request")
+	p.click("#approve-yes")
+	p.waitFor("the approval", `document.getElementById("approve-done").textContent.startsWith("Approved")`)
+	got := tr.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil).JSON(t)
+	if got["status"] != "approved" || fmt.Sprint(got["scopes"]) != "[entity:read]" || fmt.Sprint(got["clientIds"]) != "[demo]" {
+		t.Fatalf("the tool's poll got %v", got)
+	}
+
+	resp = tr.Do("POST", "/auth/pair-request", "", nil, map[string]any{"worldId": "w-console", "worldTitle": "Console World",
+		"systemId": "dnd5e", "foundryVersion": "13.345", "serverFingerprint": "fp-console"})
+	pairURL, pairCode := resp.JSON(t)["pairUrl"].(string), resp.JSON(t)["code"].(string)
+	// The same tab is still signed in.
+	p.navigate(pairURL)
+	p.waitFor("the pair request", `document.getElementById("approve-world-title").textContent === "Console World"`)
+	p.screenshot("07-approve-pair-request")
+	p.click("#approve-yes")
+	p.waitFor("the approval", `document.getElementById("approve-done").textContent.startsWith("Approved")`)
+	st := tr.Do("GET", "/auth/pair-request/"+pairCode+"/status", "", nil, nil).JSON(t)
+	if st["status"] != "approved" || len(fmt.Sprint(st["pairingCode"])) != 6 {
+		t.Fatalf("the module's poll got %v", st)
+	}
+}

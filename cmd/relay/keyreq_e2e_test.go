@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -342,5 +343,28 @@ func TestPairRequestSimulator(t *testing.T) {
 	var end *linktest.PairRequestEnd
 	if !errors.As(err, &end) || end.Status != "denied" {
 		t.Fatalf("pairing a denied request: %v", err)
+	}
+}
+
+// TestKeyRequestCodeNotLogged: a request's code fetches its key once it is
+// approved, so the access log shows its route, never the code, and the
+// key itself appears nowhere in the log.
+func TestKeyRequestCodeNotLogged(t *testing.T) {
+	t.Parallel()
+	var logged lockedBuffer
+	r := startTestRelayLogged(t, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	code := openKeyRequest(t, r.Relay, map[string]any{"appName": "bot", "scopes": []string{"entity:read"}})["code"].(string)
+	r.Do("GET", "/auth/key-request/"+code, r.AdminKey, nil, nil)
+	r.Do("POST", "/auth/key-request/"+code+"/approve", r.AdminKey, nil, nil)
+	apiKey, _ := r.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil).JSON(t)["apiKey"].(string)
+	if apiKey == "" {
+		t.Fatal("no key delivered")
+	}
+	out := logged.String()
+	if !strings.Contains(out, "path=/auth/key-request/{code}/status") {
+		t.Fatalf("no access line of the status poll:\n%s", out)
+	}
+	if strings.Contains(out, code) || strings.Contains(out, apiKey) {
+		t.Fatalf("the log shows the request's code or its key:\n%s", out)
 	}
 }
