@@ -245,8 +245,10 @@ func activeClientID(path string) (string, bool) {
 
 // Handler serves the module's endpoints: `/relay` (the WebSocket),
 // `POST /auth/pair`, `POST /api/self-unpair` and
-// `GET /api/clients/{clientId}/active`. None takes an API key: they
-// authenticate by pairing code or connection token. The module calls the
+// `GET /api/clients/{clientId}/active`, and the key requests and pair
+// requests under `/auth/key-request` and `/auth/pair-request`. None takes
+// an API key but the approval endpoints of requests: the others
+// authenticate by pairing code, connection token or request code. The module calls the
 // plain HTTP ones from the game master's browser, on the tabletop's
 // origin, so they allow every origin (they use no cookies).
 func (s *Service) Handler() http.Handler {

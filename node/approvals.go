@@ -12,6 +12,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -34,7 +35,7 @@ var _ link.Approvals = approvals{}
 // Approver implements link.Approvals.
 func (a approvals) Approver(ctx context.Context, apiKey string) (string, error) {
 	if apiKey == "" {
-		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: "An API key is required in the x-api-key header"}
+		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: keys.ErrMissing.Error()}
 	}
 	k, err := a.r.keys.Authenticate(ctx, apiKey)
 	if err != nil {

@@ -449,10 +449,14 @@ func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 }
 
 // routeLinks sends the tabletop module's endpoints (`/relay`, `/auth/pair`,
-// `/api/self-unpair`, `/api/clients/{clientId}/active`) to the link
-// service and everything else on. They are not routes of the API's
-// contract: they authenticate by pairing code or connection token, never
-// by API key, so the gateway's admission must not see them.
+// `/api/self-unpair`, `/api/clients/{clientId}/active`, and the key
+// requests and pair requests under `/auth/`) to the link service and
+// everything else on. They are not routes of the API's contract: they
+// authenticate by pairing code, connection token or request code, so the
+// gateway's admission must not see them. The approval endpoints of the
+// requests do take an API key, which the link service checks and then
+// presents to the key and link services in process (approvals.go), where
+// the interceptors judge it as for any call.
 func routeLinks(links, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if link.Owns(r.URL.Path) {
