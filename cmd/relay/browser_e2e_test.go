@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -281,5 +282,24 @@ func TestConsoleApprovesRequests(t *testing.T) {
 	st := tr.Do("GET", "/auth/pair-request/"+pairCode+"/status", "", nil, nil).JSON(t)
 	if st["status"] != "approved" || len(fmt.Sprint(st["pairingCode"])) != 6 {
 		t.Fatalf("the module's poll got %v", st)
+	}
+
+	// The web flow: the page links back to the tool with the exchange code,
+	// which the tool trades for the key.
+	resp = tr.Do("POST", "/auth/key-request", "", nil, map[string]any{"appName": "Web tool", "scopes": []string{"entity:read"},
+		"callbackUrl": "https://tool.example.org/done?x=1"})
+	p.navigate(resp.JSON(t)["approvalUrl"].(string))
+	p.waitFor("the web-flow request", `document.getElementById("approve-app").textContent === "Web tool"`)
+	p.click("#approve-yes")
+	p.waitFor("the link back to the tool", `!!document.getElementById("approve-callback")`)
+	var href string
+	p.must(`document.getElementById("approve-callback").href`, &href)
+	back, err := url.Parse(href)
+	if err != nil || back.Host != "tool.example.org" || back.Query().Get("x") != "1" || back.Query().Get("code") == "" {
+		t.Fatalf("the link back to the tool is %q", href)
+	}
+	x := tr.Do("POST", "/auth/key-request/exchange", "", nil, map[string]any{"code": back.Query().Get("code")})
+	if k, _ := x.JSON(t)["apiKey"].(string); x.Status != http.StatusOK || !strings.HasPrefix(k, "rk_") {
+		t.Fatalf("exchange: %d %s", x.Status, x.Body)
 	}
 }

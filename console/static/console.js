@@ -252,12 +252,20 @@
     $("approve-yes").disabled = true;
     $("approve-no").disabled = true;
     try {
-      await authApi("POST", requestPath(req) + (approve ? "/approve" : "/deny"), body);
+      const answer = await authApi("POST", requestPath(req) + (approve ? "/approve" : "/deny"), body);
       $("approve-actions").hidden = true;
       $("approve-status").textContent = approve ? "approved" : "denied";
       $("approve-done").textContent = approve
         ? (req.kind === "key" ? "Approved: the tool receives its key." : "Approved: the tabletop pairs and connects in a moment.")
         : "Denied.";
+      if (answer && answer.exchangeCode && answer.callbackUrl) {
+        // The web flow: the tool's own page trades the exchange code for
+        // the key. The address was checked to be http(s) when the request
+        // was made.
+        const back = new URL(answer.callbackUrl);
+        back.searchParams.set("code", answer.exchangeCode);
+        $("approve-done").append(" ", el("a", { id: "approve-callback", href: back.toString(), rel: "noreferrer" }, "Return to " + back.host));
+      }
       history.replaceState(null, "", location.pathname + "#worlds");
     } catch (e) {
       showError("approve-error", e);
