@@ -420,7 +420,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
-		r.registerMetrics(rateLimit, authFailures, pairAttempts)
+		r.registerMetrics(rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls)
 		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.MetricsListen, r.metrics, log); err != nil {
 			return fail(err)
 		}

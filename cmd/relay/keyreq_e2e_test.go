@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -263,15 +264,16 @@ func TestKeyRequestBadInput(t *testing.T) {
 // per address, with 429 and Retry-After.
 func TestKeyRequestRateLimits(t *testing.T) {
 	t.Parallel()
-	r := relaytest.Start(t, func(c *node.Config) { c.RequestRateLimit = 2; c.RequestPollLimit = 3 })
+	r := relaytest.Start(t, func(c *node.Config) {
+		c.RequestRateLimit, c.RequestPollLimit, c.MetricsListen = 2, 3, "127.0.0.1:0"
+	})
 	var code string
-	for i := range 2 {
+	for range 2 {
 		code = openKeyRequest(t, r, map[string]any{"appName": "x", "scopes": []string{"entity:read"}})["code"].(string)
-		_ = i
 	}
-	resp := r.Do("POST", "/auth/pair-request", "", nil, map[string]any{"worldId": "w"})
-	if resp.Status != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("third request in a minute: %d %s", resp.Status, resp.Body)
+	third := r.Do("POST", "/auth/pair-request", "", nil, map[string]any{"worldId": "w"})
+	if third.Status != http.StatusTooManyRequests || third.Header.Get("Retry-After") == "" {
+		t.Fatalf("third request in a minute: %d %s", third.Status, third.Body)
 	}
 	for i := range 3 {
 		if s := r.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil); s.Status != http.StatusOK {
@@ -280,6 +282,17 @@ func TestKeyRequestRateLimits(t *testing.T) {
 	}
 	if s := r.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil); s.Status != http.StatusTooManyRequests || s.Header.Get("Retry-After") == "" {
 		t.Fatalf("fourth poll in a minute: %d %s", s.Status, s.Body)
+	}
+	resp, err := http.Get("http://" + r.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`relay_rate_limit_refusals_total{limit="requests"} 1`, `relay_rate_limit_refusals_total{limit="request_polls"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("the metrics lack %s", want)
+		}
 	}
 }
 
