@@ -381,3 +381,25 @@ func TestKeyRequestCodeNotLogged(t *testing.T) {
 		t.Fatalf("the log shows the request's code or its key:\n%s", out)
 	}
 }
+
+// TestPairRequestApproverBounds: a pair request's pairing code is made as
+// `POST /pairing-codes` with the approving key would make it, so a key
+// bound to worlds cannot approve the pairing of a new world, and the
+// request stays pending for a key that can.
+func TestPairRequestApproverBounds(t *testing.T) {
+	t.Parallel()
+	r := relaytest.Start(t)
+	bound, _ := r.NewKey(&relayv1.CreateKeyRequest{Name: "demo admin", Scopes: []string{"all"}, ClientIds: []string{"demo"}})
+	resp := r.Do("POST", "/auth/pair-request", "", nil, map[string]any{"worldId": "w"})
+	code := resp.JSON(t)["code"].(string)
+	a := r.Do("POST", "/auth/pair-request/"+code+"/approve", bound, nil, nil)
+	if a.Status != http.StatusForbidden || !strings.Contains(a.ErrorText(t), "may not pair a new world") {
+		t.Fatalf("approve by a key bound to worlds: %d %s", a.Status, a.Body)
+	}
+	if s := r.Do("GET", "/auth/pair-request/"+code+"/status", "", nil, nil); string(s.Body) != `{"status":"pending"}` {
+		t.Fatalf("status after a refused approval: %s", s.Body)
+	}
+	if a := r.Do("POST", "/auth/pair-request/"+code+"/approve", r.AdminKey, nil, nil); a.Status != http.StatusOK {
+		t.Fatalf("approve by the admin key: %d %s", a.Status, a.Body)
+	}
+}
