@@ -79,8 +79,40 @@ lint: ## gofmt, go vet, staticcheck, deadcode
 	@dead=$$(go tool -modfile=tools/go.mod deadcode -test ./...); \
 	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
+# The manual's reference pages (docs/reference) are generated from the
+# OpenAPI document, the commands' help, the flags and the registered metrics
+# by cmd/relay-docs, which is not shipped.
+.PHONY: docs
+docs: ## regenerate the manual's generated pages in docs/
+	go run ./cmd/relay-docs
+
+.PHONY: docs-check
+docs-check: ## fail when a generated page in docs/ is out of date
+	go run ./cmd/relay-docs -check
+
+# The manual's site: VitePress, pinned by tools/docs-site/package-lock.json
+# and installed with `npm ci` when the lock file changes, builds docs/ into
+# tools/docs-site/build (not committed). docs/ is copied there first, so that
+# the pages find VitePress's own packages in tools/docs-site/node_modules.
+# VitePress fails on a link to a missing page; check-links.mjs then checks
+# every anchor, and the README's links into docs/.
+DOCS_SITE := tools/docs-site
+DOCS_SITE_DEPS := $(DOCS_SITE)/node_modules/.installed
+$(DOCS_SITE_DEPS): $(DOCS_SITE)/package.json $(DOCS_SITE)/package-lock.json
+	cd $(DOCS_SITE) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
+.PHONY: docs-site
+docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/docs-site/build and check every link and anchor
+	rm -rf $(DOCS_SITE)/build
+	mkdir -p $(DOCS_SITE)/build
+	cp -R docs $(DOCS_SITE)/build/docs
+	rm -rf $(DOCS_SITE)/build/docs/.vitepress/cache $(DOCS_SITE)/build/docs/.vitepress/dist
+	cd $(DOCS_SITE) && ./node_modules/.bin/vitepress build build/docs
+	cd $(DOCS_SITE) && node check-links.mjs build/docs/.vitepress/dist ../../README.md
+
 .PHONY: test
-test: lint check-generate contract lint-openapi sdk-test ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi docs-check docs-site sdk-test ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short
