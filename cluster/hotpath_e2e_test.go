@@ -1,12 +1,19 @@
 package cluster_test
 
 import (
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tabletop-relay/relay/cluster/clustertest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
 )
 
 // TestRequestsMakeNoJetStreamRequests checks that calls served by the node
@@ -45,4 +52,65 @@ func TestRequestsMakeNoJetStreamRequests(t *testing.T) {
 		t.Fatalf("%d calls made %d JetStream API requests; want none per call (at most %d in the background)", 2*calls, made, calls/10)
 	}
 	t.Logf("%d calls, %d JetStream API requests meanwhile", 2*calls, made)
+}
+
+// BenchmarkLocalCall compares a call served by the node that hosts its
+// world with clustering off and in a cluster of one: GET /get (33 KB) and
+// PUT /update, from parallel clients over keep-alive HTTP/1.1. Both relays
+// run in this process, so ns/op covers the relay, the client and, in the
+// cluster, the embedded NATS server. js-api/op is the JetStream API
+// requests per call, which must stay 0.
+func BenchmarkLocalCall(b *testing.B) {
+	for _, clustered := range []bool{false, true} {
+		name := "lone"
+		if clustered {
+			name = "cluster-of-one"
+		}
+		r := relaytest.StartLogged(b, slog.New(slog.DiscardHandler), func(c *node.Config) {
+			if clustered {
+				c.Cluster = clustertest.Configs(b, 1, clusterLease)[0]
+			}
+		})
+		apiRequests := func() uint64 {
+			if !clustered {
+				return 0
+			}
+			return r.Registry().JetStreamAPIRequests()
+		}
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+		for _, op := range []struct{ name, method, path, body string }{
+			{"get", http.MethodGet, "/get?uuid=Actor.ariaVale00000001", ""},
+			{"update", http.MethodPut, "/update?uuid=Actor.bromIronfist0001", `{"data":{"system.attributes.hp.value":%d}}`},
+		} {
+			b.Run(name+"/"+op.name, func(b *testing.B) {
+				b.ReportAllocs()
+				var seq atomic.Int64
+				before := apiRequests()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						var body io.Reader
+						if op.body != "" {
+							body = strings.NewReader(fmt.Sprintf(op.body, 10+seq.Add(1)%5))
+						}
+						req, _ := http.NewRequest(op.method, r.Base+op.path, body)
+						req.Header.Set("x-api-key", r.AdminKey)
+						resp, err := client.Do(req)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("%s %s: %d", op.method, op.path, resp.StatusCode)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(apiRequests()-before)/float64(b.N), "js-api/op")
+			})
+		}
+	}
 }
