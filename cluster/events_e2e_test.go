@@ -239,6 +239,16 @@ func TestEventStreamsOnAnotherNode(t *testing.T) {
 			got := n3.Do(http.MethodGet, "/clients", n3.AdminKey, nil, nil)
 			return got.Status == http.StatusOK && strings.Contains(string(got.Body), clientID)
 		})
+		// n3 lists a paired world as soon as its record reaches it; its
+		// streams follow the world once n3 also knows that n1 hosts it.
+		waitUntil(t, "n3 knowing that n1 hosts the linked world", func() bool {
+			for _, h := range n3.Registry().Snapshot() {
+				if h.ClientID == clientID && h.Node == "n1" && h.Live {
+					return true
+				}
+			}
+			return false
+		})
 		// The user is the tabletop's, which n3 learns from the host.
 		lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
 		onHost := sseStream(t, ctx, n1, lpath, n1.AdminKey, "")

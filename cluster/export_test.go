@@ -1,5 +1,7 @@
 package cluster
 
+import natsserver "github.com/nats-io/nats-server/v2/server"
+
 // Crash stops the node's embedded NATS server at once, as a SIGKILL of its
 // process would for the other nodes: its routes drop, its subscriptions
 // vanish, and it releases nothing. The relay around it keeps running,
@@ -22,3 +24,14 @@ func (r *Registry) StallWatch() {
 
 // Rewatches is how many times the registry replaced its watcher.
 func (r *Registry) Rewatches() int64 { return r.rewatches.Load() }
+
+// JetStreamAPIRequests is how many JetStream API requests (listing a
+// bucket, creating or deleting a consumer, reading an entry from a
+// stream's leader, ...) the node's embedded server has answered.
+func (r *Registry) JetStreamAPIRequests() uint64 {
+	jsz, err := r.node.srv.Jsz(&natsserver.JSzOptions{})
+	if err != nil {
+		return 0
+	}
+	return jsz.API.Total
+}

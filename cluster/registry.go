@@ -888,12 +888,21 @@ func (r *Registry) IDs(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if len(r.entries) == 0 {
+		return ids, nil
+	}
+	// A set of the local ids keeps this linear in the number of worlds:
+	// it runs on every call that names no world.
+	local := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		local[id] = struct{}{}
+	}
 	for id := range r.entries {
-		if !slices.Contains(ids, id) {
+		if _, ok := local[id]; !ok {
 			ids = append(ids, id)
 		}
 	}
-	r.mu.RUnlock()
 	return ids, nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -316,7 +317,45 @@ func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, r
 	if rt.responseBody != nil {
 		msg = responseBody{Message: resp, field: rt.responseBody}
 	}
+	if h := answerHolder(r); h != nil {
+		// The answer's length is known (Content-Length): its headers and
+		// its whole body leave in one write (see writeHolder).
+		h.HoldNextWrite()
+		defer func() { _ = h.ReleaseHeld() }()
+	}
 	runtime.ForwardResponseMessage(ctx, g.mux, out, w, r, msg, g.mux.GetForwardResponseOptions()...)
+}
+
+// writeHolder is a connection that can keep one write back and send it
+// with the next (netlimit's connections). net/http sends an HTTP/1.1
+// answer longer than its 4 KiB connection buffer in two writes, the
+// buffer (headers and the body's start) and then the rest of the body;
+// held together, they leave in one system call and wake the client once.
+type writeHolder interface {
+	HoldNextWrite()
+	ReleaseHeld() error
+}
+
+// answerHolder returns the request's connection when it can hold a write
+// for its answer: HTTP/1.x without TLS (net/http's HTTP/2 frames its
+// answers on a goroutine of its own), on a connection recorded by
+// ConnContext.
+func answerHolder(r *http.Request) writeHolder {
+	if r.ProtoMajor != 1 || r.TLS != nil {
+		return nil
+	}
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	for c != nil {
+		if h, ok := c.(writeHolder); ok {
+			return h
+		}
+		p, ok := c.(plainConn)
+		if !ok {
+			return nil
+		}
+		c = p.PlainConn()
+	}
+	return nil
 }
 
 // responseBody is a response whose rule's response_body names one of its

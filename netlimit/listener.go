@@ -338,6 +338,46 @@ type conn struct {
 	// write deadline was last pushed forward, in Unix nanoseconds.
 	stall time.Duration
 	armed atomic.Int64
+
+	// holdMu guards hold and held. While hold is set, the next write is
+	// kept in held (copied: net/http reuses its buffer) and sent together
+	// with the write after it; see HoldNextWrite.
+	holdMu sync.Mutex
+	hold   bool
+	held   []byte
+}
+
+// maxHeldWrite is the largest write a connection keeps back to send with
+// the next one: net/http's connection buffer (4 KiB) with room to spare;
+// a larger write goes out at once.
+const maxHeldWrite = 8 << 10
+
+// HoldNextWrite makes the connection keep its next write (when it is at
+// most maxHeldWrite bytes) and send it with the write after it, in one
+// system call (writev). net/http sends an answer longer than its 4 KiB
+// connection buffer in two writes: the buffer, holding the headers and
+// the body's start, then the rest of the body; held together they leave
+// in one, so the client wakes once and the relay makes one system call.
+// Whoever asks must call ReleaseHeld when the answer is written, which
+// sends a write still kept. The holding ends after one pair of writes.
+func (c *conn) HoldNextWrite() {
+	c.holdMu.Lock()
+	c.hold = true
+	c.holdMu.Unlock()
+}
+
+// ReleaseHeld ends HoldNextWrite: a write still kept is sent now.
+func (c *conn) ReleaseHeld() error {
+	c.holdMu.Lock()
+	defer c.holdMu.Unlock()
+	c.hold = false
+	if len(c.held) == 0 {
+		return nil
+	}
+	held := c.held
+	c.held = c.held[:0]
+	_, err := c.write(held)
+	return err
 }
 
 // writeChunk bounds what one write hands the network at once, so that a
@@ -345,12 +385,60 @@ type conn struct {
 // deadline forward.
 const writeChunk = 64 << 10
 
-// Write writes p in chunks of at most writeChunk, each of which must go out
+// Write writes p, or keeps it to send with the next write after
+// HoldNextWrite.
+func (c *conn) Write(p []byte) (int, error) {
+	c.holdMu.Lock()
+	if !c.hold {
+		c.holdMu.Unlock()
+		return c.write(p)
+	}
+	defer c.holdMu.Unlock()
+	if len(c.held) == 0 && len(p) <= maxHeldWrite {
+		if c.held == nil {
+			c.held = make([]byte, 0, maxHeldWrite)
+		}
+		c.held = append(c.held, p...)
+		return len(p), nil
+	}
+	c.hold = false
+	if len(c.held) == 0 {
+		return c.write(p)
+	}
+	return c.writeWithHeld(p)
+}
+
+// writeWithHeld sends the kept write and p in one system call, and
+// reports how much of p went out. Under holdMu.
+func (c *conn) writeWithHeld(p []byte) (int, error) {
+	held := c.held
+	c.held = c.held[:0]
+	if len(held)+len(p) > writeChunk {
+		// Too long for one guarded write: one after the other.
+		if _, err := c.write(held); err != nil {
+			return 0, err
+		}
+		return c.write(p)
+	}
+	if c.stall > 0 {
+		if now := time.Now(); now.UnixNano()-c.armed.Load() > int64(c.stall/8) {
+			if err := c.arm(now); err != nil {
+				return 0, err
+			}
+		}
+	}
+	// net.Buffers writes with writev when the connection is a socket.
+	bufs := net.Buffers{held, p}
+	n, err := bufs.WriteTo(c.Conn)
+	return int(max(0, n-int64(len(held)))), err
+}
+
+// write writes p in chunks of at most writeChunk, each of which must go out
 // within the write stall time-out. The deadline is pushed forward only when
 // it was last set more than an eighth of the time-out ago (a stall is then
 // cut after 7/8 to 8/8 of the time-out), which spares a deadline update on
 // most writes.
-func (c *conn) Write(p []byte) (int, error) {
+func (c *conn) write(p []byte) (int, error) {
 	if c.stall <= 0 {
 		return c.Conn.Write(p)
 	}

@@ -310,3 +310,73 @@ func TestRefusalText(t *testing.T) {
 		t.Fatalf("refusal: %+v %s", resp, body)
 	}
 }
+
+// TestHoldNextWrite checks that a held write leaves only with the write
+// after it (both in order), that the holding ends after that pair, that
+// ReleaseHeld sends a write still kept, and that a write too long to keep
+// goes out at once.
+func TestHoldNextWrite(t *testing.T) {
+	t.Parallel()
+	a := newAcceptor(t, Config{WriteStallTimeout: 5 * time.Second})
+	client := dialFrom(t, a, "127.0.0.1")
+	c := a.accepted(t).(*conn)
+	// nothingArrives checks that the client receives nothing for a moment.
+	nothingArrives := func(what string) {
+		t.Helper()
+		client.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		var b [1]byte
+		if n, err := client.Read(b[:]); n > 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("%s: the client received %d bytes (%v)", what, n, err)
+		}
+	}
+	// arrives checks that the client receives exactly want next.
+	arrives := func(want []byte, what string) {
+		t.Helper()
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(client, got); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("%s: the client received other bytes", what)
+		}
+	}
+	body := make([]byte, 30<<10)
+	for i := range body {
+		body[i] = byte('a' + i%26)
+	}
+
+	c.HoldNextWrite()
+	if n, err := c.Write([]byte("HTTP/1.1 200 OK\r\n\r\nhead")); n != 23 || err != nil {
+		t.Fatalf("held write: %d, %v", n, err)
+	}
+	nothingArrives("a held write")
+	if n, err := c.Write(body); n != len(body) || err != nil {
+		t.Fatalf("write after the held one: %d, %v", n, err)
+	}
+	arrives(append([]byte("HTTP/1.1 200 OK\r\n\r\nhead"), body...), "the held write and the next")
+	if err := c.ReleaseHeld(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The holding ended with that pair: the next write leaves at once.
+	c.Write([]byte("next"))
+	arrives([]byte("next"), "a write after the pair")
+
+	// A write still kept leaves with ReleaseHeld.
+	c.HoldNextWrite()
+	c.Write([]byte("small answer"))
+	nothingArrives("a held write")
+	if err := c.ReleaseHeld(); err != nil {
+		t.Fatal(err)
+	}
+	arrives([]byte("small answer"), "a write released")
+
+	// A write too long to keep leaves at once, and so does the next.
+	c.HoldNextWrite()
+	c.Write(body)
+	arrives(body, "a long write while holding")
+	c.Write([]byte("tail"))
+	arrives([]byte("tail"), "the write after a long one")
+	c.ReleaseHeld()
+}

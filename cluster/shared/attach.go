@@ -113,7 +113,7 @@ func (a *Attached) ShareLimits(limiters ...*server.RateLimiter) {
 }
 
 // Close stops the event bus, withdraws the node and stops watching the
-// keys. Call it before closing the NATS connection.
+// keys and the linked worlds. Call it before closing the NATS connection.
 func (a *Attached) Close() error {
 	// The parts stop side by side: each may wait up to stopTimeout for a
 	// cluster that does not answer, and the node's stop should not add
@@ -131,6 +131,9 @@ func (a *Attached) Close() error {
 	}
 	if a.Keys != nil {
 		wg.Go(func() { keysErr = a.Keys.Close() })
+	}
+	if a.Links != nil {
+		wg.Go(a.Links.Close)
 	}
 	wg.Wait()
 	return errors.Join(presenceErr, keysErr)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,10 +40,40 @@ const codesMaxAge = link.CodeTTL + time.Minute
 // the world is paired: the world's record is the authority, so a pairing
 // that replaces a token, or an unpairing, takes effect with the one
 // compare-and-set write of that record.
+//
+// The list of linked worlds (Worlds), which the relay reads on every call
+// that names no world, is answered from memory: the store loads every
+// world's record when it opens and a follower of the bucket keeps them
+// current (a node's own pairings enter at once, other nodes' within the
+// watcher's delay, typically milliseconds). Listing the bucket would
+// create and delete a JetStream consumer on each call. One world's record
+// (World) and a token (TokenWorld) are still read from the bucket, so
+// authentication and a call naming a world just paired elsewhere see the
+// bucket's latest state.
 type LinkStore struct {
 	codes jetstream.KeyValue
 	links jetstream.KeyValue
+
+	follower *steady.Follower
+
+	// mu guards known, list and watchers. known holds each linked world's
+	// record as last read or written, with the bucket revision it was at;
+	// list is the same records sorted by clientId, made again when the
+	// first caller needs it after a change (nil until then).
+	mu       sync.Mutex
+	known    map[string]knownWorld
+	list     []link.World
+	watchers map[*unpairedWatcher]struct{}
 }
+
+// knownWorld is a linked world's record and the revision it was read at.
+type knownWorld struct {
+	world link.World
+	rev   uint64
+}
+
+// unpairedWatcher is one caller of WatchUnpaired.
+type unpairedWatcher struct{ fn func(clientID string) }
 
 var _ link.Store = (*LinkStore)(nil)
 
@@ -89,7 +120,58 @@ func OpenLinks(ctx context.Context, js jetstream.JetStream, opts Options) (*Link
 	if err != nil {
 		return nil, err
 	}
-	return &LinkStore{codes: codes, links: links}, nil
+	s := &LinkStore{codes: codes, links: links, known: map[string]knownWorld{}, watchers: map[*unpairedWatcher]struct{}{}}
+	// The follower loads every world's record, then applies each change;
+	// it replaces its watcher when the watcher goes silent, since a node
+	// whose list stopped following would neither see new pairings nor
+	// close the sockets of worlds unpaired elsewhere.
+	if s.follower, err = steady.Follow(ctx, links, []string{"w.>"}, steady.FollowOptions{}, s.apply); err != nil {
+		return nil, fmt.Errorf("shared: watch linked worlds: %w", err)
+	}
+	return s, nil
+}
+
+// Close stops following the bucket. The store must not be used after.
+func (s *LinkStore) Close() {
+	s.follower.Close(stopTimeout)
+}
+
+// apply takes a watched world's record into memory and tells the
+// watchers of WatchUnpaired when it is unpaired.
+func (s *LinkStore) apply(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var rec worldRecord
+	if json.Unmarshal(e.Value(), &rec) != nil || rec.World.ClientID == "" {
+		return
+	}
+	s.remember(rec.World, e.Revision())
+	if rec.World.Paired() {
+		return
+	}
+	s.mu.Lock()
+	fns := make([]func(string), 0, len(s.watchers))
+	for w := range s.watchers {
+		fns = append(fns, w.fn)
+	}
+	s.mu.Unlock()
+	for _, fn := range fns {
+		fn(rec.World.ClientID)
+	}
+}
+
+// remember keeps w, read or written at revision rev, unless a later
+// revision of its record is known already (the watcher may deliver a
+// node's own write after the write itself was remembered).
+func (s *LinkStore) remember(w link.World, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k, ok := s.known[w.ClientID]; ok && k.rev >= rev {
+		return
+	}
+	s.known[w.ClientID] = knownWorld{world: w, rev: rev}
+	s.list = nil
 }
 
 func hexOf(h link.Hash) string { return hex.EncodeToString(h[:]) }
@@ -173,29 +255,33 @@ func (s *LinkStore) World(ctx context.Context, clientID string) (link.World, err
 	return rec.World, err
 }
 
-// Worlds implements link.Store.
-func (s *LinkStore) Worlds(ctx context.Context) ([]link.World, error) {
+// Worlds implements link.Store, from memory (see [LinkStore]).
+func (s *LinkStore) Worlds(context.Context) ([]link.World, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.list == nil {
+		s.list = make([]link.World, 0, len(s.known))
+		for _, k := range s.known {
+			s.list = append(s.list, k.world)
+		}
+		slices.SortFunc(s.list, func(a, b link.World) int { return strings.Compare(a.ClientID, b.ClientID) })
+	}
+	return slices.Clone(s.list), nil
+}
+
+// anyWorld reports whether the bucket holds a linked world, reading the
+// bucket itself (not memory): Import must not add to a cluster whose
+// worlds this node has not seen yet.
+func (s *LinkStore) anyWorld(ctx context.Context) (bool, error) {
 	l, err := s.links.ListKeysFiltered(ctx, "w.>")
 	if err != nil {
-		return nil, fmt.Errorf("shared: list linked worlds: %w", err)
+		return false, fmt.Errorf("shared: list linked worlds: %w", err)
 	}
-	var ids []string
-	for name := range l.Keys() {
-		ids = append(ids, strings.TrimPrefix(name, "w."))
+	found := false
+	for range l.Keys() {
+		found = true
 	}
-	slices.Sort(ids)
-	out := make([]link.World, 0, len(ids))
-	for _, id := range ids {
-		w, err := s.World(ctx, id)
-		if errors.Is(err, link.ErrUnknownWorld) {
-			continue // deleted meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, nil
+	return found, nil
 }
 
 // Pair implements link.Store: the new token's entry is written first, then
@@ -224,8 +310,9 @@ func (s *LinkStore) Pair(ctx context.Context, p link.Pairing) error {
 		return err
 	}
 	var previous string
+	var written uint64
 	if p.New {
-		if _, err := s.links.Create(ctx, "w."+w.ClientID, data); err != nil {
+		if written, err = s.links.Create(ctx, "w."+w.ClientID, data); err != nil {
 			return fmt.Errorf("shared: pair: %w", err)
 		}
 	} else {
@@ -233,10 +320,10 @@ func (s *LinkStore) Pair(ctx context.Context, p link.Pairing) error {
 			old, rev, err := s.worldEntry(ctx, w.ClientID)
 			switch {
 			case errors.Is(err, link.ErrUnknownWorld):
-				_, err = s.links.Create(ctx, "w."+w.ClientID, data)
+				written, err = s.links.Create(ctx, "w."+w.ClientID, data)
 			case err == nil:
 				previous = old.Token
-				_, err = s.links.Update(ctx, "w."+w.ClientID, data, rev)
+				written, err = s.links.Update(ctx, "w."+w.ClientID, data, rev)
 			}
 			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 				continue
@@ -247,6 +334,7 @@ func (s *LinkStore) Pair(ctx context.Context, p link.Pairing) error {
 			break
 		}
 	}
+	s.remember(w, written)
 	if previous != "" && previous != tok {
 		_ = s.links.Delete(ctx, "t."+previous)
 	}
@@ -301,13 +389,14 @@ func (s *LinkStore) Unpair(ctx context.Context, clientID string, now time.Time) 
 		if err != nil {
 			return 0, err
 		}
-		_, err = s.links.Update(ctx, "w."+clientID, data, rev)
+		written, err := s.links.Update(ctx, "w."+clientID, data, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}
 		if err != nil {
 			return 0, fmt.Errorf("shared: unpair: %w", err)
 		}
+		s.remember(rec.World, written)
 		if tok != "" {
 			_ = s.links.Delete(ctx, "t."+tok)
 		}
@@ -324,7 +413,7 @@ func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) 
 	if len(ps) == 0 {
 		return 0, nil
 	}
-	if ws, err := s.Worlds(ctx); err != nil || len(ws) > 0 {
+	if found, err := s.anyWorld(ctx); err != nil || found {
 		return 0, err
 	}
 	for i, p := range ps {
@@ -346,12 +435,14 @@ func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) 
 		if err != nil {
 			return i, err
 		}
-		if _, err := s.links.Create(ctx, "w."+p.World.ClientID, data); err != nil {
+		written, err := s.links.Create(ctx, "w."+p.World.ClientID, data)
+		if err != nil {
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				return i, nil // another node is importing at the same time
 			}
 			return i, fmt.Errorf("shared: import linked worlds: %w", err)
 		}
+		s.remember(p.World, written)
 	}
 	return len(ps), nil
 }
@@ -359,25 +450,27 @@ func (s *LinkStore) Import(ctx context.Context, ps []link.Pairing) (int, error) 
 // WatchUnpaired calls fn with the clientId of every linked world that is
 // unpaired on any node, so that the node holding the world's socket closes
 // it (on a single node, the unpairing closes it directly): each world
-// unpaired when the watch starts, then each one unpaired later. fn runs on
-// the watcher's goroutine, and may be called again for a world it was
-// called for (after the watcher was replaced). Stop the watcher with the
-// returned function.
-func (s *LinkStore) WatchUnpaired(ctx context.Context, fn func(clientID string)) (stop func(), err error) {
-	// A follower replaces a watcher that stops delivering: a node whose
-	// watcher went silent would keep the socket of a world unpaired
-	// elsewhere.
-	f, err := steady.Follow(ctx, s.links, []string{"w.>"}, steady.FollowOptions{}, func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			return
+// unpaired when the watch starts (on the caller's goroutine), then each
+// one unpaired later (on the store's follower's goroutine). fn may be
+// called again for a world it was called for (after the follower replaced
+// its watcher). Stop the watch with the returned function.
+func (s *LinkStore) WatchUnpaired(_ context.Context, fn func(clientID string)) (stop func(), err error) {
+	w := &unpairedWatcher{fn: fn}
+	s.mu.Lock()
+	s.watchers[w] = struct{}{}
+	var unpaired []string
+	for id, k := range s.known {
+		if !k.world.Paired() {
+			unpaired = append(unpaired, id)
 		}
-		var rec worldRecord
-		if json.Unmarshal(e.Value(), &rec) == nil && !rec.World.Paired() {
-			fn(rec.World.ClientID)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("shared: watch linked worlds: %w", err)
 	}
-	return func() { f.Close(stopTimeout) }, nil
+	s.mu.Unlock()
+	for _, id := range unpaired {
+		fn(id)
+	}
+	return func() {
+		s.mu.Lock()
+		delete(s.watchers, w)
+		s.mu.Unlock()
+	}, nil
 }

@@ -3,6 +3,7 @@ package shared_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,14 @@ func TestRelaysSharePairing(t *testing.T) {
 	}
 	if err := tt.Connect(ctx); err != nil {
 		t.Fatalf("connect to node b: %v", err)
+	}
+	// Node a lists the world paired through node b: its list of linked
+	// worlds, kept in memory, follows the shared bucket.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(string(a.Do("GET", "/clients", a.AdminKey, nil, nil).Body), res.ClientID); {
+		if time.Now().After(deadline) {
+			t.Fatal("node a does not list the world paired through node b")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if resp := a.Do("DELETE", "/linked-worlds/"+res.ClientID, a.AdminKey, nil, nil); resp.Status != http.StatusOK {
 		t.Fatalf("unpair on node a: %d %s", resp.Status, resp.Body)

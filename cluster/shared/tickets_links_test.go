@@ -3,6 +3,7 @@ package shared_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,7 @@ func TestPairingAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(st.Close)
 		nodes = append(nodes, link.NewPairings(st, clk.now, nil))
 	}
 	req := func(code string) link.PairRequest {
@@ -183,12 +185,15 @@ func TestPairingAcrossNodes(t *testing.T) {
 			t.Fatalf("node %d refuses the new token: %v", i+1, err)
 		}
 	}
-	ws, err := nodes[1].Worlds(ctx)
-	if err != nil || len(ws) != 1 || ws[0].ClientID != paired.World.ClientID || !ws[0].Paired() {
-		t.Fatalf("Worlds = %+v, %v", ws, err)
+	// Node C never wrote the world's record: its list (kept in memory)
+	// learns of it from its follower of the bucket.
+	for i, n := range nodes {
+		waitWorlds(t, n, func(ws []link.World) bool {
+			return len(ws) == 1 && ws[0].ClientID == paired.World.ClientID && ws[0].Paired()
+		}, fmt.Sprintf("node %d lists the world paired on node B as paired", i+1))
 	}
 
-	// Unpaired on B: refused everywhere.
+	// Unpaired on B: refused everywhere, and listed as unpaired everywhere.
 	if n, err := nodes[1].Unpair(ctx, paired.World.ClientID); err != nil || n != 1 {
 		t.Fatalf("Unpair = %d, %v; want 1 token revoked", n, err)
 	}
@@ -196,6 +201,9 @@ func TestPairingAcrossNodes(t *testing.T) {
 		if _, _, err := n.Authenticate(ctx, again.Token); !errors.Is(err, link.ErrTokenRejected) {
 			t.Fatalf("node %d takes the token of an unpaired world: %v", i+1, err)
 		}
+		waitWorlds(t, n, func(ws []link.World) bool {
+			return len(ws) == 1 && !ws[0].Paired()
+		}, fmt.Sprintf("node %d lists the world unpaired on node B as unpaired", i+1))
 	}
 	if _, err := nodes[0].Unpair(ctx, "fvtt_0000000000000000"); !errors.Is(err, link.ErrUnknownWorld) {
 		t.Fatalf("Unpair(unknown) = %v, want ErrUnknownWorld", err)
@@ -283,6 +291,7 @@ func TestPairingsImportFromSingleNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(st.Close)
 		stores = append(stores, st)
 		nodes = append(nodes, link.NewPairings(st, nil, nil))
 	}
@@ -297,9 +306,10 @@ func TestPairingsImportFromSingleNode(t *testing.T) {
 			t.Fatalf("node %d, the unpaired world's token: %v", i+1, err)
 		}
 	}
+	waitWorlds(t, nodes[1], func(ws []link.World) bool { return len(ws) == 2 }, "the other node lists both imported worlds")
 	ws, err := nodes[1].Worlds(ctx)
-	if err != nil || len(ws) != 2 {
-		t.Fatalf("Worlds = %+v, %v", ws, err)
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, w := range ws {
 		if w.Paired() != (w.ClientID == kept.World.ClientID) {
@@ -308,5 +318,25 @@ func TestPairingsImportFromSingleNode(t *testing.T) {
 	}
 	if n, err := stores[1].Import(ctx, exported); err != nil || n != 0 {
 		t.Fatalf("a second Import = %d, %v; want 0", n, err)
+	}
+}
+
+// waitWorlds waits up to a few seconds for the pairings' list of linked
+// worlds to satisfy ok, and fails the test with what when it does not.
+func waitWorlds(t *testing.T, p *link.Pairings, ok func([]link.World) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ws, err := p.Worlds(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(ws) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: Worlds = %+v", what, ws)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -88,10 +88,14 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 			rep.Protocol = fmt.Sprintf("gRPC (h2c, %d connections)", cfg.grpcConns)
 		}
 	}
+	if cfg.rate > 0 {
+		rep.RatePerSecond = cfg.rate
+	}
 	if cfg.warmup > 0 {
 		fmt.Fprintf(progress, "warming up for %v ...\n", cfg.warmup)
-		drive(ctx, callers, cfg.mix, cfg.warmup)
+		runPhase(ctx, cfg, callers, cfg.mix, cfg.warmup)
 	}
+	rep.LoadAverageBefore = loadAverageNow(progress, "before the measurement")
 	var before procStats
 	if t.pid != 0 {
 		if before, err = readProcStats(t.pid); err != nil {
@@ -102,13 +106,17 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	if subs != nil {
 		eventsBefore = subs.events.Load()
 	}
-	fmt.Fprintf(progress, "measuring %s at concurrency %d for %v ...\n", rep.Mix, cfg.concurrency, cfg.duration)
+	if cfg.rate > 0 {
+		fmt.Fprintf(progress, "measuring %s open-loop at %g requests/s over %d connections for %v ...\n", rep.Mix, cfg.rate, cfg.concurrency, cfg.duration)
+	} else {
+		fmt.Fprintf(progress, "measuring %s at concurrency %d for %v ...\n", rep.Mix, cfg.concurrency, cfg.duration)
+	}
 	var profiled func() error
 	if t.pprof != "" {
 		profiled = profileCPU(t.pprof, cfg.duration, cfg.cpuProfile)
 	}
 	genBefore := selfCPU()
-	phase := drive(ctx, callers, cfg.mix, cfg.duration)
+	phase := runPhase(ctx, cfg, callers, cfg.mix, cfg.duration)
 	genCPU := selfCPU() - genBefore
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -152,7 +160,33 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 			return nil, err
 		}
 	}
+	rep.LoadAverageAfter = loadAverageNow(progress, "after the measurement")
 	return rep, nil
+}
+
+// runPhase drives the callers for d: open-loop at --rate when it is set,
+// else closed-loop.
+func runPhase(ctx context.Context, cfg config, callers []caller, mix []weighted, d time.Duration) phaseResult {
+	if cfg.rate > 0 {
+		return driveOpen(ctx, callers, mix, d, cfg.rate)
+	}
+	return drive(ctx, callers, mix, d)
+}
+
+// loadAverageNow reads the one-minute load average and tells progress,
+// warning when it is above 1: figures taken on a busy machine say little
+// about the relay. It returns -1 when the system does not tell.
+func loadAverageNow(progress io.Writer, when string) float64 {
+	load, err := readLoadAverage()
+	if err != nil {
+		fmt.Fprintf(progress, "one-minute load average %s: unknown (%v)\n", when, err)
+		return -1
+	}
+	fmt.Fprintf(progress, "one-minute load average %s: %.2f\n", when, load)
+	if load > busyLoad {
+		fmt.Fprintf(progress, "WARNING: the load average is above %g: other work is running, and the figures of this run are no evidence of the relay's speed\n", busyLoad)
+	}
+	return load
 }
 
 // receivePool is the gRPC clients' pool of receive buffers: powers of two
@@ -186,10 +220,10 @@ func runBaseline(ctx context.Context, cfg config, base string, keys benchKeys, r
 	mix := []weighted{{"get", 1}}
 	if cfg.warmup > 0 {
 		fmt.Fprintf(progress, "warming up the baseline for %v ...\n", cfg.warmup)
-		drive(ctx, callers, mix, cfg.warmup)
+		runPhase(ctx, cfg, callers, mix, cfg.warmup)
 	}
 	fmt.Fprintf(progress, "measuring the baseline (%d bytes per answer) for %v ...\n", len(body), cfg.duration)
-	phase := drive(ctx, callers, mix, cfg.duration)
+	phase := runPhase(ctx, cfg, callers, mix, cfg.duration)
 	if err := ctx.Err(); err != nil {
 		return err
 	}

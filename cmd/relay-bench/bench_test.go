@@ -29,6 +29,7 @@ func TestBenchEndToEnd(t *testing.T) {
 		{"rest", []string{"--mix", allOps, "--subscribers", "2", "--baseline"}},
 		{"grpc", []string{"--mix", allOps, "--grpc"}},
 		{"grpc over two connections", []string{"--mix", allOps, "--grpc", "--grpc-conns", "2"}},
+		{"open loop", []string{"--mix", allOps, "--rate", "100", "--baseline"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,8 +77,19 @@ func TestBenchEndToEnd(t *testing.T) {
 					t.Errorf("baseline: %+v, fraction %v", rep.Baseline, rep.GetFractionOfBaseline)
 				}
 			}
+			if tc.name == "open loop" {
+				if rep.RatePerSecond != 100 || rep.Baseline == nil || rep.Baseline.Requests == 0 || rep.Baseline.Errors != 0 {
+					t.Errorf("open loop: rate %v, baseline %+v", rep.RatePerSecond, rep.Baseline)
+				}
+				if !strings.Contains(stdout.String(), "open loop: 100 requests/s") {
+					t.Errorf("the table does not say the run was open-loop:\n%s", stdout.String())
+				}
+			}
+			if _, err := os.Stat("/proc/loadavg"); err == nil && (rep.LoadAverageBefore < 0 || rep.LoadAverageAfter < 0) {
+				t.Errorf("load averages %v and %v not read", rep.LoadAverageBefore, rep.LoadAverageAfter)
+			}
 			table := stdout.String()
-			for _, want := range []string{"req/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "relay CPU:", "peak RSS", "total"} {
+			for _, want := range []string{"req/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "relay CPU:", "peak RSS", "total", "one-minute load average:"} {
 				if !strings.Contains(table, want) {
 					t.Errorf("table lacks %q:\n%s", want, table)
 				}
@@ -109,7 +121,7 @@ func TestFlags(t *testing.T) {
 	if _, err := parseConfig([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "grpc-conns", "baseline", "json"} {
+	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "grpc-conns", "baseline", "rate", "json"} {
 		if !strings.Contains(out.String(), "-"+name) {
 			t.Errorf("-h does not document --%s", name)
 		}
@@ -123,6 +135,7 @@ func TestFlags(t *testing.T) {
 		{"--pid", "1"},
 		{"--concurrency", "0"},
 		{"--grpc", "--grpc-conns", "0"},
+		{"--rate", "-1"},
 		{"--only", "nothing"},
 		{"extra"},
 	} {

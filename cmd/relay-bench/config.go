@@ -33,6 +33,9 @@ type config struct {
 	// grpcConns is how many HTTP/2 connections the gRPC callers share.
 	grpcConns int
 	baseline  bool
+	// rate, when positive, runs the phases open-loop at that many
+	// requests per second (see driveOpen); 0 runs them closed-loop.
+	rate float64
 	// cluster starts the relay as a cluster of one node.
 	cluster bool
 	// fsyncFloor also measures one writer's fdatasync rate, fsyncDuration
@@ -76,6 +79,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.grpcConns, "grpc-conns", 1, "with --grpc, the HTTP/2 `connections` the concurrent calls are spread over, round robin (high-throughput gRPC clients use a few)")
 	fs.BoolVar(&cfg.cluster, "cluster", false, "start the relay as a node of a cluster of one (--cluster-listen: embedded NATS with JetStream, world leases), to compare with clustering off; not with --addr")
 	fs.BoolVar(&cfg.baseline, "baseline", false, "also drive a bare net/http handler (in this process) returning the relay's GET /get bytes, the same way, and report the relay's get throughput as a fraction of it")
+	fs.Float64Var(&cfg.rate, "rate", 0, "open loop: start `N` requests per second on a fixed schedule, whether or not earlier ones finished, over the --concurrency connections, and count each latency from its scheduled start (with --baseline, the bare handler at the same rate); 0: closed loop, each client sends its next request when the last one is answered")
 	fs.BoolVar(&cfg.fsyncFloor, "fsync-floor", false, "also measure one writer's fdatasync rate on the disk of the relay's data (each write waits for its own fdatasync) and report update throughput as a multiple of it")
 	fs.DurationVar(&cfg.fsyncDuration, "fsync-duration", 3*time.Second, "how long --fsync-floor measures")
 	fs.IntVar(&cfg.fsyncBytes, "fsync-bytes", 4096, "`bytes` per write of --fsync-floor (one page of a SQLite WAL frame)")
@@ -107,6 +111,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--duration must be positive")
 	case cfg.warmup < 0:
 		return cfg, errors.New("--warmup must not be negative")
+	case cfg.rate < 0 || cfg.rate > 1e6:
+		return cfg, errors.New("--rate must be between 0 (closed loop) and 1000000 requests per second")
 	case cfg.grpcConns < 1:
 		return cfg, errors.New("--grpc-conns must be at least 1")
 	case cfg.fsyncFloor && (cfg.fsyncDuration <= 0 || cfg.fsyncBytes < 1 || cfg.fsyncBytes > fsyncRegion/2):

@@ -19,6 +19,9 @@ type opResult struct {
 type phaseResult struct {
 	ops     map[string]*opResult
 	elapsed time.Duration
+	// missed counts, in an open-loop phase, the requests due before its
+	// end that no connection was free to start.
+	missed int
 }
 
 // drive runs the mix on every caller (one goroutine each) for d and
@@ -65,7 +68,13 @@ func drive(ctx context.Context, callers []caller, mix []weighted, d time.Duratio
 		})
 	}
 	wg.Wait()
-	out := phaseResult{ops: map[string]*opResult{}, elapsed: time.Since(start)}
+	return phaseResult{ops: mergeResults(mix, perCaller), elapsed: time.Since(start)}
+}
+
+// mergeResults gathers the callers' results per operation, with sorted
+// latencies.
+func mergeResults(mix []weighted, perCaller []map[string]*opResult) map[string]*opResult {
+	ops := map[string]*opResult{}
 	for _, m := range mix {
 		merged := &opResult{}
 		for _, results := range perCaller {
@@ -77,9 +86,9 @@ func drive(ctx context.Context, callers []caller, mix []weighted, d time.Duratio
 			}
 		}
 		slices.Sort(merged.latencies)
-		out.ops[m.op] = merged
+		ops[m.op] = merged
 	}
-	return out
+	return ops
 }
 
 // pick chooses an operation of the mix by weight.

@@ -13,12 +13,23 @@ import (
 
 // report is a run's result, printed as a table and optionally as JSON.
 type report struct {
-	Target          string  `json:"target"`
-	Protocol        string  `json:"protocol"`
-	Concurrency     int     `json:"concurrency"`
-	Mix             string  `json:"mix"`
-	WarmupSeconds   float64 `json:"warmupSeconds"`
-	DurationSeconds float64 `json:"durationSeconds"`
+	Target      string `json:"target"`
+	Protocol    string `json:"protocol"`
+	Concurrency int    `json:"concurrency"`
+	// RatePerSecond is the open-loop schedule's rate (--rate); absent for
+	// a closed-loop run.
+	RatePerSecond float64 `json:"ratePerSecond,omitempty"`
+	// Missed counts, open-loop, the requests due during the measured
+	// phase that no connection was free to start before its end.
+	Missed int `json:"missed,omitempty"`
+	// LoadAverageBefore and LoadAverageAfter are the machine's one-minute
+	// load average before the measured phase and after the last one (-1:
+	// unknown). Above 1, other work ran and the figures are no evidence.
+	LoadAverageBefore float64 `json:"loadAverageBefore"`
+	LoadAverageAfter  float64 `json:"loadAverageAfter"`
+	Mix               string  `json:"mix"`
+	WarmupSeconds     float64 `json:"warmupSeconds"`
+	DurationSeconds   float64 `json:"durationSeconds"`
 	// ElapsedSeconds is the measured phase's real length (the requests
 	// under way at its end are waited for); rates are counted over it.
 	ElapsedSeconds float64    `json:"elapsedSeconds"`
@@ -41,6 +52,8 @@ type report struct {
 	SubscriberError  string `json:"subscriberError,omitempty"`
 	// Baseline is the bare handler's get, with --baseline.
 	Baseline *opReport `json:"baseline,omitempty"`
+	// BaselineMissed is Missed for the baseline.
+	BaselineMissed int `json:"baselineMissed,omitempty"`
 	// BaselineBodyBytes is the size of the answer the baseline serves.
 	BaselineBodyBytes int `json:"baselineBodyBytes,omitempty"`
 	// GetFractionOfBaseline is the relay's get requests/s divided by the
@@ -107,12 +120,14 @@ func (r *report) addPhase(mix []weighted, p phaseResult) {
 	}
 	slices.Sort(all.latencies)
 	r.Total = summarize("total", all, p.elapsed)
+	r.Missed = p.missed
 }
 
 // addBaseline records the baseline's get and the relay's fraction of it.
 func (r *report) addBaseline(p phaseResult, bodyBytes int) {
 	b := summarize("baseline get", p.ops["get"], p.elapsed)
 	r.Baseline = &b
+	r.BaselineMissed = p.missed
 	r.BaselineBodyBytes = bodyBytes
 	for _, op := range r.Operations {
 		if op.Op == "get" && b.PerSecond > 0 {
@@ -123,8 +138,16 @@ func (r *report) addBaseline(p phaseResult, bodyBytes int) {
 
 // writeTable prints the report for people.
 func (r *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "relay %s, %s, concurrency %d, mix %s, %.1fs measured after %.1fs warm-up\n\n",
+	fmt.Fprintf(w, "relay %s, %s, concurrency %d, mix %s, %.1fs measured after %.1fs warm-up\n",
 		r.Target, r.Protocol, r.Concurrency, r.Mix, r.ElapsedSeconds, r.WarmupSeconds)
+	if r.RatePerSecond > 0 {
+		fmt.Fprintf(w, "open loop: %g requests/s on a fixed schedule, latency counted from each request's scheduled start\n", r.RatePerSecond)
+	}
+	fmt.Fprintf(w, "one-minute load average: %s before, %s after\n", loadText(r.LoadAverageBefore), loadText(r.LoadAverageAfter))
+	if r.LoadAverageBefore > busyLoad || r.LoadAverageAfter > busyLoad {
+		fmt.Fprintf(w, "WARNING: the load average was above %g: other work was running, and these figures are no evidence of the relay's speed\n", busyLoad)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "operation\trequests\treq/s\tp50 ms\tp90 ms\tp99 ms\tmax ms\terrors\t")
 	rows := append([]opReport(nil), r.Operations...)
@@ -139,6 +162,12 @@ func (r *report) writeTable(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if r.Missed > 0 {
+		fmt.Fprintf(w, "WARNING: %d requests due were never started (every connection busy until the end): the relay did not keep up with %g requests/s\n", r.Missed, r.RatePerSecond)
+	}
+	if r.BaselineMissed > 0 {
+		fmt.Fprintf(w, "WARNING: %d baseline requests due were never started: the bare handler did not keep up with %g requests/s\n", r.BaselineMissed, r.RatePerSecond)
+	}
 	for _, o := range rows {
 		if o.FirstError != "" {
 			fmt.Fprintf(w, "first %s error: %s\n", o.Op, oneLine(o.FirstError))
@@ -187,6 +216,14 @@ func mixString(mix []weighted) string {
 		parts[i] = fmt.Sprintf("%s=%d", m.op, m.weight)
 	}
 	return strings.Join(parts, ",")
+}
+
+// loadText formats a load average, -1 as unknown.
+func loadText(load float64) string {
+	if load < 0 {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f", load)
 }
 
 // oneLine keeps an error text on one line of the report.
