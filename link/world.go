@@ -797,11 +797,21 @@ func (w *Linked) RemoveFromEncounter(ctx context.Context, user *world.User, p wo
 // Files.
 
 // ListFiles implements [world.Files] with the module's `file-system`. The
-// module browses at most three levels below the path whatever the depth
-// asked, and reports neither sizes nor times (they are zero).
+// module browses at most three levels below the path and takes no depth:
+// the relay keeps the levels asked for (as the embedded world counts them)
+// of what the module lists. The module reports neither sizes nor times
+// (they are zero).
 func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFilesParams) (string, []world.FileEntry, error) {
-	params := map[string]any{"path": p.Path, "source": "data"}
-	param(params, "recursive", p.Recursive)
+	dir, err := cleanDirPath(p.Path)
+	if err != nil {
+		return "", nil, err
+	}
+	depth, err := listingDepth(p.Recursive, p.Depth)
+	if err != nil {
+		return "", nil, err
+	}
+	params := map[string]any{"path": dir, "source": "data"}
+	param(params, "recursive", p.Recursive && depth > 1)
 	r, err := w.request(ctx, user, "file-system", params)
 	if err != nil {
 		return "", nil, err
@@ -818,9 +828,11 @@ func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFi
 	if err := remarshal(r, &out); err != nil {
 		return "", nil, badReply(w.clientID, "file-system", err.Error())
 	}
-	entries := make([]world.FileEntry, len(out.Results))
-	for i, e := range out.Results {
-		entries[i] = world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size}
+	entries := make([]world.FileEntry, 0, len(out.Results))
+	for _, e := range out.Results {
+		if levelBelow(dir, e.Path) <= depth {
+			entries = append(entries, world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size})
+		}
 	}
 	return out.Path, entries, nil
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"path"
 	"strings"
 
@@ -340,6 +342,11 @@ var operations = map[string]operation{
 		return map[string]any{"success": true, "path": dir, "source": "data", "results": out, "recursive": p.Recursive}, nil
 	}),
 	"download-file": capability(func(ctx context.Context, f world.Files, user *world.User, p params) (any, error) {
+		if strings.HasPrefix(p.Path, "http") {
+			// The module fetches such a path from the game master's
+			// browser, wherever it points (reference §6).
+			return fetch(ctx, p.Path)
+		}
 		fc, err := f.OpenFile(ctx, user, p.Path)
 		if err != nil {
 			return nil, err
@@ -374,4 +381,35 @@ var operations = map[string]operation{
 		}
 		return map[string]any{"success": true, "result": res.Value}, nil
 	}),
+}
+
+// fetch answers a `download-file` of a URL as the module does: it fetches
+// the address as given and answers its bytes as a data URL.
+func fetch(ctx context.Context, url string) (any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("Failed to download file: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	mimeType := resp.Header.Get("Content-Type")
+	if mimeType == "" {
+		mimeType = "application/octet-stream"
+	}
+	name := path.Base(req.URL.Path)
+	if name == "/" || name == "." {
+		name = "file"
+	}
+	return map[string]any{"success": true, "path": url, "filename": name, "mimeType": mimeType,
+		"fileData": "data:" + mimeType + ";base64," + base64.StdEncoding.EncodeToString(data)}, nil
 }
