@@ -205,13 +205,22 @@ var operations = map[string]operation{
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"uuid": p.UUID, "data": json.RawMessage(raw)}, nil
+		return map[string]any{"uuid": p.UUID, "data": sourceData(raw)}, nil
 	}),
 	"update": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
+		if missing(ctx, d, p.UUID) {
+			// The module updates a null document: a JavaScript error, or
+			// for a user the write check on nothing (reference §4.3).
+			if user != nil {
+				return nil, fmt.Errorf("User '%s' does not have permission to update 'unknown'", user.Name)
+			}
+			return nil, errors.New("Cannot read properties of null (reading 'update')")
+		}
 		doc, err := d.Update(ctx, user, p.UUID, p.Data)
 		if err != nil {
 			return nil, err
 		}
+		delete(doc, "uuid")
 		return map[string]any{"uuid": p.UUID, "entity": []any{doc}}, nil
 	}),
 	"create": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
@@ -220,9 +229,18 @@ var operations = map[string]operation{
 			return nil, err
 		}
 		id, _ := doc["_id"].(string)
+		delete(doc, "uuid")
 		return map[string]any{"uuid": p.EntityType + "." + id, "entity": doc}, nil
 	}),
 	"delete": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
+		if missing(ctx, d, p.UUID) {
+			// The module deletes nothing and says it did; for a user the
+			// write check on nothing fails (reference §4.3).
+			if user != nil {
+				return nil, fmt.Errorf("User '%s' does not have permission to delete 'unknown'", user.Name)
+			}
+			return map[string]any{"uuid": p.UUID, "success": true}, nil
+		}
 		if err := d.Delete(ctx, user, p.UUID); err != nil {
 			return nil, err
 		}
@@ -281,7 +299,10 @@ var operations = map[string]operation{
 		return map[string]any{"data": map[string]any{"deleted": true, "folderId": d.FolderID, "entitiesDeleted": d.EntitiesDeleted, "foldersDeleted": d.FoldersDeleted}}, nil
 	}),
 	"select": capability(func(ctx context.Context, s world.Selection, user *world.User, p params) (any, error) {
-		sel, err := s.Select(ctx, user, world.SelectParams{UUIDs: p.UUIDs, Name: p.Name, All: p.All, Overwrite: p.Overwrite, Match: p.Data})
+		// The module takes any `data` object as a filter, and an empty one
+		// matches every token of the scene (reference §4.8).
+		all := p.All || (p.Data != nil && len(p.Data) == 0)
+		sel, err := s.Select(ctx, user, world.SelectParams{UUIDs: p.UUIDs, Name: p.Name, All: all, Overwrite: p.Overwrite, Match: p.Data})
 		if err != nil {
 			return nil, err
 		}
@@ -412,4 +433,25 @@ func fetch(ctx context.Context, url string) (any, error) {
 	}
 	return map[string]any{"success": true, "path": url, "filename": name, "mimeType": mimeType,
 		"fileData": "data:" + mimeType + ";base64," + base64.StdEncoding.EncodeToString(data)}, nil
+}
+
+// missing reports whether the world lacks the document uuid.
+func missing(ctx context.Context, d world.Documents, uuid string) bool {
+	_, err := d.GetJSON(ctx, nil, uuid)
+	return errors.Is(err, world.ErrNotFound)
+}
+
+// sourceData is a document as the module sends it: its source data, which
+// has no uuid.
+func sourceData(raw []byte) json.RawMessage {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return raw
+	}
+	delete(doc, "uuid")
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return raw
+	}
+	return out
 }

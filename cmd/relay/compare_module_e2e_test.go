@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"reflect"
+	"testing"
+
+	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world/demo"
+)
+
+// compareWorlds runs each call against the embedded demo world and against
+// the linked copy, in order, and requires the embedded world's status to
+// be the one the call names and both answers to be the same (the ignored
+// keys aside).
+func compareWorlds(t *testing.T, tr *testRelay, linked string, calls []comparison) {
+	t.Helper()
+	for _, c := range calls {
+		var answers [2]any
+		var statuses [2]int
+		for i, clientID := range []string{demo.ClientID, linked} {
+			query := url.Values{}
+			for k, v := range c.query {
+				query[k] = v
+			}
+			query.Set("clientId", clientID)
+			var body any
+			if c.body != nil {
+				body = c.body
+			}
+			r := tr.Do(c.method, c.path, tr.AdminKey, query, body)
+			statuses[i] = r.Status
+			var v any
+			if err := json.Unmarshal(r.Body, &v); err != nil {
+				t.Fatalf("%s: %s", c.name, r.Body)
+			}
+			answers[i] = normalise(v, append(c.ignore, "requestId"))
+		}
+		if statuses[0] != c.status {
+			t.Errorf("%s: embedded %d, want %d", c.name, statuses[0], c.status)
+		}
+		if statuses[0] != statuses[1] || !reflect.DeepEqual(answers[0], answers[1]) {
+			e, _ := json.Marshal(answers[0])
+			l, _ := json.Marshal(answers[1])
+			t.Errorf("%s: embedded %d %s\n linked %d %s", c.name, statuses[0], e, statuses[1], l)
+		}
+	}
+}
+
+// TestLinkedAnswersAsModuleDoes covers the calls where the module's own
+// answers differ from the embedded world's (its selection filter, its
+// documents without uuids, its handling of missing documents): through the
+// relay, a linked world answers them as the embedded one does.
+func TestLinkedAnswersAsModuleDoes(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	linked := linkDemoCopy(t, tr.Node)
+	const missing = "Actor.missing000000001"
+	compareWorlds(t, tr, linked, []comparison{
+		{name: "select two tokens", status: 200, method: "POST", path: "/select", body: map[string]any{"uuids": []string{ariaTokenUUID, bromTokenUUID}, "overwrite": true}},
+		{name: "the selection is those two", status: 200, method: "GET", path: "/selected"},
+		{name: "select by a name that matches nothing", status: 404, method: "POST", path: "/select", body: map[string]any{"name": "Nobody At All", "overwrite": true}},
+		{name: "select by name", status: 200, method: "POST", path: "/select", body: map[string]any{"name": "aria vale", "overwrite": true}},
+		{name: "the selection is that one", status: 200, method: "GET", path: "/selected"},
+		{name: "get carries the uuid", status: 200, method: "GET", path: "/get", query: relaytest.Q("uuid", relaytest.BromUUID)},
+		{name: "update carries the uuid", status: 200, method: "PUT", path: "/update", query: relaytest.Q("uuid", relaytest.BromUUID), body: map[string]any{"data": map[string]any{"name": "Brom the Bold"}}, ignore: []string{"_stats"}},
+		{name: "delete a missing document", status: 404, method: "DELETE", path: "/delete", query: relaytest.Q("uuid", missing)},
+		{name: "delete a missing document as a player", status: 404, method: "DELETE", path: "/delete", query: relaytest.Q("uuid", missing, "userId", "Alice")},
+		{name: "update a missing document", status: 404, method: "PUT", path: "/update", query: relaytest.Q("uuid", missing), body: map[string]any{"data": map[string]any{"name": "x"}}},
+		{name: "update a missing document as a player", status: 404, method: "PUT", path: "/update", query: relaytest.Q("uuid", missing, "userId", "Alice"), body: map[string]any{"data": map[string]any{"name": "x"}}},
+		{name: "delete refused to a player", status: 403, method: "DELETE", path: "/delete", query: relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice")},
+	})
+	// A created document carries its own uuid on both worlds.
+	for _, clientID := range []string{demo.ClientID, linked} {
+		resp := tr.Do("POST", "/create", tr.AdminKey, relaytest.Q("clientId", clientID), map[string]any{"entityType": "Actor", "data": map[string]any{"name": "Bandit", "type": "npc"}})
+		if resp.Status != http.StatusOK {
+			t.Fatalf("%s: create: %d %s", clientID, resp.Status, resp.Body)
+		}
+		data := resp.Data(t)
+		doc, _ := data["document"].(map[string]any)
+		id, _ := doc["_id"].(string)
+		if id == "" || data["uuid"] != "Actor."+id || doc["uuid"] != "Actor."+id {
+			t.Errorf("%s: create: uuid %v, the document's %v, id %q", clientID, data["uuid"], doc["uuid"], id)
+		}
+		got := tr.Do("GET", "/get", tr.AdminKey, relaytest.Q("clientId", clientID, "uuid", "Actor."+id), nil)
+		if got.Status != http.StatusOK {
+			t.Errorf("%s: get the created document: %d %s", clientID, got.Status, got.Body)
+		}
+	}
+}
