@@ -570,27 +570,6 @@ func (w *Linked) Search(ctx context.Context, user *world.User, p world.SearchPar
 
 // Folders.
 
-// Structure implements [world.Folders] with the module's `structure`.
-func (w *Linked) Structure(ctx context.Context, user *world.User, p world.StructureParams) (world.Document, error) {
-	params := map[string]any{}
-	param(params, "path", p.Path)
-	param(params, "recursive", p.Recursive)
-	param(params, "recursiveDepth", p.Depth)
-	param(params, "includeEntityData", p.IncludeData)
-	if len(p.Types) > 0 {
-		params["types"] = p.Types
-	}
-	r, err := w.request(ctx, user, "structure", params)
-	if err != nil {
-		return nil, err
-	}
-	var data world.Document
-	if err := r.decode("data", &data); err != nil || data == nil {
-		return nil, badReply(w.clientID, "structure", "no data")
-	}
-	return data, nil
-}
-
 // CreateFolder implements [world.Folders] with the module's
 // `create-folder`.
 func (w *Linked) CreateFolder(ctx context.Context, user *world.User, p world.FolderParams) (world.Document, error) {

@@ -90,3 +90,26 @@ func TestLinkedAnswersAsModuleDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkedStructureAsEmbedded: /structure answers the specification's
+// shape on a linked world as on the embedded one, whatever the request
+// names (the module itself lists nothing without types, answers in a
+// shape of its own, and needs the types for a folder path).
+func TestLinkedStructureAsEmbedded(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	linked := linkDemoCopy(t, tr.Node)
+	compareWorlds(t, tr, linked, []comparison{
+		{name: "a sub-folder", status: 200, method: "POST", path: "/create-folder", body: map[string]any{"name": "Villains", "folderType": "Actor", "parentFolderId": "monstersFolder01", "folderId": "villainsFolder01"}},
+		{name: "a sub-sub-folder", status: 200, method: "POST", path: "/create-folder", body: map[string]any{"name": "Lieutenants", "folderType": "Actor", "parentFolderId": "villainsFolder01", "folderId": "lieutenants00001"}},
+		{name: "without types", status: 200, method: "GET", path: "/structure"},
+		{name: "without types in the module's shape", status: 200, method: "GET", path: "/structure", query: relaytest.Q("shape", "module")},
+		{name: "recursive", status: 200, method: "GET", path: "/structure", query: relaytest.Q("recursive", "true")},
+		{name: "recursive two levels", status: 200, method: "GET", path: "/structure", query: relaytest.Q("recursive", "true", "recursiveDepth", "2", "types", `["Actor"]`)},
+		{name: "a folder", status: 200, method: "GET", path: "/structure", query: relaytest.Q("path", "Folder.monstersFolder01", "recursive", "true")},
+		{name: "a folder in the module's shape", status: 200, method: "GET", path: "/structure", query: relaytest.Q("path", "Folder.heroesFolder0001", "shape", "module")},
+		{name: "a missing folder", status: 404, method: "GET", path: "/structure", query: relaytest.Q("path", "Folder.missingFolder001")},
+		{name: "with the documents' data", status: 200, method: "GET", path: "/structure", query: relaytest.Q("includeEntityData", "true", "types", `["Item"]`), ignore: []string{"_stats"}},
+		{name: "as a player", status: 200, method: "GET", path: "/structure", query: relaytest.Q("userId", "Alice", "recursive", "true")},
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path"
 	"strings"
@@ -278,11 +279,17 @@ var operations = map[string]operation{
 		return map[string]any{"query": p.Query, "filter": p.Filter, "results": res}, nil
 	}),
 	"structure": capability(func(ctx context.Context, f world.Folders, user *world.User, p params) (any, error) {
+		// The module reads `types`, else `type`, which in its flat request
+		// is the request's own type: without `types` it lists the types
+		// named "structure", which is nothing (reference §9).
+		if len(p.Types) == 0 {
+			return map[string]any{"data": map[string]any{"folders": map[string]any{}}}, nil
+		}
 		data, err := f.Structure(ctx, user, world.StructureParams{Types: p.Types, Path: p.Path, Recursive: p.Recursive, Depth: p.RecursiveDepth, IncludeData: p.IncludeData})
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"data": data}, nil
+		return map[string]any{"data": moduleEntries(world.ModuleStructure(data, p.Path != ""), p.IncludeData)}, nil
 	}),
 	"create-folder": capability(func(ctx context.Context, f world.Folders, user *world.User, p params) (any, error) {
 		data, err := f.CreateFolder(ctx, user, world.FolderParams{Name: p.Name, Type: p.FolderType, ParentID: p.ParentFolderID, ID: p.FolderID})
@@ -454,4 +461,41 @@ func sourceData(raw []byte) json.RawMessage {
 		return raw
 	}
 	return out
+}
+
+// moduleEntries gives the documents of a structure in the module's shape
+// (reference §4.5): the full data without uuid (the module sends
+// `toObject`) when includeData asks for it, else `{uuid, name, id, type}`
+// (and the image for documents the user sees in part).
+func moduleEntries(v any, includeData bool) any {
+	switch v := v.(type) {
+	case map[string]any:
+		if _, isDoc := v["_id"]; isDoc && includeData {
+			out := maps.Clone(v)
+			delete(out, "uuid")
+			return out
+		}
+		if _, isEntry := v["name"]; isEntry && v["uuid"] != nil && v["id"] != nil {
+			entry := map[string]any{"uuid": v["uuid"], "name": v["name"], "id": v["id"], "type": v["type"]}
+			if includeData {
+				// With includeEntityData, an entry that is not the full
+				// data is a document the user sees in part: its summary
+				// has the image.
+				entry["img"] = v["img"]
+			}
+			return entry
+		}
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = moduleEntries(x, includeData)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = moduleEntries(x, includeData)
+		}
+		return out
+	}
+	return v
 }
