@@ -803,6 +803,19 @@ func (w *Linked) NavigateEncounter(ctx context.Context, user *world.User, encoun
 	}
 	enc := out.Encounter.encounter()
 	enc.Current = true
+	// The module's answer names the encounter without its combatants:
+	// the list of encounters has them.
+	if out.Encounter.Combatants == nil {
+		list, err := w.ListEncounters(ctx, user)
+		if err != nil {
+			return world.EncounterPosition{}, err
+		}
+		for _, e := range list {
+			if e.ID == enc.ID {
+				enc.Combatants = e.Combatants
+			}
+		}
+	}
 	return world.EncounterPosition{EncounterID: out.EncounterID, Action: world.EncounterAction(out.Action),
 		Round: out.CurrentRound, Turn: out.CurrentTurn, ActorUUID: deref(out.ActorTurn), TokenUUID: deref(out.TokenTurn),
 		Encounter: enc}, nil

@@ -113,3 +113,23 @@ func TestLinkedStructureAsEmbedded(t *testing.T) {
 		{name: "as a player", status: 200, method: "GET", path: "/structure", query: relaytest.Q("userId", "Alice", "recursive", "true")},
 	})
 }
+
+// TestLinkedEncountersAsEmbedded: encounter moves answer the encounter
+// with its combatants (the module names it without them), and a move
+// without an encounter is 404, on a linked world as on the embedded one.
+func TestLinkedEncountersAsEmbedded(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	linked := linkDemoCopy(t, tr.Node)
+	ids := []string{"id", "encounterId"}
+	compareWorlds(t, tr, linked, []comparison{
+		{name: "next turn without an encounter", status: 404, method: "POST", path: "/next-turn"},
+		{name: "start", status: 200, method: "POST", path: "/start-encounter", body: map[string]any{"name": "Brawl", "tokenUuids": []string{ariaTokenUUID, bromTokenUUID, goblinTokenUUID}}, ignore: ids},
+		{name: "next turn", status: 200, method: "POST", path: "/next-turn", ignore: ids},
+		{name: "next round", status: 200, method: "POST", path: "/next-round", ignore: ids},
+		{name: "previous turn", status: 200, method: "POST", path: "/previous-turn", ignore: ids},
+		{name: "next turn as a player", status: 403, method: "POST", path: "/next-turn", query: relaytest.Q("userId", "Alice")},
+		{name: "end", status: 200, method: "POST", path: "/end-encounter", ignore: ids},
+		{name: "previous round without an encounter", status: 404, method: "POST", path: "/previous-round"},
+	})
+}

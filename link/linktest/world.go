@@ -152,8 +152,12 @@ func navigate(action world.EncounterAction) operation {
 		if err != nil {
 			return nil, err
 		}
+		// The module names the encounter without its combatants
+		// (reference §5).
+		enc := pos.Encounter
 		return map[string]any{"encounterId": pos.EncounterID, "action": string(pos.Action), "currentTurn": pos.Turn, "currentRound": pos.Round,
-			"actorTurn": orNull(pos.ActorUUID), "tokenTurn": orNull(pos.TokenUUID), "encounter": encounter(pos.Encounter)}, nil
+			"actorTurn": orNull(pos.ActorUUID), "tokenTurn": orNull(pos.TokenUUID),
+			"encounter": map[string]any{"id": enc.ID, "name": enc.Name, "round": enc.Round, "turn": enc.Turn}}, nil
 	})
 }
 
