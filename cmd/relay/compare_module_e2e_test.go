@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"reflect"
 	"testing"
+	"time"
 
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world/demo"
 )
@@ -132,4 +134,26 @@ func TestLinkedEncountersAsEmbedded(t *testing.T) {
 		{name: "end", status: 200, method: "POST", path: "/end-encounter", ignore: ids},
 		{name: "previous round without an encounter", status: 404, method: "POST", path: "/previous-round"},
 	})
+}
+
+// TestLinkedLateRepliesInMetrics: a reply of a linked world that matches
+// no waiting request is counted in /metrics.
+func TestLinkedLateRepliesInMetrics(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.MetricsListen = "127.0.0.1:0" })
+	tt := tr.linkedTabletop()
+	if err := tt.Send([]byte(`{"type":"entity-result","requestId":"entity_never-sent","data":null}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v, ok := scrape(t, tr.MetricsAddr())["relay_linked_late_replies_total"]
+		if ok && v == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay_linked_late_replies_total = %v (present %v), want 1", v, ok)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
