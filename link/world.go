@@ -187,8 +187,8 @@ func (w *Linked) prepare(ctx context.Context, user *world.User, params map[strin
 // check reads a module's reply: its fields, or the world error its
 // `error` stands for.
 func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, error) {
-	var r moduleReply
-	if err := json.Unmarshal(raw, &r); err != nil {
+	r, ok := readReply(raw)
+	if !ok {
 		return nil, badReply(w.clientID, requestType, "not a JSON object")
 	}
 	if msg, failed := r.errorText(); failed {
@@ -199,6 +199,28 @@ func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, er
 
 // moduleReply is a module's moduleReply, field by field.
 type moduleReply map[string]json.RawMessage
+
+// readReply splits a reply into its top-level fields, each value the
+// slice of raw that holds it, in one pass that does not decode the values:
+// a document of many kilobytes is looked at once, never decoded or copied.
+// A reply up to chunkMax bytes was parsed whole by the connection's reader
+// before it was handed over (Conn.dispatch decodes every such message), so
+// it is known to be valid JSON; a larger one is checked here first. The
+// values must stay valid JSON: a document is passed on as it is.
+func readReply(raw json.RawMessage) (moduleReply, bool) {
+	if len(raw) > chunkMax && !json.Valid(raw) {
+		return nil, false
+	}
+	r := moduleReply{}
+	c := &chunks{bufs: [][]byte{raw}, n: int64(len(raw))}
+	err := scanObject(c, func(f field) bool {
+		if f.key != "" { // no field the relay reads has an empty or escaped name
+			r[f.key] = raw[f.off : f.off+f.n : f.off+f.n]
+		}
+		return true
+	})
+	return r, err == nil
+}
 
 // errorText returns the moduleReply's `error` when it has one that is not null
 // or empty: the module signals every failure so (reference §1.7).
