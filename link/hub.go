@@ -49,7 +49,7 @@ type HubOptions struct {
 	// when it is full, requests fail at once with ErrBusy.
 	SendQueue int
 	// DuplicateProbe is how long a live connection has to answer a ping
-	// when another address connects as the same world; without an answer
+	// when another connection arrives for the same world; without an answer
 	// it is dropped as dead and the newcomer takes its place.
 	DuplicateProbe time.Duration
 	// AllChannels turns every event channel on in every module, whatever
@@ -405,14 +405,16 @@ var (
 	errClosed     = errors.New("Relay shutting down")
 )
 
-// attach makes c the world's connection. A connection from the same
-// address as the current one replaces it (the module reconnecting before
-// the relay noticed its old socket die, the usual case); one from another
-// address replaces it only when the current one does not answer a ping
-// within DuplicateProbe, and is refused with errDuplicate otherwise. The
-// first live connection wins because the module that gets 4004 waits for
-// it to go away, while one replaced with 1000 never comes back: two
-// browsers of one world never push each other out in turn.
+// attach makes c the world's connection. A newcomer replaces the current
+// connection only when that one does not answer a ping within
+// DuplicateProbe (the module reconnecting before the relay noticed its old
+// socket die), which is then closed with 1001; while the current one
+// answers, the newcomer is refused with errDuplicate (4004), from whatever
+// address. The first live connection wins because the module that gets
+// 4004 waits for it to go away and then takes over, while one closed with
+// 1000 never comes back: two browsers of one world (or two tabs of one
+// browser) never push each other out in turn, and the world stays online
+// as long as one of them does.
 //
 // Before c becomes visible to Call, the channels with subscribers are
 // queued behind its auth-success, so the module hears them first.
@@ -424,7 +426,7 @@ func (h *Hub) attach(c *Conn) error {
 			return errClosed
 		}
 		old := h.conns[c.clientID]
-		if old == nil || old.addr == c.addr {
+		if old == nil {
 			for _, ch := range Channels {
 				n := h.subs[c.clientID][ch]
 				if h.opts.AllChannels {
@@ -436,9 +438,6 @@ func (h *Hub) attach(c *Conn) error {
 			}
 			h.conns[c.clientID] = c
 			h.mu.Unlock()
-			if old != nil {
-				old.shut(CloseNormal, "Replaced by a newer connection of this world")
-			}
 			return nil
 		}
 		h.mu.Unlock()

@@ -30,6 +30,10 @@ const uploadPrefix = `"data:application/octet-stream;base64,`
 // holds, and written to the socket from there. The module writes the file
 // itself, with its own checks.
 func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteFileParams, body io.Reader) (world.FileWritten, error) {
+	dir, name, err := cleanUpload(p.Dir, p.Name)
+	if err != nil {
+		return world.FileWritten{}, err
+	}
 	if p.MaxBytes > 0 {
 		body = io.LimitReader(body, p.MaxBytes+1)
 	}
@@ -45,7 +49,7 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 	if p.MaxBytes > 0 && n > p.MaxBytes {
 		return world.FileWritten{}, world.Errorf(world.ErrTooLarge, "File is larger than %d bytes", p.MaxBytes)
 	}
-	params := map[string]any{"path": p.Dir, "filename": p.Name, "source": "data", "mimeType": "application/octet-stream"}
+	params := map[string]any{"path": dir, "filename": name, "source": "data", "mimeType": "application/octet-stream"}
 	param(params, "overwrite", p.Overwrite)
 	r := w.hub.callLarge(ctx, w.clientID, "upload-file", w.prepare(ctx, user, params), "fileData", value)
 	if r.err != nil {
@@ -67,6 +71,10 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 // hub's MaxMessageBytes). The reply is kept as it was received, and the
 // file's body decodes it as the caller reads.
 func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*world.FileContent, error) {
+	path, err := cleanFilePath(path)
+	if err != nil {
+		return nil, err
+	}
 	r := w.hub.callLarge(ctx, w.clientID, "download-file", w.prepare(ctx, user, map[string]any{"path": path}), "", nil)
 	if r.err != nil {
 		return nil, r.err
@@ -78,7 +86,7 @@ func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*
 	bad := func(why string) error { return badReply(w.clientID, "download-file", why) }
 	var small struct{ Error, Path, Filename, MIMEType json.RawMessage }
 	var data field
-	err := scanObject(msg, func(f field) bool {
+	err = scanObject(msg, func(f field) bool {
 		var dst *json.RawMessage
 		switch f.key {
 		case "error":

@@ -451,26 +451,35 @@ func TestDuplicateConnections(t *testing.T) {
 	first := e.connected()
 	clientID, token := first.Credentials()
 
-	// From the same address: the module reconnecting before the relay
-	// noticed; the newcomer replaces the old connection, which gets 1000.
+	// While the first answers pings, a newcomer is refused with 4004, from
+	// the same address (a second tab of the game master's browser) as
+	// from another.
 	same := e.tabletop()
 	same.SetCredentials(clientID, token)
-	if err := same.Connect(ctx); err != nil {
-		t.Fatal(err)
+	if err := same.Connect(ctx); closeCode(t, err) != link.CloseDuplicate {
+		t.Fatalf("duplicate from the same address: %v", err)
 	}
-	e.wait("the old connection to close", func() bool { return !first.Connected() })
-	if first.LastClose() != link.CloseNormal {
-		t.Fatalf("replaced connection closed with %d, want 1000", first.LastClose())
-	}
-
-	// From another address while the first answers pings: 4004.
 	elsewhere := e.tabletop(func(c *linktest.Config) { c.LocalAddr = "127.0.0.2" })
 	elsewhere.SetCredentials(clientID, token)
 	if err := elsewhere.Connect(ctx); closeCode(t, err) != link.CloseDuplicate {
 		t.Fatalf("duplicate from another address: %v", err)
 	}
-	if !same.Connected() || !e.svc.Hub().Online(clientID) {
+	if !first.Connected() || !e.svc.Hub().Online(clientID) {
 		t.Fatal("the live connection was dropped")
+	}
+	// Once the first stops answering (the module reconnecting before the
+	// relay noticed its socket die), a newcomer from the same address
+	// takes over, and the old connection is closed with a code after which
+	// the module reconnects.
+	first.Freeze()
+	defer first.Thaw()
+	if err := same.Connect(ctx); err != nil {
+		t.Fatalf("takeover from a dead connection: %v", err)
+	}
+	first.Thaw()
+	e.wait("the old connection to close", func() bool { return !first.Connected() })
+	if code := first.LastClose(); code == link.CloseNormal || code == link.CloseAuthFailed || code == link.CloseNoAuth {
+		t.Fatalf("replaced connection closed with %d, after which the module would not come back", code)
 	}
 	// Once the first stops answering, the newcomer takes over.
 	same.Freeze()

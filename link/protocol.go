@@ -17,8 +17,8 @@ type StatusCode = websocket.StatusCode
 // 1008, 4001 and 4002 it forgets its token and asks the game master to pair
 // again; after 4004 it waits for the other connection to go away.
 const (
-	// CloseNormal: the relay ended the connection on purpose (replaced by
-	// a newer connection of the same world, or unpaired by the module).
+	// CloseNormal: the relay ended the connection for good (the module
+	// unpaired itself); the module does not come back after it.
 	CloseNormal = websocket.StatusNormalClosure
 	// CloseGoingAway: the peer stopped answering pings.
 	CloseGoingAway = websocket.StatusGoingAway

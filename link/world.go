@@ -1,9 +1,11 @@
 package link
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -153,10 +155,9 @@ func sortUsers(us []world.User) {
 
 // request sends one request to the module and returns its moduleReply's fields.
 // params are the request's own parameters; the user's id (when user is
-// not nil), `_scopes` (when the caller's key has scopes) and an empty
-// `data` (when params have none, as the relay the module was written for
-// always sends one) are added. A moduleReply with an `error` is returned as the
-// world error its text stands for (see [moduleError]).
+// not nil) and `_scopes` (when the caller's key has scopes) are added. A
+// moduleReply with an `error` is returned as the world error its text
+// stands for (see [moduleError]).
 func (w *Linked) request(ctx context.Context, user *world.User, requestType string, params map[string]any) (moduleReply, error) {
 	raw, err := w.hub.Call(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
 	if err != nil {
@@ -165,15 +166,14 @@ func (w *Linked) request(ctx context.Context, user *world.User, requestType stri
 	return w.check(requestType, raw)
 }
 
-// prepare adds to a request's parameters what every request carries:
-// `data` (the module reads it even when empty), the user's id and, for
-// keys with scopes, `_scopes`.
+// prepare adds to a request's parameters what every request carries: the
+// user's id and, for keys with scopes, `_scopes`. Nothing else is added:
+// the module reads some fields whatever the request (`select` takes any
+// `data` object, even an empty one, as a filter that matches every
+// token), so a request carries only the fields its operation gives.
 func (w *Linked) prepare(ctx context.Context, user *world.User, params map[string]any) map[string]any {
 	if params == nil {
 		params = map[string]any{}
-	}
-	if _, ok := params["data"]; !ok {
-		params["data"] = map[string]any{}
 	}
 	if user != nil {
 		params["userId"] = user.ID
@@ -187,8 +187,8 @@ func (w *Linked) prepare(ctx context.Context, user *world.User, params map[strin
 // check reads a module's reply: its fields, or the world error its
 // `error` stands for.
 func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, error) {
-	var r moduleReply
-	if err := json.Unmarshal(raw, &r); err != nil {
+	r, ok := readReply(raw)
+	if !ok {
 		return nil, badReply(w.clientID, requestType, "not a JSON object")
 	}
 	if msg, failed := r.errorText(); failed {
@@ -199,6 +199,28 @@ func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, er
 
 // moduleReply is a module's moduleReply, field by field.
 type moduleReply map[string]json.RawMessage
+
+// readReply splits a reply into its top-level fields, each value the
+// slice of raw that holds it, in one pass that does not decode the values:
+// a document of many kilobytes is looked at once, never decoded or copied.
+// A reply up to chunkMax bytes was parsed whole by the connection's reader
+// before it was handed over (Conn.dispatch decodes every such message), so
+// it is known to be valid JSON; a larger one is checked here first. The
+// values must stay valid JSON: a document is passed on as it is.
+func readReply(raw json.RawMessage) (moduleReply, bool) {
+	if len(raw) > chunkMax && !json.Valid(raw) {
+		return nil, false
+	}
+	r := moduleReply{}
+	c := &chunks{bufs: [][]byte{raw}, n: int64(len(raw))}
+	err := scanObject(c, func(f field) bool {
+		if f.key != "" { // no field the relay reads has an empty or escaped name
+			r[f.key] = raw[f.off : f.off+f.n : f.off+f.n]
+		}
+		return true
+	})
+	return r, err == nil
+}
 
 // errorText returns the moduleReply's `error` when it has one that is not null
 // or empty: the module signals every failure so (reference §1.7).
@@ -243,9 +265,10 @@ func badReply(clientID, requestType, why string) error {
 //   - `… does not have permission …`, `… must be a GM to …`, `… does not
 //     have '<PERM>' permission …`, an operation disabled in the module's
 //     settings or a scope the module asks for → ErrPermission (403);
-//   - `… not found …` → ErrNotFound (404);
+//   - `… not found …`, no active encounter, no matching tokens →
+//     ErrNotFound (404);
 //   - `… already exists …` → ErrConflict (409);
-//   - no active scene or encounter, not concentrating → ErrFailedPrecondition.
+//   - no active scene, not concentrating → ErrFailedPrecondition.
 //
 // Any other text is ErrInvalid, as the relay the module was written for
 // answers every error with 400.
@@ -263,7 +286,8 @@ func moduleError(msg string) error {
 		strings.Contains(lower, "cannot be executed by the current user"),
 		strings.Contains(lower, "cannot modify rest api module settings"):
 		kind = world.ErrPermission
-	case strings.Contains(lower, "not found"):
+	case strings.Contains(lower, "not found"), strings.HasPrefix(lower, "no active encounter"),
+		strings.HasPrefix(lower, "no matching entities"):
 		kind = world.ErrNotFound
 	case strings.Contains(lower, "already exists"):
 		kind = world.ErrConflict
@@ -325,14 +349,69 @@ func (w *Linked) GetJSON(ctx context.Context, user *world.User, uuid string) ([]
 		return nil, world.Errorf(world.ErrNotFound, "Entity not found: %s", uuid)
 	}
 	w.events.Observe(w.clientID, uuid, data)
-	return data, nil
+	return withUUID(data, uuid), nil
+}
+
+// withUUID returns the document doc (a JSON object) with a top-level
+// `uuid`: the module sends a document's source data, which has none, while
+// the embedded world's documents carry theirs. A document that has one
+// keeps it.
+func withUUID(doc json.RawMessage, uuid string) json.RawMessage {
+	has := false
+	err := scanObject(&chunks{bufs: [][]byte{doc}, n: int64(len(doc))}, func(f field) bool {
+		has = f.key == "uuid"
+		return !has
+	})
+	if err != nil || has {
+		return doc
+	}
+	rest := bytes.TrimLeft(doc, " \t\r\n")[1:]
+	out := make([]byte, 0, len(doc)+len(uuid)+16)
+	out = append(out, `{"uuid":`...)
+	quoted, _ := json.Marshal(uuid)
+	out = append(out, quoted...)
+	if r := bytes.TrimLeft(rest, " \t\r\n"); len(r) > 0 && r[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
+}
+
+// setUUID gives doc the uuid the module leaves out of the documents it
+// sends (see [withUUID]).
+func setUUID(doc world.Document, uuid string) {
+	if _, ok := doc["uuid"]; !ok && uuid != "" {
+		doc["uuid"] = uuid
+	}
+}
+
+// exists reports whether the world holds the document uuid, asking as the
+// game master: the module acts on a missing document as on a null one
+// (its update fails with a JavaScript error, its delete answers success),
+// so the relay asks first where that matters.
+func (w *Linked) exists(ctx context.Context, uuid string) (bool, error) {
+	_, err := w.request(ctx, nil, "entity", map[string]any{"uuid": uuid})
+	if errors.Is(err, world.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Update implements [world.Documents] with the module's `update`: the
 // document as the module re-read it after the change.
 func (w *Linked) Update(ctx context.Context, user *world.User, uuid string, data world.Document) (world.Document, error) {
+	if uuid == "" {
+		return nil, world.Errorf(world.ErrInvalid, "'uuid' is required")
+	}
 	r, err := w.request(ctx, user, "update", map[string]any{"uuid": uuid, "data": data})
 	if err != nil {
+		// The module fails on a missing document with a JavaScript
+		// error (or, for a user, a permission text naming no document):
+		// such a failure is the 404 it stands for.
+		if errors.Is(err, world.ErrInvalid) || errors.Is(err, world.ErrPermission) {
+			if found, ferr := w.exists(ctx, uuid); ferr == nil && !found {
+				return nil, world.Errorf(world.ErrNotFound, "Entity not found: %s", uuid)
+			}
+		}
 		return nil, err
 	}
 	var docs []world.Document
@@ -340,6 +419,7 @@ func (w *Linked) Update(ctx context.Context, user *world.User, uuid string, data
 		return nil, badReply(w.clientID, "update", "no entity")
 	}
 	w.events.observeDoc(w.clientID, uuid, docs[0])
+	setUUID(docs[0], uuid)
 	return docs[0], nil
 }
 
@@ -373,15 +453,35 @@ func (w *Linked) Create(ctx context.Context, user *world.User, p world.CreatePar
 	if err := r.decode("entity", &doc); err != nil || doc == nil {
 		return nil, badReply(w.clientID, "create", "no entity")
 	}
+	// The module names the new document at the top of its reply; its
+	// document, the source data, has no uuid.
+	var uuid string
+	_ = r.decode("uuid", &uuid)
 	if id, _ := doc["_id"].(string); id != "" {
-		w.events.observeDoc(w.clientID, p.Type+"."+id, doc)
+		if uuid == "" {
+			uuid = p.Type + "." + id
+		}
+		w.events.observeDoc(w.clientID, uuid, doc)
 	}
+	setUUID(doc, uuid)
 	return doc, nil
 }
 
-// Delete implements [world.Documents] with the module's `delete`.
+// Delete implements [world.Documents] with the module's `delete`. The
+// module answers success for a document that does not exist (it deletes
+// nothing), so the relay checks that the document exists first.
 func (w *Linked) Delete(ctx context.Context, user *world.User, uuid string) error {
-	_, err := w.request(ctx, user, "delete", map[string]any{"uuid": uuid})
+	if uuid == "" {
+		return world.Errorf(world.ErrInvalid, "'uuid' is required")
+	}
+	found, err := w.exists(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return world.Errorf(world.ErrNotFound, "Entity not found: %s", uuid)
+	}
+	_, err = w.request(ctx, user, "delete", map[string]any{"uuid": uuid})
 	return err
 }
 
@@ -491,27 +591,6 @@ func (w *Linked) Search(ctx context.Context, user *world.User, p world.SearchPar
 }
 
 // Folders.
-
-// Structure implements [world.Folders] with the module's `structure`.
-func (w *Linked) Structure(ctx context.Context, user *world.User, p world.StructureParams) (world.Document, error) {
-	params := map[string]any{}
-	param(params, "path", p.Path)
-	param(params, "recursive", p.Recursive)
-	param(params, "recursiveDepth", p.Depth)
-	param(params, "includeEntityData", p.IncludeData)
-	if len(p.Types) > 0 {
-		params["types"] = p.Types
-	}
-	r, err := w.request(ctx, user, "structure", params)
-	if err != nil {
-		return nil, err
-	}
-	var data world.Document
-	if err := r.decode("data", &data); err != nil || data == nil {
-		return nil, badReply(w.clientID, "structure", "no data")
-	}
-	return data, nil
-}
 
 // CreateFolder implements [world.Folders] with the module's
 // `create-folder`.
@@ -746,6 +825,19 @@ func (w *Linked) NavigateEncounter(ctx context.Context, user *world.User, encoun
 	}
 	enc := out.Encounter.encounter()
 	enc.Current = true
+	// The module's answer names the encounter without its combatants:
+	// the list of encounters has them.
+	if out.Encounter.Combatants == nil {
+		list, err := w.ListEncounters(ctx, user)
+		if err != nil {
+			return world.EncounterPosition{}, err
+		}
+		for _, e := range list {
+			if e.ID == enc.ID {
+				enc.Combatants = e.Combatants
+			}
+		}
+	}
 	return world.EncounterPosition{EncounterID: out.EncounterID, Action: world.EncounterAction(out.Action),
 		Round: out.CurrentRound, Turn: out.CurrentTurn, ActorUUID: deref(out.ActorTurn), TokenUUID: deref(out.TokenTurn),
 		Encounter: enc}, nil
@@ -797,11 +889,21 @@ func (w *Linked) RemoveFromEncounter(ctx context.Context, user *world.User, p wo
 // Files.
 
 // ListFiles implements [world.Files] with the module's `file-system`. The
-// module browses at most three levels below the path whatever the depth
-// asked, and reports neither sizes nor times (they are zero).
+// module browses at most three levels below the path and takes no depth:
+// the relay keeps the levels asked for (as the embedded world counts them)
+// of what the module lists. The module reports neither sizes nor times
+// (they are zero).
 func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFilesParams) (string, []world.FileEntry, error) {
-	params := map[string]any{"path": p.Path, "source": "data"}
-	param(params, "recursive", p.Recursive)
+	dir, err := cleanDirPath(p.Path)
+	if err != nil {
+		return "", nil, err
+	}
+	depth, err := listingDepth(p.Recursive, p.Depth)
+	if err != nil {
+		return "", nil, err
+	}
+	params := map[string]any{"path": dir, "source": "data"}
+	param(params, "recursive", p.Recursive && depth > 1)
 	r, err := w.request(ctx, user, "file-system", params)
 	if err != nil {
 		return "", nil, err
@@ -818,9 +920,11 @@ func (w *Linked) ListFiles(ctx context.Context, user *world.User, p world.ListFi
 	if err := remarshal(r, &out); err != nil {
 		return "", nil, badReply(w.clientID, "file-system", err.Error())
 	}
-	entries := make([]world.FileEntry, len(out.Results))
-	for i, e := range out.Results {
-		entries[i] = world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size}
+	entries := make([]world.FileEntry, 0, len(out.Results))
+	for _, e := range out.Results {
+		if levelBelow(dir, e.Path) <= depth {
+			entries = append(entries, world.FileEntry{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size})
+		}
 	}
 	return out.Path, entries, nil
 }

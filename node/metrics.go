@@ -102,6 +102,8 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAtt
 		m.CounterFunc("relay_linked_requests_total", "Requests to linked worlds: sent (every one), replied in time, timed out, failed (closed or full connection).",
 			prometheus.Labels{"outcome": c.outcome}, func() float64 { return float64(c.get(hub.Stats())) })
 	}
+	m.CounterFunc("relay_linked_late_replies_total", "Replies from linked worlds that matched no waiting request (they came after their request timed out or was cancelled, or carried an id the relay never sent) and were dropped.",
+		nil, func() float64 { return float64(hub.Stats().LateReplies) })
 	m.GaugeFunc("relay_connections_open", "TCP connections open on the API's address.", nil, func() float64 {
 		return float64(r.conns.Stats().Open)
 	})

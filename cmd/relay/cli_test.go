@@ -114,3 +114,28 @@ func TestKeysCLI(t *testing.T) {
 		t.Fatal("missing key file accepted")
 	}
 }
+
+// TestKeysCLIClientList: --client takes a comma-separated list as well as
+// repeats, and the key is bound to each world named.
+func TestKeysCLIClientList(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", filepath.Join(tr.DataDir, "admin.key")}
+	for _, args := range [][]string{{"--client", "demo,other-world"}, {"--client", "demo", "--client", "other-world"}} {
+		out, errOut, err := cli(t, append(append([]string{"keys", "create", "--name", "two worlds", "--scopes", "entity:read"}, args...), common...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errOut)
+		}
+		key := strings.TrimSpace(out)
+		if r := tr.Do(http.MethodGet, "/get", key, relaytest.Q("clientId", "demo", "uuid", relaytest.AriaUUID), nil); r.Status != http.StatusOK {
+			t.Fatalf("%v: the key cannot read its world: %d %s", args, r.Status, r.Body)
+		}
+	}
+	out, _, err := cli(t, append([]string{"keys", "list"}, common...)...)
+	if err != nil || strings.Count(out, "demo,other-world") != 2 {
+		t.Fatalf("list: %v\n%s", err, out)
+	}
+	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x", "--scopes", "entity:read", "--client", "demo,,x"}, common...)...); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("an empty clientId was taken: %v", err)
+	}
+}

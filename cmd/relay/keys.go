@@ -81,6 +81,23 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, ",") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
+// commaList is a flag that takes a comma-separated list, and may also be
+// given several times; the lists add up.
+type commaList []string
+
+func (l *commaList) String() string { return strings.Join(*l, ",") }
+
+func (l *commaList) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return fmt.Errorf("empty item in %q", v)
+		}
+		*l = append(*l, item)
+	}
+	return nil
+}
+
 func keysCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "Usage: relay keys create|list|revoke [flags]")
@@ -106,11 +123,11 @@ func keysCreate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		scopes      = fset.String("scopes", "", "comma-separated `scopes`, or all for every scope (required)")
 		user        = fset.String("user", "", "tabletop user (id or name) every request acts as, in every world")
 		expires     = fset.String("expires", "", "expiry: an RFC 3339 time or a duration from now such as 720h")
-		clients     repeated
+		clients     commaList
 		clientUsers repeated
 	)
 	cf.register(fset)
-	fset.Var(&clients, "client", "a `clientId` the key may use (repeat for several; every world when absent)")
+	fset.Var(&clients, "client", "the `clientIds` the key may use, comma-separated or repeated (every world when absent)")
 	fset.Var(&clientUsers, "client-user", "`clientId=user`: the user the key acts as in that world (repeatable)")
 	fset.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: relay keys create --name NAME --scopes SCOPES [flags]\n\nCreates an API key on a running relay and prints only the key on standard output.\nThe new key must stay within the calling key's bindings: some of its worlds\n(--client is required when it is bound to worlds), the same user wherever it\nacts as a user, some of its scopes, and an expiry no later than its own.\n\nFlags:")

@@ -6,7 +6,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
+	"net/http"
 	"path"
 	"strings"
 
@@ -149,8 +152,12 @@ func navigate(action world.EncounterAction) operation {
 		if err != nil {
 			return nil, err
 		}
+		// The module names the encounter without its combatants
+		// (reference §5).
+		enc := pos.Encounter
 		return map[string]any{"encounterId": pos.EncounterID, "action": string(pos.Action), "currentTurn": pos.Turn, "currentRound": pos.Round,
-			"actorTurn": orNull(pos.ActorUUID), "tokenTurn": orNull(pos.TokenUUID), "encounter": encounter(pos.Encounter)}, nil
+			"actorTurn": orNull(pos.ActorUUID), "tokenTurn": orNull(pos.TokenUUID),
+			"encounter": map[string]any{"id": enc.ID, "name": enc.Name, "round": enc.Round, "turn": enc.Turn}}, nil
 	})
 }
 
@@ -203,13 +210,22 @@ var operations = map[string]operation{
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"uuid": p.UUID, "data": json.RawMessage(raw)}, nil
+		return map[string]any{"uuid": p.UUID, "data": sourceData(raw)}, nil
 	}),
 	"update": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
+		if missing(ctx, d, p.UUID) {
+			// The module updates a null document: a JavaScript error, or
+			// for a user the write check on nothing (reference §4.3).
+			if user != nil {
+				return nil, fmt.Errorf("User '%s' does not have permission to update 'unknown'", user.Name)
+			}
+			return nil, errors.New("Cannot read properties of null (reading 'update')")
+		}
 		doc, err := d.Update(ctx, user, p.UUID, p.Data)
 		if err != nil {
 			return nil, err
 		}
+		delete(doc, "uuid")
 		return map[string]any{"uuid": p.UUID, "entity": []any{doc}}, nil
 	}),
 	"create": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
@@ -218,9 +234,18 @@ var operations = map[string]operation{
 			return nil, err
 		}
 		id, _ := doc["_id"].(string)
+		delete(doc, "uuid")
 		return map[string]any{"uuid": p.EntityType + "." + id, "entity": doc}, nil
 	}),
 	"delete": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
+		if missing(ctx, d, p.UUID) {
+			// The module deletes nothing and says it did; for a user the
+			// write check on nothing fails (reference §4.3).
+			if user != nil {
+				return nil, fmt.Errorf("User '%s' does not have permission to delete 'unknown'", user.Name)
+			}
+			return map[string]any{"uuid": p.UUID, "success": true}, nil
+		}
 		if err := d.Delete(ctx, user, p.UUID); err != nil {
 			return nil, err
 		}
@@ -258,11 +283,17 @@ var operations = map[string]operation{
 		return map[string]any{"query": p.Query, "filter": p.Filter, "results": res}, nil
 	}),
 	"structure": capability(func(ctx context.Context, f world.Folders, user *world.User, p params) (any, error) {
+		// The module reads `types`, else `type`, which in its flat request
+		// is the request's own type: without `types` it lists the types
+		// named "structure", which is nothing (reference §9).
+		if len(p.Types) == 0 {
+			return map[string]any{"data": map[string]any{"folders": map[string]any{}}}, nil
+		}
 		data, err := f.Structure(ctx, user, world.StructureParams{Types: p.Types, Path: p.Path, Recursive: p.Recursive, Depth: p.RecursiveDepth, IncludeData: p.IncludeData})
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"data": data}, nil
+		return map[string]any{"data": moduleEntries(world.ModuleStructure(data, p.Path != ""), p.IncludeData)}, nil
 	}),
 	"create-folder": capability(func(ctx context.Context, f world.Folders, user *world.User, p params) (any, error) {
 		data, err := f.CreateFolder(ctx, user, world.FolderParams{Name: p.Name, Type: p.FolderType, ParentID: p.ParentFolderID, ID: p.FolderID})
@@ -279,7 +310,10 @@ var operations = map[string]operation{
 		return map[string]any{"data": map[string]any{"deleted": true, "folderId": d.FolderID, "entitiesDeleted": d.EntitiesDeleted, "foldersDeleted": d.FoldersDeleted}}, nil
 	}),
 	"select": capability(func(ctx context.Context, s world.Selection, user *world.User, p params) (any, error) {
-		sel, err := s.Select(ctx, user, world.SelectParams{UUIDs: p.UUIDs, Name: p.Name, All: p.All, Overwrite: p.Overwrite, Match: p.Data})
+		// The module takes any `data` object as a filter, and an empty one
+		// matches every token of the scene (reference §4.8).
+		all := p.All || (p.Data != nil && len(p.Data) == 0)
+		sel, err := s.Select(ctx, user, world.SelectParams{UUIDs: p.UUIDs, Name: p.Name, All: all, Overwrite: p.Overwrite, Match: p.Data})
 		if err != nil {
 			return nil, err
 		}
@@ -340,6 +374,11 @@ var operations = map[string]operation{
 		return map[string]any{"success": true, "path": dir, "source": "data", "results": out, "recursive": p.Recursive}, nil
 	}),
 	"download-file": capability(func(ctx context.Context, f world.Files, user *world.User, p params) (any, error) {
+		if strings.HasPrefix(p.Path, "http") {
+			// The module fetches such a path from the game master's
+			// browser, wherever it points (reference §6).
+			return fetch(ctx, p.Path)
+		}
 		fc, err := f.OpenFile(ctx, user, p.Path)
 		if err != nil {
 			return nil, err
@@ -374,4 +413,93 @@ var operations = map[string]operation{
 		}
 		return map[string]any{"success": true, "result": res.Value}, nil
 	}),
+}
+
+// fetch answers a `download-file` of a URL as the module does: it fetches
+// the address as given and answers its bytes as a data URL.
+func fetch(ctx context.Context, url string) (any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("Failed to download file: %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, errors.New("Failed to fetch")
+	}
+	mimeType := resp.Header.Get("Content-Type")
+	if mimeType == "" {
+		mimeType = "application/octet-stream"
+	}
+	name := path.Base(req.URL.Path)
+	if name == "/" || name == "." {
+		name = "file"
+	}
+	return map[string]any{"success": true, "path": url, "filename": name, "mimeType": mimeType,
+		"fileData": "data:" + mimeType + ";base64," + base64.StdEncoding.EncodeToString(data)}, nil
+}
+
+// missing reports whether the world lacks the document uuid.
+func missing(ctx context.Context, d world.Documents, uuid string) bool {
+	_, err := d.GetJSON(ctx, nil, uuid)
+	return errors.Is(err, world.ErrNotFound)
+}
+
+// sourceData is a document as the module sends it: its source data, which
+// has no uuid.
+func sourceData(raw []byte) json.RawMessage {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return raw
+	}
+	delete(doc, "uuid")
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// moduleEntries gives the documents of a structure in the module's shape
+// (reference §4.5): the full data without uuid (the module sends
+// `toObject`) when includeData asks for it, else `{uuid, name, id, type}`
+// (and the image for documents the user sees in part).
+func moduleEntries(v any, includeData bool) any {
+	switch v := v.(type) {
+	case map[string]any:
+		if _, isDoc := v["_id"]; isDoc && includeData {
+			out := maps.Clone(v)
+			delete(out, "uuid")
+			return out
+		}
+		if _, isEntry := v["name"]; isEntry && v["uuid"] != nil && v["id"] != nil {
+			entry := map[string]any{"uuid": v["uuid"], "name": v["name"], "id": v["id"], "type": v["type"]}
+			if includeData {
+				// With includeEntityData, an entry that is not the full
+				// data is a document the user sees in part: its summary
+				// has the image.
+				entry["img"] = v["img"]
+			}
+			return entry
+		}
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = moduleEntries(x, includeData)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = moduleEntries(x, includeData)
+		}
+		return out
+	}
+	return v
 }

@@ -136,10 +136,25 @@ func TestCleanKeepsHarmlessPaths(t *testing.T) {
 	for in, want := range map[string]string{
 		"": "", "/": "", ".": "", "maps/": "maps", "./maps//tavern.svg": "maps/tavern.svg",
 		"a%20b.png": "a%20b.png", "..hidden": "..hidden", "a..b/c": "a..b/c",
+		"maps/http://x": "maps/http:/x", "1:2.png": "1:2.png", "httpdocs/a.png": "httpdocs/a.png",
 	} {
 		got, err := files.Clean(in)
 		if err != nil || got != want {
 			t.Errorf("Clean(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+// TestCleanRefusesURLs: a path that starts like an address (a URL scheme
+// or a drive letter), as given or percent-encoded, is refused: a tabletop
+// would fetch it instead of reading its own file.
+func TestCleanRefusesURLs(t *testing.T) {
+	for _, in := range []string{
+		"http://example.invalid/x", "https:example.invalid", "HTTP://x", "file:///etc/passwd", "C:/Windows",
+		"javascript:alert(1)", "http%3A%2F%2Fexample.invalid", "http%253A//x",
+	} {
+		if got, err := files.Clean(in); !errors.Is(err, world.ErrInvalid) {
+			t.Errorf("Clean(%q) = %q, %v; want ErrInvalid", in, got, err)
 		}
 	}
 }

@@ -34,6 +34,9 @@ func Clean(p string) (string, error) {
 	if strings.HasPrefix(p, "/") {
 		return "", world.Errorf(world.ErrInvalid, "Absolute paths are not allowed: %s", p)
 	}
+	if hasScheme(p) {
+		return "", world.Errorf(world.ErrInvalid, "Paths must be relative to the file area, not URLs: %s", p)
+	}
 	if strings.Contains(p, "%") {
 		if err := checkEncoded(p); err != nil {
 			return "", err
@@ -54,6 +57,12 @@ func Clean(p string) (string, error) {
 		segs = append(segs, s)
 	}
 	return strings.Join(segs, "/"), nil
+}
+
+// CleanName checks a file name (one path segment, by the rules of
+// [Clean]) and returns it; an empty or `.` name is ErrInvalid.
+func CleanName(name string) (string, error) {
+	return cleanName(name)
 }
 
 // cleanName checks a file name: one path segment.
@@ -105,7 +114,7 @@ func checkEncoded(p string) error {
 			return nil
 		}
 		cur = next
-		bad := strings.HasPrefix(cur, "/") || strings.ContainsAny(cur, "\\\x00")
+		bad := strings.HasPrefix(cur, "/") || strings.ContainsAny(cur, "\\\x00") || hasScheme(cur)
 		for _, s := range strings.Split(cur, "/") {
 			if s == ".." {
 				bad = true
@@ -116,4 +125,26 @@ func checkEncoded(p string) error {
 		}
 	}
 	return nil
+}
+
+// hasScheme reports whether a path starts like a URL or a drive letter: a
+// first segment of a letter, then letters, digits, `+`, `-` or `.`, then
+// a colon (`http:`, `file:`, `C:`). A tabletop fetches such a path as an
+// address of its own rather than as a file of its area, so no world takes
+// one.
+func hasScheme(p string) bool {
+	first, _, _ := strings.Cut(p, "/")
+	colon := strings.IndexByte(first, ':')
+	if colon < 1 {
+		return false
+	}
+	for i, r := range first[:colon] {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
