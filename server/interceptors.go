@@ -342,6 +342,15 @@ func (c *Chain) checkScope(_ context.Context, call *Call, _ any) error {
 	if call.Policy == nil {
 		return status.Errorf(codes.PermissionDenied, "Method %s has no access policy", call.Method)
 	}
+	if call.Policy.GetScope() == keys.ScopeAccounts {
+		// Accounts are the operator's to manage: the scope counts only on
+		// a key of the operator's account, and the bootstrap key holds
+		// it even when it was made before the scope existed.
+		if !call.Key.ManagesAccounts() {
+			return status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s (only the operator's account manages accounts)", keys.ScopeAccounts)
+		}
+		return nil
+	}
 	if !call.Key.HasScope(call.Policy.GetScope()) {
 		return status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s", call.Policy.GetScope())
 	}

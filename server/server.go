@@ -53,6 +53,7 @@ import (
 
 	"github.com/tabletop-relay/relay/contract"
 	"github.com/tabletop-relay/relay/observe"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // Config wires a relay gRPC server.
@@ -61,6 +62,7 @@ type Config struct {
 	Keys interface {
 		Authenticator
 		KeyAdmin
+		keys.Accounts
 	}
 	// Worlds resolves client ids to the worlds that serve them, whatever
 	// their kind: the services reach worlds only through it.
@@ -203,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys},
+		accountService{store: cfg.Keys},
 		clientService{worlds: cfg.Worlds},
 		linkService{links: cfg.Links, now: time.Now},
 		newEventService(cfg.Events),

@@ -53,7 +53,7 @@ type Quotas struct {
 }
 
 // maxQuota bounds every quota, so that sums of quotas cannot overflow.
-const maxQuota = 1 << 40
+const maxQuota = 1<<31 - 1
 
 // Validate checks that no quota is negative or absurdly large, naming the
 // quota at fault as `quotas.<name>`.

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/relaytest"
+)
+
+// createAccount makes an account through REST with the operator's key and
+// returns its id and first key.
+func createAccount(t *testing.T, tr *testRelay, name string) (id, key string) {
+	t.Helper()
+	r := tr.Do(http.MethodPost, "/accounts", tr.AdminKey, nil, map[string]any{"name": name})
+	if r.Status != http.StatusOK {
+		t.Fatalf("create account %q: %d %s", name, r.Status, r.Body)
+	}
+	d := r.Data(t)
+	acct, _ := d["account"].(map[string]any)
+	id, _ = acct["id"].(string)
+	key, _ = d["key"].(string)
+	if id == "" || !strings.HasPrefix(key, "rk_") {
+		t.Fatalf("create account answered %s", r.Body)
+	}
+	return id, key
+}
+
+// TestAccountsManagement runs the account service through REST and gRPC:
+// only the operator manages accounts, bad input is refused naming the
+// parameter with nothing made, an account's keys see only their own
+// account's keys, and suspension and deletion refuse its keys at once.
+func TestAccountsManagement(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	admin := tr.AdminKey
+	svc := relayv1.NewAccountServiceClient(tr.Conn)
+	grpcAs := func(key string) context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	}
+
+	id, gmKey := createAccount(t, tr, "Guild")
+
+	// Bad input: the parameter named, the right status, nothing made.
+	for _, tc := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{"name":""}`, http.StatusBadRequest, "'name'"},
+		{`{"name":"   "}`, http.StatusBadRequest, "'name'"},
+		{`{"name":"` + strings.Repeat("n", 65) + `"}`, http.StatusBadRequest, "'name'"},
+		{`{"name":"guild"}`, http.StatusConflict, "taken"},
+		{`{"name":"Operator"}`, http.StatusConflict, "taken"},
+		{`{"name":"x","quotas":{"keys":"many"}}`, http.StatusBadRequest, "keys"},
+		{`{"name":"x","quotas":{"worlds":-1}}`, http.StatusBadRequest, "'quotas.worlds'"},
+	} {
+		r := tr.Do(http.MethodPost, "/accounts", admin, nil, tc.body)
+		if r.Status != tc.status || !strings.Contains(r.ErrorText(t), tc.want) {
+			t.Errorf("POST /accounts %s = %d %s, want %d naming %s", tc.body, r.Status, r.Body, tc.status, tc.want)
+		}
+	}
+	list := tr.Do(http.MethodGet, "/accounts", admin, nil, nil)
+	if accts, _ := list.Data(t)["accounts"].([]any); list.Status != http.StatusOK || len(accts) != 2 {
+		t.Fatalf("GET /accounts after bad input = %d %s, want the operator's and Guild", list.Status, list.Body)
+	}
+
+	// Only the operator manages accounts: not the account's own admin key,
+	// not an operator key without the scope; an operator key with it may.
+	plain, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "ops", Scopes: []string{"admin"}})
+	withScope, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "accounts", Scopes: []string{"accounts"}})
+	for _, key := range []string{gmKey, plain} {
+		if r := tr.Do(http.MethodGet, "/accounts", key, nil, nil); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "accounts") {
+			t.Errorf("GET /accounts with a non-operator key = %d %s", r.Status, r.Body)
+		}
+		if _, err := svc.CreateAccount(grpcAs(key), &relayv1.CreateAccountRequest{Name: "sneaky"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("gRPC CreateAccount with a non-operator key: %v", err)
+		}
+	}
+	if _, err := svc.ListAccounts(grpcAs(withScope), &relayv1.ListAccountsRequest{}); err != nil {
+		t.Errorf("gRPC ListAccounts with an operator key holding 'accounts': %v", err)
+	}
+
+	// The account's key sees only its own account's keys, makes keys in
+	// its account, and is told the operator's key does not exist.
+	r := tr.Do(http.MethodPost, "/keys", gmKey, nil, map[string]any{"name": "bot", "scopes": []string{"entity:read"}})
+	if r.Status != http.StatusOK {
+		t.Fatalf("account key creates a key: %d %s", r.Status, r.Body)
+	}
+	r = tr.Do(http.MethodGet, "/keys", gmKey, nil, nil)
+	if ks, _ := r.Data(t)["keys"].([]any); len(ks) != 2 {
+		t.Fatalf("account key lists %s, want its own two keys", r.Body)
+	}
+	opKeys := tr.Do(http.MethodGet, "/keys", admin, nil, nil).Data(t)["keys"].([]any)
+	adminID := opKeys[0].(map[string]any)["id"].(string)
+	const unknownID = "00000000000000ff"
+	got := tr.Do(http.MethodDelete, "/keys/"+adminID, gmKey, nil, nil)
+	unknown := tr.Do(http.MethodDelete, "/keys/"+unknownID, gmKey, nil, nil)
+	if got.Status != unknown.Status || strings.ReplaceAll(got.ErrorText(t), adminID, unknownID) != unknown.ErrorText(t) {
+		t.Errorf("revoking the operator's key = %d %q; an unknown key = %d %q", got.Status, got.ErrorText(t), unknown.Status, unknown.ErrorText(t))
+	}
+	if r := tr.Do(http.MethodGet, "/keys", admin, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the operator's key after the attempt: %d %s", r.Status, r.Body)
+	}
+
+	// Details, usage and changes.
+	r = tr.Do(http.MethodGet, "/accounts/"+id, admin, nil, nil)
+	if usage, _ := r.Data(t)["account"].(map[string]any)["usage"].(map[string]any); r.Status != http.StatusOK || usage["keys"] != float64(2) {
+		t.Fatalf("GET /accounts/%s = %d %s, want 2 keys in use", id, r.Status, r.Body)
+	}
+	r = tr.Do(http.MethodPatch, "/accounts/"+id, admin, nil, map[string]any{"name": "Guild Two", "quotas": map[string]any{"worlds": 3}})
+	if a, _ := r.Data(t)["account"].(map[string]any); r.Status != http.StatusOK || a["name"] != "Guild Two" || a["quotas"].(map[string]any)["worlds"] != float64(3) {
+		t.Fatalf("PATCH /accounts/%s = %d %s", id, r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodGet, "/accounts/acc_0000000000000000", admin, nil, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("unknown account = %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodPost, "/accounts/operator/suspend", admin, nil, nil); r.Status != http.StatusBadRequest {
+		t.Fatalf("suspending the operator = %d %s", r.Status, r.Body)
+	}
+
+	// Suspension refuses the account's keys on REST and gRPC, naming it,
+	// and only those; resuming lets them in again.
+	if r := tr.Do(http.MethodPost, "/accounts/"+id+"/suspend", admin, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("suspend = %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodGet, "/keys", gmKey, nil, nil); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "suspended") {
+		t.Fatalf("suspended account's key on REST = %d %s", r.Status, r.Body)
+	}
+	_, err := relayv1.NewKeyServiceClient(tr.Conn).ListKeys(grpcAs(gmKey), &relayv1.ListKeysRequest{})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "suspended") {
+		t.Fatalf("suspended account's key on gRPC: %v", err)
+	}
+	if r := tr.Do(http.MethodGet, "/keys", admin, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the operator during a suspension: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodPost, "/accounts/"+id+"/resume", admin, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("resume = %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodGet, "/keys", gmKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("resumed account's key = %d %s", r.Status, r.Body)
+	}
+
+	// Deletion removes its keys.
+	if r := tr.Do(http.MethodDelete, "/accounts/"+id, admin, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("delete = %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodGet, "/keys", gmKey, relaytest.Q(), nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("deleted account's key = %d %s", r.Status, r.Body)
+	}
+}
