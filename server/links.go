@@ -43,6 +43,8 @@ type linkService struct {
 	relayv1.UnimplementedLinkServiceServer
 	links WorldLinks
 	now   func() time.Time
+	// chain decides which worlds the calling key's account may see.
+	chain *Chain
 }
 
 // mayLink decides whether the calling key may pair or unpair the linked
@@ -51,8 +53,18 @@ type linkService struct {
 // keys with GM-level access to that world: none acting as a tabletop user
 // there. A key bound to worlds may pair only its own worlds again, never a
 // new one, which would be a world outside its bindings.
-func mayLink(call *Call, clientID, verb string) error {
+//
+// Another account's world is answered as a linked world that does not
+// exist.
+func (s linkService) mayLink(ctx context.Context, call *Call, clientID, verb string) error {
 	k := call.Key
+	if clientID != "" {
+		if ok, err := s.chain.reaches(ctx, k, clientID); err != nil {
+			return err
+		} else if !ok {
+			return world.Errorf(world.ErrNotFound, "Linked world not found: %s", clientID)
+		}
+	}
 	if clientID == "" {
 		if len(k.ClientIDs) > 0 {
 			return status.Errorf(codes.PermissionDenied,
@@ -93,7 +105,7 @@ func (s linkService) CreatePairingCode(ctx context.Context, req *relayv1.CreateP
 		return nil, err
 	}
 	call := CallFrom(ctx)
-	if err := mayLink(call, clientID, "pair"); err != nil {
+	if err := s.mayLink(ctx, call, clientID, "pair"); err != nil {
 		return nil, err
 	}
 	if s.links == nil {
@@ -113,7 +125,7 @@ func (s linkService) UnpairWorld(ctx context.Context, req *relayv1.UnpairWorldRe
 	if err := checkClientID(clientID, true); err != nil {
 		return nil, err
 	}
-	if err := mayLink(CallFrom(ctx), clientID, "unpair"); err != nil {
+	if err := s.mayLink(ctx, CallFrom(ctx), clientID, "unpair"); err != nil {
 		return nil, err
 	}
 	if s.links == nil {

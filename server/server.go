@@ -70,6 +70,10 @@ type Config struct {
 	// TicketStore keeps the stream tickets (tickets.go); in memory when
 	// nil. A cluster shares one store among its nodes.
 	TicketStore TicketStore
+	// Owners tells which account owns each world; nil means the
+	// operator's account owns every world, so that the keys of every
+	// other account reach none.
+	Owners WorldOwners
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -164,6 +168,8 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTicketsIn(cfg.TicketStore, nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 		Metrics:    cfg.Metrics,
+		Accounts:   cfg.Keys,
+		Owners:     cfg.Owners,
 	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
@@ -206,8 +212,8 @@ func New(cfg Config) (*Server, error) {
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys},
 		accountService{store: cfg.Keys},
-		clientService{worlds: cfg.Worlds},
-		linkService{links: cfg.Links, now: time.Now},
+		clientService{worlds: cfg.Worlds, chain: chain},
+		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		newEventService(cfg.Events),
 		ticketService{tickets: chain.Tickets},
 		combatService{},

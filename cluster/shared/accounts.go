@@ -53,6 +53,14 @@ func (s *KeyStore) applyAccount(e jetstream.KeyValueEntry) {
 	s.setSuspended(a)
 }
 
+// Suspension implements keys.Accounts.
+func (s *KeyStore) Suspension(id string) error {
+	if a, ok := (*s.suspended.Load())[id]; ok {
+		return keys.SuspendedError(a)
+	}
+	return nil
+}
+
 // setSuspended publishes a's suspension state to Authenticate.
 func (s *KeyStore) setSuspended(a keys.Account) {
 	s.mu.Lock()

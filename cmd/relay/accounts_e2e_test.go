@@ -155,3 +155,75 @@ func TestAccountsManagement(t *testing.T) {
 		t.Fatalf("deleted account's key = %d %s", r.Status, r.Body)
 	}
 }
+
+// TestAccountsSeeNoOtherWorld checks that the keys of an account reach no
+// world it does not own: the demo world, the operator's, is answered to
+// them exactly as a world that does not exist, on REST, gRPC, event
+// streams, pairing and unpairing, and is missing from their /clients. A
+// stream ticket of a suspended account is refused naming the suspension.
+func TestAccountsSeeNoOtherWorld(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	id, gmKey := createAccount(t, tr, "Guild")
+	const unknown = "nosuchworld"
+	same := func(what string, got, want relaytest.Response) {
+		t.Helper()
+		if got.Status != want.Status || strings.ReplaceAll(got.ErrorText(t), "demo", unknown) != want.ErrorText(t) {
+			t.Errorf("%s: the demo world = %d %q; an unknown world = %d %q", what, got.Status, got.ErrorText(t), want.Status, want.ErrorText(t))
+		}
+	}
+	for _, c := range []struct{ method, path, query string }{
+		{"GET", "/get", "uuid=" + relaytest.AriaUUID},
+		{"GET", "/search", "query=a"},
+		{"GET", "/structure", ""},
+		{"GET", "/file-system", ""},
+		{"GET", "/encounters", ""},
+		{"GET", "/actor/subscribe", "actorUuid=" + relaytest.AriaUUID},
+		{"GET", "/hooks/subscribe", ""},
+	} {
+		q := func(world string) string { return strings.TrimPrefix(c.query+"&clientId="+world, "&") }
+		got := tr.Do(c.method, c.path+"?"+q("demo"), gmKey, nil, nil)
+		want := tr.Do(c.method, c.path+"?"+q(unknown), gmKey, nil, nil)
+		if got.Status != http.StatusNotFound {
+			t.Errorf("%s %s on the demo world with another account's key: %d %s", c.method, c.path, got.Status, got.Body)
+		}
+		same(c.method+" "+c.path, got, want)
+	}
+	// Without a clientId there is no world of its own to pick.
+	if r := tr.Do("GET", "/get?uuid="+relaytest.AriaUUID, gmKey, nil, nil); r.Status != http.StatusBadRequest {
+		t.Errorf("GET /get without clientId: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do("GET", "/clients", gmKey, nil, nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), "demo") {
+		t.Errorf("GET /clients with another account's key: %d %s", r.Status, r.Body)
+	}
+	same("POST /pairing-codes", tr.Do("POST", "/pairing-codes", gmKey, nil, map[string]any{"clientId": "demo"}),
+		tr.Do("POST", "/pairing-codes", tr.AdminKey, nil, map[string]any{"clientId": unknown}))
+	same("DELETE /linked-worlds", tr.Do("DELETE", "/linked-worlds/demo", gmKey, nil, nil),
+		tr.Do("DELETE", "/linked-worlds/"+unknown, tr.AdminKey, nil, nil))
+	// gRPC answers the same.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", gmKey)
+	docs := relayv1.NewDocumentServiceClient(tr.Conn)
+	_, errDemo := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: "demo", Uuid: relaytest.AriaUUID})
+	_, errUnknown := docs.GetDocument(ctx, &relayv1.GetDocumentRequest{ClientId: unknown, Uuid: relaytest.AriaUUID})
+	if status.Code(errDemo) != codes.NotFound || strings.ReplaceAll(status.Convert(errDemo).Message(), "demo", unknown) != status.Convert(errUnknown).Message() {
+		t.Errorf("gRPC GetDocument: demo %v; unknown %v", errDemo, errUnknown)
+	}
+	// The demo world is untouched and the operator still reaches it.
+	if r := tr.Do("GET", "/get?clientId=demo&uuid="+relaytest.AriaUUID, tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the operator on the demo world: %d %s", r.Status, r.Body)
+	}
+
+	// A ticket issued before the suspension is refused after it.
+	r := tr.Do("POST", "/stream-tickets", gmKey, nil, map[string]any{})
+	if r.Status != http.StatusOK {
+		t.Fatalf("ticket: %d %s", r.Status, r.Body)
+	}
+	ticket := r.Data(t)["ticket"].(string)
+	if r := tr.Do("POST", "/accounts/"+id+"/suspend", tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.Status, r.Body)
+	}
+	r = tr.Do("GET", "/hooks/subscribe?clientId=demo&ticket="+ticket, "", nil, nil)
+	if r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "suspended") {
+		t.Errorf("a suspended account's ticket: %d %s", r.Status, r.Body)
+	}
+}

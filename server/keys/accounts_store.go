@@ -43,6 +43,11 @@ type Accounts interface {
 	DeleteAccount(ctx context.Context, id string) (Account, error)
 	// AccountUsage counts what the account uses of its quotas.
 	AccountUsage(ctx context.Context, id string) (AccountUsage, error)
+	// Suspension returns the refusal of the keys of the account id when
+	// it is suspended, nil otherwise; it answers from memory, as
+	// Authenticate does, for callers that hold a key authenticated
+	// earlier (a stream ticket, a call forwarded by another node).
+	Suspension(id string) error
 }
 
 var _ Accounts = (*Store)(nil)
@@ -94,6 +99,14 @@ func (s *Store) loadSuspended(ctx context.Context) error {
 		return fmt.Errorf("keys: load accounts: %w", err)
 	}
 	s.suspended.Store(&m)
+	return nil
+}
+
+// Suspension implements [Accounts].
+func (s *Store) Suspension(id string) error {
+	if a, ok := (*s.suspended.Load())[id]; ok {
+		return suspended(a)
+	}
 	return nil
 }
 
