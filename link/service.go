@@ -146,7 +146,13 @@ func (s *Service) Close(ctx context.Context) { s.hub.Close(ctx) }
 
 // CreatePairingCode issues a pairing code (see Pairings.NewCode).
 func (s *Service) CreatePairingCode(ctx context.Context, clientID, createdBy string) (string, Code, error) {
-	code, c, err := s.pairings.NewCode(ctx, clientID, createdBy)
+	return s.CreatePairingCodeIn(ctx, "", clientID, createdBy)
+}
+
+// CreatePairingCodeIn issues a pairing code of an account (see
+// Pairings.NewCodeIn).
+func (s *Service) CreatePairingCodeIn(ctx context.Context, account, clientID, createdBy string) (string, Code, error) {
+	code, c, err := s.pairings.NewCodeIn(ctx, account, clientID, createdBy)
 	if err == nil {
 		s.log.Info("pairing code created", "clientId", clientID, "createdBy", createdBy, "expiresAt", c.ExpiresAt)
 	}

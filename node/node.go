@@ -303,6 +303,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		TicketStore:   ticketStore,
 		Worlds:        allWorlds,
 		Links:         worldLinks{r.links},
+		Owners:        worldOwners{r.links.Pairings()},
 		RequestIDs:    ids,
 		Log:           log,
 		ScriptTimeout: cfg.ScriptTimeout,
@@ -455,12 +456,39 @@ func routeLinks(links, next http.Handler) http.Handler {
 // needs.
 type worldLinks struct{ s *link.Service }
 
-func (l worldLinks) CreatePairingCode(ctx context.Context, clientID, createdBy string) (server.PairingCode, error) {
-	code, c, err := l.s.CreatePairingCode(ctx, clientID, createdBy)
+func (l worldLinks) CreatePairingCode(ctx context.Context, account, clientID, createdBy string) (server.PairingCode, error) {
+	code, c, err := l.s.CreatePairingCodeIn(ctx, linkAccount(account), clientID, createdBy)
 	if err != nil {
 		return server.PairingCode{}, err
 	}
 	return server.PairingCode{Code: code, ClientID: c.ClientID, ExpiresAt: c.ExpiresAt}, nil
+}
+
+// linkAccount is how the link store records an account: "" for the
+// operator's, which owns every world linked before accounts existed.
+func linkAccount(account string) string {
+	if account == keys.OperatorAccount {
+		return ""
+	}
+	return account
+}
+
+// worldOwners tells the server which account owns each world: a linked
+// world belongs to the account of the pairing code that linked it; the
+// embedded worlds, and any id that names no world, to the operator's.
+type worldOwners struct{ pairings *link.Pairings }
+
+func (o worldOwners) Owner(ctx context.Context, clientID string) (string, error) {
+	w, err := o.pairings.World(ctx, clientID)
+	switch {
+	case errors.Is(err, link.ErrUnknownWorld):
+		return keys.OperatorAccount, nil
+	case err != nil:
+		return "", err
+	case w.Account == "":
+		return keys.OperatorAccount, nil
+	}
+	return w.Account, nil
 }
 
 func (l worldLinks) Unpair(ctx context.Context, clientID string) (server.Unpaired, error) {

@@ -18,8 +18,9 @@ import (
 type WorldLinks interface {
 	// CreatePairingCode issues a one-time code that pairs a new world, or
 	// only the linked world clientID when it is not empty; createdBy is
-	// the calling key's id, for the record.
-	CreatePairingCode(ctx context.Context, clientID, createdBy string) (PairingCode, error)
+	// the calling key's id, for the record, and the world belongs to its
+	// account (keys.OperatorAccount for the operator's).
+	CreatePairingCode(ctx context.Context, account, clientID, createdBy string) (PairingCode, error)
 	// Unpair revokes the linked world's connection token and closes its
 	// connection.
 	Unpair(ctx context.Context, clientID string) (Unpaired, error)
@@ -111,7 +112,7 @@ func (s linkService) CreatePairingCode(ctx context.Context, req *relayv1.CreateP
 	if s.links == nil {
 		return nil, status.Error(codes.Unavailable, "Linked worlds are not enabled on this relay")
 	}
-	code, err := s.links.CreatePairingCode(ctx, clientID, call.Key.ID)
+	code, err := s.links.CreatePairingCode(ctx, call.Key.Account(), clientID, call.Key.ID)
 	if err != nil {
 		return nil, err
 	}

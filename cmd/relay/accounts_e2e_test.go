@@ -227,3 +227,63 @@ func TestAccountsSeeNoOtherWorld(t *testing.T) {
 		t.Errorf("a suspended account's ticket: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestAccountsLinkTheirWorlds pairs a tabletop with a code made by an
+// account's admin key: the world belongs to that account, whose keys
+// reach it as the operator's do, while another account's keys are
+// answered as for a world that does not exist, and may neither pair it
+// again nor unpair it.
+func TestAccountsLinkTheirWorlds(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	_, keyA := createAccount(t, tr, "Alpha")
+	_, keyB := createAccount(t, tr, "Beta")
+
+	r := tr.pairingCode(keyA, "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("pairing code of account A: %d %s", r.Status, r.Body)
+	}
+	tt := tr.tabletop()
+	res, err := tt.Pair(context.Background(), r.Data(t)["code"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	cid := res.ClientID
+
+	// Account A lists it as its only world and reaches it without naming
+	// it, as the operator does by name.
+	r = tr.Do("GET", "/clients", keyA, nil, nil)
+	if cs, _ := r.Data(t)["clients"].([]any); len(cs) != 1 || cs[0].(map[string]any)["clientId"] != cid {
+		t.Fatalf("account A's /clients: %s", r.Body)
+	}
+	byOperator := tr.Do("GET", "/structure?clientId="+cid, tr.AdminKey, nil, nil)
+	byA := tr.Do("GET", "/structure", keyA, nil, nil)
+	if byA.Status != byOperator.Status || byA.Status == http.StatusNotFound {
+		t.Fatalf("account A on its world: %d %s; the operator: %d %s", byA.Status, byA.Body, byOperator.Status, byOperator.Body)
+	}
+	// Account B: not listed, unknown everywhere.
+	if r := tr.Do("GET", "/clients", keyB, nil, nil); strings.Contains(string(r.Body), cid) {
+		t.Fatalf("account B's /clients: %s", r.Body)
+	}
+	const unknown = "nosuchworld"
+	check := func(what string, got, want relaytest.Response) {
+		t.Helper()
+		if got.Status != want.Status || strings.ReplaceAll(got.ErrorText(t), cid, unknown) != want.ErrorText(t) {
+			t.Errorf("%s: account A's world = %d %q; an unknown world = %d %q", what, got.Status, got.ErrorText(t), want.Status, want.ErrorText(t))
+		}
+	}
+	check("GET /structure", tr.Do("GET", "/structure?clientId="+cid, keyB, nil, nil), tr.Do("GET", "/structure?clientId="+unknown, keyB, nil, nil))
+	check("POST /pairing-codes", tr.pairingCode(keyB, cid), tr.pairingCode(keyB, unknown))
+	check("DELETE /linked-worlds", tr.Do("DELETE", "/linked-worlds/"+cid, keyB, nil, nil), tr.Do("DELETE", "/linked-worlds/"+unknown, keyB, nil, nil))
+	if !tt.Connected() {
+		t.Fatal("account B's attempts disconnected account A's world")
+	}
+	// Account A may pair it again.
+	if r := tr.pairingCode(keyA, cid); r.Status != http.StatusOK {
+		t.Fatalf("account A pairs its world again: %d %s", r.Status, r.Body)
+	}
+}
