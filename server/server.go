@@ -205,6 +205,8 @@ func New(cfg Config) (*Server, error) {
 	network := decodeRegistrar{server: srv.GRPC}
 	srv.Local = newLocalConn(unary, stream)
 	both := registrars{network, srv.Local}
+	events := newEventService(cfg.Events)
+	events.accounts = cfg.Keys
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
@@ -214,7 +216,7 @@ func New(cfg Config) (*Server, error) {
 		accountService{store: cfg.Keys},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
-		newEventService(cfg.Events),
+		events,
 		ticketService{tickets: chain.Tickets},
 		combatService{},
 		newFileService(cfg.MaxUploadBytes),

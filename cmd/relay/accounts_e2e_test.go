@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -285,5 +286,55 @@ func TestAccountsLinkTheirWorlds(t *testing.T) {
 	// Account A may pair it again.
 	if r := tr.pairingCode(keyA, cid); r.Status != http.StatusOK {
 		t.Fatalf("account A pairs its world again: %d %s", r.Status, r.Body)
+	}
+
+	// Suspending account A ends its open event streams, SSE and gRPC,
+	// within a second.
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", tr.Base+"/hooks/subscribe?clientId="+cid, nil)
+	req.Header.Set("x-api-key", keyA)
+	sse := relaytest.ReadSSE(t, req)
+	if ev := <-sse; ev.Name != "connected" {
+		t.Fatalf("first SSE event %+v", ev)
+	}
+	grpcStream, err := relayv1.NewEventServiceClient(tr.Conn).SubscribeHooks(
+		metadata.AppendToOutgoingContext(t.Context(), "x-api-key", keyA), &relayv1.SubscribeHooksRequest{ClientId: cid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grpcStream.Recv(); err != nil {
+		t.Fatalf("first gRPC event: %v", err)
+	}
+	id := tr.Do("GET", "/accounts", tr.AdminKey, nil, nil).Data(t)["accounts"].([]any)[1].(map[string]any)["id"].(string)
+	if r := tr.Do("POST", "/accounts/"+id+"/suspend", tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.Status, r.Body)
+	}
+	suspendedAt := time.Now()
+	for open := true; open; {
+		select {
+		case _, open = <-sse:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the SSE stream is still open after the suspension")
+		}
+	}
+	grpcErr := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := grpcStream.Recv(); err != nil {
+				grpcErr <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-grpcErr:
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(status.Convert(err).Message(), "suspended") {
+			t.Errorf("the gRPC stream ended with %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the gRPC stream is still open after the suspension")
+	}
+	// One second of the rule, and some slack for a loaded machine.
+	if d := time.Since(suspendedAt); d > 1500*time.Millisecond {
+		t.Errorf("the streams ended %v after the suspension", d)
 	}
 }
