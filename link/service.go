@@ -61,6 +61,11 @@ type Config struct {
 	// PairAttempts limits, per address, every pairing attempt, successful
 	// or not: a code is short, so guessing must be slow whatever happens.
 	PairAttempts Limiter
+	// Refuse, when set, reports why a world whose token is valid may not
+	// connect now (its account is suspended), or nil when it may. A
+	// refused module is closed with 4005, after which it keeps its token
+	// and tries again later.
+	Refuse func(ctx context.Context, clientID string) error
 	// Hub configures the connections.
 	Hub HubOptions
 	// Log receives pairings, connections and refusals (never a code or a
@@ -78,6 +83,7 @@ type Service struct {
 	authTimeout  time.Duration
 	authFailures Limiter
 	pairAttempts Limiter
+	refuse       func(ctx context.Context, clientID string) error
 }
 
 // New returns a service over cfg.Store.
@@ -109,6 +115,7 @@ func New(cfg Config) (*Service, error) {
 		authTimeout:  cfg.AuthTimeout,
 		authFailures: cfg.AuthFailures,
 		pairAttempts: cfg.PairAttempts,
+		refuse:       cfg.Refuse,
 	}, nil
 }
 
@@ -581,6 +588,15 @@ func (s *Service) authenticate(ws *websocket.Conn, addr, id string) (string, Has
 		return "", Hash{}, false
 	case clientID != id:
 		return refuse(CloseAuthFailed, "Authentication failed", "token of another world")
+	}
+	if s.refuse != nil {
+		if err := s.refuse(context.Background(), clientID); err != nil {
+			// Not a failed authentication: the token is good, and the
+			// module keeps it for when the refusal ends.
+			s.log.Info("linked world refused", "addr", addr, "clientId", clientID, "code", int(CloseShutdown), "reason", err.Error())
+			_ = ws.Close(CloseShutdown, "Account suspended")
+			return "", Hash{}, false
+		}
 	}
 	return clientID, token, true
 }

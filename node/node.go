@@ -71,6 +71,10 @@ type Node struct {
 	metricsAddr string
 	metricsStop func()
 
+	// stopSuspensionSweep stops closing the suspended accounts' linked
+	// worlds (accounts.go).
+	stopSuspensionSweep context.CancelFunc
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -264,6 +268,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthTimeout:  cfg.LinkAuthTimeout,
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
+		Refuse:       r.refuseSuspended,
 		Hub: link.HubOptions{
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
@@ -280,6 +285,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	r.stopSuspensionSweep = stopSweep
+	go sweepSuspended(sweepCtx, r.keys, r.links.Pairings(), r.links.Hub())
 	if err := r.watchUnpaired(ctx); err != nil {
 		return fail(err)
 	}
@@ -527,6 +535,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.linkEvents != nil {
 		r.linkEvents.Close() // and those of the linked worlds
+	}
+	if r.stopSuspensionSweep != nil {
+		r.stopSuspensionSweep()
 	}
 	if r.links != nil {
 		// The sockets were hijacked from the HTTP server, which no longer

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/link"
+	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/relaytest"
 )
 
@@ -333,8 +336,25 @@ func TestAccountsLinkTheirWorlds(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the gRPC stream is still open after the suspension")
 	}
+	// Its linked world's socket is closed too, with the code after which
+	// the module keeps its token and tries again later; it is refused
+	// until the account is resumed.
+	waitFor(t, "the linked world's socket to close", func() bool { return !tt.Connected() })
 	// One second of the rule, and some slack for a loaded machine.
 	if d := time.Since(suspendedAt); d > 1500*time.Millisecond {
-		t.Errorf("the streams ended %v after the suspension", d)
+		t.Errorf("the streams and the socket ended %v after the suspension", d)
+	}
+	if tt.LastClose() != link.CloseShutdown {
+		t.Errorf("the socket closed with %d, want %d", tt.LastClose(), link.CloseShutdown)
+	}
+	var ce *linktest.CloseError
+	if err := tt.Connect(context.Background()); !errors.As(err, &ce) || ce.Code != link.CloseShutdown {
+		t.Fatalf("reconnecting while suspended: %v", err)
+	}
+	if r := tr.Do("POST", "/accounts/"+id+"/resume", tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.Status, r.Body)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatalf("reconnecting after the resumption: %v", err)
 	}
 }
