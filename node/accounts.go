@@ -56,3 +56,20 @@ func sweepSuspended(ctx context.Context, accounts keys.Accounts, pairings *link.
 		}
 	}
 }
+
+// releaseAccount unpairs the linked worlds of an account that is being
+// deleted: their tokens are revoked and their sockets closed.
+func (r *Node) releaseAccount(ctx context.Context, accountID string) error {
+	recs, err := r.links.Pairings().Worlds(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range recs {
+		if w.Account == accountID && w.Paired() {
+			if _, _, err := r.links.Unpair(ctx, w.ClientID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -14,6 +14,9 @@ import (
 type accountService struct {
 	relayv1.UnimplementedAccountServiceServer
 	store keys.Accounts
+	// release, when set, lets go of what an account owns besides its
+	// keys (its linked worlds' tokens) before the account is deleted.
+	release func(ctx context.Context, accountID string) error
 }
 
 func (s accountService) CreateAccount(ctx context.Context, req *relayv1.CreateAccountRequest) (*relayv1.CreateAccountResponse, error) {
@@ -97,6 +100,16 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 	id, err := accountID(req.GetId())
 	if err != nil {
 		return nil, err
+	}
+	if _, err := s.store.GetAccount(ctx, id); err != nil {
+		return nil, err
+	}
+	if s.release != nil && id != keys.OperatorAccount {
+		// Its worlds go first: should that fail, the account is still
+		// there to delete again.
+		if err := s.release(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	a, err := s.store.DeleteAccount(ctx, id)
 	if err != nil {

@@ -74,6 +74,10 @@ type Config struct {
 	// operator's account owns every world, so that the keys of every
 	// other account reach none.
 	Owners WorldOwners
+	// ReleaseAccount, when set, lets go of an account's worlds before the
+	// account is deleted: it revokes the tokens of the linked worlds the
+	// account owns.
+	ReleaseAccount func(ctx context.Context, accountID string) error
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -213,7 +217,7 @@ func New(cfg Config) (*Server, error) {
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys},
-		accountService{store: cfg.Keys},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		events,

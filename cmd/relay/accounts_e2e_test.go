@@ -357,4 +357,17 @@ func TestAccountsLinkTheirWorlds(t *testing.T) {
 	if err := tt.Connect(context.Background()); err != nil {
 		t.Fatalf("reconnecting after the resumption: %v", err)
 	}
+
+	// Deleting account A unpairs its linked world: its token is revoked
+	// and its socket closed.
+	if r := tr.Do("DELETE", "/accounts/"+id, tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("delete: %d %s", r.Status, r.Body)
+	}
+	waitFor(t, "the deleted account's world to be disconnected", func() bool { return !tt.Connected() })
+	if tt.LastClose() != link.CloseAuthFailed {
+		t.Errorf("the deleted account's world closed with %d, want %d", tt.LastClose(), link.CloseAuthFailed)
+	}
+	if r := tr.Do("GET", "/clients", tr.AdminKey, nil, nil); strings.Contains(string(r.Body), cid) {
+		t.Errorf("the deleted account's world is still listed: %s", r.Body)
+	}
 }
