@@ -313,6 +313,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		Links:          worldLinks{r.links},
 		Owners:         worldOwners{r.links.Pairings()},
 		ReleaseAccount: r.releaseAccount,
+		AccountMaxKeys: cfg.AccountMaxKeys,
 		RequestIDs:     ids,
 		Log:            log,
 		ScriptTimeout:  cfg.ScriptTimeout,

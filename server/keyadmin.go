@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
 )
@@ -23,6 +26,43 @@ type KeyAdmin interface {
 type keyService struct {
 	relayv1.UnimplementedKeyServiceServer
 	store KeyAdmin
+	// accounts, when set, holds the quotas that bound each account's
+	// keys; defaultMaxKeys applies where an account's quota is 0.
+	accounts       keys.Accounts
+	defaultMaxKeys int64
+}
+
+// DefaultAccountMaxKeys is how many unrevoked keys an account other than
+// the operator's may hold when neither its quota nor the relay's
+// configuration says otherwise.
+const DefaultAccountMaxKeys = 1000
+
+// checkKeyQuota refuses a new key of an account that holds as many
+// unrevoked keys as its quota allows. The operator's account is bound
+// only by a quota of its own.
+func (s keyService) checkKeyQuota(ctx context.Context, actor keys.Key) error {
+	if s.accounts == nil {
+		return nil
+	}
+	a, err := s.accounts.GetAccount(ctx, actor.Account())
+	if err != nil {
+		return err
+	}
+	limit := a.Quotas.Keys
+	if limit == 0 && !actor.Operator() {
+		limit = s.defaultMaxKeys
+	}
+	if limit <= 0 {
+		return nil
+	}
+	u, err := s.accounts.AccountUsage(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	if u.Keys >= limit {
+		return status.Errorf(codes.PermissionDenied, "Account quota reached: 'keys' allows %d unrevoked keys; revoke one first", limit)
+	}
+	return nil
 }
 
 func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest) (*relayv1.CreateKeyResponse, error) {
@@ -47,6 +87,9 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 			return nil, fmt.Errorf("%w: 'expiresAt' must be an RFC 3339 time: %q", keys.ErrInvalid, v)
 		}
 		spec.ExpiresAt = t
+	}
+	if err := s.checkKeyQuota(ctx, CallFrom(ctx).Key); err != nil {
+		return nil, err
 	}
 	plaintext, key, err := s.store.CreateAs(ctx, CallFrom(ctx).Key, spec)
 	if err != nil {

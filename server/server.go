@@ -74,6 +74,10 @@ type Config struct {
 	// operator's account owns every world, so that the keys of every
 	// other account reach none.
 	Owners WorldOwners
+	// AccountMaxKeys is how many unrevoked keys an account other than the
+	// operator's may hold when its own quota does not say; 0 sets no
+	// limit.
+	AccountMaxKeys int
 	// ReleaseAccount, when set, lets go of an account's worlds before the
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
@@ -216,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
-		keyService{store: cfg.Keys},
+		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys)},
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},

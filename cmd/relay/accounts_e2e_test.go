@@ -15,6 +15,7 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/link/linktest"
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 )
 
@@ -369,5 +370,47 @@ func TestAccountsLinkTheirWorlds(t *testing.T) {
 	}
 	if r := tr.Do("GET", "/clients", tr.AdminKey, nil, nil); strings.Contains(string(r.Body), cid) {
 		t.Errorf("the deleted account's world is still listed: %s", r.Body)
+	}
+}
+
+// TestAccountKeyQuota caps an account's keys: by its own quota, else by
+// --account-max-keys; past it a new key is refused naming the quota and
+// nothing is made. The operator's account is not capped by the default.
+func TestAccountKeyQuota(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.AccountMaxKeys = 2 })
+	newKey := func(key string) relaytest.Response {
+		return tr.Do("POST", "/keys", key, nil, map[string]any{"name": "bot", "scopes": []string{"entity:read"}})
+	}
+	count := func(key string) int {
+		ks, _ := tr.Do("GET", "/keys", key, nil, nil).Data(t)["keys"].([]any)
+		return len(ks)
+	}
+	_, byDefault := createAccount(t, tr, "Default")
+	if r := newKey(byDefault); r.Status != http.StatusOK {
+		t.Fatalf("second key within the default: %d %s", r.Status, r.Body)
+	}
+	if r := newKey(byDefault); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "'keys'") {
+		t.Fatalf("third key past the default: %d %s", r.Status, r.Body)
+	}
+	if n := count(byDefault); n != 2 {
+		t.Fatalf("the account holds %d keys after the refusal, want 2", n)
+	}
+	// The account's own quota wins over the default.
+	r := tr.Do("POST", "/accounts", tr.AdminKey, nil, map[string]any{"name": "Big", "quotas": map[string]any{"keys": 3}})
+	big := r.Data(t)["key"].(string)
+	for i := range 2 {
+		if r := newKey(big); r.Status != http.StatusOK {
+			t.Fatalf("key %d within the account's quota: %d %s", i+2, r.Status, r.Body)
+		}
+	}
+	if r := newKey(big); r.Status != http.StatusForbidden {
+		t.Fatalf("fourth key past the account's quota: %d %s", r.Status, r.Body)
+	}
+	// The operator makes keys past the default.
+	for i := range 3 {
+		if r := newKey(tr.AdminKey); r.Status != http.StatusOK {
+			t.Fatalf("operator key %d: %d %s", i, r.Status, r.Body)
+		}
 	}
 }
