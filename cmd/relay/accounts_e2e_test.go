@@ -414,3 +414,33 @@ func TestAccountKeyQuota(t *testing.T) {
 		}
 	}
 }
+
+// TestAccountApprovesPairRequest: a pair request approved with an
+// account's admin key links the world into that account, which lists
+// it, while another account does not see it.
+func TestAccountApprovesPairRequest(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	_, keyA := createAccount(t, tr, "Alpha")
+	_, keyB := createAccount(t, tr, "Beta")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tt := linktest.New(linktest.Config{RelayURL: tr.Base, WorldID: "w-acct", WorldTitle: "Account World", SystemID: "dnd5e",
+		FoundryVersion: "13.345", ServerFingerprint: "fp-acct", ReconnectMaxAttempts: 1})
+	res, err := tt.PairByRequest(ctx, 50*time.Millisecond, func(p linktest.PairRequest) {
+		go func() {
+			if a := tr.Do("POST", "/auth/pair-request/"+p.Code+"/approve", keyA, nil, nil); a.Status != http.StatusOK {
+				t.Errorf("approve with account A's key: %d %s", a.Status, a.Body)
+			}
+		}()
+	})
+	if err != nil {
+		t.Fatalf("pair by request: %v", err)
+	}
+	if r := tr.Do("GET", "/clients", keyA, nil, nil); !strings.Contains(string(r.Body), res.ClientID) {
+		t.Fatalf("account A's /clients lacks its world %s: %s", res.ClientID, r.Body)
+	}
+	if r := tr.Do("GET", "/clients", keyB, nil, nil); strings.Contains(string(r.Body), res.ClientID) {
+		t.Fatalf("account B's /clients shows account A's world: %s", r.Body)
+	}
+}
