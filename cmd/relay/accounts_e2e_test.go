@@ -444,3 +444,67 @@ func TestAccountApprovesPairRequest(t *testing.T) {
 		t.Fatalf("account B's /clients shows account A's world: %s", r.Body)
 	}
 }
+
+// TestAccountsClassEveryRoute runs every REST route of the contract with
+// account A's admin key against account B's linked world, key and
+// account, and compares each answer with the answer for an unknown id of
+// the same kind: same status, same text with the id replaced. B's world
+// stays connected and B's keys unchanged. Then every route with a
+// suspended account's key is refused with 403 naming the suspension.
+func TestAccountsClassEveryRoute(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	idA, keyA := createAccount(t, tr, "Alpha")
+	idB, keyB := createAccount(t, tr, "Beta")
+	r := tr.pairingCode(keyB, "")
+	tt := tr.tabletop()
+	res, err := tt.Pair(context.Background(), r.Data(t)["code"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	worldB := res.ClientID
+	keysB := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any)
+	keyIDB := keysB[0].(map[string]any)["id"].(string)
+	const unknownWorld, unknownKey, unknownAcct = "nosuchworld", "00000000000000ff", "acc_00000000000000ff"
+
+	send := func(rt routeRPC, key, world, keyID, acct string) relaytest.Response {
+		path := strings.NewReplacer("{id}", keyID, "{client_id}", world).Replace(rt.path)
+		if strings.HasPrefix(rt.path, "/accounts/") {
+			path = strings.Replace(rt.path, "{id}", acct, 1)
+		}
+		switch rt.method {
+		case "GET", "DELETE":
+			return tr.Do(rt.method, path, key, relaytest.Q("clientId", world), nil)
+		}
+		return tr.Do(rt.method, path, key, nil, map[string]any{"clientId": world})
+	}
+	for _, rt := range specRoutes {
+		got := send(rt, keyA, worldB, keyIDB, idB)
+		want := send(rt, keyA, unknownWorld, unknownKey, unknownAcct)
+		text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.ErrorText(t))
+		if got.Status != want.Status || text != want.ErrorText(t) {
+			t.Errorf("%s %s: B's = %d %q; unknown = %d %q", rt.method, rt.path, got.Status, got.ErrorText(t), want.Status, want.ErrorText(t))
+		}
+	}
+	if !tt.Connected() {
+		t.Fatal("account B's world was disconnected by account A's calls")
+	}
+	if after := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any); len(after) != len(keysB) || after[0].(map[string]any)["revokedAt"] != "" {
+		t.Fatalf("account B's keys changed: %v", after)
+	}
+
+	// A suspended account's key is refused on every route, naming it.
+	if r := tr.Do("POST", "/accounts/"+idA+"/suspend", tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("suspend: %d %s", r.Status, r.Body)
+	}
+	for _, rt := range specRoutes {
+		got := send(rt, keyA, worldB, keyIDB, idB)
+		if got.Status != http.StatusForbidden || !strings.Contains(got.ErrorText(t), "suspended") {
+			t.Errorf("%s %s with a suspended account's key: %d %s", rt.method, rt.path, got.Status, got.Body)
+		}
+	}
+}
