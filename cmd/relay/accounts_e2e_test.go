@@ -3,15 +3,20 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/tabletop-relay/relay/contract"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/link/linktest"
@@ -506,5 +511,87 @@ func TestAccountsClassEveryRoute(t *testing.T) {
 		if got.Status != http.StatusForbidden || !strings.Contains(got.ErrorText(t), "suspended") {
 			t.Errorf("%s %s with a suspended account's key: %d %s", rt.method, rt.path, got.Status, got.Body)
 		}
+	}
+}
+
+// TestAccountsClassEveryRPC calls every gRPC method of the contract with
+// account A's admin key naming account B's linked world, key and account,
+// and compares each answer with the answer for unknown ids: the same code
+// and the same message with the id replaced.
+func TestAccountsClassEveryRPC(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	_, keyA := createAccount(t, tr, "Alpha")
+	idB, keyB := createAccount(t, tr, "Beta")
+	r := tr.pairingCode(keyB, "")
+	tt := tr.tabletop()
+	res, err := tt.Pair(context.Background(), r.Data(t)["code"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	worldB := res.ClientID
+	keyIDB := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any)[0].(map[string]any)["id"].(string)
+	const unknownWorld, unknownKey, unknownAcct = "nosuchworld", "00000000000000ff", "acc_00000000000000ff"
+
+	services, err := contract.Descriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(md protoreflect.MethodDescriptor, world, keyID, acct string) error {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := mt.New()
+		fields := req.Descriptor().Fields()
+		if f := fields.ByName("client_id"); f != nil {
+			req.Set(f, protoreflect.ValueOfString(world))
+		}
+		if f := fields.ByName("id"); f != nil {
+			id := keyID
+			if md.Parent().Name() == "AccountService" {
+				id = acct
+			}
+			req.Set(f, protoreflect.ValueOfString(id))
+		}
+		ot, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", keyA), 5*time.Second)
+		defer cancel()
+		method := contract.FullMethodName(md)
+		if !md.IsStreamingClient() && !md.IsStreamingServer() {
+			return tr.Conn.Invoke(ctx, method, req.Interface(), ot.New().Interface())
+		}
+		s, err := tr.Conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: md.IsStreamingServer(), ClientStreams: md.IsStreamingClient()}, method)
+		if err != nil {
+			return err
+		}
+		if err := s.SendMsg(req.Interface()); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		_ = s.CloseSend()
+		return s.RecvMsg(ot.New().Interface())
+	}
+	n := 0
+	for _, sd := range services {
+		for i := range sd.Methods().Len() {
+			md := sd.Methods().Get(i)
+			n++
+			got := status.Convert(call(md, worldB, keyIDB, idB))
+			want := status.Convert(call(md, unknownWorld, unknownKey, unknownAcct))
+			text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.Message())
+			if got.Code() != want.Code() || text != want.Message() {
+				t.Errorf("%s: B's = %s %q; unknown = %s %q", md.FullName(), got.Code(), got.Message(), want.Code(), want.Message())
+			}
+		}
+	}
+	if n < 60 || !tt.Connected() {
+		t.Fatalf("%d methods called; B's world connected: %v", n, tt.Connected())
 	}
 }
