@@ -30,12 +30,34 @@ type keyService struct {
 	// keys; defaultMaxKeys applies where an account's quota is 0.
 	accounts       keys.Accounts
 	defaultMaxKeys int64
+	// chain tells which worlds the calling key's account owns.
+	chain *Chain
 }
 
 // DefaultAccountMaxKeys is how many unrevoked keys an account other than
 // the operator's may hold when neither its quota nor the relay's
 // configuration says otherwise.
 const DefaultAccountMaxKeys = 1000
+
+// checkOwnWorlds refuses a key of an account other than the operator's
+// bound to a world its account does not own. A world of another account
+// and a world that does not exist get the same answer, which reveals
+// nothing.
+func (s keyService) checkOwnWorlds(ctx context.Context, actor keys.Key, clientIDs []string) error {
+	if actor.Operator() || s.chain == nil {
+		return nil
+	}
+	for _, c := range clientIDs {
+		ok, err := s.chain.reaches(ctx, actor, c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "API key may only be bound to its account's worlds: %q is not one of them", c)
+		}
+	}
+	return nil
+}
 
 // checkKeyQuota refuses a new key of an account that holds as many
 // unrevoked keys as its quota allows. The operator's account is bound
@@ -89,6 +111,9 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 		spec.ExpiresAt = t
 	}
 	if err := s.checkKeyQuota(ctx, CallFrom(ctx).Key); err != nil {
+		return nil, err
+	}
+	if err := s.checkOwnWorlds(ctx, CallFrom(ctx).Key, req.GetClientIds()); err != nil {
 		return nil, err
 	}
 	plaintext, key, err := s.store.CreateAs(ctx, CallFrom(ctx).Key, spec)

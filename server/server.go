@@ -220,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
-		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys)},
+		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},

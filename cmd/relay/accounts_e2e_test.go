@@ -595,3 +595,26 @@ func TestAccountsClassEveryRPC(t *testing.T) {
 		t.Fatalf("%d methods called; B's world connected: %v", n, tt.Connected())
 	}
 }
+
+// TestAccountKeysBoundToOwnWorlds: an account's key may be bound only to
+// its account's worlds; another account's world and an unknown one get
+// the same refusal, and nothing is made.
+func TestAccountKeysBoundToOwnWorlds(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	_, keyA := createAccount(t, tr, "Alpha")
+	bind := func(world string) relaytest.Response {
+		return tr.Do("POST", "/keys", keyA, nil, map[string]any{"name": "bot", "scopes": []string{"entity:read"}, "clientIds": []string{world}})
+	}
+	got, want := bind("demo"), bind("nosuchworld")
+	if got.Status != http.StatusForbidden || strings.ReplaceAll(got.ErrorText(t), "demo", "nosuchworld") != want.ErrorText(t) || want.Status != got.Status {
+		t.Fatalf("binding to the operator's world: %d %s; to an unknown world: %d %s", got.Status, got.Body, want.Status, want.Body)
+	}
+	if ks := tr.Do("GET", "/keys", keyA, nil, nil).Data(t)["keys"].([]any); len(ks) != 1 {
+		t.Fatalf("account A holds %d keys after the refusals, want 1", len(ks))
+	}
+	// The operator may still bind keys to any world id, as before.
+	if r := tr.Do("POST", "/keys", tr.AdminKey, nil, map[string]any{"name": "bot", "scopes": []string{"entity:read"}, "clientIds": []string{"nosuchworld"}}); r.Status != http.StatusOK {
+		t.Fatalf("the operator binds a key: %d %s", r.Status, r.Body)
+	}
+}
