@@ -43,6 +43,8 @@ type Client struct {
 	Clients relayv1.ClientServiceClient
 	// Combat manages encounters and their turn order.
 	Combat relayv1.CombatServiceClient
+	// Accounts manages the relay's accounts (the operator's key only).
+	Accounts relayv1.AccountServiceClient
 	// Dnd5e runs the fifth-edition rules operations (`/dnd5e/*`).
 	Dnd5e relayv1.Dnd5EServiceClient
 	// Documents reads and changes world documents.
@@ -120,6 +122,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	c.conn = conn
 	cc := &interceptedConn{conn: conn, client: c}
+	c.Accounts = relayv1.NewAccountServiceClient(cc)
 	c.Canvas = relayv1.NewCanvasServiceClient(cc)
 	c.Clients = relayv1.NewClientServiceClient(cc)
 	c.Combat = relayv1.NewCombatServiceClient(cc)

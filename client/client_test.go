@@ -351,3 +351,22 @@ func TestDecodeEmpty(t *testing.T) {
 		t.Fatal("a list decoded as a map")
 	}
 }
+
+// TestAccountsClient makes an account through the client's Accounts
+// service, with the relay's bootstrap key, and uses its first key.
+func TestAccountsClient(t *testing.T) {
+	ctx := testContext(t)
+	admin := newClient(t, client.WithAPIKey(adminKey))
+	resp, err := admin.Accounts.CreateAccount(ctx, &relayv1.CreateAccountRequest{Name: "sdk-" + t.Name()})
+	if err != nil {
+		t.Fatalf("create account: %v", err)
+	}
+	gm := newClient(t, client.WithAPIKey(resp.GetKey()))
+	list, err := gm.Keys.ListKeys(ctx, &relayv1.ListKeysRequest{})
+	if err != nil || len(list.GetKeys()) != 1 {
+		t.Fatalf("the account's key lists %v, %v; want only itself", list.GetKeys(), err)
+	}
+	if _, err := gm.Accounts.ListAccounts(ctx, &relayv1.ListAccountsRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("the account's key lists accounts: %v", err)
+	}
+}

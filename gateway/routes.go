@@ -206,12 +206,21 @@ func (t *routeTable) match(method, path string) *route {
 	return nil
 }
 
+// segmentsMatch reports whether a request's segments match a route's: a
+// literal the same text, a variable any segment but an empty one, so that
+// `/accounts/` is no call of `/accounts/{id}` with an empty id.
 func segmentsMatch(pattern, segs []string) bool {
 	if len(pattern) != len(segs) {
 		return false
 	}
 	for i, p := range pattern {
-		if !isVariable(p) && p != segs[i] {
+		if isVariable(p) {
+			if segs[i] == "" {
+				return false
+			}
+			continue
+		}
+		if p != segs[i] {
 			return false
 		}
 	}

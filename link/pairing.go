@@ -85,17 +85,31 @@ func NewPairings(store Store, now func() time.Time, taken func(clientID string) 
 // without one, a new world or one the module proves it paired before.
 // createdBy is the id of the API key that asked, for the record.
 func (p *Pairings) NewCode(ctx context.Context, clientID, createdBy string) (string, Code, error) {
+	return p.NewCodeIn(ctx, "", clientID, createdBy)
+}
+
+// NewCodeIn issues a pairing code, as NewCode does, for the account
+// account ("" for the operator's): the world it links belongs to that
+// account. A code that pairs one world again is only for the account that
+// owns it, or the operator's; for any other, the world is unknown
+// (ErrUnknownWorld). The world stays in its account either way.
+func (p *Pairings) NewCodeIn(ctx context.Context, account, clientID, createdBy string) (string, Code, error) {
 	if clientID != "" {
-		if _, err := p.store.World(ctx, clientID); err != nil {
+		w, err := p.store.World(ctx, clientID)
+		if err != nil {
 			return "", Code{}, err
 		}
+		if account != "" && w.Account != account {
+			return "", Code{}, unknownWorld(clientID)
+		}
+		account = w.Account
 	}
 	code, err := drawCode()
 	if err != nil {
 		return "", Code{}, err
 	}
 	now := p.now().UTC()
-	c := Code{Hash: hashOf(code), ClientID: clientID, CreatedBy: createdBy, CreatedAt: now, ExpiresAt: now.Add(CodeTTL)}
+	c := Code{Hash: hashOf(code), ClientID: clientID, CreatedBy: createdBy, Account: account, CreatedAt: now, ExpiresAt: now.Add(CodeTTL)}
 	if err := p.store.SaveCode(ctx, c); err != nil {
 		return "", Code{}, err
 	}
@@ -235,7 +249,9 @@ func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 	case req.ExistingClientID != "":
 		prior, err := p.store.World(ctx, req.ExistingClientID)
 		switch {
-		case err == nil && prior.ServerFingerprint == req.ServerFingerprint:
+		// A world keeps its clientId only within its own account: a code
+		// of another account links it anew, under a new clientId.
+		case err == nil && prior.ServerFingerprint == req.ServerFingerprint && prior.Account == c.Account:
 			w, again = prior, true
 		case err != nil && !errors.Is(err, ErrUnknownWorld):
 			return Paired{}, err
@@ -245,6 +261,7 @@ func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 		if w.ClientID, err = p.newClientID(ctx); err != nil {
 			return Paired{}, err
 		}
+		w.Account = c.Account
 	}
 	w.WorldID, w.WorldTitle = req.WorldID, req.WorldTitle
 	w.ServerFingerprint, w.ServerOrigin = req.ServerFingerprint, req.ServerOrigin

@@ -62,6 +62,11 @@ type Config struct {
 	// PairAttempts limits, per address, every pairing attempt, successful
 	// or not: a code is short, so guessing must be slow whatever happens.
 	PairAttempts Limiter
+	// Refuse, when set, reports why a world whose token is valid may not
+	// connect now (its account is suspended), or nil when it may. A
+	// refused module is closed with 4005, after which it keeps its token
+	// and tries again later.
+	Refuse func(ctx context.Context, clientID string) error
 	// Requests keeps the key requests and pair requests; nil turns their
 	// endpoints off.
 	Requests RequestStore
@@ -97,6 +102,7 @@ type Service struct {
 	authTimeout     time.Duration
 	authFailures    Limiter
 	pairAttempts    Limiter
+	refuse          func(ctx context.Context, clientID string) error
 }
 
 // New returns a service over cfg.Store.
@@ -137,6 +143,7 @@ func New(cfg Config) (*Service, error) {
 		authTimeout:     cfg.AuthTimeout,
 		authFailures:    cfg.AuthFailures,
 		pairAttempts:    cfg.PairAttempts,
+		refuse:          cfg.Refuse,
 	}, nil
 }
 
@@ -187,7 +194,13 @@ func (s *Service) Close(ctx context.Context) { s.hub.Close(ctx) }
 
 // CreatePairingCode issues a pairing code (see Pairings.NewCode).
 func (s *Service) CreatePairingCode(ctx context.Context, clientID, createdBy string) (string, Code, error) {
-	code, c, err := s.pairings.NewCode(ctx, clientID, createdBy)
+	return s.CreatePairingCodeIn(ctx, "", clientID, createdBy)
+}
+
+// CreatePairingCodeIn issues a pairing code of an account (see
+// Pairings.NewCodeIn).
+func (s *Service) CreatePairingCodeIn(ctx context.Context, account, clientID, createdBy string) (string, Code, error) {
+	code, c, err := s.pairings.NewCodeIn(ctx, account, clientID, createdBy)
 	if err == nil {
 		s.log.Info("pairing code created", "clientId", clientID, "createdBy", createdBy, "expiresAt", c.ExpiresAt)
 	}
@@ -627,6 +640,15 @@ func (s *Service) authenticate(ws *websocket.Conn, addr, id string) (string, Has
 		return "", Hash{}, false
 	case clientID != id:
 		return refuse(CloseAuthFailed, "Authentication failed", "token of another world")
+	}
+	if s.refuse != nil {
+		if err := s.refuse(context.Background(), clientID); err != nil {
+			// Not a failed authentication: the token is good, and the
+			// module keeps it for when the refusal ends.
+			s.log.Info("linked world refused", "addr", addr, "clientId", clientID, "code", int(CloseShutdown), "reason", err.Error())
+			_ = ws.Close(CloseShutdown, "Account suspended")
+			return "", Hash{}, false
+		}
 	}
 	return clientID, token, true
 }

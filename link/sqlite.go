@@ -79,8 +79,8 @@ func (s *SQLiteStore) SaveCode(ctx context.Context, c Code) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM link_pairing_codes WHERE expires_at <= ?`, c.CreatedAt.UnixMilli()); err != nil {
 		return fmt.Errorf("link: save pairing code: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO link_pairing_codes (code_hash, client_id, created_by, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?)`, c.Hash[:], c.ClientID, c.CreatedBy, c.CreatedAt.UnixMilli(), c.ExpiresAt.UnixMilli()); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO link_pairing_codes (code_hash, client_id, created_by, created_at, expires_at, account_id)
+		VALUES (?, ?, ?, ?, ?, ?)`, c.Hash[:], c.ClientID, c.CreatedBy, c.CreatedAt.UnixMilli(), c.ExpiresAt.UnixMilli(), c.Account); err != nil {
 		return fmt.Errorf("link: save pairing code: %w", err)
 	}
 	return tx.Commit()
@@ -93,7 +93,7 @@ func (s *SQLiteStore) TakeCode(ctx context.Context, h Hash, now time.Time) (Code
 	c := Code{Hash: h}
 	var created, expires int64
 	err := s.db.QueryRowContext(ctx, `DELETE FROM link_pairing_codes WHERE code_hash = ?
-		RETURNING client_id, created_by, created_at, expires_at`, h[:]).Scan(&c.ClientID, &c.CreatedBy, &created, &expires)
+		RETURNING client_id, created_by, created_at, expires_at, account_id`, h[:]).Scan(&c.ClientID, &c.CreatedBy, &created, &expires, &c.Account)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Code{}, ErrCodeRejected
 	}
@@ -107,7 +107,7 @@ func (s *SQLiteStore) TakeCode(ctx context.Context, h Hash, now time.Time) (Code
 	return c, nil
 }
 
-const worldColumns = `client_id, world_id, world_title, server_fingerprint, server_origin, paired_at, unpaired_at`
+const worldColumns = `client_id, world_id, world_title, server_fingerprint, server_origin, paired_at, unpaired_at, account_id`
 
 // scanWorld reads one row of worldColumns.
 func scanWorld(sc interface{ Scan(...any) error }) (World, error) {
@@ -116,7 +116,7 @@ func scanWorld(sc interface{ Scan(...any) error }) (World, error) {
 		paired   int64
 		unpaired sql.NullInt64
 	)
-	if err := sc.Scan(&w.ClientID, &w.WorldID, &w.WorldTitle, &w.ServerFingerprint, &w.ServerOrigin, &paired, &unpaired); err != nil {
+	if err := sc.Scan(&w.ClientID, &w.WorldID, &w.WorldTitle, &w.ServerFingerprint, &w.ServerOrigin, &paired, &unpaired, &w.Account); err != nil {
 		return World{}, err
 	}
 	w.PairedAt = time.UnixMilli(paired).UTC()
@@ -168,12 +168,12 @@ func (s *SQLiteStore) Pair(ctx context.Context, p Pairing) error {
 	w := p.World
 	upsert := ` ON CONFLICT (client_id) DO UPDATE SET world_id = excluded.world_id, world_title = excluded.world_title,
 		server_fingerprint = excluded.server_fingerprint, server_origin = excluded.server_origin,
-		paired_at = excluded.paired_at, unpaired_at = NULL`
+		paired_at = excluded.paired_at, unpaired_at = NULL, account_id = excluded.account_id`
 	if p.New {
 		upsert = ""
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO link_worlds (`+worldColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL)`+upsert,
-		w.ClientID, w.WorldID, w.WorldTitle, w.ServerFingerprint, w.ServerOrigin, w.PairedAt.UnixMilli()); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO link_worlds (`+worldColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)`+upsert,
+		w.ClientID, w.WorldID, w.WorldTitle, w.ServerFingerprint, w.ServerOrigin, w.PairedAt.UnixMilli(), w.Account); err != nil {
 		return fmt.Errorf("link: pair: %w", err)
 	}
 	now := p.Token.CreatedAt.UnixMilli()

@@ -22,6 +22,9 @@ type Code struct {
 	ClientID string
 	// CreatedBy is the id of the API key that asked for the code.
 	CreatedBy string
+	// Account is the account of that key, which the world it links
+	// belongs to; "" for the operator's account.
+	Account string
 	// CreatedAt and ExpiresAt bound the code's life.
 	CreatedAt, ExpiresAt time.Time
 }
@@ -45,6 +48,9 @@ type World struct {
 	PairedAt time.Time
 	// UnpairedAt is when the world was unpaired; zero while it is paired.
 	UnpairedAt time.Time
+	// Account is the account the world belongs to: that of the pairing
+	// code that first linked it; "" for the operator's account.
+	Account string `json:",omitempty"`
 }
 
 // Paired reports whether the world is paired (has not been unpaired since

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -38,6 +39,10 @@ func (a approvals) Approver(ctx context.Context, apiKey string) (string, error) 
 		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: keys.ErrMissing.Error()}
 	}
 	k, err := a.r.keys.Authenticate(ctx, apiKey)
+	if errors.Is(err, keys.ErrSuspended) {
+		// A known key of a suspended account: refused as on every route.
+		return "", &link.Refusal{Status: http.StatusForbidden, Msg: err.Error()}
+	}
 	if err != nil {
 		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: err.Error()}
 	}

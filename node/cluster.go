@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,6 +228,16 @@ func (r *Node) serveCluster(w http.ResponseWriter, req *http.Request, requestID 
 	st := cluster.Status{}
 	if r.registry != nil {
 		st = r.registry.Status(req.Context())
+	}
+	if !key.Operator() {
+		// An account sees only its own worlds in the cluster's list.
+		owners := worldOwners{r.links.Pairings()}
+		for i := range st.Nodes {
+			st.Nodes[i].Worlds = slices.DeleteFunc(st.Nodes[i].Worlds, func(ws cluster.WorldStatus) bool {
+				owner, err := owners.Owner(req.Context(), ws.ClientID)
+				return err != nil || owner != key.Account()
+			})
+		}
 	}
 	writeClusterJSON(w, http.StatusOK, struct {
 		Type      string         `json:"type"`

@@ -67,6 +67,10 @@ type Config struct {
 	EventCoalesce      time.Duration
 	MaxStreamsPerKey   int
 	MaxStreamsPerWorld int
+	// AccountMaxKeys is how many unrevoked keys an account other than the
+	// operator's may hold when its own quota does not say
+	// (--account-max-keys); 0 sets no limit.
+	AccountMaxKeys int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -172,6 +176,7 @@ func DefaultConfig() Config {
 		EventCoalesce:       events.DefaultCoalesce,
 		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
 		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
+		AccountMaxKeys:      server.DefaultAccountMaxKeys,
 		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
 		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
 		RequestTimeout:      30 * time.Second,

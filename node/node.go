@@ -71,6 +71,10 @@ type Node struct {
 	metricsAddr string
 	metricsStop func()
 
+	// stopSuspensionSweep stops closing the suspended accounts' linked
+	// worlds (accounts.go).
+	stopSuspensionSweep context.CancelFunc
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -266,6 +270,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthTimeout:  cfg.LinkAuthTimeout,
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
+		Refuse:       r.refuseSuspended,
 		// Key requests and pair requests: in memory on a node alone, in
 		// the cluster's shared state otherwise, approved through the
 		// relay's own services with the approver's key.
@@ -289,6 +294,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return fail(&ConfigError{err})
 	}
 	linkEvents.SetHub(r.links.Hub())
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	r.stopSuspensionSweep = stopSweep
+	go sweepSuspended(sweepCtx, r.keys, r.links.Pairings(), r.links.Hub())
 	if err := r.watchUnpaired(ctx); err != nil {
 		return fail(err)
 	}
@@ -308,13 +316,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		r.registry.Answer()
 	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:          r.keys,
-		TicketStore:   ticketStore,
-		Worlds:        allWorlds,
-		Links:         worldLinks{r.links},
-		RequestIDs:    ids,
-		Log:           log,
-		ScriptTimeout: cfg.ScriptTimeout,
+		Keys:           r.keys,
+		TicketStore:    ticketStore,
+		Worlds:         allWorlds,
+		Links:          worldLinks{r.links},
+		Owners:         worldOwners{r.links.Pairings()},
+		ReleaseAccount: r.releaseAccount,
+		AccountMaxKeys: cfg.AccountMaxKeys,
+		RequestIDs:     ids,
+		Log:            log,
+		ScriptTimeout:  cfg.ScriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.MaxBodyBytes),
@@ -471,12 +482,39 @@ func routeLinks(links, next http.Handler) http.Handler {
 // needs.
 type worldLinks struct{ s *link.Service }
 
-func (l worldLinks) CreatePairingCode(ctx context.Context, clientID, createdBy string) (server.PairingCode, error) {
-	code, c, err := l.s.CreatePairingCode(ctx, clientID, createdBy)
+func (l worldLinks) CreatePairingCode(ctx context.Context, account, clientID, createdBy string) (server.PairingCode, error) {
+	code, c, err := l.s.CreatePairingCodeIn(ctx, linkAccount(account), clientID, createdBy)
 	if err != nil {
 		return server.PairingCode{}, err
 	}
 	return server.PairingCode{Code: code, ClientID: c.ClientID, ExpiresAt: c.ExpiresAt}, nil
+}
+
+// linkAccount is how the link store records an account: "" for the
+// operator's, which owns every world linked before accounts existed.
+func linkAccount(account string) string {
+	if account == keys.OperatorAccount {
+		return ""
+	}
+	return account
+}
+
+// worldOwners tells the server which account owns each world: a linked
+// world belongs to the account of the pairing code that linked it; the
+// embedded worlds, and any id that names no world, to the operator's.
+type worldOwners struct{ pairings *link.Pairings }
+
+func (o worldOwners) Owner(ctx context.Context, clientID string) (string, error) {
+	w, err := o.pairings.World(ctx, clientID)
+	switch {
+	case errors.Is(err, link.ErrUnknownWorld):
+		return keys.OperatorAccount, nil
+	case err != nil:
+		return "", err
+	case w.Account == "":
+		return keys.OperatorAccount, nil
+	}
+	return w.Account, nil
 }
 
 func (l worldLinks) Unpair(ctx context.Context, clientID string) (server.Unpaired, error) {
@@ -515,6 +553,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.linkEvents != nil {
 		r.linkEvents.Close() // and those of the linked worlds
+	}
+	if r.stopSuspensionSweep != nil {
+		r.stopSuspensionSweep()
 	}
 	if r.links != nil {
 		// The sockets were hijacked from the HTTP server, which no longer

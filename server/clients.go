@@ -11,6 +11,8 @@ import (
 type clientService struct {
 	relayv1.UnimplementedClientServiceServer
 	worlds Worlds
+	// chain decides which worlds the calling key's account may see.
+	chain *Chain
 }
 
 func (s clientService) ListClients(ctx context.Context, _ *relayv1.ListClientsRequest) (*relayv1.ListClientsResponse, error) {
@@ -22,6 +24,11 @@ func (s clientService) ListClients(ctx context.Context, _ *relayv1.ListClientsRe
 	out := make([]*relayv1.Client, 0, len(infos))
 	for _, info := range infos {
 		if !call.Key.BoundTo(info.ClientID) {
+			continue
+		}
+		if ok, err := s.chain.reaches(ctx, call.Key, info.ClientID); err != nil {
+			return nil, err
+		} else if !ok {
 			continue
 		}
 		out = append(out, &relayv1.Client{ClientId: info.ClientID, Title: info.Title, System: info.System, Online: info.Online, IsOnline: info.Online,

@@ -83,6 +83,8 @@ func TestDocumentedPaths(t *testing.T) {
 		"POST /last-round", "POST /last-turn", "POST /next-round", "POST /next-turn", "POST /previous-round",
 		"POST /previous-turn", "POST /remove", "POST /remove-from-encounter", "POST /select",
 		"POST /start-encounter", "POST /stream-tickets", "POST /upload", "PUT /update",
+		"POST /accounts", "GET /accounts", "GET /accounts/{id}", "PATCH /accounts/{id}",
+		"POST /accounts/{id}/suspend", "POST /accounts/{id}/resume", "DELETE /accounts/{id}",
 	}
 	services, err := ServiceDescriptors()
 	if err != nil {
@@ -102,6 +104,8 @@ func TestDocumentedPaths(t *testing.T) {
 					got = append(got, http.MethodPut+" "+p.Put)
 				case *annotations.HttpRule_Delete:
 					got = append(got, http.MethodDelete+" "+p.Delete)
+				case *annotations.HttpRule_Patch:
+					got = append(got, http.MethodPatch+" "+p.Patch)
 				}
 			}
 		}

@@ -40,8 +40,16 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, keys.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, keys.ErrForbidden):
+	case errors.Is(err, keys.ErrForbidden), errors.Is(err, keys.ErrSuspended):
 		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, keys.ErrAccountInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, keys.ErrAccountNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, keys.ErrAccountExists):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, keys.ErrOperatorAccount):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, keys.ErrMissing), errors.Is(err, keys.ErrUnknown), errors.Is(err, keys.ErrDisabled),
 		errors.Is(err, keys.ErrRevoked), errors.Is(err, keys.ErrExpired):
 		return status.Error(codes.Unauthenticated, err.Error())

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
+	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -49,6 +51,8 @@ type eventService struct {
 	relayv1.UnimplementedEventServiceServer
 	limits    *streamLimits
 	queueSize int
+	// accounts, when set, ends the streams of suspended accounts.
+	accounts interface{ Suspension(accountID string) error }
 }
 
 func newEventService(cfg EventsConfig) *eventService {
@@ -106,6 +110,49 @@ func (s *eventService) SubscribeScenes(req *relayv1.SubscribeScenesRequest, stre
 // caller goes away, the subscriber overflows or the relay stops. filter is
 // the channel's filter as a key, value pair for the `connected` event.
 func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEventID string, filter []any, send func(*relayv1.Event) error) error {
+	ctx, stop := s.endOnSuspension(ctx, CallFrom(ctx).Key)
+	defer stop()
+	err := s.serveStream(ctx, req, lastEventID, filter, send)
+	if cause := context.Cause(ctx); ctx.Err() != nil && status.Code(cause) == codes.PermissionDenied {
+		return cause
+	}
+	return err
+}
+
+// suspensionCheckEvery is how often an open stream of an account other
+// than the operator's looks at its account's suspension: a suspension
+// ends the stream within this time, on whichever node serves it.
+const suspensionCheckEvery = 250 * time.Millisecond
+
+// endOnSuspension returns a context that ends, with the suspension's
+// refusal as its cause, once the account of key is suspended; stop
+// releases it. The operator's account is never suspended: its streams
+// are not watched.
+func (s *eventService) endOnSuspension(ctx context.Context, key keys.Key) (context.Context, func()) {
+	if s.accounts == nil || key.Operator() {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		t := time.NewTicker(suspensionCheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := s.accounts.Suspension(key.Account()); err != nil {
+					cancel(status.Error(codes.PermissionDenied, err.Error()))
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// serveStream is serve without the watch on the account's suspension.
+func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, lastEventID string, filter []any, send func(*relayv1.Event) error) error {
 	events, call, err := capability[world.Events](ctx)
 	if err != nil {
 		return err

@@ -81,6 +81,46 @@ type Chain struct {
 	RateLimit *RateLimiter
 	// Metrics counts the gRPC-native calls; nil counts nothing.
 	Metrics *observe.Metrics
+	// Accounts refuses the keys of suspended accounts that reach the
+	// chain without Keys.Authenticate (stream tickets, forwarded calls);
+	// nil refuses none.
+	Accounts interface{ Suspension(accountID string) error }
+	// Owners tells which account owns each world; nil means the
+	// operator's account owns every world.
+	Owners WorldOwners
+}
+
+// WorldOwners tells which account owns a world. Keys of the operator's
+// account reach every world; the keys of any other account only the
+// worlds their account owns, and every other world is answered to them
+// exactly as a world that does not exist.
+type WorldOwners interface {
+	// Owner returns the id of the account that owns the world clientID,
+	// whether or not the world exists (the operator's for an unknown one).
+	Owner(ctx context.Context, clientID string) (string, error)
+}
+
+// reaches reports whether key may see the world clientID at all: it is
+// the operator's, or its account owns the world.
+func (c *Chain) reaches(ctx context.Context, key keys.Key, clientID string) (bool, error) {
+	if key.Operator() {
+		return true, nil
+	}
+	owner := keys.OperatorAccount
+	if c.Owners != nil {
+		o, err := c.Owners.Owner(ctx, clientID)
+		if err != nil {
+			return false, err
+		}
+		owner = o
+	}
+	return owner == key.Account(), nil
+}
+
+// UnknownWorld is the answer for a world that does not exist, and for
+// another account's world.
+func UnknownWorld(clientID string) error {
+	return world.Errorf(world.ErrNotFound, "Unknown world: %s", clientID)
 }
 
 // Unary returns the unary interceptors in chain order (first is outermost),
@@ -301,7 +341,9 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 		// The edge node authenticated the key (forward.go).
 		call.Key = forwardedFrom(ctx).Key
 		call.caller.Scopes = call.Key.Scopes
-		return nil
+		// The account may have been suspended since: this node's own
+		// view of the accounts decides.
+		return c.refuseSuspended(ctx, call.Key)
 	}
 	// ValueFromIncomingContext reads one key without copying the whole
 	// metadata, as FromIncomingContext does.
@@ -319,6 +361,9 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 			if err != nil {
 				return err
 			}
+			if err := c.refuseSuspended(ctx, key); err != nil {
+				return err
+			}
 			call.Key, call.ticket = key, use
 			call.caller.Scopes = key.Scopes
 			return nil
@@ -334,6 +379,17 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 	return nil
 }
 
+// refuseSuspended refuses a key whose account is suspended.
+func (c *Chain) refuseSuspended(ctx context.Context, key keys.Key) error {
+	if c.Accounts == nil {
+		return nil
+	}
+	if err := c.Accounts.Suspension(key.Account()); err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	return nil
+}
+
 // checkScope refuses methods without a policy and keys without the scope.
 func (c *Chain) checkScope(_ context.Context, call *Call, _ any) error {
 	if isPublic(call.Method) {
@@ -341,6 +397,15 @@ func (c *Chain) checkScope(_ context.Context, call *Call, _ any) error {
 	}
 	if call.Policy == nil {
 		return status.Errorf(codes.PermissionDenied, "Method %s has no access policy", call.Method)
+	}
+	if call.Policy.GetScope() == keys.ScopeAccounts {
+		// Accounts are the operator's to manage: the scope counts only on
+		// a key of the operator's account, and the bootstrap key holds
+		// it even when it was made before the scope existed.
+		if !call.Key.ManagesAccounts() {
+			return status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s (only the operator's account manages accounts)", keys.ScopeAccounts)
+		}
+		return nil
 	}
 	if !call.Key.HasScope(call.Policy.GetScope()) {
 		return status.Errorf(codes.PermissionDenied, "API key lacks required scope: %s", call.Policy.GetScope())
@@ -377,10 +442,31 @@ func (c *Chain) resolveWorld(ctx context.Context, call *Call, req any) error {
 		if err != nil {
 			return toStatus(ctx, c.Log, err)
 		}
+		if !call.Key.Operator() {
+			// Only the worlds of the key's account count.
+			var own []string
+			for _, id := range ids {
+				ok, err := c.reaches(ctx, call.Key, id)
+				if err != nil {
+					return toStatus(ctx, c.Log, err)
+				}
+				if ok {
+					own = append(own, id)
+				}
+			}
+			ids = own
+		}
 		if len(ids) != 1 {
 			return status.Error(codes.InvalidArgument, "'clientId' is required")
 		}
 		clientID = ids[0]
+	}
+	// Another account's world is answered as one that does not exist,
+	// before it is looked up.
+	if ok, err := c.reaches(ctx, call.Key, clientID); err != nil {
+		return toStatus(ctx, c.Log, err)
+	} else if !ok {
+		return toStatus(ctx, c.Log, UnknownWorld(clientID))
 	}
 	w, err := c.Worlds.World(ctx, clientID)
 	if err != nil {

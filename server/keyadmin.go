@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
 )
@@ -23,6 +26,65 @@ type KeyAdmin interface {
 type keyService struct {
 	relayv1.UnimplementedKeyServiceServer
 	store KeyAdmin
+	// accounts, when set, holds the quotas that bound each account's
+	// keys; defaultMaxKeys applies where an account's quota is 0.
+	accounts       keys.Accounts
+	defaultMaxKeys int64
+	// chain tells which worlds the calling key's account owns.
+	chain *Chain
+}
+
+// DefaultAccountMaxKeys is how many unrevoked keys an account other than
+// the operator's may hold when neither its quota nor the relay's
+// configuration says otherwise.
+const DefaultAccountMaxKeys = 1000
+
+// checkOwnWorlds refuses a key of an account other than the operator's
+// bound to a world its account does not own. A world of another account
+// and a world that does not exist get the same answer, which reveals
+// nothing.
+func (s keyService) checkOwnWorlds(ctx context.Context, actor keys.Key, clientIDs []string) error {
+	if actor.Operator() || s.chain == nil {
+		return nil
+	}
+	for _, c := range clientIDs {
+		ok, err := s.chain.reaches(ctx, actor, c)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return status.Errorf(codes.PermissionDenied, "API key may only be bound to its account's worlds: %q is not one of them", c)
+		}
+	}
+	return nil
+}
+
+// checkKeyQuota refuses a new key of an account that holds as many
+// unrevoked keys as its quota allows. The operator's account is bound
+// only by a quota of its own.
+func (s keyService) checkKeyQuota(ctx context.Context, actor keys.Key) error {
+	if s.accounts == nil {
+		return nil
+	}
+	a, err := s.accounts.GetAccount(ctx, actor.Account())
+	if err != nil {
+		return err
+	}
+	limit := a.Quotas.Keys
+	if limit == 0 && !actor.Operator() {
+		limit = s.defaultMaxKeys
+	}
+	if limit <= 0 {
+		return nil
+	}
+	u, err := s.accounts.AccountUsage(ctx, a.ID)
+	if err != nil {
+		return err
+	}
+	if u.Keys >= limit {
+		return status.Errorf(codes.PermissionDenied, "Account quota reached: 'keys' allows %d unrevoked keys; revoke one first", limit)
+	}
+	return nil
 }
 
 func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest) (*relayv1.CreateKeyResponse, error) {
@@ -47,6 +109,12 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 			return nil, fmt.Errorf("%w: 'expiresAt' must be an RFC 3339 time: %q", keys.ErrInvalid, v)
 		}
 		spec.ExpiresAt = t
+	}
+	if err := s.checkKeyQuota(ctx, CallFrom(ctx).Key); err != nil {
+		return nil, err
+	}
+	if err := s.checkOwnWorlds(ctx, CallFrom(ctx).Key, req.GetClientIds()); err != nil {
+		return nil, err
 	}
 	plaintext, key, err := s.store.CreateAs(ctx, CallFrom(ctx).Key, spec)
 	if err != nil {

@@ -18,8 +18,9 @@ import (
 type WorldLinks interface {
 	// CreatePairingCode issues a one-time code that pairs a new world, or
 	// only the linked world clientID when it is not empty; createdBy is
-	// the calling key's id, for the record.
-	CreatePairingCode(ctx context.Context, clientID, createdBy string) (PairingCode, error)
+	// the calling key's id, for the record, and the world belongs to its
+	// account (keys.OperatorAccount for the operator's).
+	CreatePairingCode(ctx context.Context, account, clientID, createdBy string) (PairingCode, error)
 	// Unpair revokes the linked world's connection token and closes its
 	// connection.
 	Unpair(ctx context.Context, clientID string) (Unpaired, error)
@@ -43,6 +44,8 @@ type linkService struct {
 	relayv1.UnimplementedLinkServiceServer
 	links WorldLinks
 	now   func() time.Time
+	// chain decides which worlds the calling key's account may see.
+	chain *Chain
 }
 
 // mayLink decides whether the calling key may pair or unpair the linked
@@ -51,8 +54,18 @@ type linkService struct {
 // keys with GM-level access to that world: none acting as a tabletop user
 // there. A key bound to worlds may pair only its own worlds again, never a
 // new one, which would be a world outside its bindings.
-func mayLink(call *Call, clientID, verb string) error {
+//
+// Another account's world is answered as a linked world that does not
+// exist.
+func (s linkService) mayLink(ctx context.Context, call *Call, clientID, verb string) error {
 	k := call.Key
+	if clientID != "" {
+		if ok, err := s.chain.reaches(ctx, k, clientID); err != nil {
+			return err
+		} else if !ok {
+			return world.Errorf(world.ErrNotFound, "Linked world not found: %s", clientID)
+		}
+	}
 	if clientID == "" {
 		if len(k.ClientIDs) > 0 {
 			return status.Errorf(codes.PermissionDenied,
@@ -93,13 +106,13 @@ func (s linkService) CreatePairingCode(ctx context.Context, req *relayv1.CreateP
 		return nil, err
 	}
 	call := CallFrom(ctx)
-	if err := mayLink(call, clientID, "pair"); err != nil {
+	if err := s.mayLink(ctx, call, clientID, "pair"); err != nil {
 		return nil, err
 	}
 	if s.links == nil {
 		return nil, status.Error(codes.Unavailable, "Linked worlds are not enabled on this relay")
 	}
-	code, err := s.links.CreatePairingCode(ctx, clientID, call.Key.ID)
+	code, err := s.links.CreatePairingCode(ctx, call.Key.Account(), clientID, call.Key.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +126,7 @@ func (s linkService) UnpairWorld(ctx context.Context, req *relayv1.UnpairWorldRe
 	if err := checkClientID(clientID, true); err != nil {
 		return nil, err
 	}
-	if err := mayLink(CallFrom(ctx), clientID, "unpair"); err != nil {
+	if err := s.mayLink(ctx, CallFrom(ctx), clientID, "unpair"); err != nil {
 		return nil, err
 	}
 	if s.links == nil {

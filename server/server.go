@@ -53,6 +53,7 @@ import (
 
 	"github.com/tabletop-relay/relay/contract"
 	"github.com/tabletop-relay/relay/observe"
+	"github.com/tabletop-relay/relay/server/keys"
 )
 
 // Config wires a relay gRPC server.
@@ -61,6 +62,7 @@ type Config struct {
 	Keys interface {
 		Authenticator
 		KeyAdmin
+		keys.Accounts
 	}
 	// Worlds resolves client ids to the worlds that serve them, whatever
 	// their kind: the services reach worlds only through it.
@@ -68,6 +70,18 @@ type Config struct {
 	// TicketStore keeps the stream tickets (tickets.go); in memory when
 	// nil. A cluster shares one store among its nodes.
 	TicketStore TicketStore
+	// Owners tells which account owns each world; nil means the
+	// operator's account owns every world, so that the keys of every
+	// other account reach none.
+	Owners WorldOwners
+	// AccountMaxKeys is how many unrevoked keys an account other than the
+	// operator's may hold when its own quota does not say; 0 sets no
+	// limit.
+	AccountMaxKeys int
+	// ReleaseAccount, when set, lets go of an account's worlds before the
+	// account is deleted: it revokes the tokens of the linked worlds the
+	// account owns.
+	ReleaseAccount func(ctx context.Context, accountID string) error
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -162,6 +176,8 @@ func New(cfg Config) (*Server, error) {
 		Tickets:    NewTicketsIn(cfg.TicketStore, nil, keyLookup(cfg.Keys)),
 		RateLimit:  cfg.RateLimit,
 		Metrics:    cfg.Metrics,
+		Accounts:   cfg.Keys,
+		Owners:     cfg.Owners,
 	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
@@ -197,15 +213,18 @@ func New(cfg Config) (*Server, error) {
 	network := decodeRegistrar{server: srv.GRPC}
 	srv.Local = newLocalConn(unary, stream)
 	both := registrars{network, srv.Local}
+	events := newEventService(cfg.Events)
+	events.accounts = cfg.Keys
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
-		keyService{store: cfg.Keys},
-		clientService{worlds: cfg.Worlds},
-		linkService{links: cfg.Links, now: time.Now},
-		newEventService(cfg.Events),
+		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
+		clientService{worlds: cfg.Worlds, chain: chain},
+		linkService{links: cfg.Links, now: time.Now, chain: chain},
+		events,
 		ticketService{tickets: chain.Tickets},
 		combatService{},
 		newFileService(cfg.MaxUploadBytes),

@@ -54,6 +54,9 @@ type KeyStore struct {
 
 	mu  sync.Mutex // serialises index updates
 	idx atomic.Pointer[keyIndex]
+	// suspended holds the suspended accounts by id, for Authenticate;
+	// never modified once published.
+	suspended atomic.Pointer[map[string]keys.Account]
 
 	follower *steady.Follower
 }
@@ -96,10 +99,11 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, opts Options) (*KeySt
 		s.clock = opts.Clock
 	}
 	s.idx.Store(&keyIndex{byHash: map[[sha256.Size]byte]*indexed{}, byID: map[string][sha256.Size]byte{}})
+	s.suspended.Store(&map[string]keys.Account{})
 	// The follower loads every key, then applies each change, replacing
 	// its watcher if it ever stops delivering: a node whose watcher went
 	// silent would keep accepting keys revoked elsewhere.
-	f, err := steady.Follow(ctx, kv, []string{keyEntryPrefix + ">"}, steady.FollowOptions{}, s.apply)
+	f, err := steady.Follow(ctx, kv, []string{keyEntryPrefix + ">", accountEntryPrefix + ">"}, steady.FollowOptions{}, s.apply)
 	if err != nil {
 		return nil, fmt.Errorf("shared: watch keys: %w", err)
 	}
@@ -109,6 +113,10 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, opts Options) (*KeySt
 
 // apply puts a watched entry into the index.
 func (s *KeyStore) apply(e jetstream.KeyValueEntry) {
+	if strings.HasPrefix(e.Key(), accountEntryPrefix) {
+		s.applyAccount(e)
+		return
+	}
 	h, ok := hashOfEntry(e.Key())
 	if !ok {
 		return
@@ -214,6 +222,9 @@ func (s *KeyStore) Authenticate(ctx context.Context, plaintext string) (keys.Key
 	if err := k.Usable(s.clock()); err != nil {
 		return keys.Key{}, err
 	}
+	if a, ok := (*s.suspended.Load())[k.Account()]; ok {
+		return keys.Key{}, keys.SuspendedError(a)
+	}
 	return k.Clone(), nil
 }
 
@@ -242,6 +253,8 @@ func (s *KeyStore) CreateAs(ctx context.Context, actor keys.Key, spec keys.Spec)
 	if err != nil {
 		return "", keys.Key{}, err
 	}
+	// A key is always made in the account of the key that creates it.
+	spec.AccountID = actor.Account()
 	return s.create(ctx, spec, actor.ID, check)
 }
 

@@ -81,6 +81,7 @@ var _ link.Store = (*LinkStore)(nil)
 type codeRecord struct {
 	ClientID  string    `json:"clientId,omitempty"`
 	CreatedBy string    `json:"createdBy"`
+	Account   string    `json:"account,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt"`
 }
@@ -178,7 +179,7 @@ func hexOf(h link.Hash) string { return hex.EncodeToString(h[:]) }
 
 // SaveCode implements link.Store.
 func (s *LinkStore) SaveCode(ctx context.Context, c link.Code) error {
-	data, err := json.Marshal(codeRecord{ClientID: c.ClientID, CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt})
+	data, err := json.Marshal(codeRecord{ClientID: c.ClientID, CreatedBy: c.CreatedBy, Account: c.Account, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt})
 	if err != nil {
 		return err
 	}
@@ -213,7 +214,7 @@ func (s *LinkStore) TakeCode(ctx context.Context, h link.Hash, now time.Time) (l
 	if !now.Before(rec.ExpiresAt) {
 		return link.Code{}, link.ErrCodeRejected
 	}
-	return link.Code{Hash: h, ClientID: rec.ClientID, CreatedBy: rec.CreatedBy, CreatedAt: rec.CreatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC()}, nil
+	return link.Code{Hash: h, ClientID: rec.ClientID, CreatedBy: rec.CreatedBy, Account: rec.Account, CreatedAt: rec.CreatedAt.UTC(), ExpiresAt: rec.ExpiresAt.UTC()}, nil
 }
 
 // worldEntry reads a world's record and revision.

@@ -162,7 +162,7 @@ func TestConsole(t *testing.T) {
 
 	// A key for a bot: two scopes, the demo world, acting as Alice.
 	p.click(`.tab[data-view="keys"]`)
-	p.waitFor("the key form", `document.querySelectorAll("#key-scopes input").length === 14`)
+	p.waitFor("the key form", `document.querySelectorAll("#key-scopes input").length === 15`)
 	p.typeInto("#key-name", "console-bot")
 	p.click(`#key-scopes input[value="entity:read"]`)
 	p.click(`#key-scopes input[value="events:subscribe"]`)

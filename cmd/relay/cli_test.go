@@ -139,3 +139,64 @@ func TestKeysCLIClientList(t *testing.T) {
 		t.Fatalf("an empty clientId was taken: %v", err)
 	}
 }
+
+// TestAccountsCLI runs `relay accounts` against a running relay with the
+// bootstrap key: create prints only the new account's key, which works;
+// list and show describe it; suspend refuses its key; resume and delete.
+func TestAccountsCLI(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", filepath.Join(tr.DataDir, "admin.key")}
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		out, errOut, err := cli(t, append(args, common...)...)
+		if err != nil {
+			t.Fatalf("relay %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out, errOut
+	}
+	run2 := func(verb, id string) (string, string) {
+		t.Helper()
+		out, errOut, err := cli(t, append(append([]string{"accounts", verb}, common...), id)...)
+		if err != nil {
+			t.Fatalf("relay accounts %s %s: %v\n%s", verb, id, err, errOut)
+		}
+		return out, errOut
+	}
+
+	out, errOut := run("accounts", "create", "--name", "Guild", "--quota-worlds", "2")
+	key := strings.TrimSpace(out)
+	if !regexp.MustCompile(`^rk_[A-Za-z0-9_-]{43}$`).MatchString(key) {
+		t.Fatalf("stdout must hold only the key, got %q", out)
+	}
+	id := regexp.MustCompile(`acc_[0-9a-f]{16}`).FindString(errOut)
+	if id == "" {
+		t.Fatalf("stderr names no account: %q", errOut)
+	}
+	if r := tr.Do(http.MethodGet, "/keys", key, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the new account's key: %d %s", r.Status, r.Body)
+	}
+	if out, _ := run("accounts", "list"); !strings.Contains(out, id) || !strings.Contains(out, "operator") {
+		t.Fatalf("list:\n%s", out)
+	}
+	if out, _ := run2("show", id); !strings.Contains(out, "Guild") || !strings.Contains(out, "keys") || !strings.Contains(out, "1 of default") {
+		t.Fatalf("show:\n%s", out)
+	}
+	run2("suspend", id)
+	if r := tr.Do(http.MethodGet, "/keys", key, nil, nil); r.Status != http.StatusForbidden {
+		t.Fatalf("the suspended account's key: %d %s", r.Status, r.Body)
+	}
+	run2("resume", id)
+	if r := tr.Do(http.MethodGet, "/keys", key, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the resumed account's key: %d %s", r.Status, r.Body)
+	}
+	run2("delete", id)
+	if r := tr.Do(http.MethodGet, "/keys", key, nil, nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("the deleted account's key: %d %s", r.Status, r.Body)
+	}
+	// A duplicate name is refused with the relay's message.
+	run("accounts", "create", "--name", "Guild")
+	if _, _, err := cli(t, append([]string{"accounts", "create", "--name", "guild"}, common...)...); err == nil || !strings.Contains(err.Error(), "taken") {
+		t.Fatalf("duplicate name: %v", err)
+	}
+}

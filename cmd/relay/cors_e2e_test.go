@@ -89,7 +89,7 @@ func TestCORS(t *testing.T) {
 			}
 			r := tr.sendWith("OPTIONS", d.path, h, "")
 			if r.Status != http.StatusNoContent || r.Header.Get("Access-Control-Allow-Origin") != origin ||
-				r.Header.Get("Access-Control-Allow-Methods") != "DELETE, GET, POST, PUT" ||
+				r.Header.Get("Access-Control-Allow-Methods") != "DELETE, GET, PATCH, POST, PUT" ||
 				r.Header.Get("Access-Control-Allow-Headers") != "X-Api-Key, Content-Type, Last-Event-ID" ||
 				r.Header.Get("Access-Control-Max-Age") != "600" || r.Header.Get("Access-Control-Allow-Credentials") != "" ||
 				!strings.Contains(strings.Join(r.Header.Values("Vary"), ","), "Origin") {

@@ -3,6 +3,7 @@
 //
 //	relay serve [flags]             start the relay
 //	relay keys create|list|revoke   manage API keys of a running relay
+//	relay accounts create|list|...  manage the accounts of a running relay
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
@@ -32,6 +33,8 @@ Usage:
   relay keys create [flags]     create an API key and print it
   relay keys list [flags]       list API keys
   relay keys revoke [flags] ID  revoke an API key
+  relay accounts create|list|show|suspend|resume|delete [flags] [ID]
+                                manage accounts (the operator's key)
   relay worlds list [flags]     list worlds
   relay worlds pair-code [flags]
                                 create a one-time code that links a real tabletop
@@ -85,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveCommand(ctx, args[1:], stdout, stderr)
 	case "keys":
 		return keysCommand(ctx, args[1:], stdout, stderr)
+	case "accounts":
+		return accountsCommand(ctx, args[1:], stdout, stderr)
 	case "worlds":
 		return worldsCommand(ctx, args[1:], stdout, stderr)
 	case "cluster":

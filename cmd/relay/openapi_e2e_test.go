@@ -295,6 +295,16 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	}
 	c.ok("DELETE", "/linked-worlds/"+paired.ClientID, nil, nil)
 
+	// Accounts.
+	acct := c.ok("POST", "/accounts", nil, map[string]any{"name": "contract", "quotas": map[string]any{"worlds": 2}})
+	acctID := acct["account"].(map[string]any)["id"].(string)
+	c.ok("GET", "/accounts", nil, nil)
+	c.ok("GET", "/accounts/"+acctID, nil, nil)
+	c.ok("PATCH", "/accounts/"+acctID, nil, map[string]any{"name": "contract two"})
+	c.ok("POST", "/accounts/"+acctID+"/suspend", nil, nil)
+	c.ok("POST", "/accounts/"+acctID+"/resume", nil, nil)
+	c.ok("DELETE", "/accounts/"+acctID, nil, nil)
+
 	// Failures: each kind of refusal has the error body.
 	c.call("GET", "/get", relaytest.Q("uuid", "Actor.nobody0000000001"), nil)
 	c.call("GET", "/get", relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), nil)

@@ -98,6 +98,13 @@ var specRoutes = []routeRPC{
 	{"POST", "/stream-tickets", "TicketService/CreateStreamTicket", false},
 	{"POST", "/pairing-codes", "LinkService/CreatePairingCode", false},
 	{"DELETE", "/linked-worlds/{client_id}", "LinkService/UnpairWorld", false},
+	{"POST", "/accounts", "AccountService/CreateAccount", false},
+	{"GET", "/accounts", "AccountService/ListAccounts", false},
+	{"GET", "/accounts/{id}", "AccountService/GetAccount", false},
+	{"PATCH", "/accounts/{id}", "AccountService/UpdateAccount", false},
+	{"POST", "/accounts/{id}/suspend", "AccountService/SuspendAccount", false},
+	{"POST", "/accounts/{id}/resume", "AccountService/ResumeAccount", false},
+	{"DELETE", "/accounts/{id}", "AccountService/DeleteAccount", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the

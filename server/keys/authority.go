@@ -71,6 +71,10 @@ func (a Action) verb() string {
 //     named by the same text. Where the actor has no user (GM-level access)
 //     the target may have any user or none.
 //
+// Keys of accounts other than the operator's act only on keys of their own
+// account; another account's key is answered as an unknown one (an error
+// wrapping ErrNotFound, not ErrForbidden).
+//
 // Listing and revoking need only that: a key sees and may revoke exactly the
 // keys inside its bindings, revoked ones included. Every key is inside its
 // own bindings, so a key always sees itself and may revoke itself.
@@ -82,6 +86,17 @@ func (a Action) verb() string {
 // manage a key that carries a scope it lacks or outlives it.
 func Authorize(actor Key, action Action, target Key) error {
 	verb := action.verb()
+
+	// Accounts. A key of the operator's account may act on the keys of
+	// every account; any other key only on its own account's keys. Another
+	// account's key is answered exactly as a key that does not exist, so
+	// that nothing reveals it.
+	if !actor.Operator() && target.Account() != actor.Account() {
+		if action == ActionCreate {
+			return forbidden("API key may only create keys in its own account")
+		}
+		return notFound(target.ID)
+	}
 
 	// Worlds.
 	if len(actor.ClientIDs) > 0 {

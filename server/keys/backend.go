@@ -37,6 +37,8 @@ type Backend interface {
 	Bootstrap(ctx context.Context, keyFile string) (plaintext string, created bool, err error)
 	// Close releases the store.
 	Close() error
+	// Accounts keeps the accounts the keys belong to.
+	Accounts
 }
 
 var _ Backend = (*Store)(nil)

@@ -67,6 +67,9 @@ const (
 	// ScopeAdmin allows administering the relay itself, such as managing keys.
 	// It is a scope like any other: it does not imply the other scopes.
 	ScopeAdmin = "admin"
+	// ScopeAccounts allows a key of the operator's account to manage
+	// accounts. It grants nothing on the keys of any other account.
+	ScopeAccounts = "accounts"
 )
 
 // AllScopes lists every scope name the relay knows, in canonical order.
@@ -87,6 +90,7 @@ var AllScopes = []string{
 	ScopeDnd5e,
 	ScopeEventsSubscribe,
 	ScopeAdmin,
+	ScopeAccounts,
 }
 
 // scopeRank maps each known scope to its position in AllScopes.
@@ -176,6 +180,11 @@ type Key struct {
 	// or "" when nothing was recorded (keys stored before the relay recorded
 	// creators, and keys made with Store.Create directly).
 	CreatedBy string
+	// AccountID is the account the key belongs to (see [Key.Account]): the
+	// creating key's account for a key created through the key service.
+	// Empty on keys stored before the relay had accounts, which belong to
+	// the operator's account.
+	AccountID string `json:",omitempty"`
 }
 
 // CreatedByBootstrap is the CreatedBy of the key made by Store.Bootstrap.
@@ -245,6 +254,10 @@ type Spec struct {
 	// ExpiresAt optionally sets an expiry time, which must be in the future;
 	// zero means the key never expires.
 	ExpiresAt time.Time
+	// AccountID is the account the key is made in; empty means the
+	// operator's. CreateAs ignores it: a key created on the authority of
+	// another key is always in that key's account.
+	AccountID string
 }
 
 // Limits on the fields of a Spec.
@@ -278,6 +291,10 @@ func (spec Spec) validate(now time.Time) (Key, error) {
 		return Key{}, fmt.Errorf("%w: name contains control characters", ErrInvalid)
 	}
 	k.Name = name
+	k.AccountID = spec.AccountID
+	if k.AccountID == "" {
+		k.AccountID = OperatorAccount
+	}
 
 	scopes, err := normalizeScopes(spec.Scopes)
 	if err != nil {

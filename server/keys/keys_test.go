@@ -12,7 +12,7 @@ func TestAllScopes(t *testing.T) {
 	want := []string{
 		"entity:read", "entity:write", "search", "structure:read", "structure:write",
 		"encounter:read", "encounter:manage", "execute-js", "file:read", "file:write",
-		"clients:read", "dnd5e", "events:subscribe", "admin",
+		"clients:read", "dnd5e", "events:subscribe", "admin", "accounts",
 	}
 	if !slices.Equal(AllScopes, want) {
 		t.Fatalf("AllScopes = %v, want %v", AllScopes, want)

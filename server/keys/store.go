@@ -66,6 +66,9 @@ type Store struct {
 	// idx is the current in-memory index. It is never modified once
 	// published; writers publish a modified copy.
 	idx atomic.Pointer[index]
+	// suspended holds the suspended accounts by id, for Authenticate. It
+	// is never modified once published; writers publish a new map.
+	suspended atomic.Pointer[map[string]Account]
 }
 
 // index is an immutable snapshot of all keys.
@@ -201,6 +204,9 @@ func (s *Store) Reload(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("keys: load keys: %w", err)
 	}
+	if err := s.loadSuspended(ctx); err != nil {
+		return err
+	}
 	s.idx.Store(ix)
 	return nil
 }
@@ -224,6 +230,8 @@ func (s *Store) CreateAs(ctx context.Context, actor Key, spec Spec) (string, Key
 	if err != nil {
 		return "", Key{}, err
 	}
+	// A key is always made in the account of the key that creates it.
+	spec.AccountID = actor.Account()
 	return s.create(ctx, spec, actor.ID, check)
 }
 
@@ -262,10 +270,10 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, spec Spec, createdBy str
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO api_keys
-		(id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, NULL, ?)`,
+		(id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by, account_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, NULL, ?, ?)`,
 		k.ID, h[:], k.Prefix, k.Name, scopes, clientIDs, k.ScopedUserID, clientUsers,
-		nullTime(k.ExpiresAt), formatTime(k.CreatedAt), k.CreatedBy)
+		nullTime(k.ExpiresAt), formatTime(k.CreatedAt), k.CreatedBy, k.Account())
 	if err != nil {
 		// The error cannot contain the plaintext: only its hash is a parameter.
 		return "", Key{}, [sha256.Size]byte{}, fmt.Errorf("keys: create key: %w", err)
@@ -416,6 +424,9 @@ func (s *Store) Authenticate(ctx context.Context, plaintext string) (Key, error)
 	if err := k.Usable(s.clock()); err != nil {
 		return Key{}, err
 	}
+	if a, ok := (*s.suspended.Load())[k.Account()]; ok {
+		return Key{}, suspended(a)
+	}
 	return k.clone(), nil
 }
 
@@ -463,7 +474,7 @@ func notFound(id string) error {
 }
 
 // keyColumns lists the columns scanKey reads, in order.
-const keyColumns = `id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by`
+const keyColumns = `id, key_hash, prefix, name, scopes, client_ids, scoped_user_id, client_users, expires_at, enabled, created_at, revoked_at, created_by, account_id`
 
 // scanner is implemented by *sql.Row and *sql.Rows.
 type scanner interface {
@@ -482,7 +493,7 @@ func scanKey(sc scanner) (Key, [sha256.Size]byte, error) {
 		enabled                        int
 	)
 	if err := sc.Scan(&k.ID, &hash, &k.Prefix, &k.Name, &scopes, &clientIDs, &k.ScopedUserID,
-		&clientUsers, &expires, &enabled, &created, &revoked, &k.CreatedBy); err != nil {
+		&clientUsers, &expires, &enabled, &created, &revoked, &k.CreatedBy, &k.AccountID); err != nil {
 		return Key{}, h, err
 	}
 	if len(hash) != len(h) {

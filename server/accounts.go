@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/server/keys"
+)
+
+// accountService implements relayv1.AccountServiceServer. The policy of
+// every method names the scope `accounts`, which checkScope grants only to
+// the operator (keys.Key.ManagesAccounts), so no other key reaches it.
+type accountService struct {
+	relayv1.UnimplementedAccountServiceServer
+	store keys.Accounts
+	// release, when set, lets go of what an account owns besides its
+	// keys (its linked worlds' tokens) before the account is deleted.
+	release func(ctx context.Context, accountID string) error
+}
+
+func (s accountService) CreateAccount(ctx context.Context, req *relayv1.CreateAccountRequest) (*relayv1.CreateAccountResponse, error) {
+	a, plaintext, _, err := s.store.CreateAccount(ctx, CallFrom(ctx).Key.ID, req.GetName(), quotasFromProto(req.GetQuotas()))
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.CreateAccountResponse{Account: s.describe(ctx, a), Key: plaintext}, nil
+}
+
+func (s accountService) ListAccounts(ctx context.Context, _ *relayv1.ListAccountsRequest) (*relayv1.ListAccountsResponse, error) {
+	list, err := s.store.ListAccounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relayv1.Account, 0, len(list))
+	for _, a := range list {
+		out = append(out, s.describe(ctx, a))
+	}
+	return &relayv1.ListAccountsResponse{Accounts: out}, nil
+}
+
+func (s accountService) GetAccount(ctx context.Context, req *relayv1.GetAccountRequest) (*relayv1.GetAccountResponse, error) {
+	id, err := accountID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.GetAccount(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.GetAccountResponse{Account: s.describe(ctx, a)}, nil
+}
+
+func (s accountService) UpdateAccount(ctx context.Context, req *relayv1.UpdateAccountRequest) (*relayv1.UpdateAccountResponse, error) {
+	id, err := accountID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	var name *string
+	if n := req.GetName(); n != "" {
+		name = &n
+	}
+	var q *keys.Quotas
+	if req.GetQuotas() != nil {
+		qq := quotasFromProto(req.GetQuotas())
+		q = &qq
+	}
+	a, err := s.store.UpdateAccount(ctx, id, name, q)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.UpdateAccountResponse{Account: s.describe(ctx, a)}, nil
+}
+
+func (s accountService) SuspendAccount(ctx context.Context, req *relayv1.SuspendAccountRequest) (*relayv1.SuspendAccountResponse, error) {
+	id, err := accountID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.SuspendAccount(ctx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.SuspendAccountResponse{Account: s.describe(ctx, a)}, nil
+}
+
+func (s accountService) ResumeAccount(ctx context.Context, req *relayv1.ResumeAccountRequest) (*relayv1.ResumeAccountResponse, error) {
+	id, err := accountID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.SuspendAccount(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.ResumeAccountResponse{Account: s.describe(ctx, a)}, nil
+}
+
+func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAccountRequest) (*relayv1.DeleteAccountResponse, error) {
+	id, err := accountID(req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.GetAccount(ctx, id); err != nil {
+		return nil, err
+	}
+	if s.release != nil && id != keys.OperatorAccount {
+		// Its worlds go first: should that fail, the account is still
+		// there to delete again.
+		if err := s.release(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	a, err := s.store.DeleteAccount(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, keys.AccountUsage{})}, nil
+}
+
+// accountID checks that a request names an account.
+func accountID(id string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("%w: 'id' is required", keys.ErrAccountInvalid)
+	}
+	return id, nil
+}
+
+// quotasFromProto reads the quotas of a request; a negative one is
+// refused by the store, naming it.
+func quotasFromProto(q *relayv1.AccountQuotas) keys.Quotas {
+	return keys.Quotas{
+		Worlds:            int64(q.GetWorlds()),
+		Keys:              int64(q.GetKeys()),
+		Streams:           int64(q.GetStreams()),
+		RequestsPerMinute: int64(q.GetRequestsPerMinute()),
+	}
+}
+
+// describe describes an account with its usage. An account deleted
+// meanwhile has no usage to count: it is described as using nothing.
+func (s accountService) describe(ctx context.Context, a keys.Account) *relayv1.Account {
+	u, _ := s.store.AccountUsage(ctx, a.ID)
+	return accountToProto(a, u)
+}
+
+// accountToProto describes an account with its usage.
+func accountToProto(a keys.Account, u keys.AccountUsage) *relayv1.Account {
+	out := &relayv1.Account{
+		Id:   a.ID,
+		Name: a.Name,
+		Quotas: &relayv1.AccountQuotas{
+			Worlds:            int32(a.Quotas.Worlds),
+			Keys:              int32(a.Quotas.Keys),
+			Streams:           int32(a.Quotas.Streams),
+			RequestsPerMinute: int32(a.Quotas.RequestsPerMinute),
+		},
+		CreatedAt:   formatOptionalTime(a.CreatedAt),
+		Suspended:   a.Suspended(),
+		SuspendedAt: formatOptionalTime(a.SuspendedAt),
+		Usage:       &relayv1.AccountUsage{Keys: int32(u.Keys)},
+	}
+	return out
+}
