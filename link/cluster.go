@@ -106,16 +106,13 @@ func (e *Events) Feed(clientID string, records []world.JournalRecord) {
 			continue
 		}
 		if w.seq != 0 && r.Seq != w.seq+1 {
-			w.ring = nil
+			w.ring, w.ringBytes = nil, 0
 			for s := range w.subs {
 				s.fall()
 			}
 		}
 		w.seq = r.Seq
-		w.ring = append(w.ring, le)
-		if len(w.ring) > DefaultEventRetention {
-			w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
-		}
+		w.keep(le, e.limits.RingBytes)
 		for s := range w.subs {
 			s.offer(le)
 		}

@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -42,6 +43,9 @@ type ConnInfo struct {
 type pendingCall struct {
 	requestType string
 	reply       chan reply
+	// largeReply exempts the reply from the reply limits and budget (a
+	// file download).
+	largeReply bool
 }
 
 // reply is what a waiting request receives: the module's message or the
@@ -52,6 +56,22 @@ type reply struct {
 	msg   json.RawMessage
 	large *chunks
 	err   error
+	// held is what the reply holds of its connection's reply budget,
+	// given back by release.
+	held *budgetHold
+}
+
+// release gives back what the reply holds of the reply budget; the
+// caller calls it once done with the reply's bytes. It may be called more
+// than once.
+func (r reply) release() { r.held.release() }
+
+// size is the reply's length in bytes.
+func (r reply) size() int64 {
+	if r.large != nil {
+		return int64(r.large.Len())
+	}
+	return int64(len(r.msg))
 }
 
 // joined returns the reply's message in one slice.
@@ -94,6 +114,9 @@ type Conn struct {
 	pending map[string]pendingCall
 	info    ConnInfo
 
+	// replies is the world's reply budget (HubOptions.ReplyBudget).
+	replies byteBudget
+
 	shutOnce sync.Once
 }
 
@@ -103,6 +126,7 @@ func newConn(h *Hub, ws *websocket.Conn, clientID string, token Hash, addr strin
 	c := &Conn{hub: h, ws: ws, clientID: clientID, token: token, addr: addr,
 		out: make(chan outgoing, h.opts.SendQueue), done: make(chan struct{}), ctx: ctx, cancel: cancel,
 		pending: map[string]pendingCall{}, info: info}
+	c.replies.init(h.opts.ReplyBudget)
 	c.touch()
 	return c
 }
@@ -139,19 +163,12 @@ func (c *Conn) enqueueOut(o outgoing) bool {
 	}
 }
 
-// call sends one request and waits for its reply (see Hub.Call).
-func (c *Conn) call(ctx context.Context, requestType string, params any) (json.RawMessage, error) {
-	r := c.callWith(ctx, requestType, params, "", nil)
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.joined(), nil
-}
-
 // callWith sends one request and waits for its reply. When value is not
 // nil it is the JSON value of the request's field named field, written to
-// the socket from where it is (see Hub.callLarge).
-func (c *Conn) callWith(ctx context.Context, requestType string, params any, field string, value *chunks) reply {
+// the socket from where it is (see Hub.callLarge). largeReply exempts the
+// reply from the reply limits and budget; any other reply must be
+// released once used.
+func (c *Conn) callWith(ctx context.Context, requestType string, params any, field string, value *chunks, largeReply bool) reply {
 	h := c.hub
 	id := h.nextRequestID(requestType)
 	msg, err := encodeRequest(requestType, id, params)
@@ -177,7 +194,7 @@ func (c *Conn) callWith(ctx context.Context, requestType string, params any, fie
 		h.stats.failed.Add(1)
 		return reply{err: newCallError(ErrBusy, c.clientID, requestType, "too many requests in flight")}
 	}
-	c.pending[id] = pendingCall{requestType: requestType, reply: ch}
+	c.pending[id] = pendingCall{requestType: requestType, reply: ch, largeReply: largeReply}
 	c.mu.Unlock()
 	if !c.enqueueOut(out) {
 		if c.forget(id) {
@@ -240,8 +257,35 @@ func (c *Conn) deliverReply(id string, r reply) {
 		c.hub.opts.Log.Debug("dropped a reply no request waits for", "clientId", c.clientID, "requestId", id)
 		return
 	}
-	c.hub.stats.replies.Add(1)
+	if !p.largeReply {
+		r = c.bound(p, r)
+	}
+	if r.err == nil {
+		c.hub.stats.replies.Add(1)
+	}
 	p.reply <- r
+}
+
+// bound applies the reply limits to an ordinary reply: a reply larger than
+// MaxReplyBytes or nested deeper than MaxDepth (with its envelope) becomes its request's
+// error. An accepted reply takes its size from the world's reply budget,
+// waiting (and so holding up the socket's reader) while the replies read
+// before it are being decoded.
+func (c *Conn) bound(p pendingCall, r reply) reply {
+	opts := &c.hub.opts
+	if n := r.size(); n > opts.MaxReplyBytes {
+		c.hub.stats.refused.Add(1)
+		c.hub.opts.Log.Warn("refused a linked world's reply larger than the limit", "clientId", c.clientID, "request", p.requestType, "bytes", n, "limit", opts.MaxReplyBytes)
+		return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("%d bytes, more than the limit of %d", n, opts.MaxReplyBytes))}
+	}
+	msg := r.joined()
+	if limit := opts.MaxDepth + envelopeDepth; tooDeep(msg, limit) {
+		c.hub.stats.refused.Add(1)
+		c.hub.opts.Log.Warn("refused a linked world's reply nested deeper than the limit", "clientId", c.clientID, "request", p.requestType, "limit", limit)
+		return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("nested deeper than the limit of %d levels", limit))}
+	}
+	held := c.replies.acquire(int64(len(msg)))
+	return reply{msg: msg, held: held}
 }
 
 // shut ends the connection: it forgets the connection in the hub, fails
@@ -255,6 +299,7 @@ func (c *Conn) shut(code StatusCode, reason string) {
 		c.pending = nil
 		c.mu.Unlock()
 		close(c.done)
+		c.replies.close()
 		// The hub forgets the connection before the waiting requests
 		// fail, so a caller told that the world disconnected never finds
 		// it online afterwards.

@@ -785,3 +785,14 @@ func without(m map[string]any, keys ...string) map[string]any {
 	}
 	return out
 }
+
+// footprint estimates the memory a retained event holds, for the ring's
+// byte budget: its payloads, what decides who may read it, and a fixed
+// overhead.
+func (le *linkedEvent) footprint() int64 {
+	n := 256 + len(le.Data) + len(le.player) + len(le.limited) + len(le.Name) + len(le.filter) + 64*len(le.access)
+	for _, p := range le.parts {
+		n += 128 + 64*len(p.owner) + 32*(len(p.path)+len(p.keys))
+	}
+	return int64(n)
+}

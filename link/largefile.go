@@ -47,10 +47,11 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 	}
 	params := map[string]any{"path": p.Dir, "filename": p.Name, "source": "data", "mimeType": "application/octet-stream"}
 	param(params, "overwrite", p.Overwrite)
-	r := w.hub.callLarge(ctx, w.clientID, "upload-file", w.prepare(ctx, user, params), "fileData", value)
+	r := w.hub.callLarge(ctx, w.clientID, "upload-file", w.prepare(ctx, user, params), "fileData", value, false)
 	if r.err != nil {
 		return world.FileWritten{}, r.err
 	}
+	defer r.release()
 	reply, err := w.check("upload-file", r.joined())
 	if err != nil {
 		return world.FileWritten{}, err
@@ -67,7 +68,7 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 // hub's MaxMessageBytes). The reply is kept as it was received, and the
 // file's body decodes it as the caller reads.
 func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*world.FileContent, error) {
-	r := w.hub.callLarge(ctx, w.clientID, "download-file", w.prepare(ctx, user, map[string]any{"path": path}), "", nil)
+	r := w.hub.callLarge(ctx, w.clientID, "download-file", w.prepare(ctx, user, map[string]any{"path": path}), "", nil, true)
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -141,7 +141,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// The event hub numbers and stores each transaction's events in the
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
-	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
+	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, RingBytes: cfg.EventRingBytes, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
 	limits := world.Limits{MaxDocumentBytes: cfg.MaxDocumentBytes, MaxDepth: cfg.MaxJSONDepth}
 	worldOpts := world.Options{Journal: r.hub, Limits: limits, CommitDelay: cfg.CommitDelay}
 	if r.metrics != nil {
@@ -234,6 +234,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
 	linkEvents.SetJournal(r.linkDB)
+	linkEvents.SetLimits(link.EventLimits{RingBytes: cfg.EventRingBytes, MaxEventBytes: cfg.LinkMaxEventBytes, MaxDepth: cfg.MaxJSONDepth, Log: log})
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
 	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
@@ -268,6 +269,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
+			MaxReplyBytes:   cfg.LinkMaxReplyBytes,
+			MaxDepth:        cfg.MaxJSONDepth,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
 			OnConnect:       onConnect,

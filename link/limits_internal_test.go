@@ -1,0 +1,59 @@
+package link
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTooDeep(t *testing.T) {
+	for _, c := range []struct {
+		json  string
+		limit int
+		deep  bool
+	}{
+		{`{"a":[1,2,{"b":3}]}`, 3, false},
+		{`{"a":[1,2,{"b":3}]}`, 2, true},
+		{`{"a":"[[[[[[[[[["}`, 1, false},
+		{`{"a":"\"[[[[[[[[["}`, 1, false},
+		{`[[],[],[],[]]`, 2, false},
+		{strings.Repeat("[", 9990) + strings.Repeat("]", 9990), 68, true},
+	} {
+		if got := tooDeep([]byte(c.json), c.limit); got != c.deep {
+			t.Errorf("tooDeep(%.40s, %d) = %v, want %v", c.json, c.limit, got, c.deep)
+		}
+	}
+}
+
+// The reply budget makes a holder wait while others hold the rest, lets a
+// lone holder take more than the whole, and lets every waiter go once
+// closed.
+func TestByteBudget(t *testing.T) {
+	var b byteBudget
+	b.init(10)
+	first := b.acquire(6)
+	got := make(chan *budgetHold)
+	go func() { got <- b.acquire(6) }()
+	select {
+	case <-got:
+		t.Fatal("took 6 of 10 while 6 were held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	first.release()
+	first.release() // a second release gives nothing back twice
+	second := <-got
+	if b.held != 6 {
+		t.Fatalf("held %d, want 6", b.held)
+	}
+	second.release()
+	huge := b.acquire(100) // alone: more than the whole budget
+	go func() { got <- b.acquire(1) }()
+	select {
+	case <-got:
+		t.Fatal("took 1 while more than the budget was held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.close()
+	<-got
+	huge.release()
+}
