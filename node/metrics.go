@@ -77,7 +77,7 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts *server.Rat
 			func(s link.EventStats) uint64 { return s.Undecided }},
 		{"relay_linked_event_lookups_total", "Documents the relay asked a linked world for to decide who may read its events, or to complete its combat events.",
 			func(s link.EventStats) uint64 { return s.Fetched }},
-		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many (4096) waited to be processed.",
+		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many waited to be processed (4096, or 32 MiB while the relay waited for the world itself).",
 			func(s link.EventStats) uint64 { return s.Dropped }},
 		{"relay_linked_events_oversized_total", "Event messages of linked worlds dropped because they were larger than --link-max-event-bytes or nested deeper than --max-json-depth allows.",
 			func(s link.EventStats) uint64 { return s.Oversized }},
