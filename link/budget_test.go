@@ -234,11 +234,12 @@ func TestLinkedEventsHoldTheSocketReaderBack(t *testing.T) {
 
 // A reply larger than MaxReplyBytes, or nested deeper than the documents'
 // depth limit allows, fails its request with a clear error (the world's
-// Unavailable, 503) and leaves the connection up; a file download is not
-// held to that limit.
+// Unavailable, 503) and leaves the connection up, whether the reader kept
+// it (under MaxEventBytes too) or read it into nothing (over both); an
+// event message over MaxEventBytes is handed on without its content.
 func TestRepliesOverTheLimitsFailTheirRequest(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(c *link.Config) { c.Hub.MaxReplyBytes = 64 << 10 })
+	e := newEnv(t, func(c *link.Config) { c.Hub.MaxReplyBytes, c.Hub.MaxEventBytes = 64<<10, 80<<10 })
 	tt := e.connected(func(c *linktest.Config) {
 		c.Handler = linktest.ByType(map[string]linktest.Handler{
 			"entity": func(_ context.Context, req linktest.Request) (any, bool) {
@@ -249,6 +250,8 @@ func TestRepliesOverTheLimitsFailTheirRequest(t *testing.T) {
 				switch p.UUID {
 				case "Actor.big":
 					return map[string]any{"data": map[string]any{"_id": "big", "bio": strings.Repeat("x", 100<<10)}}, true
+				case "Actor.mid":
+					return map[string]any{"data": map[string]any{"_id": "mid", "bio": strings.Repeat("x", 70<<10)}}, true
 				case "Actor.deep":
 					return map[string]any{"data": json.RawMessage(strings.Repeat(`{"a":`, 500) + `1` + strings.Repeat(`}`, 500))}, true
 				}
@@ -259,7 +262,7 @@ func TestRepliesOverTheLimitsFailTheirRequest(t *testing.T) {
 	clientID, _ := tt.Credentials()
 	w := link.NewLinked(e.svc.Hub(), clientID, world.Info{})
 	ctx := context.Background()
-	for _, uuid := range []string{"Actor.big", "Actor.deep"} {
+	for _, uuid := range []string{"Actor.big", "Actor.mid", "Actor.deep"} {
 		_, err := w.Get(ctx, nil, uuid)
 		var werr *world.Error
 		if !errors.Is(err, link.ErrReplyRefused) || !errors.As(err, &werr) || werr.Kind != world.ErrUnavailable {
@@ -276,7 +279,21 @@ func TestRepliesOverTheLimitsFailTheirRequest(t *testing.T) {
 	if err != nil || doc["name"] != "Small" {
 		t.Fatalf("get after the refusals: %v %v", doc, err)
 	}
-	if s := e.svc.Hub().Stats(); s.RefusedReplies != 2 {
-		t.Fatalf("counted %d refused replies, want 2", s.RefusedReplies)
+	if s := e.svc.Hub().Stats(); s.RefusedReplies != 3 {
+		t.Fatalf("counted %d refused replies, want 3", s.RefusedReplies)
+	}
+	if err := tt.Emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{strings.Repeat("y", 200<<10)}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-e.events:
+		if ev.Type != "hook-event" || ev.Message != nil || ev.Size < 200<<10 {
+			t.Fatalf("event over MaxEventBytes handed on as %s of %d bytes kept, size %d", ev.Type, len(ev.Message), ev.Size)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event over MaxEventBytes was not handed on")
+	}
+	if !tt.Connected() {
+		t.Fatal("an event over the limit closed the connection")
 	}
 }

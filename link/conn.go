@@ -274,9 +274,7 @@ func (c *Conn) deliverReply(id string, r reply) {
 func (c *Conn) bound(p pendingCall, r reply) reply {
 	opts := &c.hub.opts
 	if n := r.size(); n > opts.MaxReplyBytes {
-		c.hub.stats.refused.Add(1)
-		c.hub.opts.Log.Warn("refused a linked world's reply larger than the limit", "clientId", c.clientID, "request", p.requestType, "bytes", n, "limit", opts.MaxReplyBytes)
-		return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("%d bytes, more than the limit of %d", n, opts.MaxReplyBytes))}
+		return c.tooLarge(p, n)
 	}
 	msg := r.joined()
 	if limit := opts.MaxDepth + envelopeDepth; tooDeep(msg, limit) {
@@ -286,6 +284,29 @@ func (c *Conn) bound(p pendingCall, r reply) reply {
 	}
 	held := c.replies.acquire(int64(len(msg)))
 	return reply{msg: msg, held: held}
+}
+
+// tooLarge is the failure of a request whose reply had size bytes, over
+// MaxReplyBytes.
+func (c *Conn) tooLarge(p pendingCall, size int64) reply {
+	limit := c.hub.opts.MaxReplyBytes
+	c.hub.stats.refused.Add(1)
+	c.hub.opts.Log.Warn("refused a linked world's reply larger than the limit", "clientId", c.clientID, "request", p.requestType, "bytes", size, "limit", limit)
+	return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("%d bytes, more than the limit of %d", size, limit))}
+}
+
+// refuseReply fails the request waiting for a reply that was read into
+// nothing for its size, or counts the reply as late.
+func (c *Conn) refuseReply(id string, size int64) {
+	c.mu.Lock()
+	p, ok := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if !ok {
+		c.hub.stats.late.Add(1)
+		return
+	}
+	p.reply <- c.tooLarge(p, size)
 }
 
 // shut ends the connection: it forgets the connection in the hub, fails
@@ -326,7 +347,7 @@ func (c *Conn) start() {
 func (c *Conn) read() {
 	c.ws.SetReadLimit(c.hub.opts.MaxMessageBytes)
 	for {
-		typ, msg, err := c.readMessage()
+		typ, msg, dropped, err := c.readMessage()
 		if err != nil {
 			code, reason := CloseGoingAway, "Connection lost"
 			if websocket.CloseStatus(err) == CloseTooBig {
@@ -340,6 +361,10 @@ func (c *Conn) read() {
 			c.hub.stats.ignored.Add(1)
 			continue
 		}
+		if dropped > 0 {
+			c.dispatchDropped(msg, dropped)
+			continue
+		}
 		if msg.Len() > chunkMax && c.dispatchLarge(msg) {
 			continue
 		}
@@ -348,24 +373,47 @@ func (c *Conn) read() {
 }
 
 // readMessage reads the next message into pieces: a large one (a file
-// download) is never copied into a growing slice.
-func (c *Conn) readMessage() (websocket.MessageType, *chunks, error) {
+// download) is never copied into a growing slice. Only the reply to a file
+// download may be larger than MaxReplyBytes and MaxEventBytes: unless a
+// download waits for its reply, the rest of a message past that is read
+// into nothing, and readMessage returns, instead of the message, what it
+// was (see headScanner) with its whole length as dropped.
+func (c *Conn) readMessage() (typ websocket.MessageType, msg *chunks, dropped int64, err error) {
 	typ, r, err := c.ws.Reader(c.ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
-	msg := &chunks{}
-	if _, err := msg.ReadFrom(r); err != nil {
-		return 0, nil, err
+	msg = &chunks{}
+	keep := max(c.hub.opts.MaxReplyBytes, c.hub.opts.MaxEventBytes)
+	if _, err := msg.ReadFrom(io.LimitReader(r, keep+1)); err != nil {
+		return 0, nil, 0, err
 	}
-	return typ, msg, nil
+	if msg.Len() <= keep {
+		return typ, msg, 0, nil
+	}
+	if c.awaitsLargeReply() {
+		// The message may be the download's reply, whatever the order of
+		// its fields: it is read whole, within MaxMessageBytes.
+		if _, err := msg.ReadFrom(r); err != nil {
+			return 0, nil, 0, err
+		}
+		return typ, msg, 0, nil
+	}
+	var head headScanner
+	_, _ = msg.WriteTo(&head)
+	n, err := io.Copy(&head, r)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	kept := &chunks{}
+	b, _ := json.Marshal(map[string]string{"type": head.typ, "requestId": head.id})
+	kept.Write(b)
+	return typ, kept, msg.Len() + n, nil
 }
 
-// dispatchLarge hands a large reply to its request as it is, in pieces,
-// and reports whether msg was one; other large messages are dispatched
-// joined.
-func (c *Conn) dispatchLarge(msg *chunks) bool {
-	var typ, id string
+// messageHead returns the `type` and `requestId` of a message held in
+// pieces, when they come before whatever the pieces cut off.
+func messageHead(msg *chunks) (typ, id string) {
 	_ = scanObject(msg, func(f field) bool {
 		if f.isString && !f.escaped && (f.key == "type" || f.key == "requestId") {
 			v := string(msg.copyOf(f.off+1, f.n-2))
@@ -377,6 +425,45 @@ func (c *Conn) dispatchLarge(msg *chunks) bool {
 		}
 		return typ == "" || id == ""
 	})
+	return typ, id
+}
+
+// awaitsLargeReply reports whether a file download waits for its reply.
+func (c *Conn) awaitsLargeReply() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pending {
+		if p.largeReply {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatchDropped handles a message whose end was read into nothing for
+// its size (see readMessage): an event is handed on without its content,
+// to be counted as oversized; a reply fails its request; anything else is
+// ignored.
+func (c *Conn) dispatchDropped(head *chunks, size int64) {
+	typ, id := messageHead(head)
+	switch {
+	case isEventType(typ):
+		c.hub.stats.events.Add(1)
+		if fn := c.hub.opts.OnEvent; fn != nil {
+			fn(c.clientID, Event{Type: typ, Size: size})
+		}
+	case id != "" && typ != typeRemote && typ != typePlayerList:
+		c.refuseReply(id, size)
+	default:
+		c.hub.stats.ignored.Add(1)
+	}
+}
+
+// dispatchLarge hands a large reply to its request as it is, in pieces,
+// and reports whether msg was one; other large messages are dispatched
+// joined.
+func (c *Conn) dispatchLarge(msg *chunks) bool {
+	typ, id := messageHead(msg)
 	switch {
 	case typ == "" || id == "", typ == typeRemote, typ == typePlayerList, isEventType(typ):
 		return false

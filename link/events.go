@@ -208,7 +208,7 @@ var moduleChannels = map[world.EventChannel]string{
 // messages are queued up to twice InboxBytes and dropped beyond.
 func (e *Events) Publish(clientID string, ev Event) {
 	size := int64(len(ev.Message))
-	tooLarge := size > e.limits.MaxEventBytes
+	tooLarge := size > e.limits.MaxEventBytes || ev.Message == nil && ev.Size > 0
 	if tooLarge || tooDeep(ev.Message, e.limits.MaxDepth+envelopeDepth) {
 		e.refuse(clientID, ev, tooLarge)
 		return
@@ -242,7 +242,7 @@ func (e *Events) refuse(clientID string, ev Event, tooLarge bool) {
 	}
 	if tooLarge {
 		e.limits.Log.Warn("dropped an event message of a linked world larger than the limit; further ones are dropped without notice",
-			"clientId", clientID, "type", ev.Type, "bytes", len(ev.Message), "limit", e.limits.MaxEventBytes)
+			"clientId", clientID, "type", ev.Type, "bytes", max(int64(len(ev.Message)), ev.Size), "limit", e.limits.MaxEventBytes)
 		return
 	}
 	e.limits.Log.Warn("dropped an event message of a linked world nested deeper than the limit; further ones are dropped without notice",

@@ -56,6 +56,12 @@ type HubOptions struct {
 	// larger one fails its request (ErrReplyRefused, 503) and the
 	// connection goes on. DefaultMaxReplyBytes when 0.
 	MaxReplyBytes int64
+	// MaxEventBytes is the largest event message the reader keeps; the
+	// rest of a larger one is read into nothing, and OnEvent receives it
+	// without its Message (see Event.Size). DefaultMaxEventBytes when 0.
+	// Together with MaxReplyBytes it bounds every message the reader
+	// holds but a file download's reply.
+	MaxEventBytes int64
 	// MaxDepth is the deepest nesting of objects and arrays allowed in the
 	// documents such a reply carries, as in the embedded worlds'
 	// documents (world.Limits.MaxDepth); the reply may nest a few levels
@@ -119,6 +125,9 @@ func (o HubOptions) withDefaults() HubOptions {
 	}
 	if o.MaxReplyBytes <= 0 {
 		o.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = DefaultMaxEventBytes
 	}
 	if o.MaxDepth <= 0 {
 		o.MaxDepth = world.DefaultMaxDepth

@@ -97,3 +97,88 @@ func (h *budgetHold) release() {
 		h.b.mu.Unlock()
 	})
 }
+
+// headScanner finds the `type` and `requestId` of a JSON object message
+// as its bytes stream through it, wherever they stand among its members,
+// holding nothing but the current top-level string (up to maxHeadString
+// bytes): it tells what a message too large to keep was.
+type headScanner struct {
+	depth             int
+	inString, escaped bool
+	// str collects a top-level string; long is set when it passed
+	// maxHeadString, odd when it holds an escape (no such value is read).
+	str       []byte
+	long, odd bool
+	// key is the member being read, once its colon passed (value set).
+	key   string
+	value bool
+	typ   string
+	id    string
+}
+
+// maxHeadString bounds the strings headScanner keeps.
+const maxHeadString = 256
+
+func (h *headScanner) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if h.inString {
+			switch {
+			case h.escaped:
+				h.escaped = false
+			case b == '\\':
+				h.escaped, h.odd = true, true
+			case b == '"':
+				h.inString = false
+				h.endString()
+				continue
+			}
+			if h.depth == 1 {
+				if len(h.str) < maxHeadString {
+					h.str = append(h.str, b)
+				} else {
+					h.long = true
+				}
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			h.inString = true
+			h.str, h.long, h.odd = h.str[:0], false, false
+		case '{', '[':
+			h.depth++
+		case '}', ']':
+			h.depth--
+		case ':':
+			h.value = h.depth == 1
+		case ',':
+			if h.depth == 1 {
+				h.key, h.value = "", false
+			}
+		}
+	}
+	return len(p), nil
+}
+
+// endString takes a top-level string that just ended: a member's key, or
+// the value of `type` or `requestId`.
+func (h *headScanner) endString() {
+	if h.depth != 1 {
+		return
+	}
+	s := ""
+	if !h.long && !h.odd {
+		s = string(h.str)
+	}
+	if !h.value {
+		h.key = s
+		return
+	}
+	switch {
+	case h.key == "type" && h.typ == "":
+		h.typ = s
+	case h.key == "requestId" && h.id == "":
+		h.id = s
+	}
+	h.value = false
+}

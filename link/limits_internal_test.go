@@ -57,3 +57,22 @@ func TestByteBudget(t *testing.T) {
 	<-got
 	huge.release()
 }
+
+func TestHeadScanner(t *testing.T) {
+	for _, c := range []struct{ msg, typ, id string }{
+		{`{"type":"hook-event","requestId":"r1","data":{"type":"inner","requestId":"x"}}`, "hook-event", "r1"},
+		{`{"data":{"type":"inner","requestId":"x"},"list":["type","requestId"],"requestId":"entity_7","type":"entity-result"}`, "entity-result", "entity_7"},
+		{`{"data":"` + strings.Repeat(`\"`, 1000) + `","type":"hook-event"}`, "hook-event", ""},
+		{`{"type":"a\"b"}`, "", ""},
+		{`{"type":"` + strings.Repeat("t", 300) + `","requestId":"ok"}`, "", "ok"},
+	} {
+		var h headScanner
+		// Fed in small pieces, as a socket gives them.
+		for b := range strings.SplitSeq(c.msg, "") {
+			_, _ = h.Write([]byte(b))
+		}
+		if h.typ != c.typ || h.id != c.id {
+			t.Errorf("%.60s: type %q id %q, want %q %q", c.msg, h.typ, h.id, c.typ, c.id)
+		}
+	}
+}

@@ -270,6 +270,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			PingInterval:    cfg.LinkPingInterval,
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
 			MaxReplyBytes:   cfg.LinkMaxReplyBytes,
+			MaxEventBytes:   cfg.LinkMaxEventBytes,
 			MaxDepth:        cfg.MaxJSONDepth,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
