@@ -632,8 +632,19 @@ func (w *worldEvents) noteCombatant(combatID string, cb map[string]any) {
 		known = map[string]world.Document{}
 		w.combatants[combatID] = known
 	}
-	known[str(cb["_id"])] = cb
+	id := str(cb["_id"])
+	if _, ok := known[id]; !ok && len(known) >= maxCombatants {
+		// A tabletop that names ever new combatants must not grow the
+		// relay's memory: start the combat's table afresh (its events
+		// then reach players once the relay saw them again).
+		clear(known)
+	}
+	known[id] = cb
 }
+
+// maxCombatants bounds the combatants the relay remembers of one combat,
+// far above any real encounter.
+const maxCombatants = 1024
 
 // moduleCombatant is a combatant of a module's combat event in the
 // relay's shape, with what the module sends of it (`{id, name,

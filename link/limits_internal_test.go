@@ -1,6 +1,7 @@
 package link
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,17 @@ func TestHeadScanner(t *testing.T) {
 		if h.typ != c.typ || h.id != c.id {
 			t.Errorf("%.60s: type %q id %q, want %q %q", c.msg, h.typ, h.id, c.typ, c.id)
 		}
+	}
+}
+
+// The combatants remembered of one combat stay bounded however many a
+// tabletop names.
+func TestCombatantsRememberedAreBounded(t *testing.T) {
+	var w worldEvents
+	for i := range 3 * maxCombatants {
+		w.noteCombatant("combat1", map[string]any{"_id": strconv.Itoa(i), "name": "Goblin"})
+	}
+	if n := len(w.combatants["combat1"]); n == 0 || n > maxCombatants {
+		t.Fatalf("remembered %d combatants of one combat, want 1 to %d", n, maxCombatants)
 	}
 }
