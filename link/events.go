@@ -81,7 +81,8 @@ func (l EventLimits) withDefaults() EventLimits {
 // Events turns the event messages of linked worlds into the relay's event
 // streams: each world's events get their sequence numbers here (from 1,
 // and on from where they were after a restart when a journal keeps them,
-// see SetJournal), the last DefaultEventRetention are kept for resume, and
+// see SetJournal), the last DefaultEventRetention, within the RingBytes of
+// SetLimits, are kept for resume, and
 // each subscriber gets those of its channel that pass its filters and its
 // read rules. While a module channel has subscribers it
 // is turned on in the module ([Hub.SetChannel]), and off when the last
