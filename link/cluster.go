@@ -144,3 +144,18 @@ func (e *Events) Connected(info ConnInfo) {
 		w.numbered = false
 	}
 }
+
+// Disconnected is told that a world's tabletop left (give it to
+// [HubOptions].OnDisconnect). When nobody follows the world's events and
+// the journal holds every one of them, the world's retained events leave
+// memory: they are read back from the journal when the world is next
+// followed or sends an event, as after a restart.
+func (e *Events) Disconnected(clientID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.worlds[clientID]
+	if w == nil || e.journal == nil || w.noJournal || w.working || len(w.inbox) > 0 || len(w.subs) > 0 {
+		return
+	}
+	delete(e.worlds, clientID)
+}

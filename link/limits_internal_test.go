@@ -1,10 +1,14 @@
 package link
 
 import (
+	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tabletop-relay/relay/world"
 )
 
 func TestTooDeep(t *testing.T) {
@@ -87,5 +91,51 @@ func TestCombatantsRememberedAreBounded(t *testing.T) {
 	}
 	if n := len(w.combatants["combat1"]); n == 0 || n > maxCombatants {
 		t.Fatalf("remembered %d combatants of one combat, want 1 to %d", n, maxCombatants)
+	}
+}
+
+// A world whose tabletop left and whose events nobody follows holds no
+// retained events in memory; they come back from the journal, numbering
+// and resume included, when the world is followed again.
+func TestDisconnectedWorldLeavesMemory(t *testing.T) {
+	store, err := OpenSQLite(filepath.Join(t.TempDir(), "relay.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	const clientID = "fvtt_leaves0000000001"
+	evs := NewEvents()
+	evs.SetJournal(store)
+	for i := range 5 {
+		msg := []byte(`{"type":"hook-event","data":{"hook":"updateActor","args":[{"_id":"a` + strconv.Itoa(i) + `","name":"A","ownership":{"default":2}},{"_id":"a","name":"B"},{}]}}`)
+		evs.Publish(clientID, Event{Type: "hook-event", Message: msg})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := evs.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs.Disconnected(clientID)
+	evs.mu.Lock()
+	_, held := evs.worlds[clientID]
+	evs.mu.Unlock()
+	if held {
+		t.Fatal("the world's events stay in memory after its tabletop left")
+	}
+	sub, err := evs.subscribe(clientID, nil, world.EventRequest{Channel: world.ChannelHooks, Resume: true, After: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if got := sub.Replay(); len(got) != 3 || got[0].Seq != 3 || sub.Start() != 5 {
+		t.Fatalf("resume after the world left memory: %d events from %v, start %d; want 3 from 3, start 5", len(got), got, sub.Start())
+	}
+	// A followed world stays.
+	evs.Disconnected(clientID)
+	evs.mu.Lock()
+	_, held = evs.worlds[clientID]
+	evs.mu.Unlock()
+	if !held {
+		t.Fatal("a followed world left memory")
 	}
 }

@@ -245,14 +245,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// time its tabletop connects here (link/cluster.go), and in a cluster
 	// the node holding its socket hosts it.
 	onConnect := linkEvents.Connected
-	var onDisconnect func(string)
+	onDisconnect := linkEvents.Disconnected
 	if r.cluster != nil {
 		claim, release := r.clusterWiring.linkHooks()
 		onConnect = func(info link.ConnInfo) {
 			linkEvents.Connected(info)
 			claim(info)
 		}
-		onDisconnect = release
+		onDisconnect = func(clientID string) {
+			release(clientID)
+			linkEvents.Disconnected(clientID)
+		}
 	}
 	if r.links, err = link.New(link.Config{
 		Store: linkStore,
