@@ -245,17 +245,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// time its tabletop connects here (link/cluster.go), and in a cluster
 	// the node holding its socket hosts it.
 	onConnect := linkEvents.Connected
-	onDisconnect := linkEvents.Disconnected
+	var onDisconnect func(string)
+	if r.shared == nil {
+		// Alone, a world whose tabletop left keeps its retained events
+		// in relay.db only. In a cluster they stay in memory: the other
+		// nodes' events of the world reach this node's copy, not its
+		// journal.
+		onDisconnect = linkEvents.Disconnected
+	}
 	if r.cluster != nil {
 		claim, release := r.clusterWiring.linkHooks()
 		onConnect = func(info link.ConnInfo) {
 			linkEvents.Connected(info)
 			claim(info)
 		}
-		onDisconnect = func(clientID string) {
-			release(clientID)
-			linkEvents.Disconnected(clientID)
-		}
+		onDisconnect = release
 	}
 	if r.links, err = link.New(link.Config{
 		Store: linkStore,
