@@ -106,16 +106,13 @@ func (e *Events) Feed(clientID string, records []world.JournalRecord) {
 			continue
 		}
 		if w.seq != 0 && r.Seq != w.seq+1 {
-			w.ring = nil
+			w.ring, w.ringBytes = nil, 0
 			for s := range w.subs {
 				s.fall()
 			}
 		}
 		w.seq = r.Seq
-		w.ring = append(w.ring, le)
-		if len(w.ring) > DefaultEventRetention {
-			w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
-		}
+		w.keep(le, e.limits.RingBytes)
 		for s := range w.subs {
 			s.offer(le)
 		}
@@ -146,4 +143,19 @@ func (e *Events) Connected(info ConnInfo) {
 	if w := e.worlds[info.ClientID]; w != nil {
 		w.numbered = false
 	}
+}
+
+// Disconnected is told that a world's tabletop left (give it to
+// [HubOptions].OnDisconnect). When nobody follows the world's events and
+// the journal holds every one of them, the world's retained events leave
+// memory: they are read back from the journal when the world is next
+// followed or sends an event, as after a restart.
+func (e *Events) Disconnected(clientID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	w := e.worlds[clientID]
+	if w == nil || e.journal == nil || w.noJournal || w.working || len(w.inbox) > 0 || len(w.subs) > 0 {
+		return
+	}
+	delete(e.worlds, clientID)
 }

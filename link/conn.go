@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 	"sync"
@@ -42,6 +43,9 @@ type ConnInfo struct {
 type pendingCall struct {
 	requestType string
 	reply       chan reply
+	// largeReply exempts the reply from the reply limits and budget (a
+	// file download).
+	largeReply bool
 }
 
 // reply is what a waiting request receives: the module's message or the
@@ -52,6 +56,22 @@ type reply struct {
 	msg   json.RawMessage
 	large *chunks
 	err   error
+	// held is what the reply holds of its connection's reply budget,
+	// given back by release.
+	held *budgetHold
+}
+
+// release gives back what the reply holds of the reply budget; the
+// caller calls it once done with the reply's bytes. It may be called more
+// than once.
+func (r reply) release() { r.held.release() }
+
+// size is the reply's length in bytes.
+func (r reply) size() int64 {
+	if r.large != nil {
+		return int64(r.large.Len())
+	}
+	return int64(len(r.msg))
 }
 
 // joined returns the reply's message in one slice.
@@ -94,6 +114,9 @@ type Conn struct {
 	pending map[string]pendingCall
 	info    ConnInfo
 
+	// replies is the world's reply budget (HubOptions.ReplyBudget).
+	replies byteBudget
+
 	shutOnce sync.Once
 }
 
@@ -103,6 +126,7 @@ func newConn(h *Hub, ws *websocket.Conn, clientID string, token Hash, addr strin
 	c := &Conn{hub: h, ws: ws, clientID: clientID, token: token, addr: addr,
 		out: make(chan outgoing, h.opts.SendQueue), done: make(chan struct{}), ctx: ctx, cancel: cancel,
 		pending: map[string]pendingCall{}, info: info}
+	c.replies.init(h.opts.ReplyBudget)
 	c.touch()
 	return c
 }
@@ -139,19 +163,12 @@ func (c *Conn) enqueueOut(o outgoing) bool {
 	}
 }
 
-// call sends one request and waits for its reply (see Hub.Call).
-func (c *Conn) call(ctx context.Context, requestType string, params any) (json.RawMessage, error) {
-	r := c.callWith(ctx, requestType, params, "", nil)
-	if r.err != nil {
-		return nil, r.err
-	}
-	return r.joined(), nil
-}
-
 // callWith sends one request and waits for its reply. When value is not
 // nil it is the JSON value of the request's field named field, written to
-// the socket from where it is (see Hub.callLarge).
-func (c *Conn) callWith(ctx context.Context, requestType string, params any, field string, value *chunks) reply {
+// the socket from where it is (see Hub.callLarge). largeReply exempts the
+// reply from the reply limits and budget; any other reply must be
+// released once used.
+func (c *Conn) callWith(ctx context.Context, requestType string, params any, field string, value *chunks, largeReply bool) reply {
 	h := c.hub
 	id := h.nextRequestID(requestType)
 	msg, err := encodeRequest(requestType, id, params)
@@ -177,7 +194,7 @@ func (c *Conn) callWith(ctx context.Context, requestType string, params any, fie
 		h.stats.failed.Add(1)
 		return reply{err: newCallError(ErrBusy, c.clientID, requestType, "too many requests in flight")}
 	}
-	c.pending[id] = pendingCall{requestType: requestType, reply: ch}
+	c.pending[id] = pendingCall{requestType: requestType, reply: ch, largeReply: largeReply}
 	c.mu.Unlock()
 	if !c.enqueueOut(out) {
 		if c.forget(id) {
@@ -240,8 +257,56 @@ func (c *Conn) deliverReply(id string, r reply) {
 		c.hub.opts.Log.Debug("dropped a reply no request waits for", "clientId", c.clientID, "requestId", id)
 		return
 	}
-	c.hub.stats.replies.Add(1)
+	if !p.largeReply {
+		r = c.bound(p, r)
+	}
+	if r.err == nil {
+		c.hub.stats.replies.Add(1)
+	}
 	p.reply <- r
+}
+
+// bound applies the reply limits to an ordinary reply: a reply larger than
+// MaxReplyBytes or nested deeper than MaxDepth (with its envelope) becomes its request's
+// error. An accepted reply takes its size from the world's reply budget,
+// waiting (and so holding up the socket's reader) while the replies read
+// before it are being decoded.
+func (c *Conn) bound(p pendingCall, r reply) reply {
+	opts := &c.hub.opts
+	if n := r.size(); n > opts.MaxReplyBytes {
+		return c.tooLarge(p, n)
+	}
+	msg := r.joined()
+	if limit := opts.MaxDepth + envelopeDepth; tooDeep(msg, limit) {
+		c.hub.stats.refused.Add(1)
+		c.hub.opts.Log.Warn("refused a linked world's reply nested deeper than the limit", "clientId", c.clientID, "request", p.requestType, "limit", limit)
+		return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("nested deeper than the limit of %d levels", limit))}
+	}
+	held := c.replies.acquire(int64(len(msg)))
+	return reply{msg: msg, held: held}
+}
+
+// tooLarge is the failure of a request whose reply had size bytes, over
+// MaxReplyBytes.
+func (c *Conn) tooLarge(p pendingCall, size int64) reply {
+	limit := c.hub.opts.MaxReplyBytes
+	c.hub.stats.refused.Add(1)
+	c.hub.opts.Log.Warn("refused a linked world's reply larger than the limit", "clientId", c.clientID, "request", p.requestType, "bytes", size, "limit", limit)
+	return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("%d bytes, more than the limit of %d", size, limit))}
+}
+
+// refuseReply fails the request waiting for a reply that was read into
+// nothing for its size, or counts the reply as late.
+func (c *Conn) refuseReply(id string, size int64) {
+	c.mu.Lock()
+	p, ok := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if !ok {
+		c.hub.stats.late.Add(1)
+		return
+	}
+	p.reply <- c.tooLarge(p, size)
 }
 
 // shut ends the connection: it forgets the connection in the hub, fails
@@ -255,6 +320,7 @@ func (c *Conn) shut(code StatusCode, reason string) {
 		c.pending = nil
 		c.mu.Unlock()
 		close(c.done)
+		c.replies.close()
 		// The hub forgets the connection before the waiting requests
 		// fail, so a caller told that the world disconnected never finds
 		// it online afterwards.
@@ -281,7 +347,7 @@ func (c *Conn) start() {
 func (c *Conn) read() {
 	c.ws.SetReadLimit(c.hub.opts.MaxMessageBytes)
 	for {
-		typ, msg, err := c.readMessage()
+		typ, msg, dropped, err := c.readMessage()
 		if err != nil {
 			code, reason := CloseGoingAway, "Connection lost"
 			if websocket.CloseStatus(err) == CloseTooBig {
@@ -295,6 +361,10 @@ func (c *Conn) read() {
 			c.hub.stats.ignored.Add(1)
 			continue
 		}
+		if dropped > 0 {
+			c.dispatchDropped(msg, dropped)
+			continue
+		}
 		if msg.Len() > chunkMax && c.dispatchLarge(msg) {
 			continue
 		}
@@ -303,24 +373,47 @@ func (c *Conn) read() {
 }
 
 // readMessage reads the next message into pieces: a large one (a file
-// download) is never copied into a growing slice.
-func (c *Conn) readMessage() (websocket.MessageType, *chunks, error) {
+// download) is never copied into a growing slice. Only the reply to a file
+// download may be larger than MaxReplyBytes and MaxEventBytes: unless a
+// download waits for its reply, the rest of a message past that is read
+// into nothing, and readMessage returns, instead of the message, what it
+// was (see headScanner) with its whole length as dropped.
+func (c *Conn) readMessage() (typ websocket.MessageType, msg *chunks, dropped int64, err error) {
 	typ, r, err := c.ws.Reader(c.ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, 0, err
 	}
-	msg := &chunks{}
-	if _, err := msg.ReadFrom(r); err != nil {
-		return 0, nil, err
+	msg = &chunks{}
+	keep := max(c.hub.opts.MaxReplyBytes, c.hub.opts.MaxEventBytes)
+	if _, err := msg.ReadFrom(io.LimitReader(r, keep+1)); err != nil {
+		return 0, nil, 0, err
 	}
-	return typ, msg, nil
+	if msg.Len() <= keep {
+		return typ, msg, 0, nil
+	}
+	if c.awaitsLargeReply() {
+		// The message may be the download's reply, whatever the order of
+		// its fields: it is read whole, within MaxMessageBytes.
+		if _, err := msg.ReadFrom(r); err != nil {
+			return 0, nil, 0, err
+		}
+		return typ, msg, 0, nil
+	}
+	var head headScanner
+	_, _ = msg.WriteTo(&head)
+	n, err := io.Copy(&head, r)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	kept := &chunks{}
+	b, _ := json.Marshal(map[string]string{"type": head.typ, "requestId": head.id})
+	kept.Write(b)
+	return typ, kept, msg.Len() + n, nil
 }
 
-// dispatchLarge hands a large reply to its request as it is, in pieces,
-// and reports whether msg was one; other large messages are dispatched
-// joined.
-func (c *Conn) dispatchLarge(msg *chunks) bool {
-	var typ, id string
+// messageHead returns the `type` and `requestId` of a message held in
+// pieces, when they come before whatever the pieces cut off.
+func messageHead(msg *chunks) (typ, id string) {
 	_ = scanObject(msg, func(f field) bool {
 		if f.isString && !f.escaped && (f.key == "type" || f.key == "requestId") {
 			v := string(msg.copyOf(f.off+1, f.n-2))
@@ -332,6 +425,45 @@ func (c *Conn) dispatchLarge(msg *chunks) bool {
 		}
 		return typ == "" || id == ""
 	})
+	return typ, id
+}
+
+// awaitsLargeReply reports whether a file download waits for its reply.
+func (c *Conn) awaitsLargeReply() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pending {
+		if p.largeReply {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatchDropped handles a message whose end was read into nothing for
+// its size (see readMessage): an event is handed on without its content,
+// to be counted as oversized; a reply fails its request; anything else is
+// ignored.
+func (c *Conn) dispatchDropped(head *chunks, size int64) {
+	typ, id := messageHead(head)
+	switch {
+	case isEventType(typ):
+		c.hub.stats.events.Add(1)
+		if fn := c.hub.opts.OnEvent; fn != nil {
+			fn(c.clientID, Event{Type: typ, Size: size})
+		}
+	case id != "" && typ != typeRemote && typ != typePlayerList:
+		c.refuseReply(id, size)
+	default:
+		c.hub.stats.ignored.Add(1)
+	}
+}
+
+// dispatchLarge hands a large reply to its request as it is, in pieces,
+// and reports whether msg was one; other large messages are dispatched
+// joined.
+func (c *Conn) dispatchLarge(msg *chunks) bool {
+	typ, id := messageHead(msg)
 	switch {
 	case typ == "" || id == "", typ == typeRemote, typ == typePlayerList, isEventType(typ):
 		return false

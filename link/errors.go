@@ -25,6 +25,10 @@ var (
 	// ErrBusy: the world has as many requests in flight as allowed, or does
 	// not read what is sent to it (503).
 	ErrBusy = errors.New("world busy")
+	// ErrReplyRefused: the reply was larger than the hub's MaxReplyBytes
+	// or nested deeper than its MaxDepth (503); the connection goes
+	// on.
+	ErrReplyRefused = errors.New("world reply refused")
 )
 
 // Kinds of failure of pairing and authentication. The pairing endpoints
@@ -72,6 +76,8 @@ func newCallError(kind error, clientID, requestType string, detail string) *Call
 	case ErrTimeout:
 		msg = fmt.Sprintf("world %s did not answer %s within %s", clientID, requestType, detail)
 		worldKind = world.ErrTimeout
+	case ErrReplyRefused:
+		msg = fmt.Sprintf("world %s answered %s with a reply the relay refuses: %s", clientID, requestType, detail)
 	default:
 		msg = fmt.Sprintf("world %s cannot take %s now: %s", clientID, requestType, detail)
 	}

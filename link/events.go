@@ -2,6 +2,7 @@ package link
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,12 +22,67 @@ const (
 	// DefaultEventInbox is how many of a world's event messages may wait
 	// to be turned into events; more are dropped (and counted).
 	DefaultEventInbox = 4096
+	// DefaultRingBytes bounds the memory of the events each linked world
+	// keeps for resume, and the journal's share of them on disk, as the
+	// embedded worlds' hub does (events.DefaultRingBytes).
+	DefaultRingBytes = 64 << 20
+	// DefaultMaxEventBytes bounds one event message of a linked world:
+	// twice the largest document an embedded world stores
+	// (world.DefaultMaxDocumentBytes), room for a document and its
+	// changes. Larger ones are dropped, counted and logged.
+	DefaultMaxEventBytes = 4 << 20
+	// DefaultInboxBytes bounds the event messages of one world waiting to
+	// be turned into events. Once they reach it, the world's socket is not
+	// read until they fall below it: a tabletop cannot send events faster
+	// than the relay processes them.
+	DefaultInboxBytes = 16 << 20
 )
+
+// EventLimits bound the memory the linked worlds' events hold. Zero
+// values take the defaults.
+type EventLimits struct {
+	// RingBytes bounds the events each world keeps for resume, in memory
+	// and in the journal, and the events waiting for one subscriber.
+	RingBytes int64
+	// MaxEventBytes bounds an event message; larger ones are dropped.
+	MaxEventBytes int64
+	// MaxDepth is the deepest nesting of objects and arrays allowed in the
+	// documents an event message carries (world.Limits.MaxDepth); the
+	// message may nest a few levels more around them (envelopeDepth).
+	// Deeper ones are dropped. world.DefaultMaxDepth when 0.
+	MaxDepth int
+	// InboxBytes bounds each world's event messages waiting to be
+	// processed (see DefaultInboxBytes).
+	InboxBytes int64
+	// Log receives the notice, once per world, that its events were
+	// dropped for their size or depth; discarded when nil.
+	Log *slog.Logger
+}
+
+func (l EventLimits) withDefaults() EventLimits {
+	if l.RingBytes <= 0 {
+		l.RingBytes = DefaultRingBytes
+	}
+	if l.MaxEventBytes <= 0 {
+		l.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if l.MaxDepth <= 0 {
+		l.MaxDepth = world.DefaultMaxDepth
+	}
+	if l.InboxBytes <= 0 {
+		l.InboxBytes = DefaultInboxBytes
+	}
+	if l.Log == nil {
+		l.Log = slog.New(slog.DiscardHandler)
+	}
+	return l
+}
 
 // Events turns the event messages of linked worlds into the relay's event
 // streams: each world's events get their sequence numbers here (from 1,
 // and on from where they were after a restart when a journal keeps them,
-// see SetJournal), the last DefaultEventRetention are kept for resume, and
+// see SetJournal), the last DefaultEventRetention, within the RingBytes of
+// SetLimits, are kept for resume, and
 // each subscriber gets those of its channel that pass its filters and its
 // read rules. While a module channel has subscribers it
 // is turned on in the module ([Hub.SetChannel]), and off when the last
@@ -38,8 +94,10 @@ type Events struct {
 	// not tell whether the subscriber may read the event.
 	undecided atomic.Uint64
 	// dropped counts the messages dropped because the world's inbox was
-	// full.
-	dropped atomic.Uint64
+	// full; oversized those dropped for their size or depth.
+	dropped   atomic.Uint64
+	oversized atomic.Uint64
+	limits    EventLimits
 	// fetched counts the documents the relay asked the module for.
 	fetched atomic.Uint64
 	// journal, when set, keeps the retained events across restarts;
@@ -54,6 +112,10 @@ type Events struct {
 
 	mu     sync.Mutex
 	worlds map[string]*worldEvents
+	// room is signalled (on mu) when a world's inbox shrinks, its worker
+	// starts waiting for the module, or the streams close: Publish waits
+	// on it while the inbox is full.
+	room *sync.Cond
 	// running counts the worlds' goroutines at work; idle, when not nil,
 	// is closed when it drops to zero (see Drain).
 	running int
@@ -68,14 +130,27 @@ type Events struct {
 // later, before the first subscription, with SetHub (the hub is built
 // with Publish as its callback).
 func NewEvents() *Events {
-	return &Events{worlds: map[string]*worldEvents{}, ended: make(chan struct{})}
+	e := &Events{worlds: map[string]*worldEvents{}, ended: make(chan struct{}), limits: EventLimits{}.withDefaults()}
+	e.room = sync.NewCond(&e.mu)
+	return e
 }
+
+// SetLimits sets the bounds of the events' memory. Call it before the
+// first event.
+func (e *Events) SetLimits(l EventLimits) { e.limits = l.withDefaults() }
 
 // Close ends every subscription (their Next returns
 // world.ErrSubscriptionEnded) and refuses new ones: the relay is
 // stopping, and a stream left open would hold up its graceful stop until
 // its time-out. Later calls do nothing.
-func (e *Events) Close() { e.closeOnce.Do(func() { close(e.ended) }) }
+func (e *Events) Close() {
+	e.closeOnce.Do(func() {
+		close(e.ended)
+		e.mu.Lock()
+		e.room.Broadcast()
+		e.mu.Unlock()
+	})
+}
 
 // SetHub sets the hub whose channels subscriptions turn on.
 func (e *Events) SetHub(h *Hub) { e.hub = h }
@@ -88,7 +163,9 @@ type worldEvents struct {
 	numbered bool
 	seq      uint64
 	ring     []linkedEvent // the retained events, oldest first
-	subs     map[*subscription]struct{}
+	// ringBytes is the footprint of ring (see linkedEvent.footprint).
+	ringBytes int64
+	subs      map[*subscription]struct{}
 	// known is what the relay saw of the world's documents' ownership;
 	// lastRound the round each running combat was last seen at.
 	known     knownDocs
@@ -101,6 +178,13 @@ type worldEvents struct {
 	// working is set while a goroutine does that.
 	inbox   []inboxItem
 	working bool
+	// inboxBytes is the size of the messages in inbox; asking is set
+	// while the world's goroutine waits for the module, which answers on
+	// the socket Publish is called from: Publish must not wait then.
+	inboxBytes int64
+	asking     bool
+	// warned is set once the world's dropped events were logged.
+	warned bool
 	// noJournal is set when the world's stored events could not be read.
 	noJournal bool
 }
@@ -113,25 +197,73 @@ var moduleChannels = map[world.EventChannel]string{
 
 // Publish takes one event message of a linked world (the hub's OnEvent
 // callback). Messages of channels the relay does not stream (rolls and
-// chat) and malformed ones are dropped. Publish does not block: each
-// world's messages are queued (at most DefaultEventInbox) and turned into
-// events in order by a goroutine of the world's, which may first ask the
-// module who may read a document (see [Events.Undecided]).
+// chat) and malformed ones are dropped, and so are messages larger than
+// the limits' MaxEventBytes or nested deeper than MaxDepth (counted, and
+// logged once per world). Each world's messages are queued and turned
+// into events in order by a goroutine of the world's, which may first ask
+// the module who may read a document (see [Events.Undecided]). Publish
+// runs on the world's socket reader: while InboxBytes of the world's
+// messages wait, it waits for them to be processed, so that the socket is
+// read no faster than the relay processes its events; while the world's
+// goroutine waits for the module, whose answer comes on that same socket,
+// messages are queued up to twice InboxBytes and dropped beyond.
 func (e *Events) Publish(clientID string, ev Event) {
+	size := int64(len(ev.Message))
+	tooLarge := size > e.limits.MaxEventBytes || ev.Message == nil && ev.Size > 0
+	if tooLarge || tooDeep(ev.Message, e.limits.MaxDepth+envelopeDepth) {
+		e.refuse(clientID, ev, tooLarge)
+		return
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	w := e.world(clientID)
-	if len(w.inbox) >= DefaultEventInbox {
+	for w.inboxBytes > 0 && w.inboxBytes+size > e.limits.InboxBytes && !w.asking && !e.isEnded() {
+		e.room.Wait()
+	}
+	if len(w.inbox) >= DefaultEventInbox || w.inboxBytes > 0 && w.inboxBytes+size > 2*e.limits.InboxBytes {
 		e.dropped.Add(1)
 		return
 	}
-	w.inbox = append(w.inbox, inboxItem{ev: ev})
+	w.inbox = append(w.inbox, inboxItem{ev: ev, size: size})
+	w.inboxBytes += size
 	e.startWork(clientID, w)
+}
+
+// refuse drops an event message over the size or depth limit: it counts
+// it, and logs it the first time for the world.
+func (e *Events) refuse(clientID string, ev Event, tooLarge bool) {
+	e.oversized.Add(1)
+	e.mu.Lock()
+	w := e.world(clientID)
+	first := !w.warned
+	w.warned = true
+	e.mu.Unlock()
+	if !first {
+		return
+	}
+	if tooLarge {
+		e.limits.Log.Warn("dropped an event message of a linked world larger than the limit; further ones are dropped without notice",
+			"clientId", clientID, "type", ev.Type, "bytes", max(int64(len(ev.Message)), ev.Size), "limit", e.limits.MaxEventBytes)
+		return
+	}
+	e.limits.Log.Warn("dropped an event message of a linked world nested deeper than the limit; further ones are dropped without notice",
+		"clientId", clientID, "type", ev.Type, "limit", e.limits.MaxDepth+envelopeDepth)
+}
+
+// isEnded reports whether Close was called.
+func (e *Events) isEnded() bool {
+	select {
+	case <-e.ended:
+		return true
+	default:
+		return false
+	}
 }
 
 // inboxItem is an event message, or what a reply showed of a document.
 type inboxItem struct {
 	ev         Event
+	size       int64 // the message's bytes
 	seenUUID   string
 	seenAccess world.Document
 }
@@ -156,8 +288,9 @@ func (e *Events) work(clientID string, w *worldEvents) {
 		if e.journal != nil && !w.noJournal && len(fresh) > 0 {
 			// Subscribers have the events already; the journal keeps
 			// them for resumes after a restart.
+			forget := w.forgetBefore()
 			e.mu.Unlock()
-			e.store(clientID, fresh)
+			e.store(clientID, fresh, forget)
 			e.mu.Lock()
 		}
 	}
@@ -178,6 +311,10 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 		item := w.inbox[0]
 		w.inbox[0] = inboxItem{}
 		w.inbox = w.inbox[1:]
+		if item.size > 0 {
+			w.inboxBytes -= item.size
+			e.room.Broadcast()
+		}
 		if item.seenUUID != "" {
 			w.known.put(item.seenUUID, item.seenAccess)
 			continue
@@ -189,9 +326,11 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 		if le.combat != nil && e.hub != nil {
 			// The module's combat events lack what players' payloads
 			// and the relay's shape need: ask for the combat.
+			w.ask(e)
 			e.mu.Unlock()
 			doc := e.fetchDoc(clientID, "Combat."+le.combat.id)
 			e.mu.Lock()
+			w.asking = false
 			le.completeCombat(w, doc)
 		} else if le.combat != nil {
 			le.completeCombat(w, nil)
@@ -199,19 +338,18 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 		if need := le.unknown(); len(need) > 0 && e.hub != nil && w.hasPlayer(le.channel) {
 			// A player follows the channel and the relay does not know
 			// who may read the document: ask the module, as a GM.
+			w.ask(e)
 			e.mu.Unlock()
 			for _, uuid := range need {
 				e.fetch(clientID, uuid)
 			}
 			e.mu.Lock()
+			w.asking = false
 			le.fill(&w.known)
 		}
 		w.seq++
 		le.Seq = w.seq
-		w.ring = append(w.ring, le)
-		if len(w.ring) > DefaultEventRetention {
-			w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
-		}
+		w.keep(le, e.limits.RingBytes)
 		for s := range w.subs {
 			s.offer(le)
 		}
@@ -221,10 +359,14 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 }
 
 // store writes a world's new events to the journal and forgets those
-// past the retention.
-func (e *Events) store(clientID string, fresh []linkedEvent) {
+// before forget.
+func (e *Events) store(clientID string, fresh []linkedEvent, forget uint64) {
 	out := make([]JournalEvent, 0, len(fresh))
 	for i := range fresh {
+		if fresh[i].Seq <= forget {
+			// Already past the ring's budget: not worth writing.
+			continue
+		}
 		data, err := fresh[i].encode()
 		if err != nil {
 			e.journalErrors.Add(1)
@@ -232,15 +374,44 @@ func (e *Events) store(clientID string, fresh []linkedEvent) {
 		}
 		out = append(out, JournalEvent{Seq: fresh[i].Seq, Data: data})
 	}
-	var forget uint64
-	if last := fresh[len(fresh)-1].Seq; last > DefaultEventRetention {
-		forget = last - DefaultEventRetention
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := e.journal.AppendEvents(ctx, clientID, out, forget); err != nil {
 		e.journalErrors.Add(1)
 	}
+}
+
+// keep adds le to the retained events and lets the oldest go past
+// DefaultEventRetention events or ringBytes of them; the newest stays
+// whatever its size. e.mu is held.
+func (w *worldEvents) keep(le linkedEvent, ringBytes int64) {
+	w.ring = append(w.ring, le)
+	w.ringBytes += le.footprint()
+	drop := 0
+	for len(w.ring)-drop > 1 && (len(w.ring)-drop > DefaultEventRetention || w.ringBytes > ringBytes) {
+		w.ringBytes -= w.ring[drop].footprint()
+		drop++
+	}
+	if drop > 0 {
+		clear(w.ring[:drop])
+		w.ring = w.ring[drop:]
+	}
+}
+
+// forgetBefore is the last sequence the journal may forget: the one
+// before the oldest retained event. e.mu is held.
+func (w *worldEvents) forgetBefore() uint64 {
+	if len(w.ring) == 0 {
+		return w.seq
+	}
+	return w.ring[0].Seq - 1
+}
+
+// ask marks the world's goroutine as waiting for the module and lets a
+// Publish waiting for room go on; e.mu is held.
+func (w *worldEvents) ask(e *Events) {
+	w.asking = true
+	e.room.Broadcast()
 }
 
 // Drain waits until every event message received so far is processed and
@@ -307,17 +478,15 @@ func (e *Events) load(clientID string, w *worldEvents) {
 		w.noJournal = true
 		return
 	}
-	for _, je := range stored {
+	for i, je := range stored {
 		le, err := decodeEvent(je)
+		stored[i] = JournalEvent{}
 		if err != nil {
 			e.journalErrors.Add(1)
 			continue
 		}
-		w.ring = append(w.ring, le)
+		w.keep(le, e.limits.RingBytes)
 		w.seq = max(w.seq, je.Seq)
-	}
-	if len(w.ring) > DefaultEventRetention {
-		w.ring = w.ring[len(w.ring)-DefaultEventRetention:]
 	}
 }
 
@@ -396,7 +565,10 @@ type subscription struct {
 	isReset bool
 	replay  []world.Event
 
-	queue     chan world.Event
+	queue chan world.Event
+	// queued is the size of the payloads in queue: a subscriber whose
+	// waiting events pass the ring's byte budget falls behind.
+	queued    atomic.Int64
 	behind    chan struct{} // closed when the queue overflowed
 	fell      bool          // behind was closed; e.mu guards it
 	closeOnce sync.Once
@@ -411,8 +583,14 @@ func (s *subscription) offer(le linkedEvent) {
 	if !ok {
 		return
 	}
+	size := int64(len(ev.Data))
+	if n := s.queued.Load(); n > 0 && n+size > s.e.limits.RingBytes {
+		s.fall()
+		return
+	}
 	select {
 	case s.queue <- ev:
+		s.queued.Add(size)
 	default:
 		s.fall()
 	}
@@ -488,15 +666,19 @@ type EventStats struct {
 	// decide who may read an event, or to complete a combat event.
 	Fetched uint64
 	// Dropped counts the event messages dropped because DefaultEventInbox
-	// of a world's messages already waited.
+	// of a world's messages already waited, or twice its InboxBytes while
+	// the relay waited for the world.
 	Dropped uint64
+	// Oversized counts the event messages dropped because they were
+	// larger than MaxEventBytes or nested deeper than MaxDepth.
+	Oversized uint64
 	// JournalErrors counts the failures to store or load events.
 	JournalErrors uint64
 }
 
 // Stats returns the counters.
 func (e *Events) Stats() EventStats {
-	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load(), JournalErrors: e.journalErrors.Load()}
+	return EventStats{Undecided: e.undecided.Load(), Fetched: e.fetched.Load(), Dropped: e.dropped.Load(), Oversized: e.oversized.Load(), JournalErrors: e.journalErrors.Load()}
 }
 
 // Undecided counts the deliveries of linked worlds' events left out
@@ -518,11 +700,13 @@ func (s *subscription) Start() uint64 { return s.start }
 func (s *subscription) Next(ctx context.Context) (world.Event, error) {
 	select {
 	case ev := <-s.queue:
+		s.queued.Add(-int64(len(ev.Data)))
 		return ev, nil
 	default:
 	}
 	select {
 	case ev := <-s.queue:
+		s.queued.Add(-int64(len(ev.Data)))
 		return ev, nil
 	case <-s.behind:
 		return world.Event{}, world.ErrSubscriberBehind

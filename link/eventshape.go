@@ -632,8 +632,19 @@ func (w *worldEvents) noteCombatant(combatID string, cb map[string]any) {
 		known = map[string]world.Document{}
 		w.combatants[combatID] = known
 	}
-	known[str(cb["_id"])] = cb
+	id := str(cb["_id"])
+	if _, ok := known[id]; !ok && len(known) >= maxCombatants {
+		// A tabletop that names ever new combatants must not grow the
+		// relay's memory: start the combat's table afresh (its events
+		// then reach players once the relay saw them again).
+		clear(known)
+	}
+	known[id] = cb
 }
+
+// maxCombatants bounds the combatants the relay remembers of one combat,
+// far above any real encounter.
+const maxCombatants = 1024
 
 // moduleCombatant is a combatant of a module's combat event in the
 // relay's shape, with what the module sends of it (`{id, name,
@@ -784,4 +795,15 @@ func without(m map[string]any, keys ...string) map[string]any {
 		delete(out, k)
 	}
 	return out
+}
+
+// footprint estimates the memory a retained event holds, for the ring's
+// byte budget: its payloads, what decides who may read it, and a fixed
+// overhead.
+func (le *linkedEvent) footprint() int64 {
+	n := 256 + len(le.Data) + len(le.player) + len(le.limited) + len(le.Name) + len(le.filter) + 64*len(le.access)
+	for _, p := range le.parts {
+		n += 128 + 64*len(p.owner) + 32*(len(p.path)+len(p.keys))
+	}
+	return int64(n)
 }

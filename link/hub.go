@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tabletop-relay/relay/world"
 )
 
 // Defaults of [HubOptions].
@@ -23,7 +25,15 @@ const (
 	DefaultMaxMessageBytes = 96 << 20
 	DefaultMaxPending      = 1024
 	DefaultSendQueue       = 256
-	DefaultDuplicateProbe  = 5 * time.Second
+	// DefaultMaxReplyBytes bounds a reply other than a file download:
+	// twice the largest document an embedded world stores
+	// (world.DefaultMaxDocumentBytes), room for a document in its
+	// envelope, escaped.
+	DefaultMaxReplyBytes = 4 << 20
+	// DefaultReplyBudget bounds the replies of one world that were read
+	// and are being decoded by their callers: four of the largest at once.
+	DefaultReplyBudget    = 4 * DefaultMaxReplyBytes
+	DefaultDuplicateProbe = 5 * time.Second
 )
 
 // HubOptions configure the live connections. Zero values take the defaults.
@@ -42,6 +52,27 @@ type HubOptions struct {
 	// one message holding the file as base64, so the default (96 MiB)
 	// leaves room for a 64 MiB file.
 	MaxMessageBytes int64
+	// MaxReplyBytes bounds a reply to any request but a file download; a
+	// larger one fails its request (ErrReplyRefused, 503) and the
+	// connection goes on. DefaultMaxReplyBytes when 0.
+	MaxReplyBytes int64
+	// MaxEventBytes is the largest event message the reader keeps; the
+	// rest of a larger one is read into nothing, and OnEvent receives it
+	// without its Message (see Event.Size). DefaultMaxEventBytes when 0.
+	// Together with MaxReplyBytes it bounds every message the reader
+	// holds but a file download's reply.
+	MaxEventBytes int64
+	// MaxDepth is the deepest nesting of objects and arrays allowed in the
+	// documents such a reply carries, as in the embedded worlds'
+	// documents (world.Limits.MaxDepth); the reply may nest a few levels
+	// more around them (envelopeDepth). A deeper one fails its request
+	// alike. world.DefaultMaxDepth when 0.
+	MaxDepth int
+	// ReplyBudget bounds the bytes of one world's replies that were read
+	// and not yet decoded by their callers (file downloads aside): while
+	// it is spent, the world's socket is not read. At least
+	// MaxReplyBytes; DefaultReplyBudget when 0.
+	ReplyBudget int64
 	// MaxPending bounds the requests in flight on one connection; more
 	// fail at once with ErrBusy.
 	MaxPending int
@@ -92,6 +123,19 @@ func (o HubOptions) withDefaults() HubOptions {
 	if o.MaxPending <= 0 {
 		o.MaxPending = DefaultMaxPending
 	}
+	if o.MaxReplyBytes <= 0 {
+		o.MaxReplyBytes = DefaultMaxReplyBytes
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = world.DefaultMaxDepth
+	}
+	if o.ReplyBudget <= 0 {
+		o.ReplyBudget = DefaultReplyBudget
+	}
+	o.ReplyBudget = max(o.ReplyBudget, o.MaxReplyBytes)
 	if o.SendQueue <= 0 {
 		o.SendQueue = DefaultSendQueue
 	}
@@ -131,7 +175,7 @@ type Hub struct {
 
 	seq   atomic.Uint64 // request ids, unique in this process
 	stats struct {
-		calls, replies, timeouts, late, failed, events, ignored atomic.Uint64
+		calls, replies, timeouts, late, failed, events, ignored, refused atomic.Uint64
 	}
 }
 
@@ -158,6 +202,9 @@ type Stats struct {
 	// Events counts event messages; Ignored messages of no known kind or
 	// that were not JSON.
 	Events, Ignored uint64
+	// RefusedReplies counts the replies refused for their size or depth
+	// (see HubOptions.MaxReplyBytes): their requests failed.
+	RefusedReplies uint64
 }
 
 // Stats returns the hub's counters.
@@ -178,15 +225,16 @@ func (h *Hub) Stats() Stats {
 		c.mu.Unlock()
 	}
 	return Stats{
-		Connected:   n,
-		Pending:     pending,
-		Calls:       h.stats.calls.Load(),
-		Replies:     h.stats.replies.Load(),
-		Timeouts:    h.stats.timeouts.Load(),
-		Failed:      h.stats.failed.Load(),
-		LateReplies: h.stats.late.Load(),
-		Events:      h.stats.events.Load(),
-		Ignored:     h.stats.ignored.Load(),
+		Connected:      n,
+		Pending:        pending,
+		Calls:          h.stats.calls.Load(),
+		Replies:        h.stats.replies.Load(),
+		Timeouts:       h.stats.timeouts.Load(),
+		Failed:         h.stats.failed.Load(),
+		LateReplies:    h.stats.late.Load(),
+		Events:         h.stats.events.Load(),
+		Ignored:        h.stats.ignored.Load(),
+		RefusedReplies: h.stats.refused.Load(),
 	}
 }
 
@@ -253,6 +301,15 @@ func (h *Hub) Connected() []ConnInfo {
 // Stats.LateReplies. ctx ends the wait early with its own error. Each of
 // these errors is a *CallError.
 func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any) (json.RawMessage, error) {
+	raw, release, err := h.callHeld(ctx, clientID, requestType, params)
+	release()
+	return raw, err
+}
+
+// callHeld is Call for a caller that decodes the reply before it lets go
+// of the world's reply budget (HubOptions.ReplyBudget): it calls release
+// once done with raw (release is never nil).
+func (h *Hub) callHeld(ctx context.Context, clientID, requestType string, params any) (raw json.RawMessage, release func(), err error) {
 	h.stats.calls.Add(1)
 	// A connection found just as a newer one replaced it refuses the
 	// request before sending it; the newer one then takes it.
@@ -261,13 +318,16 @@ func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any
 		if c == nil {
 			break
 		}
-		raw, err := c.call(ctx, requestType, params)
-		if !errors.Is(err, errConnClosed) {
-			return raw, err
+		r := c.callWith(ctx, requestType, params, "", nil, false)
+		if !errors.Is(r.err, errConnClosed) {
+			if r.err != nil {
+				return nil, r.release, r.err
+			}
+			return r.joined(), r.release, nil
 		}
 	}
 	h.stats.failed.Add(1)
-	return nil, newCallError(ErrNotConnected, clientID, requestType, "")
+	return nil, func() {}, newCallError(ErrNotConnected, clientID, requestType, "")
 }
 
 // callLarge is Call for the requests and replies that carry files. value,
@@ -275,15 +335,17 @@ func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any
 // is written to the socket from the pieces it is held in, after params'
 // fields, never joined into one message. A reply larger than chunkMax
 // comes in pieces (reply.large), for the caller to read without joining
-// it.
-func (h *Hub) callLarge(ctx context.Context, clientID, requestType string, params any, field string, value *chunks) reply {
+// it. largeReply exempts the reply from MaxReplyBytes and the reply
+// budget (a file download, bounded by MaxMessageBytes); other replies
+// hold the world's reply budget until the caller calls their release.
+func (h *Hub) callLarge(ctx context.Context, clientID, requestType string, params any, field string, value *chunks, largeReply bool) reply {
 	h.stats.calls.Add(1)
 	for range 2 {
 		c := h.conn(clientID)
 		if c == nil {
 			break
 		}
-		r := c.callWith(ctx, requestType, params, field, value)
+		r := c.callWith(ctx, requestType, params, field, value, largeReply)
 		if !errors.Is(r.err, errConnClosed) {
 			return r
 		}

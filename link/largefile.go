@@ -51,10 +51,11 @@ func (w *Linked) WriteFile(ctx context.Context, user *world.User, p world.WriteF
 	}
 	params := map[string]any{"path": dir, "filename": name, "source": "data", "mimeType": "application/octet-stream"}
 	param(params, "overwrite", p.Overwrite)
-	r := w.hub.callLarge(ctx, w.clientID, "upload-file", w.prepare(ctx, user, params), "fileData", value)
+	r := w.hub.callLarge(ctx, w.clientID, "upload-file", w.prepare(ctx, user, params), "fileData", value, false)
 	if r.err != nil {
 		return world.FileWritten{}, r.err
 	}
+	defer r.release()
 	reply, err := w.check("upload-file", r.joined())
 	if err != nil {
 		return world.FileWritten{}, err
@@ -75,7 +76,7 @@ func (w *Linked) OpenFile(ctx context.Context, user *world.User, path string) (*
 	if err != nil {
 		return nil, err
 	}
-	r := w.hub.callLarge(ctx, w.clientID, "download-file", w.prepare(ctx, user, map[string]any{"path": path}), "", nil)
+	r := w.hub.callLarge(ctx, w.clientID, "download-file", w.prepare(ctx, user, map[string]any{"path": path}), "", nil, true)
 	if r.err != nil {
 		return nil, r.err
 	}

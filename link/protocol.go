@@ -66,8 +66,11 @@ type Event struct {
 	// Type is the message type, one of EventTypes.
 	Type string
 	// Message is the whole message as the module sent it; the payload is
-	// under `data` (reference §7).
+	// under `data` (reference §7). It is nil for a message the relay did
+	// not keep because it was larger than the hub's MaxEventBytes: Size is
+	// then its length.
 	Message json.RawMessage
+	Size    int64
 }
 
 // Player is a user of a linked world, from the module's `player-list`.

@@ -159,7 +159,10 @@ func sortUsers(us []world.User) {
 // moduleReply with an `error` is returned as the world error its text
 // stands for (see [moduleError]).
 func (w *Linked) request(ctx context.Context, user *world.User, requestType string, params map[string]any) (moduleReply, error) {
-	raw, err := w.hub.Call(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
+	raw, release, err := w.hub.callHeld(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
+	// The reply's bytes count against the world's reply budget until it
+	// is decoded.
+	defer release()
 	if err != nil {
 		return nil, err
 	}

@@ -61,8 +61,12 @@ type Config struct {
 	// gather before fan-out, and the caps on open streams
 	// (--event-keepalive, --event-ring-size, --event-queue-size,
 	// --event-coalesce, --max-streams-per-key, --max-streams-per-world).
-	EventKeepalive     time.Duration
-	EventRingSize      int
+	EventKeepalive time.Duration
+	EventRingSize  int
+	// EventRingBytes bounds the memory, and the journal on disk, of the
+	// events each world keeps for resuming, embedded or linked
+	// (--event-ring-bytes).
+	EventRingBytes     int64
 	EventQueueSize     int
 	EventCoalesce      time.Duration
 	MaxStreamsPerKey   int
@@ -106,7 +110,13 @@ type Config struct {
 	LinkPingInterval    time.Duration
 	LinkMaxMessageBytes int64
 	LinkMaxPending      int
-	PairRateLimit       int
+	// LinkMaxEventBytes bounds an event message of a linked world: larger
+	// ones are dropped (--link-max-event-bytes). LinkMaxReplyBytes bounds
+	// a linked world's reply to a request other than a file download:
+	// larger ones fail their request (--link-max-reply-bytes).
+	LinkMaxEventBytes int64
+	LinkMaxReplyBytes int64
+	PairRateLimit     int
 	// Key requests and pair requests: how many one address may open a
 	// minute, and how many polls of their status (and exchanges) it may
 	// make (--request-rate-limit, --request-poll-limit).
@@ -172,6 +182,7 @@ func DefaultConfig() Config {
 		CommitDelay:         world.DefaultCommitDelay,
 		EventKeepalive:      15 * time.Second,
 		EventRingSize:       events.DefaultRingSize,
+		EventRingBytes:      events.DefaultRingBytes,
 		EventQueueSize:      events.DefaultQueueSize,
 		EventCoalesce:       events.DefaultCoalesce,
 		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
@@ -192,6 +203,8 @@ func DefaultConfig() Config {
 		LinkPingInterval:    link.DefaultPingInterval,
 		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
 		LinkMaxPending:      link.DefaultMaxPending,
+		LinkMaxEventBytes:   link.DefaultMaxEventBytes,
+		LinkMaxReplyBytes:   link.DefaultMaxReplyBytes,
 		PairRateLimit:       DefaultPairRateLimit,
 		RequestRateLimit:    DefaultRequestRateLimit,
 		RequestPollLimit:    DefaultRequestPollLimit,

@@ -77,8 +77,10 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAtt
 			func(s link.EventStats) uint64 { return s.Undecided }},
 		{"relay_linked_event_lookups_total", "Documents the relay asked a linked world for to decide who may read its events, or to complete its combat events.",
 			func(s link.EventStats) uint64 { return s.Fetched }},
-		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many (4096) waited to be processed.",
+		{"relay_linked_events_dropped_total", "Event messages of linked worlds dropped because too many waited to be processed (4096, or 32 MiB while the relay waited for the world itself).",
 			func(s link.EventStats) uint64 { return s.Dropped }},
+		{"relay_linked_events_oversized_total", "Event messages of linked worlds dropped because they were larger than --link-max-event-bytes or nested deeper than --max-json-depth allows.",
+			func(s link.EventStats) uint64 { return s.Oversized }},
 		{"relay_linked_event_journal_errors_total", "Failures to store linked worlds' events in relay.db for resumes across restarts, or to load them.",
 			func(s link.EventStats) uint64 { return s.JournalErrors }},
 	} {
@@ -98,8 +100,9 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAtt
 		{"replied", func(s link.Stats) uint64 { return s.Replies }},
 		{"timeout", func(s link.Stats) uint64 { return s.Timeouts }},
 		{"failed", func(s link.Stats) uint64 { return s.Failed }},
+		{"refused", func(s link.Stats) uint64 { return s.RefusedReplies }},
 	} {
-		m.CounterFunc("relay_linked_requests_total", "Requests to linked worlds: sent (every one), replied in time, timed out, failed (closed or full connection).",
+		m.CounterFunc("relay_linked_requests_total", "Requests to linked worlds: sent (every one), replied in time, timed out, failed (closed or full connection), refused (a reply over --link-max-reply-bytes or too deeply nested).",
 			prometheus.Labels{"outcome": c.outcome}, func() float64 { return float64(c.get(hub.Stats())) })
 	}
 	m.CounterFunc("relay_linked_late_replies_total", "Replies from linked worlds that matched no waiting request (they came after their request timed out or was cancelled, or carried an id the relay never sent) and were dropped.",

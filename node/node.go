@@ -145,7 +145,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// The event hub numbers and stores each transaction's events in the
 	// transaction (as the worlds' journal), then publishes them once
 	// committed (as a host listener).
-	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
+	r.hub = events.New(events.Options{RingSize: cfg.EventRingSize, RingBytes: cfg.EventRingBytes, QueueSize: cfg.EventQueueSize, Coalesce: cfg.EventCoalesce})
 	limits := world.Limits{MaxDocumentBytes: cfg.MaxDocumentBytes, MaxDepth: cfg.MaxJSONDepth}
 	worldOpts := world.Options{Journal: r.hub, Limits: limits, CommitDelay: cfg.CommitDelay}
 	if r.metrics != nil {
@@ -240,6 +240,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
 	linkEvents.SetJournal(r.linkDB)
+	linkEvents.SetLimits(link.EventLimits{RingBytes: cfg.EventRingBytes, MaxEventBytes: cfg.LinkMaxEventBytes, MaxDepth: cfg.MaxJSONDepth, Log: log})
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
 	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit, requestAttempts, requestPolls)
@@ -251,6 +252,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// the node holding its socket hosts it.
 	onConnect := linkEvents.Connected
 	var onDisconnect func(string)
+	if r.shared == nil {
+		// Alone, a world whose tabletop left keeps its retained events
+		// in relay.db only. In a cluster they stay in memory: the other
+		// nodes' events of the world reach this node's copy, not its
+		// journal.
+		onDisconnect = linkEvents.Disconnected
+	}
 	if r.cluster != nil {
 		claim, release := r.clusterWiring.linkHooks()
 		onConnect = func(info link.ConnInfo) {
@@ -282,6 +290,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
 			MaxMessageBytes: cfg.LinkMaxMessageBytes,
+			MaxReplyBytes:   cfg.LinkMaxReplyBytes,
+			MaxEventBytes:   cfg.LinkMaxEventBytes,
+			MaxDepth:        cfg.MaxJSONDepth,
 			MaxPending:      cfg.LinkMaxPending,
 			OnEvent:         linkEvents.Publish,
 			OnConnect:       onConnect,

@@ -53,6 +53,9 @@ type store struct {
 	// trimmedTo is the lowest journal sequence kept by the last deletion
 	// of old records (see journalTrimBatch); 0 before the first one.
 	trimmedTo uint64
+	// untrimmedBytes counts the bytes of journal records written since
+	// that deletion (see journalTrimBytes).
+	untrimmedBytes int64
 }
 
 // row is one top-level document as stored. A nil data deletes the row.
@@ -230,6 +233,7 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 		}
 	}
 	var keepFrom uint64
+	var written int64 // the bytes of journal records this commit adds
 	// The journal's records go in journalRowsPerInsert at a time (one
 	// statement for several rows costs little more than one for a row),
 	// the rest one by one.
@@ -237,6 +241,7 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	args := make([]any, 0, 2*journalRowsPerInsert)
 	for _, req := range group {
 		for _, r := range req.journal.records {
+			written += int64(len(r.Data))
 			args = append(args, clampSeq(r.Seq), r.Data)
 			if len(args) == cap(args) {
 				if _, err := batch.ExecContext(ctx, args...); err != nil {
@@ -252,17 +257,17 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 			return err
 		}
 	}
-	trimmed := s.trimmedTo
-	if keepFrom > 0 && (s.trimmedTo == 0 || keepFrom >= s.trimmedTo+journalTrimBatch) {
+	trimmed, untrimmed := s.trimmedTo, s.untrimmedBytes+written
+	if keepFrom > trimmed && (trimmed == 0 || keepFrom >= trimmed+journalTrimBatch || untrimmed >= journalTrimBytes) {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM journal WHERE seq < ?", clampSeq(keepFrom)); err != nil {
 			return err
 		}
-		trimmed = keepFrom
+		trimmed, untrimmed = keepFrom, 0
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	s.trimmedTo = trimmed
+	s.trimmedTo, s.untrimmedBytes = trimmed, untrimmed
 	return nil
 }
 
@@ -276,6 +281,12 @@ const journalRowsPerInsert = 8
 // take what they ask for by sequence, so the records left a while longer
 // do no harm.
 const journalTrimBatch = 256
+
+// journalTrimBytes is how many bytes of journal records may be written
+// before the records below the lowest one to keep are deleted, however
+// few they are: large events (the hub keeps them within a byte budget)
+// must not pile up journalTrimBatch deep on disk.
+const journalTrimBytes = 4 << 20
 
 // rowKey identifies a document row.
 type rowKey struct{ collection, id string }

@@ -104,6 +104,10 @@ const (
 	DefaultStallAfter   = 5 * time.Second
 )
 
+// DefaultPublishQueueBytes bounds the bytes of the events waiting to be
+// published: a few worlds' rings' worth (events.DefaultRingBytes).
+const DefaultPublishQueueBytes = 256 << 20
+
 // Options configure a Bus. The zero value works.
 type Options struct {
 	// Replicas is how many copies JetStream keeps of the events; one per
@@ -126,6 +130,10 @@ type Options struct {
 	// and the other nodes' subscribers get the reset event.
 	// DefaultPublishQueue when 0.
 	PublishQueue int
+	// PublishQueueBytes bounds the bytes of those events alike, so that
+	// large events waiting for an unreachable NATS cannot grow the node's
+	// memory without bound; DefaultPublishQueueBytes when 0.
+	PublishQueueBytes int64
 	// GapWait is how long a feed holds events that arrived after a
 	// missing one, for the missing one to arrive (a publication retried
 	// after later ones was stored after them); then the events are lost,
@@ -151,7 +159,9 @@ type Bus struct {
 	hub  *events.Hub
 	opts Options
 
-	queue   chan outgoing
+	queue chan outgoing
+	// queued is the bytes of the records in queue.
+	queued  atomic.Int64
 	dropped atomic.Uint64
 	retries atomic.Uint64
 	stop    chan struct{}
@@ -202,6 +212,9 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	}
 	if opts.PublishQueue <= 0 {
 		opts.PublishQueue = DefaultPublishQueue
+	}
+	if opts.PublishQueueBytes <= 0 {
+		opts.PublishQueueBytes = DefaultPublishQueueBytes
 	}
 	if opts.GapWait <= 0 {
 		opts.GapWait = DefaultGapWait
@@ -415,13 +428,26 @@ func (b *Bus) enqueue(prefix, clientID string, records []world.JournalRecord) {
 		return
 	}
 	for _, r := range records {
+		size := int64(len(r.Data))
+		if n := b.queued.Load(); n > 0 && n+size > b.opts.PublishQueueBytes {
+			b.drop(clientID)
+			continue
+		}
+		b.queued.Add(size)
 		select {
 		case b.queue <- outgoing{subject: prefix + clientID, clientID: clientID, record: r}:
 		default:
-			if b.dropped.Add(1) == 1 {
-				b.opts.Log.Warn("events could not be published to the other nodes: the queue is full", "world", clientID)
-			}
+			b.queued.Add(-size)
+			b.drop(clientID)
 		}
+	}
+}
+
+// drop counts an event that could not be queued for publication, and
+// logs the first.
+func (b *Bus) drop(clientID string) {
+	if b.dropped.Add(1) == 1 {
+		b.opts.Log.Warn("events could not be published to the other nodes: the queue is full", "world", clientID)
 	}
 }
 
@@ -443,6 +469,7 @@ func (b *Bus) publish() {
 				return
 			}
 		}
+		b.queued.Add(-int64(len(o.record.Data)))
 		b.send(o, 0)
 	}
 }

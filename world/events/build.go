@@ -591,6 +591,23 @@ func encode(v map[string]any) json.RawMessage {
 	return data
 }
 
+// eventOverhead is what an event costs besides its payloads and embeds,
+// roughly: its struct, its name and key, and its place in the ring.
+const eventOverhead = 256
+
+// footprint estimates the memory an event holds, for the ring's byte
+// budget: its payloads, the documents its access rules carry, and a fixed
+// overhead. It depends only on what never changes once the event is
+// built, so the ring counts the same size in and out.
+func (ev *event) footprint() int64 {
+	n := eventOverhead + len(ev.Full) + len(ev.Player) + len(ev.Limited) + len(ev.Name) + len(ev.Key)
+	n += docFootprint(ev.Access.Doc)
+	for i := range ev.Embeds {
+		n += eventOverhead + docFootprint(ev.Embeds[i].Access.Doc)
+	}
+	return int64(n)
+}
+
 // journalJSON serialises the event for the journal, as json.Marshal would
 // read back (json.Unmarshal into an event): the payloads, already JSON, are
 // copied as they are rather than scanned and compacted again, which made
@@ -662,4 +679,23 @@ func (ev *event) journalJSON() ([]byte, error) {
 		out = strconv.AppendInt(out, int64(ev.Format), 10)
 	}
 	return append(out, '}'), nil
+}
+
+// docFootprint estimates the memory of an access document: a few fields
+// (see accessFields), of which only ownership and whisper lists grow, with
+// the users of the world.
+func docFootprint(doc world.Document) int {
+	n := 0
+	for k, v := range doc {
+		n += 64 + len(k)
+		switch v := v.(type) {
+		case map[string]any:
+			n += 64 * len(v)
+		case []any:
+			n += 48 * len(v)
+		case string:
+			n += len(v)
+		}
+	}
+	return n
 }

@@ -149,6 +149,7 @@ func (f *fanOut) collect() {
 	lost := s.ring.n > 0 && s.ring.oldest() > f.done+1
 	evs := s.ring.after(f.done)
 	f.done = s.head
+	s.ring.handedOut(f.done)
 	if s.dirty {
 		s.snapshot = groupByClass(s.subs)
 		s.dirty = false

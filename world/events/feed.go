@@ -58,6 +58,7 @@ func (h *Hub) Feed(clientID string, records []world.JournalRecord) {
 	}
 	if !s.loaded {
 		s.loaded = true
+		s.ring.handedOut(s.head)
 		s.hub.startDispatcher(s, s.head)
 		fed = false
 	}

@@ -38,6 +38,13 @@ type Options struct {
 	// RingSize is how many events each world keeps for resuming streams;
 	// 10,000 when 0.
 	RingSize int
+	// RingBytes bounds the memory of the events each world keeps for
+	// resuming streams, as the sum of their payloads; DefaultRingBytes
+	// when 0. The oldest events leave first, in memory and in the world's
+	// journal, whichever of RingSize and RingBytes they pass first. It
+	// also bounds the events waiting for one subscriber: a subscriber that
+	// falls further behind than the events kept could replay is overflowed.
+	RingBytes int64
 	// QueueSize is how many events may wait for one subscriber before it
 	// is overflowed; 1,024 when 0.
 	QueueSize int
@@ -53,6 +60,10 @@ type Options struct {
 const (
 	DefaultRingSize  = 10000
 	DefaultQueueSize = 1024
+	// DefaultRingBytes is 64 MiB: thousands of ordinary events (most are
+	// a few kilobytes), and a bound on what one world's writers can make
+	// the relay hold for resuming, whatever the size of their documents.
+	DefaultRingBytes = 64 << 20
 	// DefaultCoalesce is the relay's default Options.Coalesce: short
 	// enough to leave delivery well under 100 ms, long enough to batch
 	// events that come faster than 100 per second.
@@ -114,6 +125,9 @@ func New(opts Options) *Hub {
 	}
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = DefaultQueueSize
+	}
+	if opts.RingBytes <= 0 {
+		opts.RingBytes = DefaultRingBytes
 	}
 	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{}), work: make(chan *Subscription, 2*waveSize)}
 }
@@ -181,7 +195,7 @@ func (h *Hub) stream(clientID string) *stream {
 			hub:      h,
 			clientID: clientID,
 			wakeup:   make(chan struct{}, 1),
-			ring:     ring{buf: make([]*event, h.opts.RingSize)},
+			ring:     ring{buf: make([]*event, h.opts.RingSize), maxBytes: h.opts.RingBytes},
 			subs:     map[Channel]map[*Subscription]struct{}{},
 		}
 		h.worlds[clientID] = s
@@ -214,6 +228,9 @@ func (s *stream) loadLocked(ctx context.Context, e *world.Engine) error {
 		}
 	}
 	s.loaded = true
+	// The events read back are for resumes only: the dispatcher starts
+	// after them.
+	s.ring.handedOut(s.head)
 	s.hub.startDispatcher(s, s.head)
 	return nil
 }
@@ -246,6 +263,14 @@ func (h *Hub) Record(e *world.Engine, changes []world.Change, after *world.View)
 	var keepFrom uint64
 	if size := uint64(len(s.ring.buf)); seq > size {
 		keepFrom = seq - size + 1
+	}
+	if s.ring.n > 0 {
+		// The events the ring let go for its byte budget leave the
+		// journal too: a resume could not use them, since subscriptions
+		// replay from the ring alone. The ring has not taken this
+		// transaction's events yet, so the journal keeps one transaction
+		// more than the ring at most.
+		keepFrom = max(keepFrom, s.ring.oldest())
 	}
 	return records, keepFrom
 }
@@ -336,25 +361,67 @@ func (s *stream) dispatch(done uint64) {
 	newFanOut(s, done).run()
 }
 
-// ring keeps the most recent events of a world, oldest first.
+// ring keeps the most recent events of a world, oldest first: at most
+// len(buf) of them, and at most maxBytes of payloads (see
+// event.footprint) once the dispatcher handed them out. The events it has
+// not handed out yet (the last few milliseconds' worth) stay beyond the
+// byte budget, up to burstFactor times it, so that a transaction whose
+// events together pass the budget still reaches live subscribers; and the
+// newest event always stays, however large, so that a resume from just
+// before it works.
 type ring struct {
 	buf      []*event
 	start, n int
+	// bytes is the footprint of the events kept.
+	bytes, maxBytes int64
+	// dispatched is the last sequence the dispatcher handed out.
+	dispatched uint64
 }
 
+// burstFactor bounds the events kept while the dispatcher has not handed
+// them out: burstFactor times the byte budget.
+const burstFactor = 4
+
 func (r *ring) push(ev *event) {
-	if r.n < len(r.buf) {
-		r.buf[(r.start+r.n)%len(r.buf)] = ev
-		r.n++
-		return
+	size := ev.footprint()
+	for r.n > 0 && (r.n == len(r.buf) || r.overBudget(size)) {
+		r.dropOldest()
 	}
-	r.buf[r.start] = ev
+	r.buf[(r.start+r.n)%len(r.buf)] = ev
+	r.n++
+	r.bytes += size
+}
+
+// overBudget reports whether the oldest event must leave before one of
+// size bytes joins; the ring must not be empty.
+func (r *ring) overBudget(size int64) bool {
+	if r.bytes+size <= r.maxBytes {
+		return false
+	}
+	return r.oldest() <= r.dispatched || r.bytes+size > burstFactor*r.maxBytes
+}
+
+// handedOut records that the dispatcher handed out the events up to seq,
+// and lets go of those beyond the byte budget, oldest first, keeping the
+// newest.
+func (r *ring) handedOut(seq uint64) {
+	r.dispatched = max(r.dispatched, seq)
+	for r.n > 1 && r.bytes > r.maxBytes && r.oldest() <= r.dispatched {
+		r.dropOldest()
+	}
+}
+
+// dropOldest lets the oldest event go; the ring must not be empty.
+func (r *ring) dropOldest() {
+	r.bytes -= r.buf[r.start].footprint()
+	r.buf[r.start] = nil
 	r.start = (r.start + 1) % len(r.buf)
+	r.n--
 }
 
 func (r *ring) reset() {
 	clear(r.buf)
-	r.start, r.n = 0, 0
+	r.start, r.n, r.bytes = 0, 0, 0
 }
 
 func (r *ring) at(i int) *event { return r.buf[(r.start+i)%len(r.buf)] }

@@ -122,6 +122,7 @@ func (sub *Subscription) write() {
 		}
 		evs, box := sub.queue, sub.box
 		sub.queue, sub.box = nil, nil
+		sub.queuedBytes = 0
 		sub.last = evs[len(evs)-1].Seq
 		sub.tookLocked()
 		w := sub.writer

@@ -49,12 +49,17 @@ type Subscription struct {
 	class filterClass
 	from  uint64 // live events start after this sequence
 	limit int    // the most events that may wait in queue
+	// limitBytes bounds the payloads waiting in queue (the hub's
+	// RingBytes): events the ring would no longer replay are not held
+	// for a slow subscriber either.
+	limitBytes int64
 
 	// qmu guards queue and isOverflowed. The queue grows on demand up to
 	// limit rather than being preallocated, so an idle subscriber costs
 	// little; ready holds a token while events wait.
 	qmu          sync.Mutex
 	queue        []Event
+	queuedBytes  int64 // the payloads of queue
 	isOverflowed bool
 	ready        chan struct{}
 	// wokenBy is the fan-out that woke the reader, until the reader takes
@@ -104,6 +109,8 @@ func (h *Hub) subscribe(ctx context.Context, s *stream, e *world.Engine, req Req
 		class:  classOf(req),
 		limit:  h.opts.QueueSize,
 		ready:  make(chan struct{}, 1),
+
+		limitBytes: h.opts.RingBytes,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,8 +217,10 @@ func (sub *Subscription) Next(ctx context.Context) (Event, error) {
 			ev := sub.queue[0]
 			sub.queue[0] = Event{}
 			sub.queue = sub.queue[1:]
+			sub.queuedBytes -= queuedSize(ev)
 			if len(sub.queue) == 0 {
 				sub.queue = nil
+				sub.queuedBytes = 0
 				sub.tookLocked()
 			}
 			sub.qmu.Unlock()
@@ -341,14 +350,20 @@ func (sub *Subscription) offerLocked(evs []Event) (queued int) {
 		if ev.Seq <= sub.from {
 			continue
 		}
-		if len(sub.queue) >= sub.limit {
+		size := queuedSize(ev)
+		if len(sub.queue) >= sub.limit || len(sub.queue) > 0 && sub.queuedBytes+size > sub.limitBytes {
 			sub.overflowLocked()
 			return 0
 		}
 		sub.queue = append(sub.queue, ev)
+		sub.queuedBytes += size
 	}
 	return len(sub.queue) - n
 }
+
+// queuedSize is what an event waiting in a subscriber's queue counts
+// against its byte limit.
+func queuedSize(ev Event) int64 { return int64(len(ev.Data) + len(ev.Name) + eventOverhead) }
 
 // queuePool recycles the queues of pushed subscriptions (see box).
 var queuePool = sync.Pool{New: func() any {
@@ -377,6 +392,7 @@ func (sub *Subscription) overflowLocked() {
 	}
 	sub.isOverflowed = true
 	sub.queue = nil
+	sub.queuedBytes = 0
 	sub.tookLocked()
 	sub.notify() // the reader sees the flag
 }
