@@ -364,6 +364,10 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, world.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	case errors.Is(err, ErrCodeForNewWorld):
+		s.log.Info("pairing refused", "addr", addr, "reason", "code for a new world presented for a known one", "clientId", req.ExistingClientID)
+		writeError(w, http.StatusForbidden, err.Error())
+		return
 	case errors.Is(err, ErrCodeRejected):
 		s.log.Info("pairing refused", "addr", addr, "reason", err.Error())
 		writeError(w, http.StatusUnauthorized, err.Error())

@@ -183,6 +183,23 @@ func TestPairingAcrossNodes(t *testing.T) {
 			t.Fatalf("node %d refuses the new token: %v", i+1, err)
 		}
 	}
+	// A code for a new world, made on B and presented on C with the
+	// world's clientId and fingerprint, does not take the world over: the
+	// token stays valid on every node.
+	newWorldCode, _, err := nodes[1].NewCode(ctx, "", "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeOver := req(newWorldCode)
+	takeOver.ExistingClientID = paired.World.ClientID
+	if _, err := nodes[2].Pair(ctx, takeOver); !errors.Is(err, link.ErrCodeForNewWorld) {
+		t.Fatalf("a new world's code for a known world: %v, want ErrCodeForNewWorld", err)
+	}
+	for i, n := range nodes {
+		if _, _, err := n.Authenticate(ctx, again.Token); err != nil {
+			t.Fatalf("node %d refuses the token after a refused take-over: %v", i+1, err)
+		}
+	}
 	ws, err := nodes[1].Worlds(ctx)
 	if err != nil || len(ws) != 1 || ws[0].ClientID != paired.World.ClientID || !ws[0].Paired() {
 		t.Fatalf("Worlds = %+v, %v", ws, err)

@@ -447,3 +447,63 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestLinkTakeOverNeedsTheWorldsCode tries to take a linked world over with
+// codes made for new worlds, over REST and over gRPC, presenting the
+// world's clientId and server fingerprint (which are not secrets): each is
+// refused with 403 naming 'existingClientId', the world keeps its socket
+// and token, and only a code made for the world, by a key that may manage
+// it, pairs it again.
+func TestLinkTakeOverNeedsTheWorldsCode(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	ctx := context.Background()
+	tt := tr.linkedTabletop()
+	clientID, token := tt.Credentials()
+
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.AdminKey)
+	svc := relayv1.NewLinkServiceClient(conn)
+	grpcCode, err := svc.CreatePairingCode(admin, &relayv1.CreatePairingCodeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restCode := tr.pairingCode(tr.AdminKey, "").Data(t)["code"].(string)
+	for door, code := range map[string]string{"REST": restCode, "gRPC": grpcCode.GetCode()} {
+		intruder := tr.tabletop()
+		intruder.SetCredentials(clientID, "")
+		var he *linktest.HTTPError
+		if _, err := intruder.Pair(ctx, code); !errors.As(err, &he) || he.Status != http.StatusForbidden ||
+			!strings.Contains(he.Msg, "'existingClientId'") {
+			t.Errorf("%s code for a new world presented for %s: %v, want 403 naming 'existingClientId'", door, clientID, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !tt.Connected() {
+		t.Fatal("a refused pairing closed the world's socket")
+	}
+	if id, _, err := tr.Links().Pairings().Authenticate(ctx, token); err != nil || id != clientID {
+		t.Fatalf("the world's token after refused pairings: %q %v", id, err)
+	}
+
+	// A key bound to another world may not make a code for this one.
+	elsewhere, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "elsewhere", Scopes: []string{"admin"}, ClientIds: []string{"demo"}})
+	if r := tr.pairingCode(elsewhere, clientID); r.Status != http.StatusForbidden {
+		t.Fatalf("a code for %s from a key bound to another world: %d %s", clientID, r.Status, r.Body)
+	}
+	// A key bound to this world makes one, and it pairs the world again.
+	own, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "own", Scopes: []string{"admin"}, ClientIds: []string{clientID}})
+	r := tr.pairingCode(own, clientID)
+	if r.Status != http.StatusOK {
+		t.Fatalf("a code from a key bound to the world: %d %s", r.Status, r.Body)
+	}
+	honest := tr.tabletop()
+	honest.SetCredentials(clientID, "")
+	if res, err := honest.Pair(ctx, r.Data(t)["code"].(string)); err != nil || res.ClientID != clientID {
+		t.Fatalf("the world's own code: %+v %v", res, err)
+	}
+}
