@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -61,6 +62,12 @@ type Config struct {
 	// PairAttempts limits, per address, every pairing attempt, successful
 	// or not: a code is short, so guessing must be slow whatever happens.
 	PairAttempts Limiter
+	// PairFailures is the relay-wide ceiling on failed pairing attempts
+	// (unknown, used or expired codes), counted under one key whatever
+	// the address: guesses spread over many addresses (the visitors of a
+	// web page, a botnet) stay as slow as the ceiling. Past it, every
+	// pairing attempt gets 429 until the allowance comes back.
+	PairFailures Limiter
 	// Hub configures the connections.
 	Hub HubOptions
 	// Log receives pairings, connections and refusals (never a code or a
@@ -78,6 +85,7 @@ type Service struct {
 	authTimeout  time.Duration
 	authFailures Limiter
 	pairAttempts Limiter
+	pairFailures Limiter
 }
 
 // New returns a service over cfg.Store.
@@ -109,6 +117,7 @@ func New(cfg Config) (*Service, error) {
 		authTimeout:  cfg.AuthTimeout,
 		authFailures: cfg.AuthFailures,
 		pairAttempts: cfg.PairAttempts,
+		pairFailures: cfg.PairFailures,
 	}, nil
 }
 
@@ -303,7 +312,7 @@ func (s *Service) blocked(w http.ResponseWriter, addr string) bool {
 	if s.authFailures == nil {
 		return false
 	}
-	if b, wait := s.authFailures.Blocked(addr); b {
+	if b, wait := s.authFailures.Blocked(netlimit.AddressKey(addr)); b {
 		tooMany(w, wait, "failed authentications")
 		return true
 	}
@@ -313,7 +322,7 @@ func (s *Service) blocked(w http.ResponseWriter, addr string) bool {
 // failed counts a failed authentication against the address.
 func (s *Service) failed(addr string) {
 	if s.authFailures != nil {
-		s.authFailures.Allow(addr)
+		s.authFailures.Allow(netlimit.AddressKey(addr))
 	}
 }
 
@@ -348,8 +357,16 @@ type pairAnswer struct {
 // servePair trades a pairing code for a connection token.
 func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 	addr := addressOf(r.RemoteAddr)
+	if s.pairFailures != nil {
+		if b, wait := s.pairFailures.Blocked(relayWide); b {
+			seconds := max(int(math.Ceil(wait.Seconds())), 1)
+			w.Header().Set("Retry-After", strconv.Itoa(seconds))
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("Too many failed pairing attempts on this relay; retry in %d s", seconds))
+			return
+		}
+	}
 	if s.pairAttempts != nil {
-		if ok, wait := s.pairAttempts.Allow(addr); !ok {
+		if ok, wait := s.pairAttempts.Allow(netlimit.AddressKey(addr)); !ok {
 			tooMany(w, wait, "pairing attempts")
 			return
 		}
@@ -359,7 +376,15 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !fromTabletopPage(r.Header.Get("Origin"), req.ServerOrigin) {
+		s.log.Info("pairing refused", "addr", addr, "reason", "browser origin other than the tabletop's", "origin", clip(r.Header.Get("Origin")))
+		writeError(w, http.StatusForbidden, "Pairing from a web page is allowed only from the tabletop's own page: the request's Origin must be its 'serverOrigin'")
+		return
+	}
 	p, err := s.pairings.Pair(r.Context(), req)
+	if errors.Is(err, ErrCodeRejected) && s.pairFailures != nil {
+		s.pairFailures.Allow(relayWide)
+	}
 	switch {
 	case errors.Is(err, world.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -391,6 +416,48 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		u = scheme + "://" + r.Host + PathRelay
 	}
 	writeJSON(w, http.StatusOK, pairAnswer{Token: p.Token, ClientID: p.World.ClientID, RelayURL: u})
+}
+
+// relayWide is the one key of the relay-wide ceiling on failed pairings.
+const relayWide = "relay"
+
+// fromTabletopPage reports whether a pairing request may come from where
+// it does. The module pairs from the game master's browser, on the
+// tabletop's own page, and tells the relay that page's address as
+// serverOrigin: a request from a browser (one with an Origin header) must
+// come from the origin it claims, so that any other web page cannot make
+// its visitors' browsers pair, or guess codes, for a tabletop it is not.
+// A request without an Origin (not from a web page) is not judged here.
+func fromTabletopPage(origin, serverOrigin string) bool {
+	if origin == "" {
+		return true
+	}
+	o, ok := originOf(origin)
+	if !ok {
+		return false
+	}
+	so, ok := originOf(serverOrigin)
+	return ok && o == so
+}
+
+// originOf reduces a URL to its origin (scheme://host[:port], lower case,
+// default ports left out); "null" and anything not http or https is no
+// origin.
+func originOf(raw string) (string, bool) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Host == "" {
+		return "", false
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	switch {
+	case scheme == "http":
+		host = strings.TrimSuffix(host, ":80")
+	case scheme == "https":
+		host = strings.TrimSuffix(host, ":443")
+	default:
+		return "", false
+	}
+	return scheme + "://" + host, true
 }
 
 // serveSelfUnpair lets the module unpair its own world with its token.

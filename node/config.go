@@ -103,6 +103,10 @@ type Config struct {
 	LinkMaxMessageBytes int64
 	LinkMaxPending      int
 	PairRateLimit       int
+	// PairFailureLimit is the relay-wide ceiling on failed pairing
+	// attempts a minute, whatever their addresses (--pair-failure-limit);
+	// 0 turns it off.
+	PairFailureLimit int
 	// In a browser: the origins whose pages may call the API (a comma-
 	// separated list, see gateway.ParseCORSOrigins; --cors-origins) and
 	// whether the web console is served at /console (--console).
@@ -135,6 +139,13 @@ const (
 // minute: a game master who mistypes a code a few times never meets it,
 // while guessing one of 887 million codes at this pace is hopeless.
 const DefaultPairRateLimit = 10
+
+// DefaultPairFailureLimit is how many failed pairing attempts the whole
+// relay takes a minute, from all addresses together: at this pace a code,
+// alive for 10 minutes, is guessed with a chance of about one in a
+// million, however many addresses the guesses come from, while game
+// masters who mistype a code are far below it.
+const DefaultPairFailureLimit = 100
 
 // DefaultConfig returns the configuration `relay serve` runs with when no
 // flag or environment variable says otherwise.
@@ -174,6 +185,7 @@ func DefaultConfig() Config {
 		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
 		LinkMaxPending:      link.DefaultMaxPending,
 		PairRateLimit:       DefaultPairRateLimit,
+		PairFailureLimit:    DefaultPairFailureLimit,
 		Console:             true,
 		Build:               ReadBuildInfo(),
 	}

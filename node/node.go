@@ -226,6 +226,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.AuthFailureLimit, 0, nil)
 	pairAttempts := server.NewRateLimiter(cfg.PairRateLimit, 0, nil)
+	pairFailures := server.NewRateLimiter(cfg.PairFailureLimit, 0, nil)
 	rateLimit := server.NewRateLimiter(cfg.RateLimit, cfg.RateLimitBurst, nil)
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
@@ -236,7 +237,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, pairFailures, rateLimit)
 	if err != nil {
 		return fail(err)
 	}
@@ -264,6 +265,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthTimeout:  cfg.LinkAuthTimeout,
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
+		PairFailures: pairFailures,
 		Hub: link.HubOptions{
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
@@ -408,7 +410,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
-		r.registerMetrics(rateLimit, authFailures, pairAttempts)
+		r.registerMetrics(rateLimit, authFailures, pairAttempts, pairFailures)
 		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.MetricsListen, r.metrics, log); err != nil {
 			return fail(err)
 		}
