@@ -107,6 +107,11 @@ type Config struct {
 	// attempts a minute, whatever their addresses (--pair-failure-limit);
 	// 0 turns it off.
 	PairFailureLimit int
+	// Key requests and pair requests: how many one address may open a
+	// minute, and how many polls of their status (and exchanges) it may
+	// make (--request-rate-limit, --request-poll-limit).
+	RequestRateLimit int
+	RequestPollLimit int
 	// In a browser: the origins whose pages may call the API (a comma-
 	// separated list, see gateway.ParseCORSOrigins; --cors-origins) and
 	// whether the web console is served at /console (--console).
@@ -147,6 +152,15 @@ const DefaultPairRateLimit = 10
 // masters who mistype a code are far below it.
 const DefaultPairFailureLimit = 100
 
+// DefaultRequestRateLimit is how many key requests and pair requests one
+// address may open a minute; DefaultRequestPollLimit how many times it may
+// poll their status a minute (the module polls every few seconds, and a
+// few may wait at once behind one address).
+const (
+	DefaultRequestRateLimit = 10
+	DefaultRequestPollLimit = 120
+)
+
 // DefaultConfig returns the configuration `relay serve` runs with when no
 // flag or environment variable says otherwise.
 func DefaultConfig() Config {
@@ -186,6 +200,8 @@ func DefaultConfig() Config {
 		LinkMaxPending:      link.DefaultMaxPending,
 		PairRateLimit:       DefaultPairRateLimit,
 		PairFailureLimit:    DefaultPairFailureLimit,
+		RequestRateLimit:    DefaultRequestRateLimit,
+		RequestPollLimit:    DefaultRequestPollLimit,
 		Console:             true,
 		Build:               ReadBuildInfo(),
 	}

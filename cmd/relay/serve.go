@@ -80,6 +80,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.LinkMaxPending, "link-max-pending", envInt("RELAY_LINK_MAX_PENDING", d.LinkMaxPending), "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
 	fs.IntVar(&c.PairRateLimit, "pair-rate-limit", envInt("RELAY_PAIR_RATE_LIMIT", d.PairRateLimit), "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
 	fs.IntVar(&c.PairFailureLimit, "pair-failure-limit", envInt("RELAY_PAIR_FAILURE_LIMIT", d.PairFailureLimit), "failed pairing `attempts` (unknown, used or expired codes) per minute on the whole relay, from every address together; past it every pairing attempt gets 429 with Retry-After; 0 turns the ceiling off (RELAY_PAIR_FAILURE_LIMIT)")
+	fs.IntVar(&c.RequestRateLimit, "request-rate-limit", envInt("RELAY_REQUEST_RATE_LIMIT", d.RequestRateLimit), "key requests and pair requests (POST /auth/key-request, /auth/pair-request) one client address may open per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_REQUEST_RATE_LIMIT)")
+	fs.IntVar(&c.RequestPollLimit, "request-poll-limit", envInt("RELAY_REQUEST_POLL_LIMIT", d.RequestPollLimit), "status polls of key requests and pair requests (and web-flow exchanges) one client address may make per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_REQUEST_POLL_LIMIT)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", envOr("RELAY_CORS_ORIGINS", d.CORSOrigins), "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
 	fs.BoolVar(&c.Console, "console", envBool("RELAY_CONSOLE", d.Console), "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
 	clusterFlags(fs, &c.Cluster)
@@ -160,7 +162,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// very often, and each collection also shrinks the stacks of the
 	// connections' goroutines, which grow again on their next request.
 	// Measured under relay-bench, 400 takes about 15% of the CPU off each
-	// read, update and rest for a larger heap (README, Configuration).
+	// read, update and rest for a larger heap (docs/development/performance.md).
 	debug.SetGCPercent(cfg.gogc)
 	cfg.Build = buildInfo()
 	r, err := node.Start(ctx, cfg.Config, log, stdout)
