@@ -117,6 +117,10 @@ type Config struct {
 	LinkMaxEventBytes int64
 	LinkMaxReplyBytes int64
 	PairRateLimit     int
+	// PairFailureLimit is the relay-wide ceiling on failed pairing
+	// attempts a minute, whatever their addresses (--pair-failure-limit);
+	// 0 turns it off.
+	PairFailureLimit int
 	// Key requests and pair requests: how many one address may open a
 	// minute, and how many polls of their status (and exchanges) it may
 	// make (--request-rate-limit, --request-poll-limit).
@@ -154,6 +158,13 @@ const (
 // minute: a game master who mistypes a code a few times never meets it,
 // while guessing one of 887 million codes at this pace is hopeless.
 const DefaultPairRateLimit = 10
+
+// DefaultPairFailureLimit is how many failed pairing attempts the whole
+// relay takes a minute, from all addresses together: at this pace a code,
+// alive for 10 minutes, is guessed with a chance of about one in a
+// million, however many addresses the guesses come from, while game
+// masters who mistype a code are far below it.
+const DefaultPairFailureLimit = 100
 
 // DefaultRequestRateLimit is how many key requests and pair requests one
 // address may open a minute; DefaultRequestPollLimit how many times it may
@@ -206,6 +217,7 @@ func DefaultConfig() Config {
 		LinkMaxEventBytes:   link.DefaultMaxEventBytes,
 		LinkMaxReplyBytes:   link.DefaultMaxReplyBytes,
 		PairRateLimit:       DefaultPairRateLimit,
+		PairFailureLimit:    DefaultPairFailureLimit,
 		RequestRateLimit:    DefaultRequestRateLimit,
 		RequestPollLimit:    DefaultRequestPollLimit,
 		Console:             true,

@@ -41,7 +41,7 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (bound stri
 // registerMetrics adds the gauges and counters that are read from the
 // relay's parts at each scrape: nothing is counted for them on the
 // request paths beyond the atomic counters the parts keep anyway.
-func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls *server.RateLimiter) {
+func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, pairFailures, requestAttempts, requestPolls *server.RateLimiter) {
 	m := r.metrics
 	m.GaugeFunc("relay_worlds", "Worlds the relay serves from its data directory.", nil, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -64,8 +64,8 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAtt
 	for _, l := range []struct {
 		name string
 		l    *server.RateLimiter
-	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}, {"requests", requestAttempts}, {"request_polls", requestPolls}} {
-		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address), requests (--request-rate-limit, per address), request_polls (--request-poll-limit, per address).",
+	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}, {"pairing_failures", pairFailures}, {"requests", requestAttempts}, {"request_polls", requestPolls}} {
+		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address), pairing_failures (--pair-failure-limit, relay-wide), requests (--request-rate-limit, per address), request_polls (--request-poll-limit, per address).",
 			prometheus.Labels{"limit": l.name}, func() float64 { return float64(l.l.Refused()) })
 	}
 	hub := r.links.Hub()

@@ -230,6 +230,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.AuthFailureLimit, 0, nil)
 	pairAttempts := server.NewRateLimiter(cfg.PairRateLimit, 0, nil)
+	pairFailures := server.NewRateLimiter(cfg.PairFailureLimit, 0, nil)
 	requestAttempts := server.NewRateLimiter(cfg.RequestRateLimit, 0, nil)
 	requestPolls := server.NewRateLimiter(cfg.RequestPollLimit, 0, nil)
 	rateLimit := server.NewRateLimiter(cfg.RateLimit, cfg.RateLimitBurst, nil)
@@ -243,7 +244,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetLimits(link.EventLimits{RingBytes: cfg.EventRingBytes, MaxEventBytes: cfg.LinkMaxEventBytes, MaxDepth: cfg.MaxJSONDepth, Log: log})
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit, requestAttempts, requestPolls)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, pairFailures, rateLimit, requestAttempts, requestPolls)
 	if err != nil {
 		return fail(err)
 	}
@@ -279,6 +280,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
 		Refuse:       r.refuseSuspended,
+		PairFailures: pairFailures,
 		// Key requests and pair requests: in memory on a node alone, in
 		// the cluster's shared state otherwise, approved through the
 		// relay's own services with the approver's key.
@@ -442,7 +444,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
-		r.registerMetrics(rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls)
+		r.registerMetrics(rateLimit, authFailures, pairAttempts, pairFailures, requestAttempts, requestPolls)
 		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.MetricsListen, r.metrics, log); err != nil {
 			return fail(err)
 		}

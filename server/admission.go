@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
 )
@@ -92,13 +92,11 @@ func firstOf(md metadata.MD, key string) string {
 	return ""
 }
 
-// addressOf is the host part of a remote address, so that every connection
-// of one client shares its allowance.
+// addressOf is the key a remote address's allowance is counted under: its
+// host, an IPv6 host by its /64 as the connection caps count it, so that
+// every connection of one client shares its allowance.
 func addressOf(remoteAddr string) string {
-	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		return host
-	}
-	return remoteAddr
+	return netlimit.AddressKey(remoteAddr)
 }
 
 // authFailuresExceeded is the refusal of an address that failed to

@@ -18,7 +18,8 @@ func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
 		cfg.ClusterPeers = cluster.ParsePeers(s)
 		return nil
 	})
-	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", envOr("RELAY_CLUSTER_SECRET", ""), "`password` every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network (routes are not encrypted) (RELAY_CLUSTER_SECRET)")
+	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", envOr("RELAY_CLUSTER_SECRET", ""), "`password` (at least 32 bytes) every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network (routes are not encrypted). Prefer --cluster-secret-file or the environment: the process list shows command lines (RELAY_CLUSTER_SECRET)")
+	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", envOr("RELAY_CLUSTER_SECRET_FILE", ""), "`file` holding --cluster-secret, white space around it ignored (RELAY_CLUSTER_SECRET_FILE)")
 	fs.StringVar(&cfg.NATSURL, "nats", envOr("RELAY_NATS", ""), "connect to an existing NATS system with JetStream at these comma-separated `URLs` (nats://host:4222, tls://...) instead of embedding a NATS server; off when empty (RELAY_NATS)")
 	fs.StringVar(&cfg.NATSCreds, "nats-creds", envOr("RELAY_NATS_CREDS", ""), "NATS credentials `file` (JWT and NKey) for --nats (RELAY_NATS_CREDS)")
 	fs.StringVar(&cfg.NATSTLSCA, "nats-tls-ca", envOr("RELAY_NATS_TLS_CA", ""), "PEM `file` of the authorities that sign the NATS servers' certificates, for --nats; the system's when empty (RELAY_NATS_TLS_CA)")

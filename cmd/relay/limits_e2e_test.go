@@ -517,3 +517,21 @@ func TestLimitFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRefusesShortClusterSecret: `relay serve` refuses a cluster
+// secret under 32 bytes at start, from the command line or from the file
+// the environment names, with a message naming the flag.
+func TestServeRefusesShortClusterSecret(t *testing.T) {
+	common := []string{"serve", "--data", t.TempDir(), "--node-name", "n1", "--cluster-listen", "127.0.0.1:0"}
+	if _, _, err := cli(t, append(common, "--cluster-secret", "hunter2")...); err == nil || !strings.Contains(err.Error(), "--cluster-secret must be at least 32 bytes, not 7") {
+		t.Errorf("a short secret on the command line: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RELAY_CLUSTER_SECRET_FILE", file)
+	if _, _, err := cli(t, common...); err == nil || !strings.Contains(err.Error(), "--cluster-secret must be at least 32 bytes, not 7") {
+		t.Errorf("a short secret in RELAY_CLUSTER_SECRET_FILE: %v", err)
+	}
+}
