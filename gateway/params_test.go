@@ -39,7 +39,7 @@ func TestMergeParams(t *testing.T) {
 		{"unknown parameters ignored", search, `{"nonsense":1}`, "other=2", `{}`, ""},
 		{"null is absent", search, `{"query":null}`, "query=Aria", `{"query":"Aria"}`, ""},
 		{"nested message checked", transfer, `{"currency":{"gp":"5"}}`, "", `{"currency":{"gp":5}}`, ""},
-		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'gp' must be a number"},
+		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'currency.gp' must be a number"},
 		{"not a number", rest, `{"autoHDThreshold":"NaN"}`, "", "", "'autoHDThreshold' must be a number"},
 		{"infinity in a query", rest, "", "autoHDThreshold=Infinity", "", "'autoHDThreshold' must be a number"},
 		{"out of range", search, "", "limit=2147483648", "", "'limit' is out of range"},
