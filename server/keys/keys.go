@@ -135,7 +135,9 @@ func normalizeScopes(names []string) ([]string, error) {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if !ValidScope(n) {
-			return nil, fmt.Errorf("%w: unknown scope %q", ErrInvalid, n)
+			// The valid names are listed, so that a caller who guessed
+			// (roll:execute, Read) sees at once what to write instead.
+			return nil, fmt.Errorf("%w: unknown scope %q (the scopes are %s, or all for every one)", ErrInvalid, n, strings.Join(AllScopes, ", "))
 		}
 		if !seen[n] {
 			seen[n] = true
