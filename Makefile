@@ -85,6 +85,10 @@ sdk-python-test: sdk-python-generate ## test the Python client against a relay i
 	cd sdk/python && RELAY_BIN="$(CURDIR)/bin/relay-sdk-test" PYTHONPATH="$(CURDIR)/sdk/python" \
 		$(PYTHON) -m pytest -p no:cacheprovider -q tests
 
+.PHONY: image
+image: ## build the container image (Containerfile) with buildah from a static binary that is run and checked first
+	./scripts/image.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck, deadcode
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -97,7 +101,7 @@ lint: ## gofmt, go vet, staticcheck, deadcode
 	if [ -n "$$dead" ]; then echo "unreachable code: remove it or use it" >&2; echo "$$dead" >&2; exit 1; fi
 
 .PHONY: test
-test: lint check-generate contract lint-openapi sdk-test sdk-python-test ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi sdk-test sdk-python-test image ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short
