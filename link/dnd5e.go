@@ -37,7 +37,7 @@ import (
 // then. Fields of our answers the module does not report are derived
 // where its reply or the actor allows (a roll's mode from its formula, a
 // death save's outcome from the counters, a use's concentration from the
-// item), else left empty (see the README's linked-worlds section).
+// item), else left empty (see docs/guide/linked-tabletops.md).
 
 // rulesLinked is a linked world of the dnd5e system: a [Linked] that also
 // offers the fifth-edition operations.

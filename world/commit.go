@@ -80,7 +80,7 @@ func (r *commitReq) empty() bool {
 // DefaultCommitDelay is the longest a transaction waits for others to
 // join its group commit when writers are concurrent, as relay serve sets it
 // (--commit-delay). Measured with relay-bench (`--only update`, 64
-// connections, README's Performance), it takes about 15 % of the relay's
+// connections, docs/development/performance.md), it takes about 15 % of the relay's
 // CPU off each update, and BenchmarkUpdateJSON's groups grow from 6 or 7
 // transactions to 12. It bounds how much longer a write may wait than it
 // would without it; the committer seldom waits that long (see gather).

@@ -19,7 +19,7 @@ import (
 // write's return to each subscriber's Next. Scaled down by default; with
 // RELAY_CLUSTER_FANOUT=full it runs 1,000 subscribers per node and 200
 // writes. It asserts only that every subscriber gets every event, in
-// order; the times are logged for the README.
+// order; the times are logged for docs/operations/cluster.md.
 func TestFanOutAcrossThreeNodes(t *testing.T) {
 	t.Parallel()
 	perNode, writes := 20, 30

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -15,13 +16,28 @@ import (
 	"time"
 )
 
-// readmeSkip, on the line before a README block, keeps TestReadmeBlocks
-// from running it (the block that starts the relay in the foreground and
-// runs the tests, say).
+// readmeSkip, on the line before a block of the README or of a manual page,
+// keeps TestReadmeBlocks from running it (the block that starts the relay in
+// the foreground and runs the tests, say).
 const readmeSkip = "<!-- readme-test: skip -->"
 
-// readmeBlocks returns the README's `sh` code blocks in order, without
-// those marked with readmeSkip, each with its indentation removed.
+// manualTour lists the manual's pages whose shell blocks continue the
+// README's quick start, in the order TestReadmeBlocks runs them after the
+// README's own: they use the relay it started and the keys it made. Every
+// other page's shell blocks must be marked with readmeSkip.
+var manualTour = []string{
+	"docs/guide/keys-and-scopes.md",
+	"docs/guide/scripts.md",
+	"docs/guide/fifth-edition.md",
+	"docs/guide/encounters.md",
+	"docs/guide/files.md",
+	"docs/guide/event-streams.md",
+	"docs/guide/browser.md",
+	"docs/guide/linked-tabletops.md",
+}
+
+// readmeBlocks returns the `sh` code blocks of a Markdown file in order,
+// without those marked with readmeSkip, each with its indentation removed.
 func readmeBlocks(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -62,10 +78,11 @@ func readmeBlocks(t *testing.T, path string) []string {
 	return blocks
 }
 
-// TestReadmeBlocks runs every shell block of the README, in order, in one
-// bash session in an empty directory, as a reader pasting them into a fresh
-// shell would: the quick start builds and starts the relay, and every later
-// block uses what the earlier ones set. The relay listens on a free port
+// TestReadmeBlocks runs every shell block of the README and then those of
+// the manual's pages in manualTour, in order, in one bash session in an
+// empty directory, as a reader pasting them into a fresh shell would: the
+// quick start builds and starts the relay, and every later block uses what
+// the earlier ones set. The relay listens on a free port
 // instead of 8080; curl fails on any HTTP error. The output must show what
 // the README says it shows.
 func TestReadmeBlocks(t *testing.T) {
@@ -82,8 +99,15 @@ func TestReadmeBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := readmeBlocks(t, filepath.Join(repo, "README.md"))
-	if len(blocks) < 8 {
+	if len(blocks) < 4 {
 		t.Fatalf("only %d shell blocks found in the README", len(blocks))
+	}
+	for _, page := range manualTour {
+		pageBlocks := readmeBlocks(t, filepath.Join(repo, page))
+		if len(pageBlocks) == 0 {
+			t.Fatalf("%s has no shell block to run: take it out of manualTour", page)
+		}
+		blocks = append(blocks, pageBlocks...)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,7 +143,7 @@ func TestReadmeBlocks(t *testing.T) {
 	runErr := cmd.Run()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever the blocks left running
 	if runErr != nil {
-		t.Fatalf("the README's blocks failed: %v\n%s", runErr, out.String())
+		t.Fatalf("the README's and the manual's blocks failed: %v\n%s", runErr, out.String())
 	}
 	got := out.String()
 	if os.Getenv("RELAY_README_SHOW") != "" {
@@ -136,7 +160,54 @@ func TestReadmeBlocks(t *testing.T) {
 		"### done",
 	} {
 		if !strings.Contains(got, want) {
-			t.Errorf("the README's blocks did not print %q:\n%s", want, got)
+			t.Errorf("the README's and the manual's blocks did not print %q:\n%s", want, got)
 		}
+	}
+}
+
+// TestManualBlocksRun fails when a page of the manual outside manualTour has
+// a shell block that is not marked with readmeSkip: TestReadmeBlocks would
+// never run it, so it could rot unseen.
+func TestManualBlocksRun(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTour := make(map[string]bool)
+	for _, page := range manualTour {
+		inTour[page] = true
+	}
+	pages := 0
+	err = filepath.WalkDir(filepath.Join(repo, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".") && path != filepath.Join(repo, "docs") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".md") {
+			return nil
+		}
+		pages++
+		rel, err := filepath.Rel(repo, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if !inTour[rel] {
+			if n := len(readmeBlocks(t, path)); n > 0 {
+				t.Errorf("%s has %d shell block(s) no test runs: mark each with %s, or add the page to manualTour", rel, n, readmeSkip)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages == 0 {
+		t.Fatal("no page found under docs/")
 	}
 }

@@ -147,7 +147,7 @@ func serveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	// very often, and each collection also shrinks the stacks of the
 	// connections' goroutines, which grow again on their next request.
 	// Measured under relay-bench, 400 takes about 15% of the CPU off each
-	// read, update and rest for a larger heap (README, Configuration).
+	// read, update and rest for a larger heap (docs/development/performance.md).
 	debug.SetGCPercent(cfg.gogc)
 	cfg.Build = buildInfo()
 	// The profiler's port is bound before the node creates anything, as

@@ -1,5 +1,6 @@
 // Package demo holds the demo world "Demo Tavern": a small fifth-edition
-// (dnd5e) world used by the README examples, the tests and new installations.
+// (dnd5e) world used by the quick start and the manual's examples, the
+// tests and new installations.
 //
 // The seed (demo.json) is in the tabletop's source-data shape; see
 // [world.Seed]. Its document ids are fixed, readable and 16 characters long

@@ -18,7 +18,7 @@ import (
 	"github.com/tabletop-relay/relay/world"
 )
 
-// Fixed ids used by README examples. Changing one of them is a breaking change
+// Fixed ids used by the README and the manual's examples. Changing one of them is a breaking change
 // for the documentation, so the tests pin them.
 const (
 	gmID     = "gamemaster000001"
@@ -332,7 +332,7 @@ func TestIDs(t *testing.T) {
 	}
 	walk(raw, "seed")
 
-	// Ids the README relies on.
+	// Ids the README and the manual rely on.
 	s := mustSeed(t)
 	for coll, want := range map[string][]string{
 		"users":   {gmID, aliceID, bobID, tessID},
