@@ -34,3 +34,10 @@ def test_hp_bot_rolls_a_skill_check_when_hit_points_drop(relay):
     finally:
         bot.terminate()
         bot.wait(10)
+
+
+def test_the_manual_shows_the_bot_that_runs():
+    """docs/guide/clients.md shows examples/hp_bot.py as it is."""
+    page = (SDK.parents[1] / "docs" / "guide" / "clients.md").read_text()
+    bot = (SDK / "examples" / "hp_bot.py").read_text()
+    assert "```python\n" + bot + "```\n" in page
