@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,6 +62,17 @@ type Config struct {
 	// PairAttempts limits, per address, every pairing attempt, successful
 	// or not: a code is short, so guessing must be slow whatever happens.
 	PairAttempts Limiter
+	// Requests keeps the key requests and pair requests; nil turns their
+	// endpoints off.
+	Requests RequestStore
+	// Approvals approves requests with the approver's API key; nil turns
+	// the approval endpoints off.
+	Approvals Approvals
+	// RequestAttempts limits, per address, the requests opened (key
+	// requests and pair requests together); RequestPolls the polls of
+	// their status and the exchanges of the web flow.
+	RequestAttempts Limiter
+	RequestPolls    Limiter
 	// Hub configures the connections.
 	Hub HubOptions
 	// Log receives pairings, connections and refusals (never a code or a
@@ -71,13 +83,20 @@ type Config struct {
 // Service is the relay's side of linked worlds: pairing, the HTTP
 // endpoints the module calls, and the live connections.
 type Service struct {
-	pairings     *Pairings
-	hub          *Hub
-	log          *slog.Logger
-	publicURL    string
-	authTimeout  time.Duration
-	authFailures Limiter
-	pairAttempts Limiter
+	now        func() time.Time
+	publicHTTP string
+	requests   RequestStore
+	approvals  Approvals
+	// requestAttempts and requestPolls limit the requests per address.
+	requestAttempts Limiter
+	requestPolls    Limiter
+	pairings        *Pairings
+	hub             *Hub
+	log             *slog.Logger
+	publicURL       string
+	authTimeout     time.Duration
+	authFailures    Limiter
+	pairAttempts    Limiter
 }
 
 // New returns a service over cfg.Store.
@@ -101,14 +120,23 @@ func New(cfg Config) (*Service, error) {
 	if cfg.AuthTimeout <= 0 {
 		cfg.AuthTimeout = DefaultAuthTimeout
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Service{
-		pairings:     NewPairings(cfg.Store, cfg.Now, cfg.Taken),
-		hub:          NewHub(cfg.Hub),
-		log:          cfg.Log,
-		publicURL:    public,
-		authTimeout:  cfg.AuthTimeout,
-		authFailures: cfg.AuthFailures,
-		pairAttempts: cfg.PairAttempts,
+		now:             cfg.Now,
+		publicHTTP:      httpBase(public),
+		requests:        cfg.Requests,
+		approvals:       cfg.Approvals,
+		requestAttempts: cfg.RequestAttempts,
+		requestPolls:    cfg.RequestPolls,
+		pairings:        NewPairings(cfg.Store, cfg.Now, cfg.Taken),
+		hub:             NewHub(cfg.Hub),
+		log:             cfg.Log,
+		publicURL:       public,
+		authTimeout:     cfg.AuthTimeout,
+		authFailures:    cfg.AuthFailures,
+		pairAttempts:    cfg.PairAttempts,
 	}, nil
 }
 
@@ -132,6 +160,19 @@ func relayURL(public string) (string, error) {
 	}
 	u.Path = strings.TrimSuffix(strings.TrimRight(u.Path, "/"), "/relay") + "/relay"
 	return u.String(), nil
+}
+
+// httpBase turns the module's WebSocket URL back into the relay's HTTP
+// address (wss://host/x/relay is https://host/x). Empty stays empty.
+func httpBase(relay string) string {
+	if relay == "" {
+		return ""
+	}
+	u := strings.TrimSuffix(relay, PathRelay)
+	if rest, ok := strings.CutPrefix(u, "wss://"); ok {
+		return "https://" + rest
+	}
+	return "http://" + strings.TrimPrefix(u, "ws://")
 }
 
 // Pairings returns the service's pairings.
@@ -182,6 +223,9 @@ func Owns(path string) bool {
 	case PathRelay, PathRelay + "/", PathPair, PathSelfUnpair:
 		return true
 	}
+	if ownsRequestPath(path) {
+		return true
+	}
 	_, ok := activeClientID(path)
 	return ok
 }
@@ -201,8 +245,10 @@ func activeClientID(path string) (string, bool) {
 
 // Handler serves the module's endpoints: `/relay` (the WebSocket),
 // `POST /auth/pair`, `POST /api/self-unpair` and
-// `GET /api/clients/{clientId}/active`. None takes an API key: they
-// authenticate by pairing code or connection token. The module calls the
+// `GET /api/clients/{clientId}/active`, and the key requests and pair
+// requests under `/auth/key-request` and `/auth/pair-request`. None takes
+// an API key but the approval endpoints of requests: the others
+// authenticate by pairing code, connection token or request code. The module calls the
 // plain HTTP ones from the game master's browser, on the tabletop's
 // origin, so they allow every origin (they use no cookies).
 func (s *Service) Handler() http.Handler {
@@ -219,6 +265,8 @@ func (s *Service) Handler() http.Handler {
 			if allowMethod(w, r, http.MethodPost) {
 				s.serveSelfUnpair(w, r)
 			}
+		case ownsRequestPath(r.URL.Path):
+			s.serveRequests(w, r)
 		default:
 			id, ok := activeClientID(r.URL.Path)
 			if !ok {
@@ -329,7 +377,11 @@ func readBody(w http.ResponseWriter, r *http.Request, v any) error {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &typeErr) && typeErr.Field != "":
-			return invalid("'%s' must be a string", typeErr.Field)
+			want := "a string"
+			if typeErr.Type != nil && typeErr.Type.Kind() == reflect.Slice {
+				want = "an array of strings"
+			}
+			return invalid("'%s' must be %s", typeErr.Field, want)
 		case errors.As(err, &tooBig):
 			return invalid("The request body is larger than %d bytes", maxPairBody)
 		}

@@ -103,6 +103,11 @@ type Config struct {
 	LinkMaxMessageBytes int64
 	LinkMaxPending      int
 	PairRateLimit       int
+	// Key requests and pair requests: how many one address may open a
+	// minute, and how many polls of their status (and exchanges) it may
+	// make (--request-rate-limit, --request-poll-limit).
+	RequestRateLimit int
+	RequestPollLimit int
 	// In a browser: the origins whose pages may call the API (a comma-
 	// separated list, see gateway.ParseCORSOrigins; --cors-origins) and
 	// whether the web console is served at /console (--console).
@@ -135,6 +140,15 @@ const (
 // minute: a game master who mistypes a code a few times never meets it,
 // while guessing one of 887 million codes at this pace is hopeless.
 const DefaultPairRateLimit = 10
+
+// DefaultRequestRateLimit is how many key requests and pair requests one
+// address may open a minute; DefaultRequestPollLimit how many times it may
+// poll their status a minute (the module polls every few seconds, and a
+// few may wait at once behind one address).
+const (
+	DefaultRequestRateLimit = 10
+	DefaultRequestPollLimit = 120
+)
 
 // DefaultConfig returns the configuration `relay serve` runs with when no
 // flag or environment variable says otherwise.
@@ -174,6 +188,8 @@ func DefaultConfig() Config {
 		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
 		LinkMaxPending:      link.DefaultMaxPending,
 		PairRateLimit:       DefaultPairRateLimit,
+		RequestRateLimit:    DefaultRequestRateLimit,
+		RequestPollLimit:    DefaultRequestPollLimit,
 		Console:             true,
 		Build:               ReadBuildInfo(),
 	}

@@ -38,7 +38,7 @@ func serveMetrics(ln net.Listener, m *observe.Metrics, log *slog.Logger) (bound 
 // registerMetrics adds the gauges and counters that are read from the
 // relay's parts at each scrape: nothing is counted for them on the
 // request paths beyond the atomic counters the parts keep anyway.
-func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures, pairAttempts *server.RateLimiter) {
+func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls *server.RateLimiter) {
 	m := r.metrics
 	// The build, as Prometheus exporters name theirs: always 1, with the
 	// version, commit and commit time as labels, so that a dashboard can
@@ -67,8 +67,8 @@ func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures,
 	for _, l := range []struct {
 		name string
 		l    *server.RateLimiter
-	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}} {
-		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address).",
+	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}, {"requests", requestAttempts}, {"request_polls", requestPolls}} {
+		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address), requests (--request-rate-limit, per address), request_polls (--request-poll-limit, per address).",
 			prometheus.Labels{"limit": l.name}, func() float64 { return float64(l.l.Refused()) })
 	}
 	hub := r.links.Hub()
@@ -123,6 +123,9 @@ func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures,
 func linkRoute(path string) string {
 	if !link.Owns(path) {
 		return ""
+	}
+	if route, ok := link.RequestRoute(path); ok {
+		return route
 	}
 	if strings.HasPrefix(path, "/api/clients/") {
 		return "/api/clients/{clientId}/active"

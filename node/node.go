@@ -238,6 +238,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.AuthFailureLimit, 0, nil)
 	pairAttempts := server.NewRateLimiter(cfg.PairRateLimit, 0, nil)
+	requestAttempts := server.NewRateLimiter(cfg.RequestRateLimit, 0, nil)
+	requestPolls := server.NewRateLimiter(cfg.RequestPollLimit, 0, nil)
 	rateLimit := server.NewRateLimiter(cfg.RateLimit, cfg.RateLimitBurst, nil)
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
@@ -248,7 +250,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetJournal(r.linkDB)
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit, requestAttempts, requestPolls)
 	if err != nil {
 		return fail(err)
 	}
@@ -276,6 +278,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthTimeout:  cfg.LinkAuthTimeout,
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
+		// Key requests and pair requests: in memory on a node alone, in
+		// the cluster's shared state otherwise, approved through the
+		// relay's own services with the approver's key.
+		Requests:        r.requestStore(),
+		Approvals:       approvals{r},
+		RequestAttempts: requestAttempts,
+		RequestPolls:    requestPolls,
 		Hub: link.HubOptions{
 			ReplyTimeout:    cfg.LinkReplyTimeout,
 			PingInterval:    cfg.LinkPingInterval,
@@ -395,7 +404,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.BodyReadTimeout, MinRate: cfg.BodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
-	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute}
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute,
+		// A request's code fetches what its approval granted: it is
+		// never written to the log.
+		Hidden: func(path string) bool { _, ok := link.RequestRoute(path); return ok }}
 	r.http = &http.Server{
 		Handler:           r.bodies.Wrap(observe.Access(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -413,7 +425,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
-		r.registerMetrics(cfg.Build, rateLimit, authFailures, pairAttempts)
+		r.registerMetrics(cfg.Build, rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls)
 		r.metricsAddr, r.metricsStop = serveMetrics(lns.metrics, r.metrics, log)
 	}
 	r.clusterWiring.server.Store(r.grpc)
@@ -440,10 +452,14 @@ func splitGRPC(grpcServer http.Handler, rest http.Handler) http.Handler {
 }
 
 // routeLinks sends the tabletop module's endpoints (`/relay`, `/auth/pair`,
-// `/api/self-unpair`, `/api/clients/{clientId}/active`) to the link
-// service and everything else on. They are not routes of the API's
-// contract: they authenticate by pairing code or connection token, never
-// by API key, so the gateway's admission must not see them.
+// `/api/self-unpair`, `/api/clients/{clientId}/active`, and the key
+// requests and pair requests under `/auth/`) to the link service and
+// everything else on. They are not routes of the API's contract: they
+// authenticate by pairing code, connection token or request code, so the
+// gateway's admission must not see them. The approval endpoints of the
+// requests do take an API key, which the link service checks and then
+// presents to the key and link services in process (approvals.go), where
+// the interceptors judge it as for any call.
 func routeLinks(links, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if link.Owns(r.URL.Path) {

@@ -153,6 +153,15 @@ func (r *Node) sharedStores(ctx context.Context, linkEvents *link.Events, log *s
 	return r.shared.Links, r.shared.Tickets, nil
 }
 
+// requestStore is where the key requests and pair requests are kept: in
+// memory on a node alone, in the cluster's shared state in a cluster.
+func (r *Node) requestStore() link.RequestStore {
+	if r.shared != nil {
+		return r.shared.Requests
+	}
+	return link.NewMemoryRequests(0, nil)
+}
+
 // watchUnpaired makes a world unpaired on another node lose its socket
 // here too (in a cluster; a node alone closes it as it unpairs).
 func (r *Node) watchUnpaired(ctx context.Context) error {

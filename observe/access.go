@@ -25,6 +25,10 @@ type AccessOptions struct {
 	// endpoints, whose paths carry a client id): it returns "" for
 	// neither.
 	Label func(path string) string
+	// Hidden, when set, reports paths that carry a secret (a key request's
+	// code, which fetches its key once approved): their access line shows
+	// the route label in place of the path.
+	Hidden func(path string) bool
 }
 
 // Access wraps next with the access log and the request metrics: each HTTP
@@ -58,7 +62,11 @@ func Access(next http.Handler, opts AccessOptions) http.Handler {
 		}
 		opts.Metrics.ObserveHTTP(rec.Route, r.Method, st, d)
 		if opts.Log != nil {
-			writeAccessLine(r.Context(), opts.Log, r, aw, &rec, st, d)
+			path := r.URL.Path
+			if opts.Hidden != nil && opts.Hidden(path) {
+				path = rec.Route
+			}
+			writeAccessLine(r.Context(), opts.Log, r, path, aw, &rec, st, d)
 		}
 	})
 }
@@ -79,7 +87,7 @@ func (o AccessOptions) label(path string) string {
 }
 
 // writeAccessLine writes one request's line.
-func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
+func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, path string, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
 	level := slog.LevelInfo
 	switch {
 	case status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
@@ -101,7 +109,7 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, aw 
 	line := slog.NewRecord(time.Now(), level, "http", 0)
 	line.AddAttrs(
 		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
+		slog.String("path", path),
 		slog.String("route", rec.Route),
 		slog.Int("status", status),
 		slog.Int64("bytes", aw.bytes+rec.Bytes),

@@ -41,6 +41,8 @@ type Attached struct {
 	Tickets *TicketStore
 	// Links is link.Config.Store.
 	Links *LinkStore
+	// Requests is link.Config.Requests.
+	Requests *RequestStore
 	// Presence counts the live nodes.
 	Presence *Presence
 	// Events carries the worlds' events between the nodes; a world hosted
@@ -85,6 +87,9 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 		return a, err
 	}
 	if a.Links, err = OpenLinks(ctx, js, opts); err != nil {
+		return a, err
+	}
+	if a.Requests, err = OpenRequests(ctx, js, opts); err != nil {
 		return a, err
 	}
 	if a.Presence, err = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}); err != nil {

@@ -1,12 +1,16 @@
 // Package shared keeps the state that every relay node of a cluster must
 // see alike in JetStream key-value buckets: API keys, stream tickets,
-// pairing codes, linked worlds and their connection tokens. Each store
-// implements the interface its consumer already uses on a single node
-// (keys.Backend, server.TicketStore, link.Store), so node assembly picks
+// pairing codes, linked worlds and their connection tokens, key requests
+// and pair requests. Each store implements the interface its consumer
+// already uses on a single node (keys.Backend, server.TicketStore,
+// link.Store, link.RequestStore), so node assembly picks
 // SQLite and memory or these, and nothing above notices.
 //
 // Buckets are replicated min(3, servers) ways. Secrets are never stored,
-// only their SHA-256 hashes, as on a single node. Entries that expire
+// only their SHA-256 hashes, as on a single node, with one exception: an
+// approved key request or pair request holds the key or pairing code its
+// asker fetches, from the approval until it is fetched (at most
+// link.RequestTTL), since any node may be the one that hands it over. Entries that expire
 // (tickets, pairing codes) live in buckets whose entries JetStream removes
 // after a maximum age; each record also carries its own deadline, which is
 // what the stores check.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -232,5 +233,73 @@ func TestConsoleCanBeTurnedOff(t *testing.T) {
 	on := startTestRelay(t, func(c *node.Config) { c.Console = true })
 	if r := on.Do("GET", "/console", "", nil, nil); r.Status != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /console: %d %v", r.Status, r.Header)
+	}
+}
+
+// TestConsoleApprovesRequests opens the console's approval pages in
+// headless Chromium, as a game master does from a key request's
+// approvalUrl and a pair request's pairUrl: signed in with the admin key,
+// they approve a key request with one of its two scopes unchecked, and a
+// tabletop's pairing; the asker's poll then gets exactly that.
+func TestConsoleApprovesRequests(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true })
+	resp := tr.Do("POST", "/auth/key-request", "", nil, map[string]any{"appName": "Initiative bot", "appDescription": "Tracks turns",
+		"scopes": []string{"entity:read", "encounter:read"}, "clientIds": []string{"demo"}})
+	if resp.Status != http.StatusCreated {
+		t.Fatalf("open key request: %d %s", resp.Status, resp.Body)
+	}
+	approvalURL, code := resp.JSON(t)["approvalUrl"].(string), resp.JSON(t)["code"].(string)
+
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(approvalURL)
+	p.typeInto("#signin-key", tr.AdminKey)
+	p.click("#signin-button")
+	p.waitFor("the key request", `document.getElementById("approve-app").textContent === "Initiative bot"`)
+	if got := p.text("#approve-scopes"); got != "entity:readencounter:read" {
+		t.Fatalf("the page offers the scopes %q", got)
+	}
+	p.click(`#approve-scopes input[value="encounter:read"]`)
+	p.screenshot("06-approve-key-request")
+	p.click("#approve-yes")
+	p.waitFor("the approval", `document.getElementById("approve-done").textContent.startsWith("Approved")`)
+	got := tr.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil).JSON(t)
+	if got["status"] != "approved" || fmt.Sprint(got["scopes"]) != "[entity:read]" || fmt.Sprint(got["clientIds"]) != "[demo]" {
+		t.Fatalf("the tool's poll got %v", got)
+	}
+
+	resp = tr.Do("POST", "/auth/pair-request", "", nil, map[string]any{"worldId": "w-console", "worldTitle": "Console World",
+		"systemId": "dnd5e", "foundryVersion": "13.345", "serverFingerprint": "fp-console"})
+	pairURL, pairCode := resp.JSON(t)["pairUrl"].(string), resp.JSON(t)["code"].(string)
+	// The same tab is still signed in.
+	p.navigate(pairURL)
+	p.waitFor("the pair request", `document.getElementById("approve-world-title").textContent === "Console World"`)
+	p.screenshot("07-approve-pair-request")
+	p.click("#approve-yes")
+	p.waitFor("the approval", `document.getElementById("approve-done").textContent.startsWith("Approved")`)
+	st := tr.Do("GET", "/auth/pair-request/"+pairCode+"/status", "", nil, nil).JSON(t)
+	if st["status"] != "approved" || len(fmt.Sprint(st["pairingCode"])) != 6 {
+		t.Fatalf("the module's poll got %v", st)
+	}
+
+	// The web flow: the page links back to the tool with the exchange code,
+	// which the tool trades for the key.
+	resp = tr.Do("POST", "/auth/key-request", "", nil, map[string]any{"appName": "Web tool", "scopes": []string{"entity:read"},
+		"callbackUrl": "https://tool.example.org/done?x=1"})
+	p.navigate(resp.JSON(t)["approvalUrl"].(string))
+	p.waitFor("the web-flow request", `document.getElementById("approve-app").textContent === "Web tool"`)
+	p.click("#approve-yes")
+	p.waitFor("the link back to the tool", `!!document.getElementById("approve-callback")`)
+	var href string
+	p.must(`document.getElementById("approve-callback").href`, &href)
+	back, err := url.Parse(href)
+	if err != nil || back.Host != "tool.example.org" || back.Query().Get("x") != "1" || back.Query().Get("code") == "" {
+		t.Fatalf("the link back to the tool is %q", href)
+	}
+	x := tr.Do("POST", "/auth/key-request/exchange", "", nil, map[string]any{"code": back.Query().Get("code")})
+	if k, _ := x.JSON(t)["apiKey"].(string); x.Status != http.StatusOK || !strings.HasPrefix(k, "rk_") {
+		t.Fatalf("exchange: %d %s", x.Status, x.Body)
 	}
 }

@@ -157,6 +157,7 @@ func TestReadmeBlocks(t *testing.T) {
 		`"skill-check-result"`, // a rules operation
 		`"execute-js-result"`,  // a script
 		`"ticket":"st_`,        // a stream ticket
+		`"apiKey":"rk_`,        // a key request's key, fetched once approved
 		"### done",
 	} {
 		if !strings.Contains(got, want) {

@@ -80,6 +80,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.LinkMaxMessageBytes, "link-max-message-bytes", d.LinkMaxMessageBytes, "largest message a linked world may send, in `bytes` (a downloaded file arrives as one message, in base64); a larger one closes its socket with 1009 (RELAY_LINK_MAX_MESSAGE_BYTES)")
 	fs.IntVar(&c.LinkMaxPending, "link-max-pending", d.LinkMaxPending, "`requests` in flight at once to one linked world; more get 503 at once (RELAY_LINK_MAX_PENDING)")
 	fs.IntVar(&c.PairRateLimit, "pair-rate-limit", d.PairRateLimit, "pairing `attempts` (POST /auth/pair, good or bad) per minute from one client address; more get 429 with Retry-After; 0 turns the limit off (RELAY_PAIR_RATE_LIMIT)")
+	fs.IntVar(&c.RequestRateLimit, "request-rate-limit", d.RequestRateLimit, "key requests and pair requests (POST /auth/key-request, /auth/pair-request) one client address may open per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_REQUEST_RATE_LIMIT)")
+	fs.IntVar(&c.RequestPollLimit, "request-poll-limit", d.RequestPollLimit, "status polls of key requests and pair requests (and web-flow exchanges) one client address may make per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_REQUEST_POLL_LIMIT)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", d.CORSOrigins, "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
 	fs.BoolVar(&c.Console, "console", d.Console, "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
 	clusterFlags(fs, &c.Cluster)

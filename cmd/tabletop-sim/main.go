@@ -5,6 +5,10 @@
 //	relay worlds pair-code                        # prints a code, say K7QF3M
 //	tabletop-sim --relay http://127.0.0.1:8080 --code K7QF3M
 //
+// Or, as the module's "pair in the browser": --pair-request opens a pair
+// request, prints the console page where a game master approves it, and
+// pairs once it is approved.
+//
 // It keeps its clientId, token and server fingerprint in a state file
 // (--state), as the module keeps them in the world's settings, so it
 // reconnects after a restart without a new code. It reconnects as the
@@ -73,6 +77,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		title     = fset.String("title", "Simulated World", "the world's title")
 		system    = fset.String("system", "dnd5e", "the game system's id")
 		logLevel  = fset.String("log-level", "info", "`level`: debug, info, warn or error")
+		request   = fset.Bool("pair-request", false, "pair by approval in the browser: open a pair request, print the page to approve it at, and wait for the approval")
 		worldDir  = fset.String("world", "", "`directory` of a copy of the demo world to answer every request from (created on first use); without it only world-info and players are answered")
 	)
 	if err := fset.Parse(args); err != nil {
@@ -133,8 +138,15 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		defer stopEvents()
 	}
-	if *code != "" {
-		res, err := tt.Pair(ctx, *code)
+	if *code != "" || *request {
+		var res linktest.PairResult
+		if *request {
+			res, err = tt.PairByRequest(ctx, 2*time.Second, func(pr linktest.PairRequest) {
+				fmt.Fprintf(stderr, "Approve the pairing of this world at %s (code %s, until %s)\n", pr.PairURL, pr.Code, pr.ExpiresAt)
+			})
+		} else {
+			res, err = tt.Pair(ctx, *code)
+		}
 		if err != nil {
 			return fmt.Errorf("pair: %w", err)
 		}

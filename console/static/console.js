@@ -95,6 +95,33 @@
     return json ? json.data : null;
   }
 
+  // authApi calls one of the relay's /auth endpoints (key requests and
+  // pair requests), which answer plain JSON rather than the API's
+  // envelope.
+  async function authApi(method, path, body) {
+    const init = { method, headers: { "x-api-key": state.key } };
+    if (body !== undefined) {
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(path, init);
+    } catch (e) {
+      throw new ApiError(0, "The relay cannot be reached (" + e.message + ")");
+    }
+    let json = null;
+    try {
+      json = await resp.json();
+    } catch (e) {
+      // Not JSON: the status alone says what went wrong.
+    }
+    if (!resp.ok) {
+      throw new ApiError(resp.status, (json && json.error) || resp.status + " " + resp.statusText);
+    }
+    return json;
+  }
+
   function showError(id, err) {
     $(id).textContent = err ? (err.message || String(err)) : "";
   }
@@ -128,7 +155,124 @@
       ? "Signed in as " + state.self.name + " (" + state.self.prefix + "…)"
       : "Signed in with " + key.slice(0, 11) + "…";
     renderKeyForm();
+    const request = pendingRequest();
+    if (request) {
+      showApproval(request);
+      return;
+    }
     show(location.hash.slice(1) || "worlds");
+  }
+
+  // ---- approving key requests and pair requests --------------------------
+
+  // pendingRequest is the request the page was opened for: the relay's
+  // approvalUrl and pairUrl end in ?key-request=CODE or ?pair-request=CODE.
+  function pendingRequest() {
+    const q = new URLSearchParams(location.search);
+    for (const kind of ["key", "pair"]) {
+      const code = q.get(kind + "-request");
+      if (code) return { kind, code: code.trim().toUpperCase() };
+    }
+    return null;
+  }
+
+  function requestPath(req) {
+    return "/auth/" + req.kind + "-request/" + encodeURIComponent(req.code);
+  }
+
+  async function showApproval(req) {
+    for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-approve";
+    for (const t of document.querySelectorAll(".tab")) t.classList.remove("active");
+    showError("approve-error", null);
+    $("approve-done").textContent = "";
+    $("approve-key").hidden = true;
+    $("approve-pair").hidden = true;
+    $("approve-actions").hidden = true;
+    $("approve-title").textContent = req.kind === "key" ? "Approve a key request" : "Approve a tabletop's pairing";
+    $("approve-code").textContent = req.code;
+    let r;
+    try {
+      r = await authApi("GET", requestPath(req));
+    } catch (e) {
+      showError("approve-error", e);
+      return;
+    }
+    $("approve-status").textContent = r.status;
+    $("approve-expiry").textContent = formatTime(r.expiresAt);
+    if (req.kind === "key") {
+      $("approve-app").textContent = r.appName;
+      $("approve-app-desc").textContent = r.appDescription || "";
+      $("approve-app-url").textContent = r.appUrl || "none given";
+      $("approve-scopes").replaceChildren(...(r.requestedScopes || []).map((s) => {
+        const box = el("input", { type: "checkbox", name: "scope", value: s });
+        box.checked = true;
+        return el("label", {}, box, s);
+      }));
+      const asked = r.clientIds || [];
+      const worlds = asked.length ? asked : state.clients.map((c) => c.clientId);
+      $("approve-worlds").replaceChildren(...worlds.map((w) => {
+        const box = el("input", { type: "checkbox", name: "world", value: w });
+        box.checked = asked.length > 0;
+        return el("label", {}, box, w);
+      }));
+      $("approve-worlds-hint").textContent = asked.length
+        ? "The worlds the tool asked for; uncheck those it should not use."
+        : "None checked: every world, the ones linked later included.";
+      $("approve-user").value = (state.self && state.self.scopedUserId) || "";
+      $("approve-key").hidden = false;
+    } else {
+      $("approve-world-title").textContent = r.worldTitle || r.worldId;
+      $("approve-world-id").textContent = r.worldId;
+      $("approve-world-system").textContent = [r.systemTitle || r.systemId, r.systemVersion, r.foundryVersion && "Foundry " + r.foundryVersion]
+        .filter(Boolean).join(" · ");
+      $("approve-pair-world").replaceChildren(el("option", { value: "" }, "a new world"),
+        ...state.clients.map((c) => el("option", { value: c.clientId }, "again: " + (c.title || c.clientId) + " (" + c.clientId + ")")));
+      $("approve-pair").hidden = false;
+    }
+    $("approve-actions").hidden = r.status !== "pending";
+    $("approve-yes").onclick = () => decide(req, true);
+    $("approve-no").onclick = () => decide(req, false);
+  }
+
+  async function decide(req, approve) {
+    showError("approve-error", null);
+    let body = {};
+    if (approve && req.kind === "key") {
+      body.scopes = [...document.querySelectorAll("#approve-scopes input:checked")].map((i) => i.value);
+      const worlds = [...document.querySelectorAll("#approve-worlds input:checked")].map((i) => i.value);
+      if (worlds.length) body.clientIds = worlds;
+      const user = $("approve-user").value.trim();
+      if (user) body.userId = user;
+      const expires = $("approve-expires").value;
+      if (expires) body.expiresAt = new Date(expires).toISOString().replace(/\.\d+Z$/, "Z");
+    } else if (approve) {
+      const clientId = $("approve-pair-world").value;
+      if (clientId) body.clientId = clientId;
+    }
+    $("approve-yes").disabled = true;
+    $("approve-no").disabled = true;
+    try {
+      const answer = await authApi("POST", requestPath(req) + (approve ? "/approve" : "/deny"), body);
+      $("approve-actions").hidden = true;
+      $("approve-status").textContent = approve ? "approved" : "denied";
+      $("approve-done").textContent = approve
+        ? (req.kind === "key" ? "Approved: the tool receives its key." : "Approved: the tabletop pairs and connects in a moment.")
+        : "Denied.";
+      if (answer && answer.exchangeCode && answer.callbackUrl) {
+        // The web flow: the tool's own page trades the exchange code for
+        // the key. The address was checked to be http(s) when the request
+        // was made.
+        const back = new URL(answer.callbackUrl);
+        back.searchParams.set("code", answer.exchangeCode);
+        $("approve-done").append(" ", el("a", { id: "approve-callback", href: back.toString(), rel: "noreferrer" }, "Return to " + back.host));
+      }
+      history.replaceState(null, "", location.pathname + "#worlds");
+    } catch (e) {
+      showError("approve-error", e);
+    } finally {
+      $("approve-yes").disabled = false;
+      $("approve-no").disabled = false;
+    }
   }
 
   function signOut() {

@@ -312,7 +312,7 @@ func (t *Tabletop) post(ctx context.Context, path string, body, out any) error {
 	return t.do(req, out)
 }
 
-// do sends a request and decodes a 200 answer into out.
+// do sends a request and decodes a successful (2xx) answer into out.
 func (t *Tabletop) do(req *http.Request, out any) error {
 	resp, err := t.client.Do(req)
 	if err != nil {
@@ -323,7 +323,7 @@ func (t *Tabletop) do(req *http.Request, out any) error {
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode/100 != 2 {
 		var e struct {
 			Error string `json:"error"`
 		}
