@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,15 +27,11 @@ type Credentials struct {
 	Authorization string
 }
 
-// missingKey is the refusal of a call that presented no API key. A caller
-// that sent its key as `Authorization: Bearer ...`, as many HTTP clients
-// do by habit, is told which header the relay reads instead.
+// missingKey is the refusal of a call that presented no API key, which
+// names the right header to a caller who sent a bearer token (see
+// keys.MissingMessage).
 func missingKey(authorization string) error {
-	scheme, _, _ := strings.Cut(strings.TrimSpace(authorization), " ")
-	if strings.EqualFold(scheme, "bearer") {
-		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error()+": send it in the "+wire.APIKeyHeader+" header; the relay does not read Authorization: Bearer")
-	}
-	return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
+	return status.Error(codes.Unauthenticated, keys.MissingMessage(authorization))
 }
 
 // DefaultAuthFailuresPerMinute is how many failed authentications a client

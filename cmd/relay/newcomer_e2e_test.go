@@ -27,8 +27,8 @@ const bearerHint = "API key is required: send it in the x-api-key header; the re
 // TestBearerTokenIsToldWhichHeader: a request that carries its key in
 // `Authorization: Bearer` and no x-api-key is refused with 401 (gRPC
 // UNAUTHENTICATED) that names the header to use, on every transport: REST,
-// an SSE stream, GET /cluster, gRPC on its own transport, and gRPC on an
-// h2c connection that began with REST. A request with no credentials at all
+// an SSE stream, GET /cluster, the approval of a key request, gRPC on its
+// own transport, and gRPC on an h2c connection that began with REST. A request with no credentials at all
 // keeps the plain message, and a key in x-api-key still works beside an
 // Authorization header.
 func TestBearerTokenIsToldWhichHeader(t *testing.T) {
@@ -69,6 +69,32 @@ func TestBearerTokenIsToldWhichHeader(t *testing.T) {
 			}
 		})
 	}
+	// The approval endpoints of key requests check their key themselves.
+	t.Run("key request approval", func(t *testing.T) {
+		code := openKeyRequest(t, tr.Relay, map[string]any{"appName": "Tool", "scopes": []string{"entity:read"}})["code"].(string)
+		for _, path := range []string{"/auth/key-request/" + code} {
+			if status, body := get(t, path, bearer, ""); status != http.StatusUnauthorized || !strings.Contains(body, bearerHint) {
+				t.Fatalf("GET %s with a bearer token: %d %s", path, status, body)
+			}
+		}
+		req, err := http.NewRequest(http.MethodPost, tr.Base+"/auth/key-request/"+code+"/approve", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", bearer)
+		resp, err := tr.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), bearerHint) {
+			t.Fatalf("approve with a bearer token: %d %s", resp.StatusCode, body)
+		}
+		if s := tr.Do("GET", "/auth/key-request/"+code+"/status", "", nil, nil); string(s.Body) != `{"status":"pending"}` {
+			t.Fatalf("status after a refused approval: %s", s.Body)
+		}
+	})
 	if code, body := get(t, "/get?uuid="+relaytest.AriaUUID, bearer, tr.AdminKey); code != http.StatusOK {
 		t.Fatalf("x-api-key beside a bearer token: %d %s", code, body)
 	}

@@ -110,7 +110,7 @@ func TestPlainBuildInAClone(t *testing.T) {
 
 	dir := t.TempDir()
 	clone := filepath.Join(dir, "relay")
-	if out, err := exec.Command("git", "clone", "--quiet", "--no-hardlinks", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+	if out, err := exec.Command("git", "clone", "--quiet", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
 		t.Fatalf("git clone: %v\n%s", err, out)
 	}
 	// The clone's HEAD is the commit under test, whichever branch the

@@ -373,3 +373,15 @@ func normTime(t time.Time) time.Time {
 	}
 	return t.UTC().Round(0)
 }
+
+// MissingMessage is the refusal text of a request that presented no API
+// key. A caller that sent its key as `Authorization: Bearer ...` (its
+// Authorization header), as many HTTP clients do by habit, is told which
+// header the relay reads instead.
+func MissingMessage(authorization string) string {
+	scheme, _, _ := strings.Cut(strings.TrimSpace(authorization), " ")
+	if strings.EqualFold(scheme, "bearer") {
+		return ErrMissing.Error() + ": send it in the x-api-key header; the relay does not read Authorization: Bearer"
+	}
+	return ErrMissing.Error()
+}

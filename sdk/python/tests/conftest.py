@@ -14,7 +14,6 @@ import time
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
-SDK = pathlib.Path(__file__).resolve().parents[1]
 
 
 class Relay:
