@@ -239,12 +239,22 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the commit and its
 // time that `go build` records in a git checkout ("devel" and empty when
 // unknown).
+//
+// Go records the commit only in a clone (not in a git worktree, whose .git
+// is a file) and not when GOFLAGS holds -buildvcs=false; `make build` sets
+// the values with the linker instead.
 func ReadBuildInfo() gateway.BuildInfo {
-	info := gateway.BuildInfo{Version: "devel"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return info
+		return gateway.BuildInfo{Version: "devel"}
 	}
+	return BuildInfoOf(bi)
+}
+
+// BuildInfoOf is the version, commit and commit time recorded in bi (see
+// ReadBuildInfo); a commit built with uncommitted changes ends in -dirty.
+func BuildInfoOf(bi *debug.BuildInfo) gateway.BuildInfo {
+	info := gateway.BuildInfo{Version: "devel"}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		info.Version = v
 	}
