@@ -58,7 +58,7 @@ import (
 // and a first message over the size limit is refused before it is read
 // (see above).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	creds := Credentials{APIKey: r.Header.Get(wire.APIKeyHeader), Ticket: r.Header.Get(wire.StreamTicketHeader)}
+	creds := Credentials{APIKey: r.Header.Get(wire.APIKeyHeader), Ticket: r.Header.Get(wire.StreamTicketHeader), Authorization: r.Header.Get("Authorization")}
 	if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
 		writeGRPCStatus(w, status.Convert(err))
 		return

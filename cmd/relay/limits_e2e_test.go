@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -505,10 +504,8 @@ func TestLimitFlags(t *testing.T) {
 	t.Setenv("RELAY_MAX_DOCUMENT_BYTES", "4096")
 	t.Setenv("RELAY_MAX_JSON_DEPTH", "12")
 	t.Setenv("RELAY_MAX_BODY_BYTES", "8192")
-	var cfg serveConfig
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfg.flags(fs)
-	if err := fs.Parse(nil); err != nil || cfg.MaxDocumentBytes != 4096 || cfg.MaxJSONDepth != 12 || cfg.MaxBodyBytes != 8192 || cfg.check() != nil {
+	cfg, err := loadServeConfig(nil, io.Discard)
+	if err != nil || cfg.MaxDocumentBytes != 4096 || cfg.MaxJSONDepth != 12 || cfg.MaxBodyBytes != 8192 {
 		t.Fatalf("from the environment: %+v %v", cfg, err)
 	}
 	for _, args := range [][]string{{"--max-body-bytes", "100"}, {"--max-document-bytes", "10"}, {"--max-json-depth", "2"}} {
