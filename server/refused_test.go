@@ -1,11 +1,18 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +20,7 @@ import (
 	"time"
 
 	"go.uber.org/mock/gomock"
+	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,6 +32,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/tabletop-relay/relay/contract"
+	"github.com/tabletop-relay/relay/gateway"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/gen/mock/servermock"
 	"github.com/tabletop-relay/relay/gen/mock/worldmock"
@@ -156,10 +165,13 @@ type guardedRelay struct {
 	reporter *callReporter
 	registry *servermock.MockWorlds
 	worlds   map[string]mockWorld
-	// transports are the doors to the services: the network gRPC server,
-	// and the in-process connection through which the gateway serves REST
-	// and SSE.
+	// transports are the gRPC doors to the services: the network gRPC
+	// server, and the in-process connection through which the gateway
+	// serves REST and SSE.
 	transports map[string]grpc.ClientConnInterface
+	// rest is the gateway's address: REST and SSE, admitted as the relay
+	// admits them.
+	rest string
 
 	operator string   // the bootstrap admin key
 	aBot     keys.Key // a key of the operator's account
@@ -239,12 +251,14 @@ func startGuardedRelay(t *testing.T) *guardedRelay {
 	// the test empties stays empty, and no other key runs out of tokens.
 	frozen := time.Now()
 	r.limiter = server.NewRateLimiter(60, 100000, func() time.Time { return frozen })
+	ids := server.NewRequestIDs(1, nil)
 	srv, err := server.New(server.Config{
-		Keys:      store,
-		Worlds:    r.registry,
-		Owners:    own,
-		Links:     servermock.NewMockWorldLinks(ctrl),
-		RateLimit: r.limiter,
+		RequestIDs: ids,
+		Keys:       store,
+		Worlds:     r.registry,
+		Owners:     own,
+		Links:      servermock.NewMockWorldLinks(ctrl),
+		RateLimit:  r.limiter,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +276,17 @@ func startGuardedRelay(t *testing.T) *guardedRelay {
 	}
 	t.Cleanup(func() { conn.Close() })
 	r.transports = map[string]grpc.ClientConnInterface{"grpc": conn, "local": srv.Local}
+	rest, err := gateway.New(context.Background(), srv.Local, gateway.Options{
+		NewRequestID: ids.New,
+		Admit: func(ctx context.Context, method, apiKey, ticket, authorization, remoteAddr string) error {
+			return srv.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket, Authorization: authorization}, remoteAddr)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(rest)
+	t.Cleanup(hs.Close)
+	r.rest = hs.URL
 	return r
 }
 
@@ -349,6 +374,8 @@ type answer struct {
 	resp      proto.Message
 	err       error
 	requestID string
+	// body is the text of a successful answer: the response as JSON.
+	body string
 }
 
 // invoke calls the method over conn as a client of the contract would:
@@ -370,7 +397,8 @@ func invoke(conn grpc.ClientConnInterface, m rpc, creds credentials, req proto.M
 	var trailer metadata.MD
 	if !m.desc.IsStreamingClient() && !m.desc.IsStreamingServer() {
 		err := conn.Invoke(ctx, m.name, req, resp, grpc.Trailer(&trailer))
-		return answer{resp: resp, err: err, requestID: first(trailer, wire.RequestIDHeader)}
+		text, _ := protojson.Marshal(resp)
+		return answer{resp: resp, err: err, requestID: first(trailer, wire.RequestIDHeader), body: string(text)}
 	}
 	desc := &grpc.StreamDesc{StreamName: string(m.desc.Name()), ClientStreams: m.desc.IsStreamingClient(), ServerStreams: m.desc.IsStreamingServer()}
 	stream, err := conn.NewStream(ctx, desc, m.name)
@@ -386,7 +414,8 @@ func invoke(conn grpc.ClientConnInterface, m rpc, creds credentials, req proto.M
 			return answer{err: err, requestID: first(stream.Trailer(), wire.RequestIDHeader)}
 		}
 		if !desc.ServerStreams {
-			return answer{resp: resp, requestID: first(stream.Trailer(), wire.RequestIDHeader)}
+			text, _ := protojson.Marshal(resp)
+			return answer{resp: resp, requestID: first(stream.Trailer(), wire.RequestIDHeader), body: string(text)}
 		}
 	}
 }
@@ -399,6 +428,126 @@ func first(md metadata.MD, key string) string {
 	return ""
 }
 
+// pathParam is a variable of an HTTP rule's path template.
+var pathParam = regexp.MustCompile(`\{([a-z_]+)(=[^}]*)?\}`)
+
+// restCodes maps the REST statuses of refusals to the gRPC codes they
+// stand for, so that one check judges both.
+var restCodes = map[int]codes.Code{
+	http.StatusOK:                  codes.OK,
+	http.StatusBadRequest:          codes.InvalidArgument,
+	http.StatusUnauthorized:        codes.Unauthenticated,
+	http.StatusForbidden:           codes.PermissionDenied,
+	http.StatusNotFound:            codes.NotFound,
+	http.StatusConflict:            codes.AlreadyExists,
+	http.StatusTooManyRequests:     codes.ResourceExhausted,
+	http.StatusInternalServerError: codes.Internal,
+	http.StatusNotImplemented:      codes.Unimplemented,
+}
+
+// invokeREST calls the method through the gateway, on its HTTP rule's
+// route, with the request's fields as the path, query or JSON body
+// parameters. ok is false for a method without an HTTP route. An error
+// answer is returned as the status it stands for; a stream that opens is
+// closed at once.
+func invokeREST(base string, m rpc, creds credentials, req proto.Message) (a answer, ok bool) {
+	rule, _ := proto.GetExtension(m.desc.Options(), annotations.E_Http).(*annotations.HttpRule)
+	var method, path string
+	switch p := rule.GetPattern().(type) {
+	case *annotations.HttpRule_Get:
+		method, path = http.MethodGet, p.Get
+	case *annotations.HttpRule_Post:
+		method, path = http.MethodPost, p.Post
+	case *annotations.HttpRule_Put:
+		method, path = http.MethodPut, p.Put
+	case *annotations.HttpRule_Patch:
+		method, path = http.MethodPatch, p.Patch
+	case *annotations.HttpRule_Delete:
+		method, path = http.MethodDelete, p.Delete
+	default:
+		return answer{}, false
+	}
+	text, err := protojson.Marshal(req)
+	if err != nil {
+		return answer{err: err}, true
+	}
+	var params map[string]any
+	if err := json.Unmarshal(text, &params); err != nil {
+		return answer{err: err}, true
+	}
+	fields := req.ProtoReflect().Descriptor().Fields()
+	path = pathParam.ReplaceAllStringFunc(path, func(v string) string {
+		fd := fields.ByName(protoreflect.Name(pathParam.FindStringSubmatch(v)[1]))
+		value, _ := params[fd.JSONName()].(string)
+		delete(params, fd.JSONName())
+		return url.PathEscape(value)
+	})
+	query := url.Values{}
+	if creds.ticket != "" {
+		query.Set("ticket", creds.ticket)
+	}
+	var body io.Reader
+	if method == http.MethodGet || method == http.MethodDelete {
+		for name, v := range params {
+			if s, ok := v.(string); ok {
+				query.Set(name, s)
+			} else {
+				j, _ := json.Marshal(v)
+				query.Set(name, string(j))
+			}
+		}
+	} else {
+		body = bytes.NewReader(must(json.Marshal(params)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u := base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return answer{err: err}, true
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	if creds.key != "" {
+		hr.Header.Set(wire.APIKeyHeader, creds.key)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		return answer{err: err}, true
+	}
+	defer resp.Body.Close()
+	a.requestID = resp.Header.Get(wire.RequestIDHeader)
+	if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return a, true // a stream that opened
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var envelope struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &envelope)
+	code, known := restCodes[resp.StatusCode]
+	switch {
+	case !known:
+		a.err = status.Errorf(codes.Unknown, "HTTP %d: %s", resp.StatusCode, raw)
+	case code != codes.OK:
+		a.err = status.Error(code, envelope.Error)
+	default:
+		a.body = string(raw)
+	}
+	return a, true
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
 // refusal is a kind of call the interceptors refuse, with the answer every
 // RPC must get.
 type refusal struct {
@@ -406,8 +555,9 @@ type refusal struct {
 	creds func(m rpc) credentials
 	// clientID is the world the calls name.
 	clientID string
-	// check judges the answer of one RPC.
-	check func(t *testing.T, m rpc, resp proto.Message, err error)
+	// check judges the answer of one RPC: its error, or the text of its
+	// response.
+	check func(t *testing.T, m rpc, body string, err error)
 	// admitted reports that the network server admits these credentials
 	// for the method: its calls reach the interceptor chain, which issues
 	// a request id, rather than being refused from their headers.
@@ -492,34 +642,34 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 	refusals := []refusal{
 		{name: "no key", clientID: operatorWorld, admitted: never,
 			creds: func(rpc) credentials { return credentials{} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				wantRefused(t, m, err, codes.Unauthenticated, keys.ErrMissing.Error())
 			}},
 		{name: "unknown key", clientID: operatorWorld, admitted: never,
 			creds: func(rpc) credentials { return credentials{key: "rk_" + strings.Repeat("x", 43)} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				if status.Code(err) != codes.Unauthenticated {
 					t.Errorf("%s: %v, want Unauthenticated", m.name, err)
 				}
 			}},
 		{name: "missing scope", clientID: operatorWorld, admitted: always,
 			creds: func(m rpc) credentials { return credentials{key: without[m.policy.GetScope()]} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				wantRefused(t, m, err, codes.PermissionDenied, "API key lacks required scope: "+m.policy.GetScope())
 			}},
 		{name: "suspended account", clientID: suspendedWorld, admitted: never,
 			creds: func(rpc) credentials { return credentials{key: suspended.admin} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				wantRefused(t, m, err, codes.PermissionDenied, `Account is suspended: "suspended"`)
 			}},
 		{name: "suspended account's bound key", clientID: suspendedWorld, admitted: never,
 			creds: func(rpc) credentials { return credentials{key: suspended.bound} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				wantRefused(t, m, err, codes.PermissionDenied, `Account is suspended: "suspended"`)
 			}},
 		{name: "suspended account's ticket", clientID: suspendedWorld, admitted: takesTicket,
 			creds: func(rpc) credentials { return credentials{ticket: ticket.GetTicket()} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				// Every method but the event streams finds no key.
 				if !takesTicket(m) {
 					wantRefused(t, m, err, codes.Unauthenticated, keys.ErrMissing.Error())
@@ -529,7 +679,7 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 			}},
 		{name: "over its rate", clientID: operatorWorld, admitted: always,
 			creds: func(rpc) credentials { return credentials{key: rated} },
-			check: func(t *testing.T, m rpc, _ proto.Message, err error) {
+			check: func(t *testing.T, m rpc, _ string, err error) {
 				wantRefused(t, m, err, codes.ResourceExhausted, "Rate limit exceeded")
 			}},
 	}
@@ -540,7 +690,7 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 	for _, k := range []struct{ kind, key string }{{"admin", other.admin}, {"bound", other.bound}, {"user-bound", other.asUser}} {
 		refusals = append(refusals, refusal{name: "another account's " + k.kind + " key", clientID: operatorWorld, admitted: always,
 			creds: func(rpc) credentials { return credentials{key: k.key} },
-			check: func(t *testing.T, m rpc, resp proto.Message, err error) {
+			check: func(t *testing.T, m rpc, body string, err error) {
 				if !m.policy.GetWorldless() {
 					return // compared with an unknown world's answer below
 				}
@@ -550,10 +700,9 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 					}
 					return
 				}
-				text, _ := protojson.Marshal(resp)
 				for _, s := range secrets {
-					if strings.Contains(string(text), s) {
-						t.Errorf("%s answers another account's key with the operator's %q: %s", m.name, s, text)
+					if strings.Contains(body, s) {
+						t.Errorf("%s answers another account's key with the operator's %q: %s", m.name, s, body)
 					}
 				}
 			}})
@@ -562,20 +711,33 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 	// own worlds: the registry may be listed, never asked for a world.
 	r.registry.EXPECT().List(gomock.Any()).Return([]world.Info{{ClientID: operatorWorld}, {ClientID: otherWorld}}, nil).AnyTimes()
 
+	// call makes one call over a transport: "grpc" (the network),
+	// "local" (the gateway's in-process connection) or "rest" (the
+	// gateway itself, REST and SSE). ok is false for a method the
+	// transport does not serve: one without an HTTP route, over REST.
+	call := func(transport string, m rpc, creds credentials, clientID string) (answer, bool) {
+		req := request(t, m, clientID, r.aBot.ID)
+		if transport == "rest" {
+			return invokeREST(r.rest, m, creds, req)
+		}
+		return invoke(r.transports[transport], m, creds, req), true
+	}
 	for _, ref := range refusals {
-		for _, transport := range []string{"grpc", "local"} {
-			conn := r.transports[transport]
+		for _, transport := range []string{"grpc", "local", "rest"} {
 			exercised := map[string]bool{}
 			for _, m := range rpcs {
 				creds := ref.creds(m)
-				a := invoke(conn, m, creds, request(t, m, ref.clientID, r.aBot.ID))
+				a, served := call(transport, m, creds, ref.clientID)
+				if !served {
+					continue
+				}
 				if calls := r.reporter.take(); len(calls) > 0 {
 					t.Errorf("%s, %s over %s reached a world: %s", m.name, ref.name, transport, strings.Join(calls, "; "))
 				}
-				ref.check(t, m, a.resp, a.err)
+				ref.check(t, m, a.body, a.err)
 				if strings.HasPrefix(ref.name, "another account's") && !m.policy.GetWorldless() {
 					// The same call for a world that does not exist.
-					unknown := invoke(conn, m, creds, request(t, m, "nowhere", r.aBot.ID))
+					unknown, _ := call(transport, m, creds, "nowhere")
 					if calls := r.reporter.take(); len(calls) > 0 {
 						t.Errorf("%s for an unknown world reached a world: %s", m.name, strings.Join(calls, "; "))
 					}
@@ -584,10 +746,11 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 						t.Errorf("%s, %s over %s: %v; an unknown world gets %v", m.name, ref.name, transport, a.err, unknown.err)
 					}
 				}
-				// The call was served as this method when the chain
-				// issued it a request id of the method's operation; the
-				// network server refuses unadmitted credentials before
-				// the chain, from the headers.
+				// The call was served as this method when it was given a
+				// request id of the method's operation (by the chain, or
+				// by the gateway for the route); the network server
+				// refuses unadmitted credentials from the headers, before
+				// the chain.
 				switch {
 				case strings.HasPrefix(a.requestID, m.policy.GetOperation()+"_"):
 					exercised[m.name] = true
@@ -596,12 +759,19 @@ func TestRefusedCallsNeverReachAWorld(t *testing.T) {
 				}
 			}
 			for _, m := range rpcs {
-				if !exercised[m.name] {
+				if !exercised[m.name] && (transport != "rest" || hasRoute(m)) {
 					t.Errorf("%s was not exercised by %s over %s", m.name, ref.name, transport)
 				}
 			}
 		}
 	}
+}
+
+// hasRoute reports whether the method has an HTTP rule, and so a REST
+// route.
+func hasRoute(m rpc) bool {
+	rule, _ := proto.GetExtension(m.desc.Options(), annotations.E_Http).(*annotations.HttpRule)
+	return rule.GetPattern() != nil
 }
 
 // TestKeyQuotaRefusalNeverReachesAWorld: an account that holds as many
