@@ -195,7 +195,9 @@ const (
 	fullWorld      = "d-world"
 )
 
-func startGuardedRelay(t *testing.T) *guardedRelay {
+// startGuardedRelay starts the relay; each of configure, if any, adjusts
+// its configuration first.
+func startGuardedRelay(t *testing.T, configure ...func(*server.Config)) *guardedRelay {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -252,14 +254,18 @@ func startGuardedRelay(t *testing.T) *guardedRelay {
 	frozen := time.Now()
 	r.limiter = server.NewRateLimiter(60, 100000, func() time.Time { return frozen })
 	ids := server.NewRequestIDs(1, nil)
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		RequestIDs: ids,
 		Keys:       store,
 		Worlds:     r.registry,
 		Owners:     own,
 		Links:      servermock.NewMockWorldLinks(ctrl),
 		RateLimit:  r.limiter,
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -775,22 +781,32 @@ func hasRoute(m rpc) bool {
 }
 
 // TestKeyQuotaRefusalNeverReachesAWorld: an account that holds as many
-// keys as its quota allows cannot make one more, bound to its own world or
-// to none, over either transport, and the refusal reaches no world.
+// keys as its quota allows cannot make one more, and a key that has
+// created as many keys as one key may cannot either (the operator's
+// included), bound to a world or to none, over either transport; the
+// refusals reach no world.
 func TestKeyQuotaRefusalNeverReachesAWorld(t *testing.T) {
 	t.Parallel()
-	r := startGuardedRelay(t)
+	// One key may have created one unrevoked key: the bootstrap key has
+	// made a-bot.
+	r := startGuardedRelay(t, func(c *server.Config) { c.MaxKeysPerCreator = 1 })
 	full := r.accounts["full"]
 	for transport, conn := range r.transports {
-		for _, k := range []string{full.admin, full.bound} {
-			ctx := metadata.AppendToOutgoingContext(context.Background(), wire.APIKeyHeader, k)
-			for _, bound := range [][]string{nil, {fullWorld}} {
+		for _, tc := range []struct {
+			key, world, want string
+		}{
+			{full.admin, fullWorld, "Account quota reached: 'keys' allows 3 unrevoked keys"},
+			{full.bound, fullWorld, "Account quota reached: 'keys' allows 3 unrevoked keys"},
+			{r.operator, operatorWorld, "Key quota reached: one API key may have created at most 1 unrevoked keys"},
+		} {
+			ctx := metadata.AppendToOutgoingContext(context.Background(), wire.APIKeyHeader, tc.key)
+			for _, bound := range [][]string{nil, {tc.world}} {
 				_, err := relayv1.NewKeyServiceClient(conn).CreateKey(ctx, &relayv1.CreateKeyRequest{Name: "bot", Scopes: []string{"entity:read"}, ClientIds: bound})
 				if calls := r.reporter.take(); len(calls) > 0 {
-					t.Errorf("CreateKey over the quota over %s reached a world:\n%s", transport, strings.Join(calls, "\n"))
+					t.Errorf("CreateKey over a quota over %s reached a world: %s", transport, strings.Join(calls, "; "))
 				}
-				if st := status.Convert(err); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "Account quota reached: 'keys' allows 3 unrevoked keys") {
-					t.Errorf("CreateKey over the quota with %s bound to %v over %s: %v", k, bound, transport, err)
+				if st := status.Convert(err); st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), tc.want) {
+					t.Errorf("CreateKey bound to %v over %s: %v, want PermissionDenied with %q", bound, transport, err, tc.want)
 				}
 			}
 		}
