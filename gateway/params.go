@@ -67,6 +67,9 @@ func decodeParams(msg proto.Message, body []byte, query url.Values) error {
 func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 	m := msg.ProtoReflect()
 	md := m.Descriptor()
+	if err := unknownMember(md, fields); err != nil {
+		return err
+	}
 	rest := fields
 	var raws []protoreflect.FieldDescriptor
 	valid := true
@@ -91,6 +94,37 @@ func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 	}
 	for _, fd := range raws {
 		m.Set(fd, protoreflect.ValueOfMessage(jsonvalue.RawStruct(fields[fd.JSONName()]).ProtoReflect()))
+	}
+	return nil
+}
+
+// unknownMember refuses a member that an object parameter of the
+// contract's own (an account's quotas, a sum of currency) does not have,
+// naming it and the members it does have. Unknown top-level parameters are
+// ignored, as callers of the existing relay send some; inside such an
+// object, an unknown member is a misspelt one (`quotas.key`), which would
+// otherwise be dropped without a word and leave the caller believing it
+// set.
+func unknownMember(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage) error {
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		fd := fieldByName(md, name)
+		if fd == nil || fd.IsList() || fd.IsMap() || scalarOf(fd) != 0 || fd.Message().ParentFile().Package() == "google.protobuf" {
+			continue
+		}
+		var members map[string]json.RawMessage
+		if json.Unmarshal(fields[name], &members) != nil {
+			continue // not an object: refused as such
+		}
+		for _, member := range slices.Sorted(maps.Keys(members)) {
+			if fieldByName(fd.Message(), member) == nil {
+				known := fd.Message().Fields()
+				names := make([]string, 0, known.Len())
+				for i := range known.Len() {
+					names = append(names, known.Get(i).JSONName())
+				}
+				return paramErrorf("'%s.%s' is not one of its members (%s)", fd.JSONName(), member, strings.Join(names, ", "))
+			}
+		}
 	}
 	return nil
 }

@@ -40,6 +40,8 @@ func TestMergeParams(t *testing.T) {
 		{"null is absent", search, `{"query":null}`, "query=Aria", `{"query":"Aria"}`, ""},
 		{"nested message checked", transfer, `{"currency":{"gp":"5"}}`, "", `{"currency":{"gp":5}}`, ""},
 		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'currency.gp' must be a number"},
+		{"nested message member unknown", transfer, `{"currency":{"gold":5}}`, "", "", "'currency.gold' is not one of its members (pp, gp, ep, sp, cp)"},
+		{"nested message with known members", transfer, `{"currency":{"gp":5,"sp":1}}`, "", `{"currency":{"gp":5,"sp":1}}`, ""},
 		{"not a number", rest, `{"autoHDThreshold":"NaN"}`, "", "", "'autoHDThreshold' must be a number"},
 		{"infinity in a query", rest, "", "autoHDThreshold=Infinity", "", "'autoHDThreshold' must be a number"},
 		{"out of range", search, "", "limit=2147483648", "", "'limit' is out of range"},
