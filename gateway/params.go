@@ -67,6 +67,9 @@ func decodeParams(msg proto.Message, body []byte, query url.Values) error {
 func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 	m := msg.ProtoReflect()
 	md := m.Descriptor()
+	if err := unknownMember(md, fields); err != nil {
+		return err
+	}
 	rest := fields
 	var raws []protoreflect.FieldDescriptor
 	valid := true
@@ -87,10 +90,41 @@ func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 	}
 	if !valid || !setStrings(m, rest) && paramsJSON.Unmarshal(appendObject(nil, rest), msg) != nil {
 		proto.Reset(msg)
-		return refusal(md, fields)
+		return refusal(md, fields, "")
 	}
 	for _, fd := range raws {
 		m.Set(fd, protoreflect.ValueOfMessage(jsonvalue.RawStruct(fields[fd.JSONName()]).ProtoReflect()))
+	}
+	return nil
+}
+
+// unknownMember refuses a member that an object parameter of the
+// contract's own (an account's quotas, a sum of currency) does not have,
+// naming it and the members it does have. Unknown top-level parameters are
+// ignored, as callers of the existing relay send some; inside such an
+// object, an unknown member is a misspelt one (`quotas.key`), which would
+// otherwise be dropped without a word and leave the caller believing it
+// set.
+func unknownMember(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage) error {
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		fd := fieldByName(md, name)
+		if fd == nil || fd.IsList() || fd.IsMap() || scalarOf(fd) != 0 || fd.Message().ParentFile().Package() == "google.protobuf" {
+			continue
+		}
+		var members map[string]json.RawMessage
+		if json.Unmarshal(fields[name], &members) != nil {
+			continue // not an object: refused as such
+		}
+		for _, member := range slices.Sorted(maps.Keys(members)) {
+			if fieldByName(fd.Message(), member) == nil {
+				known := fd.Message().Fields()
+				names := make([]string, 0, known.Len())
+				for i := range known.Len() {
+					names = append(names, known.Get(i).JSONName())
+				}
+				return paramErrorf("'%s.%s' is not one of its members (%s)", fd.JSONName(), member, strings.Join(names, ", "))
+			}
+		}
 	}
 	return nil
 }
@@ -445,12 +479,15 @@ func scalarOf(fd protoreflect.FieldDescriptor) protoreflect.Kind {
 }
 
 // refusal names the parameter protojson refused among fields (each tried
-// alone, in order of name) and says what it must be.
-func refusal(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage) error {
+// alone, in order of name) and says what it must be. A member of a nested
+// object is named with its path from the request's top, after prefix
+// (`quotas.keys`), so that it cannot be taken for a top-level parameter of
+// the same name.
+func refusal(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage, prefix string) error {
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		fd := fieldByName(md, name)
 		if fd != nil && !accepted(md, fd, fields[name]) {
-			return fieldRefusal(fd, fields[name])
+			return fieldRefusal(fd, fields[name], prefix)
 		}
 	}
 	return paramErrorf("Invalid parameters")
@@ -462,9 +499,10 @@ func accepted(md protoreflect.MessageDescriptor, fd protoreflect.FieldDescriptor
 	return paramsJSON.Unmarshal(obj, newMessage(md)) == nil
 }
 
-// fieldRefusal says what a refused field's value must be.
-func fieldRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
-	name := fd.JSONName()
+// fieldRefusal says what a refused field's value must be, naming the field
+// after prefix.
+func fieldRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage, prefix string) error {
+	name := prefix + fd.JSONName()
 	switch {
 	case fd.IsMap():
 		return paramErrorf("'%s' must be a JSON object", name)
@@ -475,17 +513,18 @@ func fieldRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
 		}
 		for _, item := range items {
 			if !accepted(fd.ContainingMessage(), fd, json.RawMessage("["+string(item)+"]")) {
-				return valueRefusal(fd, item)
+				return valueRefusal(fd, item, prefix)
 			}
 		}
 		return paramErrorf("'%s' must be an array", name)
 	}
-	return valueRefusal(fd, raw)
+	return valueRefusal(fd, raw, prefix)
 }
 
-// valueRefusal says what one value of a field must be.
-func valueRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
-	name := fd.JSONName()
+// valueRefusal says what one value of a field must be, naming the field
+// after prefix.
+func valueRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage, prefix string) error {
+	name := prefix + fd.JSONName()
 	switch kind := scalarOf(fd); kind {
 	case protoreflect.BoolKind:
 		return paramErrorf("'%s' must be true or false", name)
@@ -513,9 +552,10 @@ func valueRefusal(fd protoreflect.FieldDescriptor, raw json.RawMessage) error {
 		if json.Unmarshal(raw, &members) != nil || members == nil {
 			return paramErrorf("'%s' must be a JSON object", name)
 		}
-		// A message of our own (a Currency): name the member at fault.
+		// A message of our own (a Currency): name the member at fault
+		// by its path.
 		if fd.Message().ParentFile().Package() != "google.protobuf" {
-			return refusal(fd.Message(), members)
+			return refusal(fd.Message(), members, name+".")
 		}
 		return paramErrorf("'%s' must be a JSON object", name)
 	}
