@@ -3,8 +3,8 @@ package observe
 import (
 	"bytes"
 	"context"
-	"io"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
