@@ -300,7 +300,9 @@ func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, r
 		ctx, cancel = context.WithTimeout(ctx, g.unaryTimeout)
 		defer cancel()
 	}
-	r = r.WithContext(ctx)
+	// The call's context goes to grpc-gateway's functions as their own
+	// argument; they read only the request's headers, so the request is
+	// not copied to carry it.
 	_, out := runtime.MarshalerForRequest(g.mux, r)
 	ctx, err := g.annotate(ctx, r, rt)
 	if err != nil {
