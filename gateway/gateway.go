@@ -333,7 +333,8 @@ func (g *gateway) callUnary(w http.ResponseWriter, r *http.Request, rt *route, r
 }
 
 // annotate returns ctx with the outgoing metadata of a unary call: the API
-// key, and a deferred parameter error (invalidParamsMD). It is what
+// key, the Authorization header, and a deferred parameter error
+// (invalidParamsMD). It is what
 // runtime.AnnotateContext makes of a request with the mux's options,
 // built directly: grpc-gateway's version copies every header through
 // the matcher and joins several metadata maps, a good share of a small
@@ -366,6 +367,18 @@ func (g *gateway) annotate(ctx context.Context, r *http.Request, rt *route) (con
 		}
 		md[wire.APIKeyHeader] = append(md[wire.APIKeyHeader], v)
 	}
+	for _, v := range r.Header[authorizationHeaderKey] {
+		// grpc-gateway passes the Authorization header on as
+		// "authorization", whatever the matcher says: the server reads it
+		// only to tell a caller who sent a bearer token where the key goes.
+		if !printableASCII(v) {
+			continue
+		}
+		if md == nil {
+			md = make(metadata.MD, 2)
+		}
+		md["authorization"] = append(md["authorization"], v)
+	}
 	if msg, ok := ctx.Value(invalidParamsKey{}).(string); ok {
 		if md == nil {
 			md = make(metadata.MD, 1)
@@ -381,8 +394,9 @@ func (g *gateway) annotate(ctx context.Context, r *http.Request, rt *route) (con
 // grpcTimeoutHeader and apiKeyHeaderKey are header names as net/http
 // keys them.
 var (
-	grpcTimeoutHeader = http.CanonicalHeaderKey("Grpc-Timeout")
-	apiKeyHeaderKey   = http.CanonicalHeaderKey(wire.APIKeyHeader)
+	grpcTimeoutHeader      = http.CanonicalHeaderKey("Grpc-Timeout")
+	apiKeyHeaderKey        = http.CanonicalHeaderKey(wire.APIKeyHeader)
+	authorizationHeaderKey = http.CanonicalHeaderKey("Authorization")
 )
 
 // printableASCII reports whether s is a valid gRPC metadata text value:
