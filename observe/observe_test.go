@@ -2,9 +2,7 @@ package observe
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -93,23 +91,5 @@ func TestAccessLabelsAndPassThrough(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "t0p") {
 		t.Error("the query string was logged")
-	}
-}
-
-// TestAccessLineAllocations: an access line with every attribute costs the
-// record one allocation for its attributes, however many optional ones it
-// carries, besides what the handler itself does (none for slog's JSON
-// handler, which pools its buffers).
-func TestAccessLineAllocations(t *testing.T) {
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	r := httptest.NewRequest(http.MethodGet, "/get?uuid=x", nil)
-	aw := &accessWriter{ResponseWriter: httptest.NewRecorder(), status: 200, bytes: 33328}
-	rec := RecordFields{Route: "/get", RequestID: "get_1", KeyID: "0123456789abcdef", World: "demo", User: "Alice",
-		RPC: "/relay.v1.DocumentService/GetDocument", Code: "OK", Error: "none"}
-	ctx := context.Background()
-	if n := testing.AllocsPerRun(200, func() {
-		writeAccessLine(ctx, log, r, r.URL.Path, aw, &rec, 200, time.Millisecond)
-	}); n > 1 {
-		t.Fatalf("%v allocations per access line, want at most 1", n)
 	}
 }
