@@ -155,7 +155,7 @@ func (r *report) writeTable(w io.Writer) {
 	if r.RatePerSecond > 0 {
 		fmt.Fprintf(w, "open loop: %g requests/s on a fixed schedule, latency counted from each request's scheduled start\n", r.RatePerSecond)
 	}
-	fmt.Fprintf(w, "one-minute load average: %s before, %s after (raised by the run itself); other processes' CPU during the measurement: %s\n",
+	fmt.Fprintf(w, "one-minute load average: %s before, %s after (which the run itself raises); other processes' CPU during the measurement: %s\n",
 		loadText(r.LoadAverageBefore), loadText(r.LoadAverageAfter), coresText(r.OtherCPUCores))
 	if warning := quietnessWarning(r.LoadAverageBefore, r.OtherCPUCores); warning != "" {
 		fmt.Fprintf(w, "WARNING: the relay's measurement: %s\n", warning)
