@@ -25,6 +25,21 @@ import (
 type Record struct {
 	mu sync.Mutex
 	RecordFields
+	// detached is set by Detach: the answer goes on after the handler
+	// returned, and the access line waits for its end. tail is the end's
+	// outcome once it came; written, set by the middleware once the
+	// handler returned, writes the line.
+	detached bool
+	tail     *DetachedEnd
+	written  func(DetachedEnd)
+}
+
+// DetachedEnd is how a detached answer ended (see Record.Detach): the
+// bytes written after the handler returned, and the RPC's final outcome.
+type DetachedEnd struct {
+	Bytes int64
+	// Code and Error replace the record's when Code is set.
+	Code, Error string
 }
 
 // RecordFields are a Record's values.
@@ -109,4 +124,50 @@ func (r *Record) Fields() RecordFields {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.RecordFields
+}
+
+// Detach tells the access middleware that the answer goes on after the
+// handler returns (an event stream that took its connection over): the
+// request's line and metrics then wait for the returned function, which
+// the answer's owner calls once, when the answer ended. The line records
+// the whole answer's duration, bytes and outcome.
+func (r *Record) Detach() (ended func(DetachedEnd)) {
+	r.mu.Lock()
+	r.detached = true
+	r.mu.Unlock()
+	return func(end DetachedEnd) {
+		r.mu.Lock()
+		if r.tail != nil {
+			r.mu.Unlock()
+			return
+		}
+		r.tail = &end
+		write := r.written
+		r.written = nil
+		r.mu.Unlock()
+		if write != nil {
+			write(end)
+		}
+	}
+}
+
+// isDetached reports whether Detach was called.
+func (r *Record) isDetached() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.detached
+}
+
+// whenEnded calls write with the end of a detached answer: now, when it
+// ended already, or when it ends.
+func (r *Record) whenEnded(write func(DetachedEnd)) {
+	r.mu.Lock()
+	if r.tail == nil {
+		r.written = write
+		r.mu.Unlock()
+		return
+	}
+	end := *r.tail
+	r.mu.Unlock()
+	write(end)
 }
