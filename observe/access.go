@@ -60,13 +60,13 @@ func Access(next http.Handler, opts AccessOptions) http.Handler {
 			// 414) has the id the gateway issued in its header.
 			line.requestIDHeader = aw.Header().Get("X-Request-Id")
 		}
-		if aw.rec.isDetached() {
+		if answer := aw.rec.detachedAnswer(); answer != nil {
 			// The answer goes on (an event stream that took its
 			// connection over): its line waits for the end, holding only
 			// what it needs, not the request.
 			detached := new(accessLine)
 			*detached = line
-			aw.rec.whenEnded(func(end DetachedEnd) {
+			answer.whenEnded(func(end DetachedEnd) {
 				detached.finish(context.Background(), opts, end)
 			})
 			return

@@ -26,12 +26,8 @@ type Record struct {
 	mu sync.Mutex
 	RecordFields
 	// detached is set by Detach: the answer goes on after the handler
-	// returned, and the access line waits for its end. tail is the end's
-	// outcome once it came; written, set by the middleware once the
-	// handler returned, writes the line.
-	detached bool
-	tail     *DetachedEnd
-	written  func(DetachedEnd)
+	// returned, and the access line waits for its end.
+	detached *detachedAnswer
 }
 
 // DetachedEnd is how a detached answer ended (see Record.Detach): the
@@ -130,44 +126,59 @@ func (r *Record) Fields() RecordFields {
 // handler returns (an event stream that took its connection over): the
 // request's line and metrics then wait for the returned function, which
 // the answer's owner calls once, when the answer ended. The line records
-// the whole answer's duration, bytes and outcome.
+// the whole answer's duration, bytes and outcome. The function holds
+// nothing of the request.
 func (r *Record) Detach() (ended func(DetachedEnd)) {
+	d := &detachedAnswer{}
 	r.mu.Lock()
-	r.detached = true
+	r.detached = d
 	r.mu.Unlock()
-	return func(end DetachedEnd) {
-		r.mu.Lock()
-		if r.tail != nil {
-			r.mu.Unlock()
-			return
-		}
-		r.tail = &end
-		write := r.written
-		r.written = nil
-		r.mu.Unlock()
-		if write != nil {
-			write(end)
-		}
+	return d.end
+}
+
+// detachedAnswer is the end of a detached answer: tail is its outcome once
+// it came; written, set by the middleware once the handler returned,
+// writes the line.
+type detachedAnswer struct {
+	mu      sync.Mutex
+	tail    *DetachedEnd
+	written func(DetachedEnd)
+}
+
+// end records the answer's end and writes its line when the middleware is
+// done with the handler.
+func (d *detachedAnswer) end(end DetachedEnd) {
+	d.mu.Lock()
+	if d.tail != nil {
+		d.mu.Unlock()
+		return
+	}
+	d.tail = &end
+	write := d.written
+	d.written = nil
+	d.mu.Unlock()
+	if write != nil {
+		write(end)
 	}
 }
 
-// isDetached reports whether Detach was called.
-func (r *Record) isDetached() bool {
+// detachedAnswer returns the record's detached answer, or nil.
+func (r *Record) detachedAnswer() *detachedAnswer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.detached
 }
 
-// whenEnded calls write with the end of a detached answer: now, when it
+// whenEnded calls write with the end of the detached answer: now, when it
 // ended already, or when it ends.
-func (r *Record) whenEnded(write func(DetachedEnd)) {
-	r.mu.Lock()
-	if r.tail == nil {
-		r.written = write
-		r.mu.Unlock()
+func (d *detachedAnswer) whenEnded(write func(DetachedEnd)) {
+	d.mu.Lock()
+	if d.tail == nil {
+		d.written = write
+		d.mu.Unlock()
 		return
 	}
-	end := *r.tail
-	r.mu.Unlock()
+	end := *d.tail
+	d.mu.Unlock()
 	write(end)
 }
