@@ -375,3 +375,19 @@ func bareStream(port int, request, buf []byte) (int, error) {
 	}
 	return fd, nil
 }
+
+// Streams opened after others ended still get their events.
+func TestDetachedStreamsAfterOthersEnded(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.MetricsListen = "127.0.0.1:0" })
+	for round := range 3 {
+		s := openRawStream(t, tr.Addr(), "/actor/subscribe?actorUuid="+relaytest.AriaUUID, tr.AdminKey, 0)
+		s.expect("connected")
+		tr.setHP(relaytest.AriaUUID, 10+round)
+		s.expect("actor-update")
+		_ = s.conn.Close()
+		if !pollUntil(3*time.Second, func() bool { return openSubscriptions(t, tr) == 0 }) {
+			t.Fatalf("round %d: the stream's subscription is still open 3s after its client left", round)
+		}
+	}
+}
