@@ -99,13 +99,6 @@ func (p *poller) remove(fd int, token uint64) {
 	p.mu.Unlock()
 }
 
-// watched reports how many streams the poller watches.
-func (p *poller) watched() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.streams)
-}
-
 // wait takes the descriptors' events, for ever.
 func (p *poller) wait() {
 	events := make([]syscall.EpollEvent, 256)

@@ -16,5 +16,4 @@ func streamPoller() (*poller, error) { return nil, errors.ErrUnsupported }
 func (*poller) add(int, *sseWriter) (uint64, error) { return 0, errors.ErrUnsupported }
 func (*poller) watchWrites(int, uint64, bool) error { return errors.ErrUnsupported }
 func (*poller) remove(int, uint64)                  {}
-func (*poller) watched() int                        { return 0 }
 func readFD(int, []byte) (int, error)               { return 0, errors.ErrUnsupported }
