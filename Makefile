@@ -68,6 +68,27 @@ sdk-test: $(SDK_TS_DEPS) ## build and test the TypeScript client against a relay
 	go build -o bin/relay-sdk-test ./cmd/relay
 	cd $(SDK_TS) && RELAY_BIN="$(CURDIR)/bin/relay-sdk-test" npm test
 
+# The Python client (sdk/python): pure Python on Debian's packages
+# (python3-requests, python3-grpcio, python3-protobuf, python3-pytest;
+# protobuf-compiler and protobuf-compiler-grpc for its gRPC stubs), run by
+# Debian's interpreter, which sees them. The stubs are generated into
+# sdk/python/gen on every run, as the TypeScript client's types are.
+PYTHON ?= /usr/bin/python3
+
+.PHONY: sdk-python-generate
+sdk-python-generate: ## generate the Python client's gRPC stubs into sdk/python/gen
+	./sdk/python/generate.sh
+
+.PHONY: sdk-python-test
+sdk-python-test: sdk-python-generate ## test the Python client against a relay it starts
+	go build -o bin/relay-sdk-test ./cmd/relay
+	cd sdk/python && RELAY_BIN="$(CURDIR)/bin/relay-sdk-test" PYTHONPATH="$(CURDIR)/sdk/python" \
+		$(PYTHON) -m pytest -p no:cacheprovider -q tests
+
+.PHONY: image
+image: ## build the container image (Containerfile) with buildah from a static binary that is run and checked first
+	./scripts/image.sh
+
 .PHONY: lint
 lint: ## gofmt, go vet, staticcheck, deadcode
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
@@ -112,7 +133,7 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 	cd $(DOCS_SITE) && node check-links.mjs build/docs/.vitepress/dist ../../README.md
 
 .PHONY: test
-test: lint check-generate contract lint-openapi docs-check docs-site sdk-test ## every check and test (what CI runs)
+test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
 	go test -race -count=1 ./...
 
 .PHONY: test-short

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -31,6 +32,11 @@ type Config struct {
 	// (--cluster-secret). Routes are not encrypted: keep the route ports
 	// on a private network.
 	ClusterSecret string
+	// ClusterSecretFile, when set, is a file holding ClusterSecret (its
+	// surrounding white space ignored), read by Check
+	// (--cluster-secret-file): unlike a flag, a file does not show in the
+	// process list.
+	ClusterSecretFile string
 	// ClusterName is the NATS cluster's name; every node of a cluster
 	// must use the same one ("relay" when empty).
 	ClusterName string
@@ -70,6 +76,14 @@ const (
 	DefaultStartTimeout   = 60 * time.Second
 	DefaultClusterName    = "relay"
 )
+
+// MinClusterSecretBytes is the shortest cluster secret a node accepts:
+// the route port answers anyone who reaches it, so the secret must be out
+// of reach of guessing (`openssl rand -hex 32` prints 64 characters).
+const MinClusterSecretBytes = 32
+
+// maxClusterSecretFileBytes bounds the file read for the secret.
+const maxClusterSecretFileBytes = 4 << 10
 
 // Enabled reports whether the configuration asks for a cluster: an
 // embedded NATS server with routes, or an existing NATS system. Without
@@ -116,6 +130,9 @@ func (c *Config) Check() error {
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		return errors.New("--nats-tls-cert and --nats-tls-key go together")
 	}
+	if err := c.readSecret(); err != nil {
+		return err
+	}
 	if c.Embedded() {
 		if c.ClusterListen == "" {
 			return errors.New("--cluster-peers needs --cluster-listen: the address where this node's peers reach it")
@@ -148,6 +165,36 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--cluster-lease must be at least 500ms, not %v", c.LeaseTTL)
 	case c.ForwardTimeout < 0:
 		return fmt.Errorf("--cluster-forward-timeout must not be negative, not %v", c.ForwardTimeout)
+	}
+	return nil
+}
+
+// readSecret takes the cluster secret from its file when one is named, and
+// refuses a secret too short to resist guessing.
+func (c *Config) readSecret() error {
+	if c.ClusterSecretFile != "" {
+		if c.ClusterSecret != "" {
+			return errors.New("--cluster-secret and --cluster-secret-file exclude each other: give the secret once")
+		}
+		f, err := os.Open(c.ClusterSecretFile)
+		if err != nil {
+			return fmt.Errorf("--cluster-secret-file: %w", err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, maxClusterSecretFileBytes+1))
+		if err != nil {
+			return fmt.Errorf("--cluster-secret-file: %w", err)
+		}
+		if len(b) > maxClusterSecretFileBytes {
+			return fmt.Errorf("--cluster-secret-file: %s is larger than %d bytes: it must hold only the secret", c.ClusterSecretFile, maxClusterSecretFileBytes)
+		}
+		c.ClusterSecret = strings.TrimSpace(string(b))
+		if c.ClusterSecret == "" {
+			return fmt.Errorf("--cluster-secret-file: %s is empty", c.ClusterSecretFile)
+		}
+	}
+	if c.ClusterSecret != "" && len(c.ClusterSecret) < MinClusterSecretBytes {
+		return fmt.Errorf("--cluster-secret must be at least %d bytes, not %d: a short secret can be guessed on the route port (make one with `openssl rand -hex 32`)", MinClusterSecretBytes, len(c.ClusterSecret))
 	}
 	return nil
 }

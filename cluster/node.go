@@ -167,6 +167,11 @@ func (n *Node) startEmbedded() error {
 			Username: secretUser(n.cfg.ClusterSecret),
 			Password: n.cfg.ClusterSecret,
 		}
+		if n.cfg.ClusterSecret != "" {
+			// The relay checks the secret itself, to limit wrong ones
+			// per address.
+			opts.CustomRouterAuthentication = newRouteAuth(routeUser, n.cfg.ClusterSecret, n.log)
+		}
 	}
 	if n.cfg.ClusterSecret == "" && !loopback(host) {
 		n.log.Warn("the cluster's route port is open to the network without --cluster-secret: any host that reaches it can join the cluster and act for any caller", "addr", n.cfg.ClusterListen)

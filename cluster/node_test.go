@@ -1,9 +1,13 @@
 package cluster_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -112,10 +116,32 @@ func TestConfigCheck(t *testing.T) {
 		{cluster.Config{ClusterListen: "nope"}, "--cluster-listen must be host:port"},
 		{cluster.Config{ClusterListen: "a:1", NodeName: "a.b"}, "--node-name"},
 		{cluster.Config{NATSURL: "nats://x", NATSTLSCert: "c"}, "go together"},
+		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecret: "hunter2hunter2"}, "--cluster-secret must be at least 32 bytes, not 14"},
+		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecret: strings.Repeat("s", 32), ClusterSecretFile: "f"}, "exclude each other"},
+		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecretFile: "/nonexistent/secret"}, "--cluster-secret-file"},
 	} {
 		err := tc.cfg.Check()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+	// The secret from a file, white space around it ignored; a short one
+	// there is refused as on the command line.
+	dir := t.TempDir()
+	good := strings.Repeat("0123456789abcdef", 4)
+	for name, text := range map[string]string{"good": good + "\n", "short": "tooshort\n", "empty": "\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromFile := cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecretFile: filepath.Join(dir, "good")}
+	if err := fromFile.Check(); err != nil || fromFile.ClusterSecret != good {
+		t.Fatalf("secret from a file: %v, %q", err, fromFile.ClusterSecret)
+	}
+	for name, want := range map[string]string{"short": "at least 32 bytes, not 8", "empty": "is empty"} {
+		c := cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecretFile: filepath.Join(dir, name)}
+		if err := c.Check(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("secret file %s: %v, want %q", name, err, want)
 		}
 	}
 	var off cluster.Config
@@ -132,4 +158,45 @@ func testLog(t *testing.T) *slog.Logger {
 	}
 	level := slog.LevelDebug
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// TestClusterSecretLimitsWrongPasswords: nodes that share a secret form a
+// cluster; on a node's route port, an address that presents wrong secrets
+// is refused, and past its allowance it is refused with the right secret
+// too.
+func TestClusterSecretLimitsWrongPasswords(t *testing.T) {
+	t.Parallel()
+	secret := strings.Repeat("0123456789abcdef", 3)
+	cfgs := clustertest.Configs(t, 3, time.Second)
+	for i := range cfgs {
+		cfgs[i].ClusterSecret = secret
+	}
+	nodes := startNodes(t, cfgs)
+	if nodes[0].Replicas() != 3 {
+		t.Fatalf("replicas %d, want 3: the nodes did not form a cluster with their secret", nodes[0].Replicas())
+	}
+	route := func(pass string) string {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", cfgs[0].ClusterListen, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		r := bufio.NewReader(conn)
+		if _, err := r.ReadString('\n'); err != nil { // the server's INFO
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "CONNECT {\"verbose\":false,\"pedantic\":false,\"user\":%q,\"pass\":%q,\"name\":\"intruder\",\"cluster\":\"relay\"}\r\nPING\r\n", "relay", pass)
+		line, _ := r.ReadString('\n')
+		return strings.TrimSpace(line)
+	}
+	for i := range cluster.RouteFailuresPerMinute {
+		if got := route("wrong-secret-" + fmt.Sprint(i)); !strings.Contains(got, "Authorization Violation") {
+			t.Fatalf("wrong secret %d: %q, want an authorization violation", i+1, got)
+		}
+	}
+	if got := route(secret); !strings.Contains(got, "Authorization Violation") {
+		t.Fatalf("the right secret from an address past its allowance: %q, want an authorization violation", got)
+	}
 }

@@ -72,9 +72,11 @@ type Options struct {
 	// Admit, when set, decides from the headers alone whether a REST call
 	// may go on, before any of its body is read: method is the route's RPC,
 	// apiKey the `X-Api-Key` header, ticket an event stream's `ticket`
-	// query parameter, remoteAddr the caller's address. A non-nil error is
+	// query parameter, authorization the Authorization header (read only
+	// to tell a caller who sent a bearer token which header to use),
+	// remoteAddr the caller's address. A non-nil error is
 	// a gRPC status, answered as such (401, 429 with Retry-After).
-	Admit func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	Admit func(ctx context.Context, method, apiKey, ticket, authorization, remoteAddr string) error
 	// CORSOrigins are the origins whose web pages may call the API from a
 	// browser (see cors.go): exact origins as ParseCORSOrigins reads them,
 	// or `*` for every origin. None when empty.
@@ -113,7 +115,7 @@ type gateway struct {
 	unaryTimeout   time.Duration
 	keepaliveEvery time.Duration
 	spoolDir       string
-	admit          func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error
+	admit          func(ctx context.Context, method, apiKey, ticket, authorization, remoteAddr string) error
 	cors           *cors
 	build          BuildInfo
 }
@@ -385,7 +387,7 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	if isEventStream(rt) {
 		ticket = r.URL.Query().Get(wire.TicketParam)
 	}
-	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(wire.APIKeyHeader), ticket, r.RemoteAddr)
+	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(wire.APIKeyHeader), ticket, r.Header.Get("Authorization"), r.RemoteAddr)
 	if err == nil {
 		return true
 	}

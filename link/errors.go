@@ -42,6 +42,12 @@ var (
 	ErrTokenRejected = errors.New("Authentication failed")
 	// ErrUnknownWorld: no linked world has that clientId (404).
 	ErrUnknownWorld = errors.New("linked world not found")
+	// ErrCodeForNewWorld: a code made for a new world was presented with
+	// the clientId and server fingerprint of a world paired before (403).
+	// Pairing a known world again takes a code made for that world, by a
+	// key that may manage it; the fingerprint is no secret and proves
+	// nothing.
+	ErrCodeForNewWorld = errors.New("pairing code for a new world")
 )
 
 // CallError is the failure of one call to a linked world: its kind (one of

@@ -243,12 +243,12 @@ func TestRepairKeepsClientIDAndRevokesTheOldToken(t *testing.T) {
 	tt := e.connected()
 	clientID, oldToken := tt.Credentials()
 
-	// Paired again with the same fingerprint and its clientId: the same
-	// world, a new token, and the connection made with the old token is
-	// told to come back with the new one.
+	// Paired again with a code made for it: the same world, a new token,
+	// and the connection made with the old token is told to come back
+	// with the new one.
 	again := e.tabletop()
 	again.SetCredentials(clientID, "")
-	res, err := again.Pair(ctx, e.code(""))
+	res, err := again.Pair(ctx, e.code(clientID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +288,55 @@ func TestRepairKeepsClientIDAndRevokesTheOldToken(t *testing.T) {
 	// A code for a world that is not linked cannot be made.
 	if _, _, err := e.svc.CreatePairingCode(ctx, "demo", "test"); !errors.Is(err, link.ErrUnknownWorld) || !errors.Is(err, world.ErrNotFound) {
 		t.Fatalf("code for an unknown world: %v", err)
+	}
+}
+
+// TestCodeForNewWorldCannotTakeOverAWorld presents a code made for a new
+// world with a linked world's clientId and fingerprint (neither is a
+// secret): the pairing is refused with 403 naming the field, the world
+// keeps its connection and token, and a code made for the world still
+// pairs it again.
+func TestCodeForNewWorldCannotTakeOverAWorld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	tt := e.connected()
+	clientID, token := tt.Credentials()
+
+	intruder := e.tabletop()
+	intruder.SetCredentials(clientID, "")
+	_, err := intruder.Pair(ctx, e.code(""))
+	var he *linktest.HTTPError
+	if !errors.As(err, &he) || he.Status != http.StatusForbidden ||
+		!strings.Contains(he.Msg, "'existingClientId'") || !strings.Contains(he.Msg, clientID) {
+		t.Fatalf("a new world's code presented for %s: %v, want 403 naming existingClientId", clientID, err)
+	}
+	if got, _ := intruder.Credentials(); got != clientID {
+		t.Fatalf("the refused pairing changed the intruder's credentials to %q", got)
+	}
+	// Nothing changed: the world's socket stays and its token still works.
+	time.Sleep(50 * time.Millisecond)
+	if !tt.Connected() {
+		t.Fatal("the refused pairing closed the world's connection")
+	}
+	if _, _, err := e.svc.Pairings().Authenticate(ctx, token); err != nil {
+		t.Fatalf("the world's token after a refused pairing: %v", err)
+	}
+	// Without the fingerprint the same code's kind pairs a new world.
+	stranger := e.tabletop(func(c *linktest.Config) { c.ServerFingerprint = "stranger" })
+	stranger.SetCredentials(clientID, "")
+	res, err := stranger.Pair(ctx, e.code(""))
+	if err != nil || res.ClientID == clientID || res.ClientID == "" {
+		t.Fatalf("another fingerprint with a new world's code: %+v, %v; want a new world", res, err)
+	}
+	if !tt.Connected() {
+		t.Fatal("a new world's pairing closed another world's connection")
+	}
+	// The honest module with a code made for its world pairs again.
+	honest := e.tabletop()
+	honest.SetCredentials(clientID, "")
+	if res, err := honest.Pair(ctx, e.code(clientID)); err != nil || res.ClientID != clientID {
+		t.Fatalf("a code made for %s: %+v, %v", clientID, res, err)
 	}
 }
 
@@ -349,8 +398,8 @@ func TestUnpairRevokesAndDisconnects(t *testing.T) {
 	if _, _, err := e.svc.Unpair(ctx, "fvtt_0000000000000000"); !errors.Is(err, link.ErrUnknownWorld) {
 		t.Fatalf("unpair unknown: %v", err)
 	}
-	// A new pairing with the same fingerprint restores the world.
-	res, err := tt.Pair(ctx, e.code(""))
+	// A new pairing with a code made for the world restores it.
+	res, err := tt.Pair(ctx, e.code(clientID))
 	if err != nil || res.ClientID != clientID {
 		t.Fatalf("re-pair after unpair: %+v %v", res, err)
 	}
@@ -587,6 +636,45 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	}
 	if e.svc.Hub().Online(clientID) {
 		t.Fatal("dead world still online")
+	}
+}
+
+// TestHeldReaderIsNotTakenForADeadPeer: while the world's events are
+// held back (the receiver of events takes longer than several ping
+// intervals, as back-pressure does when the relay processes a flood
+// slowly), the socket's reader cannot read pongs; the connection must stay
+// open, and the world online, once the events go through.
+func TestHeldReaderIsNotTakenForADeadPeer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	e := newEnv(t, func(c *link.Config) {
+		c.Hub.PingInterval = 100 * time.Millisecond
+		c.Hub.OnEvent = func(_ string, ev link.Event) {
+			select {
+			case held <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+	})
+	tt := e.connected()
+	clientID, _ := tt.Credentials()
+	if err := tt.Emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{}}); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	time.Sleep(time.Second) // ten ping intervals with the reader held
+	if !e.svc.Hub().Online(clientID) {
+		t.Fatal("the world went offline while its reader was held by back-pressure")
+	}
+	close(release)
+	if err := tt.Emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{}}); err != nil {
+		t.Fatalf("the tabletop's connection did not survive: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !e.svc.Hub().Online(clientID) {
+		t.Fatal("the world went offline after its reader was released")
 	}
 }
 
@@ -904,8 +992,9 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 		c.Hub.ReplyTimeout = time.Minute
 		c.Hub.PingInterval = time.Minute // the write time-out must do it alone
 		// Long enough for every request to be queued while the writer
-		// is stuck, so that the queue fills whatever the machine's pace.
-		c.Hub.WriteTimeout = 2 * time.Second
+		// is stuck, so that the queue fills whatever the machine's pace
+		// (with both cores busy, starting the callers took over 2 s).
+		c.Hub.WriteTimeout = 5 * time.Second
 		c.Hub.SendQueue = 1 // raised to the smallest queue that works
 	})
 	tt := e.connected(func(c *linktest.Config) { c.ReadBuffer = 64 << 10 })
@@ -937,7 +1026,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 			default:
 				t.Fatalf("request to a world that does not read: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(15 * time.Second):
 			t.Fatal("a request still waits on a world that does not read (reply time-out is a minute)")
 		}
 	}

@@ -82,7 +82,7 @@ func NewPairings(store Store, now func() time.Time, taken func(clientID string) 
 // NewCode issues a pairing code and returns it with its record; the code
 // itself is not stored and is shown only here. With a clientId, the code
 // pairs only that linked world again (ErrUnknownWorld when there is none);
-// without one, a new world or one the module proves it paired before.
+// without one, only a new world.
 // createdBy is the id of the API key that asked, for the record.
 func (p *Pairings) NewCode(ctx context.Context, clientID, createdBy string) (string, Code, error) {
 	return p.NewCodeIn(ctx, "", clientID, createdBy)
@@ -222,12 +222,14 @@ func (r *PairRequest) validate() (code string, err error) {
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // Pair consumes the request's code and pairs the world: a code for one
-// world pairs that world again; otherwise the world keeps its clientId
-// when the module presents it (existingClientId) with the fingerprint it
-// was paired with, and gets a new one in every other case. The world's
-// earlier tokens stop working. A bad parameter is world.ErrInvalid naming
-// it; a code that is unknown, used or expired ErrCodeRejected. The code is
-// used up even when storing the pairing then fails.
+// world pairs that world again, and only such a code does; a code for a
+// new world pairs a new world with a new clientId, and is refused with
+// ErrCodeForNewWorld when the module presents the clientId
+// (existingClientId) and fingerprint of a world paired before, so that
+// its game master learns to ask for the right code. The world's earlier
+// tokens stop working. A bad parameter is world.ErrInvalid naming it; a
+// code that is unknown, used or expired ErrCodeRejected. The code is used
+// up even when pairing is refused or storing it fails.
 func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 	code, err := req.validate()
 	if err != nil {
@@ -247,12 +249,18 @@ func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 		}
 		again = true
 	case req.ExistingClientID != "":
+		// A code for a new world never pairs a known one again: that
+		// would hand the world's clientId (and every call for it) to
+		// whoever holds any code. The module that presents its world's
+		// fingerprint is told to ask for a code made for that world; any
+		// other module gets a new world, as without existingClientId.
 		prior, err := p.store.World(ctx, req.ExistingClientID)
 		switch {
-		// A world keeps its clientId only within its own account: a code
-		// of another account links it anew, under a new clientId.
+		// A world keeps its clientId only within its own account: for a
+		// code of another account the world is unknown, and the module
+		// links a new world under a new clientId.
 		case err == nil && prior.ServerFingerprint == req.ServerFingerprint && prior.Account == c.Account:
-			w, again = prior, true
+			return Paired{}, codeForNewWorld{clientID: prior.ClientID}
 		case err != nil && !errors.Is(err, ErrUnknownWorld):
 			return Paired{}, err
 		}
@@ -277,6 +285,18 @@ func (p *Pairings) Pair(ctx context.Context, req PairRequest) (Paired, error) {
 	}
 	return Paired{Token: token, World: w, Again: again}, nil
 }
+
+// codeForNewWorld is ErrCodeForNewWorld for one world, with a message that
+// tells the game master which code to ask for.
+type codeForNewWorld struct{ clientID string }
+
+func (e codeForNewWorld) Error() string {
+	return fmt.Sprintf("This pairing code is for a new world, but 'existingClientId' names the linked world '%s': "+
+		"pairing it again needs a code created for it (relay worlds pair-code --client %s, or POST /pairing-codes with its clientId)",
+		e.clientID, e.clientID)
+}
+
+func (e codeForNewWorld) Is(target error) bool { return target == ErrCodeForNewWorld }
 
 // newClientID draws a clientId that no world uses.
 func (p *Pairings) newClientID(ctx context.Context) (string, error) {

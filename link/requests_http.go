@@ -469,7 +469,14 @@ func (s *Service) approver(w http.ResponseWriter, r *http.Request, addr string) 
 		return "", "", false
 	}
 	apiKey = r.Header.Get("x-api-key")
-	keyID, err := s.approvals.Approver(r.Context(), apiKey)
+	var err error
+	if apiKey == "" {
+		// Refused here rather than by the approver, so that a caller who
+		// sent a bearer token is told which header to use.
+		err = &Refusal{Status: http.StatusUnauthorized, Msg: keys.MissingMessage(r.Header.Get("Authorization"))}
+	} else {
+		keyID, err = s.approvals.Approver(r.Context(), apiKey)
+	}
 	if err != nil {
 		var ref *Refusal
 		if errors.As(err, &ref) && ref.Status == http.StatusUnauthorized {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -67,6 +68,12 @@ type Config struct {
 	// refused module is closed with 4005, after which it keeps its token
 	// and tries again later.
 	Refuse func(ctx context.Context, clientID string) error
+	// PairFailures is the relay-wide ceiling on failed pairing attempts
+	// (unknown, used or expired codes), counted under one key whatever
+	// the address: guesses spread over many addresses (the visitors of a
+	// web page, a botnet) stay as slow as the ceiling. Past it, every
+	// pairing attempt gets 429 until the allowance comes back.
+	PairFailures Limiter
 	// Requests keeps the key requests and pair requests; nil turns their
 	// endpoints off.
 	Requests RequestStore
@@ -103,6 +110,7 @@ type Service struct {
 	authFailures    Limiter
 	pairAttempts    Limiter
 	refuse          func(ctx context.Context, clientID string) error
+	pairFailures    Limiter
 }
 
 // New returns a service over cfg.Store.
@@ -144,6 +152,7 @@ func New(cfg Config) (*Service, error) {
 		authFailures:    cfg.AuthFailures,
 		pairAttempts:    cfg.PairAttempts,
 		refuse:          cfg.Refuse,
+		pairFailures:    cfg.PairFailures,
 	}, nil
 }
 
@@ -364,7 +373,7 @@ func (s *Service) blocked(w http.ResponseWriter, addr string) bool {
 	if s.authFailures == nil {
 		return false
 	}
-	if b, wait := s.authFailures.Blocked(addr); b {
+	if b, wait := s.authFailures.Blocked(netlimit.AddressKey(addr)); b {
 		tooMany(w, wait, "failed authentications")
 		return true
 	}
@@ -374,7 +383,7 @@ func (s *Service) blocked(w http.ResponseWriter, addr string) bool {
 // failed counts a failed authentication against the address.
 func (s *Service) failed(addr string) {
 	if s.authFailures != nil {
-		s.authFailures.Allow(addr)
+		s.authFailures.Allow(netlimit.AddressKey(addr))
 	}
 }
 
@@ -413,8 +422,16 @@ type pairAnswer struct {
 // servePair trades a pairing code for a connection token.
 func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 	addr := addressOf(r.RemoteAddr)
+	if s.pairFailures != nil {
+		if b, wait := s.pairFailures.Blocked(relayWide); b {
+			seconds := max(int(math.Ceil(wait.Seconds())), 1)
+			w.Header().Set("Retry-After", strconv.Itoa(seconds))
+			writeError(w, http.StatusTooManyRequests, fmt.Sprintf("Too many failed pairing attempts on this relay; retry in %d s", seconds))
+			return
+		}
+	}
 	if s.pairAttempts != nil {
-		if ok, wait := s.pairAttempts.Allow(addr); !ok {
+		if ok, wait := s.pairAttempts.Allow(netlimit.AddressKey(addr)); !ok {
 			tooMany(w, wait, "pairing attempts")
 			return
 		}
@@ -424,10 +441,22 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !fromTabletopPage(r.Header.Get("Origin"), req.ServerOrigin) {
+		s.log.Info("pairing refused", "addr", addr, "reason", "browser origin other than the tabletop's", "origin", clip(r.Header.Get("Origin")))
+		writeError(w, http.StatusForbidden, "Pairing from a web page is allowed only from the tabletop's own page: the request's Origin must be its 'serverOrigin'")
+		return
+	}
 	p, err := s.pairings.Pair(r.Context(), req)
+	if errors.Is(err, ErrCodeRejected) && s.pairFailures != nil {
+		s.pairFailures.Allow(relayWide)
+	}
 	switch {
 	case errors.Is(err, world.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case errors.Is(err, ErrCodeForNewWorld):
+		s.log.Info("pairing refused", "addr", addr, "reason", "code for a new world presented for a known one", "clientId", req.ExistingClientID)
+		writeError(w, http.StatusForbidden, err.Error())
 		return
 	case errors.Is(err, ErrCodeRejected):
 		s.log.Info("pairing refused", "addr", addr, "reason", err.Error())
@@ -452,6 +481,48 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		u = scheme + "://" + r.Host + PathRelay
 	}
 	writeJSON(w, http.StatusOK, pairAnswer{Token: p.Token, ClientID: p.World.ClientID, RelayURL: u})
+}
+
+// relayWide is the one key of the relay-wide ceiling on failed pairings.
+const relayWide = "relay"
+
+// fromTabletopPage reports whether a pairing request may come from where
+// it does. The module pairs from the game master's browser, on the
+// tabletop's own page, and tells the relay that page's address as
+// serverOrigin: a request from a browser (one with an Origin header) must
+// come from the origin it claims, so that any other web page cannot make
+// its visitors' browsers pair, or guess codes, for a tabletop it is not.
+// A request without an Origin (not from a web page) is not judged here.
+func fromTabletopPage(origin, serverOrigin string) bool {
+	if origin == "" {
+		return true
+	}
+	o, ok := originOf(origin)
+	if !ok {
+		return false
+	}
+	so, ok := originOf(serverOrigin)
+	return ok && o == so
+}
+
+// originOf reduces a URL to its origin (scheme://host[:port], lower case,
+// default ports left out); "null" and anything not http or https is no
+// origin.
+func originOf(raw string) (string, bool) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || u.Host == "" {
+		return "", false
+	}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	switch {
+	case scheme == "http":
+		host = strings.TrimSuffix(host, ":80")
+	case scheme == "https":
+		host = strings.TrimSuffix(host, ":443")
+	default:
+		return "", false
+	}
+	return scheme + "://" + host, true
 }
 
 // serveSelfUnpair lets the module unpair its own world with its token.

@@ -320,11 +320,38 @@ func clientAddr(a net.Addr) netip.Addr {
 	} else if ap, err := netip.ParseAddrPort(a.String()); err == nil {
 		ip = ap.Addr()
 	}
+	return group(ip)
+}
+
+// group reduces an address to the block its host is counted by: IPv4
+// (IPv4-mapped IPv6 included) as it is, IPv6 to its /64.
+func group(ip netip.Addr) netip.Addr {
 	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {
 		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
 	}
 	return ip
+}
+
+// AddressKey is the key a per-address limit counts a client under, from
+// its address (a host, or host:port): the same grouping as the connection
+// caps, an IPv6 address by its /64 ("2001:db8:1:2::/64"), since one host
+// usually holds a whole /64 and could otherwise take a fresh allowance
+// with each address. What is not an IP address is its own key.
+func AddressKey(addr string) string {
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = group(ip)
+	if ip.Is6() {
+		return ip.String() + "/64"
+	}
+	return ip.String()
 }
 
 // conn is an accepted connection: it gives its slot back when closed and

@@ -380,3 +380,20 @@ func TestHoldNextWrite(t *testing.T) {
 	arrives([]byte("tail"), "the write after a long one")
 	c.ReleaseHeld()
 }
+
+func TestAddressKeyGroupsIPv6By64(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:4411":             "192.0.2.7",
+		"192.0.2.7":                  "192.0.2.7",
+		"[::ffff:192.0.2.7]:80":      "192.0.2.7",
+		"[2001:db8:1:2::1]:443":      "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::9]:443": "2001:db8:1:2::/64",
+		"2001:db8:1:3::1":            "2001:db8:1:3::/64",
+		"[fe80::1%eth0]:1":           "fe80::/64",
+		"pipe":                       "pipe",
+	} {
+		if got := AddressKey(addr); got != want {
+			t.Errorf("AddressKey(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}

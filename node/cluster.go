@@ -212,7 +212,7 @@ func (r *Node) serveCluster(w http.ResponseWriter, req *http.Request, requestID 
 		return
 	}
 	apiKey := req.Header.Get(wire.APIKeyHeader)
-	if err := r.grpc.Admit(req.Context(), clusterStatusMethod, server.Credentials{APIKey: apiKey}, req.RemoteAddr); err != nil {
+	if err := r.grpc.Admit(req.Context(), clusterStatusMethod, server.Credentials{APIKey: apiKey, Authorization: req.Header.Get("Authorization")}, req.RemoteAddr); err != nil {
 		fail(err)
 		return
 	}

@@ -75,6 +75,9 @@ type Config struct {
 	// operator's may hold when its own quota does not say
 	// (--account-max-keys); 0 sets no limit.
 	AccountMaxKeys int
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created (--max-keys-per-creator); 0 sets no limit.
+	MaxKeysPerCreator int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -117,6 +120,10 @@ type Config struct {
 	LinkMaxEventBytes int64
 	LinkMaxReplyBytes int64
 	PairRateLimit     int
+	// PairFailureLimit is the relay-wide ceiling on failed pairing
+	// attempts a minute, whatever their addresses (--pair-failure-limit);
+	// 0 turns it off.
+	PairFailureLimit int
 	// Key requests and pair requests: how many one address may open a
 	// minute, and how many polls of their status (and exchanges) it may
 	// make (--request-rate-limit, --request-poll-limit).
@@ -155,6 +162,13 @@ const (
 // while guessing one of 887 million codes at this pace is hopeless.
 const DefaultPairRateLimit = 10
 
+// DefaultPairFailureLimit is how many failed pairing attempts the whole
+// relay takes a minute, from all addresses together: at this pace a code,
+// alive for 10 minutes, is guessed with a chance of about one in a
+// million, however many addresses the guesses come from, while game
+// masters who mistype a code are far below it.
+const DefaultPairFailureLimit = 100
+
 // DefaultRequestRateLimit is how many key requests and pair requests one
 // address may open a minute; DefaultRequestPollLimit how many times it may
 // poll their status a minute (the module polls every few seconds, and a
@@ -188,6 +202,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
 		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
 		AccountMaxKeys:      server.DefaultAccountMaxKeys,
+		MaxKeysPerCreator:   server.DefaultMaxKeysPerCreator,
 		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
 		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
 		RequestTimeout:      30 * time.Second,
@@ -206,6 +221,7 @@ func DefaultConfig() Config {
 		LinkMaxEventBytes:   link.DefaultMaxEventBytes,
 		LinkMaxReplyBytes:   link.DefaultMaxReplyBytes,
 		PairRateLimit:       DefaultPairRateLimit,
+		PairFailureLimit:    DefaultPairFailureLimit,
 		RequestRateLimit:    DefaultRequestRateLimit,
 		RequestPollLimit:    DefaultRequestPollLimit,
 		Console:             true,
@@ -227,12 +243,22 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // github.com/tabletop-relay/relay/cmd/relay@v1.2.0`, and the commit and its
 // time that `go build` records in a git checkout ("devel" and empty when
 // unknown).
+//
+// Go records the commit only in a clone (not in a git worktree, whose .git
+// is a file) and not when GOFLAGS holds -buildvcs=false; `make build` sets
+// the values with the linker instead.
 func ReadBuildInfo() gateway.BuildInfo {
-	info := gateway.BuildInfo{Version: "devel"}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return info
+		return gateway.BuildInfo{Version: "devel"}
 	}
+	return BuildInfoOf(bi)
+}
+
+// BuildInfoOf is the version, commit and commit time recorded in bi (see
+// ReadBuildInfo); a commit built with uncommitted changes ends in -dirty.
+func BuildInfoOf(bi *debug.BuildInfo) gateway.BuildInfo {
+	info := gateway.BuildInfo{Version: "devel"}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		info.Version = v
 	}

@@ -2,30 +2,27 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tabletop-relay/relay/gateway"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server"
 )
 
-// serveMetrics serves the metrics at /metrics on their own address (see
+// serveMetrics serves the metrics at /metrics on their own listener (see
 // Config.MetricsListen), apart from the API: they need no key there, so the
 // address belongs on a private network, as a Prometheus scraper's usually
 // is. It returns the address it listens on and a function that stops the
 // server.
-func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (bound string, stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", nil, fmt.Errorf("listen for the metrics on %s: %w", addr, err)
-	}
+func serveMetrics(ln net.Listener, m *observe.Metrics, log *slog.Logger) (bound string, stop func()) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -35,14 +32,20 @@ func serveMetrics(addr string, m *observe.Metrics, log *slog.Logger) (bound stri
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-	}, nil
+	}
 }
 
 // registerMetrics adds the gauges and counters that are read from the
 // relay's parts at each scrape: nothing is counted for them on the
 // request paths beyond the atomic counters the parts keep anyway.
-func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls *server.RateLimiter) {
+func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures, pairAttempts, pairFailures, requestAttempts, requestPolls *server.RateLimiter) {
 	m := r.metrics
+	// The build, as Prometheus exporters name theirs: always 1, with the
+	// version, commit and commit time as labels, so that a dashboard can
+	// show which build each relay runs and when that changed.
+	m.GaugeFunc("relay_build_info", "The relay's build: always 1, labelled with its version, commit, commit time and Go version.", prometheus.Labels{
+		"version": build.Version, "commit": build.Commit, "date": build.Date, "goversion": runtime.Version(),
+	}, func() float64 { return 1 })
 	m.GaugeFunc("relay_worlds", "Worlds the relay serves from its data directory.", nil, func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -64,8 +67,8 @@ func (r *Node) registerMetrics(rateLimit, authFailures, pairAttempts, requestAtt
 	for _, l := range []struct {
 		name string
 		l    *server.RateLimiter
-	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}, {"requests", requestAttempts}, {"request_polls", requestPolls}} {
-		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address), requests (--request-rate-limit, per address), request_polls (--request-poll-limit, per address).",
+	}{{"key", rateLimit}, {"auth_failures", authFailures}, {"pairing", pairAttempts}, {"pairing_failures", pairFailures}, {"requests", requestAttempts}, {"request_polls", requestPolls}} {
+		m.CounterFunc("relay_rate_limit_refusals_total", "Requests refused with 429 by a rate limit: key (--rate-limit, per API key), auth_failures (--auth-failure-limit, per address), pairing (--pair-rate-limit, per address), pairing_failures (--pair-failure-limit, relay-wide), requests (--request-rate-limit, per address), request_polls (--request-poll-limit, per address).",
 			prometheus.Labels{"limit": l.name}, func() float64 { return float64(l.l.Refused()) })
 	}
 	hub := r.links.Hub()

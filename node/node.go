@@ -126,11 +126,20 @@ func (r *Node) MetricsAddr() string { return r.metricsAddr }
 // setting Start cannot work with is a *ConfigError; on any error, what was
 // already open is closed again.
 func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) (*Node, error) {
+	// The listeners are bound before anything is written: a relay that
+	// cannot have its ports (one busy, an address mistyped) leaves no
+	// data directory, demo world or admin key behind.
+	lns, err := bindListeners(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		lns.close()
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	keyStore, err := keys.Open(filepath.Join(cfg.DataDir, "relay.db"), time.Now)
 	if err != nil {
+		lns.close()
 		return nil, fmt.Errorf("open key store: %w", err)
 	}
 	r := &Node{keys: keyStore, log: log, served: make(chan error, 1)}
@@ -139,6 +148,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		r.metrics = observe.NewMetrics()
 	}
 	fail := func(err error) (*Node, error) {
+		// Listeners already handed to their servers are closed by Close;
+		// closing them twice is harmless.
+		lns.close()
 		_ = r.Close(context.Background())
 		return nil, err
 	}
@@ -230,6 +242,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// they presented an API key or a tabletop's connection token.
 	authFailures := server.NewRateLimiter(cfg.AuthFailureLimit, 0, nil)
 	pairAttempts := server.NewRateLimiter(cfg.PairRateLimit, 0, nil)
+	pairFailures := server.NewRateLimiter(cfg.PairFailureLimit, 0, nil)
 	requestAttempts := server.NewRateLimiter(cfg.RequestRateLimit, 0, nil)
 	requestPolls := server.NewRateLimiter(cfg.RequestPollLimit, 0, nil)
 	rateLimit := server.NewRateLimiter(cfg.RateLimit, cfg.RateLimitBurst, nil)
@@ -243,7 +256,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetLimits(link.EventLimits{RingBytes: cfg.EventRingBytes, MaxEventBytes: cfg.LinkMaxEventBytes, MaxDepth: cfg.MaxJSONDepth, Log: log})
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, rateLimit, requestAttempts, requestPolls)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, pairFailures, rateLimit, requestAttempts, requestPolls)
 	if err != nil {
 		return fail(err)
 	}
@@ -279,6 +292,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		AuthFailures: authFailures,
 		PairAttempts: pairAttempts,
 		Refuse:       r.refuseSuspended,
+		PairFailures: pairFailures,
 		// Key requests and pair requests: in memory on a node alone, in
 		// the cluster's shared state otherwise, approved through the
 		// relay's own services with the approver's key.
@@ -327,16 +341,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		r.registry.Answer()
 	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:           r.keys,
-		TicketStore:    ticketStore,
-		Worlds:         allWorlds,
-		Links:          worldLinks{r.links},
-		Owners:         worldOwners{r.links.Pairings()},
-		ReleaseAccount: r.releaseAccount,
-		AccountMaxKeys: cfg.AccountMaxKeys,
-		RequestIDs:     ids,
-		Log:            log,
-		ScriptTimeout:  cfg.ScriptTimeout,
+		Keys:              r.keys,
+		TicketStore:       ticketStore,
+		Worlds:            allWorlds,
+		Links:             worldLinks{r.links},
+		Owners:            worldOwners{r.links.Pairings()},
+		ReleaseAccount:    r.releaseAccount,
+		AccountMaxKeys:    cfg.AccountMaxKeys,
+		MaxKeysPerCreator: cfg.MaxKeysPerCreator,
+		RequestIDs:        ids,
+		Log:               log,
+		ScriptTimeout:     cfg.ScriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.MaxBodyBytes),
@@ -368,8 +383,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// interceptors as gRPC calls, without a network hop.
 	rest, err := gateway.New(ctx, r.grpc.Local, gateway.Options{CORSOrigins: corsOrigins, NewRequestID: ids.New, Build: cfg.Build, MaxBodyBytes: cfg.MaxBodyBytes, KeepaliveInterval: cfg.EventKeepalive, MaxUploadBytes: cfg.MaxUploadBytes,
 		MaxQueryBytes: cfg.MaxQueryBytes, UnaryTimeout: cfg.RequestTimeout, SpoolDir: spoolDir,
-		Admit: func(ctx context.Context, method, apiKey, ticket, remoteAddr string) error {
-			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket}, remoteAddr)
+		Admit: func(ctx context.Context, method, apiKey, ticket, authorization, remoteAddr string) error {
+			return r.grpc.Admit(ctx, method, server.Credentials{APIKey: apiKey, Ticket: ticket, Authorization: authorization}, remoteAddr)
 		}})
 	if err != nil {
 		return fail(err)
@@ -383,17 +398,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		web = console.Handler(rest)
 	}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fail(fmt.Errorf("listen on %s: %w", cfg.Listen, err))
-	}
+	ln := lns.api
 	r.addr = ln.Addr().String()
-	var grpcOnly net.Listener
-	if cfg.GRPCListen != "" {
-		if grpcOnly, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
-			_ = ln.Close()
-			return fail(fmt.Errorf("listen on %s: %w", cfg.GRPCListen, err))
-		}
+	grpcOnly := lns.grpcOnly
+	if grpcOnly != nil {
 		r.grpcAddr = grpcOnly.Addr().String()
 		ln = connroute.Join(ln, grpcOnly)
 	}
@@ -442,10 +450,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	go func() { r.served <- r.http.Serve(r.router.HTTP()) }()
 	go func() { _ = r.grpc.Serve(r.router.GRPC()) }()
 	if r.metrics != nil {
-		r.registerMetrics(rateLimit, authFailures, pairAttempts, requestAttempts, requestPolls)
-		if r.metricsAddr, r.metricsStop, err = serveMetrics(cfg.MetricsListen, r.metrics, log); err != nil {
-			return fail(err)
-		}
+		r.registerMetrics(cfg.Build, rateLimit, authFailures, pairAttempts, pairFailures, requestAttempts, requestPolls)
+		r.metricsAddr, r.metricsStop = serveMetrics(lns.metrics, r.metrics, log)
 	}
 	r.clusterWiring.server.Store(r.grpc)
 	r.grpc.SetServing(true)
@@ -717,4 +723,44 @@ func writeFileSynced(name string, data []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// listeners are the sockets a node serves on, bound before it opens or
+// creates anything.
+type listeners struct {
+	api      net.Listener // Config.Listen
+	grpcOnly net.Listener // Config.GRPCListen, or nil
+	metrics  net.Listener // Config.MetricsListen, or nil
+}
+
+// bindListeners binds every address of cfg, or none: on an error, those
+// already bound are closed again, and the error names the setting.
+func bindListeners(cfg Config) (*listeners, error) {
+	lns := &listeners{}
+	var err error
+	if lns.api, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+	}
+	if cfg.GRPCListen != "" {
+		if lns.grpcOnly, err = net.Listen("tcp", cfg.GRPCListen); err != nil {
+			lns.close()
+			return nil, fmt.Errorf("listen on %s (grpc-listen): %w", cfg.GRPCListen, err)
+		}
+	}
+	if cfg.MetricsListen != "" {
+		if lns.metrics, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			lns.close()
+			return nil, fmt.Errorf("listen for the metrics on %s (metrics-listen): %w", cfg.MetricsListen, err)
+		}
+	}
+	return lns, nil
+}
+
+// close closes every listener that is bound.
+func (l *listeners) close() {
+	for _, ln := range []net.Listener{l.api, l.grpcOnly, l.metrics} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
 }

@@ -35,7 +35,8 @@ type AccessOptions struct {
 // request that reaches it, answered or refused, gets one line ("http",
 // level Info; Error for 5xx but 503 and 504, which are the relay's
 // overload and time-out answers, Warn) with its method, path (without the
-// query, which may carry a stream ticket), status, bytes written, duration,
+// query, which may carry a stream ticket), status, bytes written, duration in
+// milliseconds (durationMs),
 // request id, and once known the API key's id, the world, the RPC and its
 // gRPC code. gRPC-native requests (HTTP/2 with an application/grpc
 // content type) pass untouched: the interceptor chain logs and counts
@@ -148,7 +149,7 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, l *accessLine, path 
 		slog.String("route", rec.Route),
 		slog.Int("status", status),
 		slog.Int64("bytes", l.bytes+rec.Bytes),
-		slog.Duration("duration", d),
+		slog.Float64("durationMs", Milliseconds(d)),
 	)
 	if requestID != "" {
 		line.AddAttrs(slog.String("requestId", requestID))
@@ -221,3 +222,10 @@ func (w *accessWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // Unwrap returns the wrapped writer, for http.ResponseController.
 func (w *accessWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Milliseconds is a duration as the logs give it (durationMs): a number of
+// milliseconds with microseconds as its fraction, the same in text and
+// JSON lines.
+func Milliseconds(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
 )
@@ -21,6 +21,17 @@ import (
 type Credentials struct {
 	APIKey string
 	Ticket string
+	// Authorization is the request's Authorization header, which the
+	// relay does not read for keys: it only lets a refusal tell a caller
+	// who sent a bearer token where the key belongs.
+	Authorization string
+}
+
+// missingKey is the refusal of a call that presented no API key, which
+// names the right header to a caller who sent a bearer token (see
+// keys.MissingMessage).
+func missingKey(authorization string) error {
+	return status.Error(codes.Unauthenticated, keys.MissingMessage(authorization))
 }
 
 // DefaultAuthFailuresPerMinute is how many failed authentications a client
@@ -56,7 +67,7 @@ func (s *Server) Admit(ctx context.Context, method string, creds Credentials, re
 	case creds.Ticket != "" && acceptsTicket(method) && s.chain.Tickets != nil:
 		err = s.chain.Tickets.Check(ctx, creds.Ticket)
 	default:
-		err = status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
+		err = missingKey(creds.Authorization)
 	}
 	if err == nil {
 		return nil
@@ -77,7 +88,7 @@ func (s *Server) admitTap(ctx context.Context, info *tap.Info) (context.Context,
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		remote = p.Addr.String()
 	}
-	creds := Credentials{APIKey: firstOf(info.Header, wire.APIKeyHeader), Ticket: firstOf(info.Header, wire.StreamTicketHeader)}
+	creds := Credentials{APIKey: firstOf(info.Header, wire.APIKeyHeader), Ticket: firstOf(info.Header, wire.StreamTicketHeader), Authorization: firstOf(info.Header, "authorization")}
 	if err := s.Admit(ctx, info.FullMethodName, creds, remote); err != nil {
 		return ctx, err
 	}
@@ -92,13 +103,11 @@ func firstOf(md metadata.MD, key string) string {
 	return ""
 }
 
-// addressOf is the host part of a remote address, so that every connection
-// of one client shares its allowance.
+// addressOf is the key a remote address's allowance is counted under: its
+// host, an IPv6 host by its /64 as the connection caps count it, so that
+// every connection of one client shares its allowance.
 func addressOf(remoteAddr string) string {
-	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
-		return host
-	}
-	return remoteAddr
+	return netlimit.AddressKey(remoteAddr)
 }
 
 // authFailuresExceeded is the refusal of an address that failed to

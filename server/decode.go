@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/wire"
 )
 
@@ -57,7 +58,7 @@ import (
 // and a first message over the size limit is refused before it is read
 // (see above).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	creds := Credentials{APIKey: r.Header.Get(wire.APIKeyHeader), Ticket: r.Header.Get(wire.StreamTicketHeader)}
+	creds := Credentials{APIKey: r.Header.Get(wire.APIKeyHeader), Ticket: r.Header.Get(wire.StreamTicketHeader), Authorization: r.Header.Get("Authorization")}
 	if err := s.Admit(r.Context(), r.URL.Path, creds, r.RemoteAddr); err != nil {
 		writeGRPCStatus(w, status.Convert(err))
 		return
@@ -199,6 +200,27 @@ func undecodable(v any) error {
 	return nil
 }
 
+// checkReceived refuses a received message that serverCodec marked, or
+// that holds a number JSON cannot carry (NaN or an infinity) in a
+// google.protobuf.Value, Struct or ListValue: a REST caller cannot send
+// one, and the relay must not store or forward what it would turn into
+// the strings "NaN" and "Infinity". The refusal names the field and the
+// path to the number.
+func checkReceived(m any) error {
+	if err := undecodable(m); err != nil {
+		return err
+	}
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if path := jsonvalue.NonFinite(msg); path != "" {
+		field, _, _ := strings.Cut(path, ".")
+		return status.Errorf(codes.InvalidArgument, "'%s' must be JSON data: numbers must be finite, and NaN and the infinities are not (at %s)", field, path)
+	}
+	return nil
+}
+
 // decodeRegistrar registers services on a gRPC server so that their
 // handlers refuse the messages serverCodec marked, and bound how long each
 // message may take to arrive (recvguard.go).
@@ -218,7 +240,7 @@ func (r decodeRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
 				if err := guardRecv(ctx, func() error { return dec(m) }); err != nil {
 					return err
 				}
-				return undecodable(m)
+				return checkReceived(m)
 			}, interceptor)
 		}
 	}
@@ -247,5 +269,5 @@ func (s decodeStream) RecvMsg(m any) error {
 	if err := guardRecv(s.Context(), func() error { return s.ServerStream.RecvMsg(m) }); err != nil {
 		return err
 	}
-	return undecodable(m)
+	return checkReceived(m)
 }

@@ -299,7 +299,7 @@ func (c *Chain) logCall(ctx context.Context, start time.Time, err error) {
 		slog.String("method", call.Method),
 		slog.String("requestId", call.RequestID),
 		slog.String("code", code.String()),
-		slog.Duration("duration", time.Since(start)),
+		slog.Float64("durationMs", observe.Milliseconds(time.Since(start))),
 	)
 	if call.Key.ID != "" {
 		r.AddAttrs(slog.String("keyId", call.Key.ID))
@@ -368,7 +368,11 @@ func (c *Chain) authenticate(ctx context.Context, call *Call, _ any) error {
 			call.caller.Scopes = key.Scopes
 			return nil
 		}
-		return status.Error(codes.Unauthenticated, keys.ErrMissing.Error())
+		var authorization string
+		if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+			authorization = v[0]
+		}
+		return missingKey(authorization)
 	}
 	key, err := c.Keys.Authenticate(ctx, plaintext)
 	if err != nil {

@@ -29,12 +29,18 @@ func folderedNames() string {
 	return strings.Join(names, ", ")
 }
 
+// errFolderNotFound is the answer for a folder id that names no folder, or
+// none the user may see.
+func errFolderNotFound(id string) error {
+	return Errorf(ErrNotFound, "Folder not found with ID: %s", id)
+}
+
 // folderOf returns the folder with the given id, which must hold documents
 // of type holds.
 func folderOf(v *View, id, holds string) (Document, error) {
 	doc := v.top(docKey{typeFolder, id})
 	if doc == nil {
-		return nil, Errorf(ErrNotFound, "Folder not found with ID: %s", id)
+		return nil, errFolderNotFound(id)
 	}
 	if t := str(doc["type"]); t != holds {
 		return nil, Errorf(ErrInvalid, "Folder %s holds %s documents, not %s", id, t, holds)

@@ -485,7 +485,7 @@ func (tx *Tx) update(uuid string, diff Document) (Document, error) {
 	if err != nil {
 		return nil, err
 	}
-	next, err := applyDiff(r.typ(), cur, diff, tx.e.limits, rulesFor(tx.e.info.System))
+	next, err := applyDiff(r.typ(), r.uuid, cur, diff, tx.e.limits, rulesFor(tx.e.info.System))
 	if err != nil {
 		return nil, err
 	}

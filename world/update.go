@@ -17,8 +17,9 @@ import (
 //     an object whole instead of merging into it;
 //   - embedded collections (`items`, `effects`, `tokens`, `pages`,
 //     `combatants`) cannot be replaced through the parent: update embedded
-//     documents through their own uuids. `_id` and `_stats` cannot change;
-//     a `uuid` key (as returned by Get) is ignored;
+//     documents through their own uuids. `_id`, `uuid` and `_stats` cannot
+//     change; an `_id` or `uuid` equal to the document's own (as returned
+//     by Get) is ignored;
 //   - a given `name` must be a non-empty string.
 //
 // In a world of a game system with rules for its data (fifth edition: a
@@ -124,7 +125,7 @@ func topField(key string) string {
 // collections, which a diff cannot touch, and every untouched object), so
 // that comparing the two versions, for stamps and events, costs only the
 // size of the diff.
-func applyDiff(t *docType, cur, diff Document, lim Limits, rules *systemRules) (Document, error) {
+func applyDiff(t *docType, uuid string, cur, diff Document, lim Limits, rules *systemRules) (Document, error) {
 	if diff == nil {
 		return nil, Errorf(ErrInvalid, "'data' must be an object")
 	}
@@ -150,6 +151,12 @@ func applyDiff(t *docType, cur, diff Document, lim Limits, rules *systemRules) (
 	for k, v := range expanded {
 		switch field := topField(k); {
 		case field == "uuid":
+			// A document read back with Get holds its own uuid, which may
+			// come back as it is; anything else would be a change that
+			// the world cannot make, and is refused rather than ignored.
+			if k != "uuid" || v != uuid {
+				return nil, Errorf(ErrInvalid, "'uuid' cannot be changed: it is the document's address")
+			}
 			delete(expanded, k)
 		case field == "_id":
 			if k != "_id" || v != cur["_id"] {

@@ -60,7 +60,7 @@ func FuzzApplyDiff(f *testing.F) {
 			t.Fatal(err)
 		}
 		before := Clone(cur)
-		next, err := applyDiff(typeActor, cur, diff, Limits{MaxDepth: fuzzDepth}, rulesFor("dnd5e"))
+		next, err := applyDiff(typeActor, "", cur, diff, Limits{MaxDepth: fuzzDepth}, rulesFor("dnd5e"))
 		if !reflect.DeepEqual(cur, before) {
 			t.Fatalf("applyDiff changed the current version:\n%v\nwas\n%v", cur, before)
 		}

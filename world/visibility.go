@@ -224,7 +224,9 @@ func (v *View) checkWrite(user *User, r ref, cur, next Document) error {
 
 // usableFolder checks a folder a user puts a document (holding documents of
 // type holds) in: "" is the root; otherwise the folder must exist, hold
-// that type and, for a non-GM, be one the user sees.
+// that type and, for a non-GM, be one the user sees. A folder the user
+// cannot see is answered exactly as a missing one, so that trying ids
+// tells a player nothing about the folders hidden from them.
 func (v *View) usableFolder(user *User, id, holds string) error {
 	if id == "" {
 		return nil
@@ -232,7 +234,7 @@ func (v *View) usableFolder(user *User, id, holds string) error {
 	// Visibility first: what a folder holds is not for those who cannot
 	// see it.
 	if folder := v.top(docKey{typeFolder, id}); folder != nil && !v.folderVisible(user, folder, map[string]bool{}) {
-		return Errorf(ErrPermission, "User '%s' does not have permission to put documents in folder '%s'", user.Name, id)
+		return errFolderNotFound(id)
 	}
 	_, err := folderOf(v, id, holds)
 	return err

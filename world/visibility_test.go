@@ -103,7 +103,7 @@ func TestOwnersCannotChangeTypeOwnershipOrHideInFolders(t *testing.T) {
 		{actorOwner, Document{"==ownership": Document{"default": 3}}, ErrPermission, "User 'Alice' does not have permission to change the ownership of 'Hero'"},
 		{actorOwner, Document{"ownership.default": 3}, ErrPermission, "User 'Alice' does not have permission to change the ownership of 'Hero'"},
 		{swordUUID, Document{"ownership": Document{bobID: 3}}, ErrPermission, "User 'Alice' does not have permission to change the ownership of 'Sword'"},
-		{actorOwner, Document{"folder": cryptID}, ErrPermission, "User 'Alice' does not have permission to put documents in folder '" + cryptID + "'"},
+		{actorOwner, Document{"folder": cryptID}, ErrNotFound, "Folder not found with ID: " + cryptID},
 		{actorOwner, Document{"folder": "NoSuchFolder0001"}, ErrNotFound, "Folder not found with ID: NoSuchFolder0001"},
 		{actorOwner, Document{"folder": itemsFolder}, ErrInvalid, "Folder " + itemsFolder + " holds Item documents, not Actor"},
 		{actorOwner, Document{"folder": 7}, ErrInvalid, "'folder' must be a folder id or null"},
@@ -123,7 +123,7 @@ func TestOwnersCannotChangeTypeOwnershipOrHideInFolders(t *testing.T) {
 		{Type: "Actor", Data: Document{"name": "Lurker", "type": "npc", "folder": cryptID}},
 	} {
 		_, err := tw.Create(ctx, alice, p)
-		wantError(t, err, ErrPermission, "User 'Alice' does not have permission to put documents in folder '"+cryptID+"'")
+		wantError(t, err, ErrNotFound, "Folder not found with ID: "+cryptID)
 	}
 	if created, err := tw.Create(ctx, alice, CreateParams{Type: "Actor", Folder: subFolder, Data: Document{"name": "Sidekick", "type": "npc"}}); err != nil || created["folder"] != subFolder {
 		t.Fatalf("create in a visible folder: %v %v", created, err)

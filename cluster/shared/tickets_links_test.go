@@ -192,6 +192,23 @@ func TestPairingAcrossNodes(t *testing.T) {
 			return len(ws) == 1 && ws[0].ClientID == paired.World.ClientID && ws[0].Paired()
 		}, fmt.Sprintf("node %d lists the world paired on node B as paired", i+1))
 	}
+	// A code for a new world, made on B and presented on C with the
+	// world's clientId and fingerprint, does not take the world over: the
+	// token stays valid on every node.
+	newWorldCode, _, err := nodes[1].NewCode(ctx, "", "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeOver := req(newWorldCode)
+	takeOver.ExistingClientID = paired.World.ClientID
+	if _, err := nodes[2].Pair(ctx, takeOver); !errors.Is(err, link.ErrCodeForNewWorld) {
+		t.Fatalf("a new world's code for a known world: %v, want ErrCodeForNewWorld", err)
+	}
+	for i, n := range nodes {
+		if _, _, err := n.Authenticate(ctx, again.Token); err != nil {
+			t.Fatalf("node %d refuses the token after a refused take-over: %v", i+1, err)
+		}
+	}
 
 	// Unpaired on B: refused everywhere, and listed as unpaired everywhere.
 	if n, err := nodes[1].Unpair(ctx, paired.World.ClientID); err != nil || n != 1 {

@@ -17,6 +17,10 @@ import (
 
 // clusterCommand runs `relay cluster ...`.
 func clusterCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, "Usage: relay cluster status [flags]\n\nRun 'relay cluster status -h' for its flags.")
+		return nil
+	}
 	if len(args) == 0 || args[0] != "status" {
 		fmt.Fprintln(stderr, "Usage: relay cluster status [flags]")
 		if len(args) == 0 {

@@ -10,21 +10,20 @@ import (
 // (package cluster) into cfg. With none of them set the relay runs alone,
 // without NATS.
 func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
-	fs.StringVar(&cfg.NodeName, "node-name", envOr("RELAY_NODE_NAME", ""), "this node's `name` in a cluster: unique, the same across restarts (its world leases carry it); 1 to 64 letters, digits, '_' or '-'; the host name when empty (RELAY_NODE_NAME)")
-	fs.StringVar(&cfg.ClusterListen, "cluster-listen", envOr("RELAY_CLUSTER_LISTEN", ""), "start an embedded NATS server whose route port for the other nodes is this `host:port`, and run as a node of a cluster; off when empty, and then (without --nats) the relay runs alone with no NATS at all (RELAY_CLUSTER_LISTEN)")
-	peers := envOr("RELAY_CLUSTER_PEERS", "")
-	cfg.ClusterPeers = cluster.ParsePeers(peers)
+	fs.StringVar(&cfg.NodeName, "node-name", "", "this node's `name` in a cluster: unique, the same across restarts (its world leases carry it); 1 to 64 letters, digits, '_' or '-'; the host name when empty (RELAY_NODE_NAME)")
+	fs.StringVar(&cfg.ClusterListen, "cluster-listen", "", "start an embedded NATS server whose route port for the other nodes is this `host:port`, and run as a node of a cluster; off when empty, and then (without --nats) the relay runs alone with no NATS at all (RELAY_CLUSTER_LISTEN)")
 	fs.Func("cluster-peers", "comma-separated `host:port` list of the other nodes' --cluster-listen addresses (this node's own may be among them); JetStream keeps min(3, nodes) copies of the shared state (RELAY_CLUSTER_PEERS)", func(s string) error {
 		cfg.ClusterPeers = cluster.ParsePeers(s)
 		return nil
 	})
-	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", envOr("RELAY_CLUSTER_SECRET", ""), "`password` every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network (routes are not encrypted) (RELAY_CLUSTER_SECRET)")
-	fs.StringVar(&cfg.NATSURL, "nats", envOr("RELAY_NATS", ""), "connect to an existing NATS system with JetStream at these comma-separated `URLs` (nats://host:4222, tls://...) instead of embedding a NATS server; off when empty (RELAY_NATS)")
-	fs.StringVar(&cfg.NATSCreds, "nats-creds", envOr("RELAY_NATS_CREDS", ""), "NATS credentials `file` (JWT and NKey) for --nats (RELAY_NATS_CREDS)")
-	fs.StringVar(&cfg.NATSTLSCA, "nats-tls-ca", envOr("RELAY_NATS_TLS_CA", ""), "PEM `file` of the authorities that sign the NATS servers' certificates, for --nats; the system's when empty (RELAY_NATS_TLS_CA)")
-	fs.StringVar(&cfg.NATSTLSCert, "nats-tls-cert", envOr("RELAY_NATS_TLS_CERT", ""), "PEM client certificate `file` for --nats, with --nats-tls-key (RELAY_NATS_TLS_CERT)")
-	fs.StringVar(&cfg.NATSTLSKey, "nats-tls-key", envOr("RELAY_NATS_TLS_KEY", ""), "PEM client key `file` for --nats-tls-cert (RELAY_NATS_TLS_KEY)")
-	fs.IntVar(&cfg.Replicas, "cluster-replicas", envInt("RELAY_CLUSTER_REPLICAS", 0), "copies JetStream keeps of the shared state (keys, world registry); 0: min(3, the number of nodes) (RELAY_CLUSTER_REPLICAS)")
-	fs.DurationVar(&cfg.LeaseTTL, "cluster-lease", envDuration("RELAY_CLUSTER_LEASE", cluster.DefaultLeaseTTL), "how long a node's hold on a world lasts without renewal (renewed every quarter of it): a world whose host died is unavailable (503) for at most this long, and a node cut off from the cluster stops serving its worlds after it (RELAY_CLUSTER_LEASE)")
-	fs.DurationVar(&cfg.ForwardTimeout, "cluster-forward-timeout", envDuration("RELAY_CLUSTER_FORWARD_TIMEOUT", cluster.DefaultForwardTimeout), "longest wait for the answer of a call forwarded to the node hosting its world, when the call has no earlier deadline; then 503 naming the world (RELAY_CLUSTER_FORWARD_TIMEOUT)")
+	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "`password` (at least 32 bytes) every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network (routes are not encrypted). Prefer --cluster-secret-file or the environment: the process list shows command lines (RELAY_CLUSTER_SECRET)")
+	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding --cluster-secret, white space around it ignored (RELAY_CLUSTER_SECRET_FILE)")
+	fs.StringVar(&cfg.NATSURL, "nats", "", "connect to an existing NATS system with JetStream at these comma-separated `URLs` (nats://host:4222, tls://...) instead of embedding a NATS server; off when empty (RELAY_NATS)")
+	fs.StringVar(&cfg.NATSCreds, "nats-creds", "", "NATS credentials `file` (JWT and NKey) for --nats (RELAY_NATS_CREDS)")
+	fs.StringVar(&cfg.NATSTLSCA, "nats-tls-ca", "", "PEM `file` of the authorities that sign the NATS servers' certificates, for --nats; the system's when empty (RELAY_NATS_TLS_CA)")
+	fs.StringVar(&cfg.NATSTLSCert, "nats-tls-cert", "", "PEM client certificate `file` for --nats, with --nats-tls-key (RELAY_NATS_TLS_CERT)")
+	fs.StringVar(&cfg.NATSTLSKey, "nats-tls-key", "", "PEM client key `file` for --nats-tls-cert (RELAY_NATS_TLS_KEY)")
+	fs.IntVar(&cfg.Replicas, "cluster-replicas", 0, "copies JetStream keeps of the shared state (keys, world registry); 0: min(3, the number of nodes) (RELAY_CLUSTER_REPLICAS)")
+	fs.DurationVar(&cfg.LeaseTTL, "cluster-lease", cluster.DefaultLeaseTTL, "how long a node's hold on a world lasts without renewal (renewed every quarter of it): a world whose host died is unavailable (503) for at most this long, and a node cut off from the cluster stops serving its worlds after it (RELAY_CLUSTER_LEASE)")
+	fs.DurationVar(&cfg.ForwardTimeout, "cluster-forward-timeout", cluster.DefaultForwardTimeout, "longest wait for the answer of a call forwarded to the node hosting its world, when the call has no earlier deadline; then 503 naming the world (RELAY_CLUSTER_FORWARD_TIMEOUT)")
 }

@@ -67,7 +67,7 @@ func BenchmarkEventFanout(b *testing.B) {
 	seconds := envInt("RELAY_BENCH_SECONDS", 10)
 	http1 := os.Getenv("RELAY_BENCH_HTTP1") == "1"
 	inProcess := os.Getenv("RELAY_BENCH_CLIENTS") == "inprocess"
-	coalesce := envDuration("RELAY_BENCH_COALESCE", events.DefaultCoalesce)
+	coalesce := benchDuration("RELAY_BENCH_COALESCE", events.DefaultCoalesce)
 
 	cfg := node.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Demo: true, NodeID: 1, MaxBodyBytes: 1 << 20,
 		ScriptTimeout: time.Second, MaxStreamsPerKey: subscribers + 10, MaxStreamsPerWorld: subscribers + 10,
@@ -957,4 +957,13 @@ func (s *pollSubscribers) stop() fanoutResult {
 		fmt.Fprintf(os.Stderr, "subscribers: latency p10 %v p50 %v p90 %v p95 %v p99 %v p99.9 %v\n", at(0.1), at(0.5), at(0.9), at(0.95), at(0.99), at(0.999))
 	}
 	return res
+}
+
+// benchDuration reads a benchmark's duration setting from the
+// environment, or def when it is unset or malformed.
+func benchDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
 }

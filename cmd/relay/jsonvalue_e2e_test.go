@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -230,5 +231,60 @@ func TestGRPCCannotForgeRawJSON(t *testing.T) {
 	}
 	if name := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t)["name"]; name != "Aria Vale" {
 		t.Fatalf("the forged JSON was applied: name %v", name)
+	}
+}
+
+// TestGRPCRefusesNonFiniteNumbers sends NaN and the infinities, which a
+// google.protobuf.Value can hold and JSON cannot, in every kind of
+// request field that carries caller data: each is refused with
+// InvalidArgument naming the field, as REST refuses what its JSON cannot
+// hold, and the document does not change.
+func TestGRPCRefusesNonFiniteNumbers(t *testing.T) {
+	t.Parallel()
+	tr := relaytest.Start(t)
+	ctx := grpcAdmin(t, tr)
+	docs := relayv1.NewDocumentServiceClient(tr.Conn)
+	get := func() string {
+		return stripRequestID(tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Body)
+	}
+	before := get()
+	for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		nested := &structpb.Struct{Fields: map[string]*structpb.Value{
+			"flags": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"list": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewNumberValue(bad)}}),
+			}}),
+		}}
+		top := &structpb.Struct{Fields: map[string]*structpb.Value{"system.attributes.hp.value": structpb.NewNumberValue(bad)}}
+		for name, call := range map[string]func() error{
+			"update, top level": func() error {
+				_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: top})
+				return err
+			},
+			"update, nested": func() error {
+				_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: nested})
+				return err
+			},
+			"create": func() error {
+				data := &structpb.Struct{Fields: map[string]*structpb.Value{"name": structpb.NewStringValue("Odd"), "x": structpb.NewNumberValue(bad)}}
+				_, err := docs.CreateDocument(ctx, &relayv1.CreateDocumentRequest{EntityType: "Actor", Data: data})
+				return err
+			},
+		} {
+			st := status.Convert(call())
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "'data'") {
+				t.Errorf("%s with %v: %v %q, want InvalidArgument naming 'data'", name, bad, st.Code(), st.Message())
+			}
+		}
+	}
+	// The refusal shows where the number is.
+	nested := &structpb.Struct{Fields: map[string]*structpb.Value{"flags": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"list": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewNumberValue(math.NaN())}}),
+	}})}}
+	_, err := docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{Uuid: relaytest.AriaUUID, Data: nested})
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "(at data.flags.list.1)") {
+		t.Errorf("the refusal %q does not show the path data.flags.list.1", msg)
+	}
+	if after := get(); after != before {
+		t.Fatal("the document changed")
 	}
 }

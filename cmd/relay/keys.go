@@ -98,10 +98,44 @@ func (l *commaList) Set(v string) error {
 	return nil
 }
 
+// keysUsage is the help of `relay keys`.
+const keysUsage = `Usage:
+  relay keys create --name NAME --scopes SCOPES [flags]
+                                create an API key and print it
+  relay keys list [flags]       list API keys
+  relay keys revoke [flags] ID  revoke an API key
+
+Run 'relay keys <command> -h' for the flags of a command.
+`
+
+// worldsUsage is the help of `relay worlds`.
+const worldsUsage = `Usage:
+  relay worlds list [flags]     list worlds
+  relay worlds pair-code [flags]
+                                create a one-time code that links a real tabletop
+  relay worlds unpair [flags] CLIENT_ID
+                                unlink a linked world (revoke its token)
+
+Run 'relay worlds <command> -h' for the flags of a command.
+`
+
+// isHelp reports whether a command's argument asks for its help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
 func keysCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "Usage: relay keys create|list|revoke [flags]")
-		return usageError{"keys needs a subcommand"}
+		fmt.Fprint(stderr, keysUsage)
+		return usageError{"keys needs a command: create, list or revoke"}
+	}
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, keysUsage)
+		return nil
 	}
 	switch args[0] {
 	case "create":
@@ -111,7 +145,8 @@ func keysCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "revoke":
 		return keysRevoke(ctx, args[1:], stdout, stderr)
 	}
-	return usageError{fmt.Sprintf("unknown keys subcommand %q (create, list or revoke)", args[0])}
+	fmt.Fprint(stderr, keysUsage)
+	return usageError{fmt.Sprintf("unknown keys command %q (create, list or revoke)", args[0])}
 }
 
 func keysCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -269,6 +304,10 @@ func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(stdout, worldsUsage)
+		return nil
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "pair-code":
@@ -278,7 +317,11 @@ func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	}
 	if len(args) == 0 || args[0] != "list" {
-		return usageError{"usage: relay worlds list|pair-code|unpair [flags]"}
+		fmt.Fprint(stderr, worldsUsage)
+		if len(args) == 0 {
+			return usageError{"worlds needs a command: list, pair-code or unpair"}
+		}
+		return usageError{fmt.Sprintf("unknown worlds command %q (list, pair-code or unpair)", args[0])}
 	}
 	fset := flag.NewFlagSet("relay worlds list", flag.ContinueOnError)
 	fset.SetOutput(stderr)

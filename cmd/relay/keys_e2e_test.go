@@ -322,7 +322,8 @@ func TestKeyAuthorityScopesUsersExpiry(t *testing.T) {
 				}
 			}
 			// A bad scope is a 400 before any authority question.
-			if c := tp.create(t, few, &relayv1.CreateKeyRequest{Name: "bad", Scopes: []string{"wizardry"}, ClientIds: demoOnly}); c.status != http.StatusBadRequest {
+			if c := tp.create(t, few, &relayv1.CreateKeyRequest{Name: "bad", Scopes: []string{"wizardry"}, ClientIds: demoOnly}); c.status != http.StatusBadRequest ||
+				!strings.Contains(c.msg, `unknown scope "wizardry" (the scopes are entity:read, `) || !strings.Contains(c.msg, "or all for every one") {
 				t.Fatalf("unknown scope: %d %q", c.status, c.msg)
 			}
 		})

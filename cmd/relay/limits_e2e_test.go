@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -505,15 +504,31 @@ func TestLimitFlags(t *testing.T) {
 	t.Setenv("RELAY_MAX_DOCUMENT_BYTES", "4096")
 	t.Setenv("RELAY_MAX_JSON_DEPTH", "12")
 	t.Setenv("RELAY_MAX_BODY_BYTES", "8192")
-	var cfg serveConfig
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfg.flags(fs)
-	if err := fs.Parse(nil); err != nil || cfg.MaxDocumentBytes != 4096 || cfg.MaxJSONDepth != 12 || cfg.MaxBodyBytes != 8192 || cfg.check() != nil {
+	cfg, err := loadServeConfig(nil, io.Discard)
+	if err != nil || cfg.MaxDocumentBytes != 4096 || cfg.MaxJSONDepth != 12 || cfg.MaxBodyBytes != 8192 {
 		t.Fatalf("from the environment: %+v %v", cfg, err)
 	}
 	for _, args := range [][]string{{"--max-body-bytes", "100"}, {"--max-document-bytes", "10"}, {"--max-json-depth", "2"}} {
 		if _, _, err := cli(t, append([]string{"serve", "--data", t.TempDir()}, args...)...); err == nil || !strings.Contains(err.Error(), args[0]+" must be at least") {
 			t.Errorf("serve %v: %v", args, err)
 		}
+	}
+}
+
+// TestServeRefusesShortClusterSecret: `relay serve` refuses a cluster
+// secret under 32 bytes at start, from the command line or from the file
+// the environment names, with a message naming the flag.
+func TestServeRefusesShortClusterSecret(t *testing.T) {
+	common := []string{"serve", "--data", t.TempDir(), "--node-name", "n1", "--cluster-listen", "127.0.0.1:0"}
+	if _, _, err := cli(t, append(common, "--cluster-secret", "hunter2")...); err == nil || !strings.Contains(err.Error(), "--cluster-secret must be at least 32 bytes, not 7") {
+		t.Errorf("a short secret on the command line: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(file, []byte("hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RELAY_CLUSTER_SECRET_FILE", file)
+	if _, _, err := cli(t, common...); err == nil || !strings.Contains(err.Error(), "--cluster-secret must be at least 32 bytes, not 7") {
+		t.Errorf("a short secret in RELAY_CLUSTER_SECRET_FILE: %v", err)
 	}
 }

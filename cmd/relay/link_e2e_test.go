@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/tabletop-relay/relay/link/linktest"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -445,5 +448,192 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLinkTakeOverNeedsTheWorldsCode tries to take a linked world over with
+// codes made for new worlds, over REST and over gRPC, presenting the
+// world's clientId and server fingerprint (which are not secrets): each is
+// refused with 403 naming 'existingClientId', the world keeps its socket
+// and token, and only a code made for the world, by a key that may manage
+// it, pairs it again.
+func TestLinkTakeOverNeedsTheWorldsCode(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	ctx := context.Background()
+	tt := tr.linkedTabletop()
+	clientID, token := tt.Credentials()
+
+	conn, err := grpc.NewClient(tr.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := metadata.AppendToOutgoingContext(ctx, "x-api-key", tr.AdminKey)
+	svc := relayv1.NewLinkServiceClient(conn)
+	grpcCode, err := svc.CreatePairingCode(admin, &relayv1.CreatePairingCodeRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restCode := tr.pairingCode(tr.AdminKey, "").Data(t)["code"].(string)
+	for door, code := range map[string]string{"REST": restCode, "gRPC": grpcCode.GetCode()} {
+		intruder := tr.tabletop()
+		intruder.SetCredentials(clientID, "")
+		var he *linktest.HTTPError
+		if _, err := intruder.Pair(ctx, code); !errors.As(err, &he) || he.Status != http.StatusForbidden ||
+			!strings.Contains(he.Msg, "'existingClientId'") {
+			t.Errorf("%s code for a new world presented for %s: %v, want 403 naming 'existingClientId'", door, clientID, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !tt.Connected() {
+		t.Fatal("a refused pairing closed the world's socket")
+	}
+	if id, _, err := tr.Links().Pairings().Authenticate(ctx, token); err != nil || id != clientID {
+		t.Fatalf("the world's token after refused pairings: %q %v", id, err)
+	}
+
+	// A key bound to another world may not make a code for this one.
+	elsewhere, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "elsewhere", Scopes: []string{"admin"}, ClientIds: []string{"demo"}})
+	if r := tr.pairingCode(elsewhere, clientID); r.Status != http.StatusForbidden {
+		t.Fatalf("a code for %s from a key bound to another world: %d %s", clientID, r.Status, r.Body)
+	}
+	// A key bound to this world makes one, and it pairs the world again.
+	own, _ := tr.NewKey(&relayv1.CreateKeyRequest{Name: "own", Scopes: []string{"admin"}, ClientIds: []string{clientID}})
+	r := tr.pairingCode(own, clientID)
+	if r.Status != http.StatusOK {
+		t.Fatalf("a code from a key bound to the world: %d %s", r.Status, r.Body)
+	}
+	honest := tr.tabletop()
+	honest.SetCredentials(clientID, "")
+	if res, err := honest.Pair(ctx, r.Data(t)["code"].(string)); err != nil || res.ClientID != clientID {
+		t.Fatalf("the world's own code: %+v %v", res, err)
+	}
+}
+
+// TestGuessingLimitsGroupIPv6By64: failed authentications (API keys and
+// the module's endpoints) and pairing attempts count the addresses of one
+// IPv6 /64 together, as the connection caps do, so that a host cannot take
+// a fresh allowance with each of its addresses; another /64 keeps its own.
+func TestGuessingLimitsGroupIPv6By64(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.PairRateLimit = 2; c.AuthFailureLimit = 2 })
+	ctx := context.Background()
+	sameHost := func(i int) string { return fmt.Sprintf("[2001:db8:1:2::%x]:4000", i+1) }
+	const otherHost = "[2001:db8:1:3::1]:4000"
+
+	// Failed API keys, each from another address of the same /64.
+	admit := func(addr string) codes.Code {
+		return status.Code(tr.GRPC().Admit(ctx, "/relay.v1.DocumentService/GetDocument", server.Credentials{APIKey: "rk_notakey"}, addr))
+	}
+	for i := range 2 {
+		if got := admit(sameHost(i)); got != codes.Unauthenticated {
+			t.Fatalf("failed key %d: %v, want Unauthenticated", i+1, got)
+		}
+	}
+	if got := admit(sameHost(2)); got != codes.ResourceExhausted {
+		t.Fatalf("a third failed key from the same /64: %v, want ResourceExhausted", got)
+	}
+	if got := admit(otherHost); got != codes.Unauthenticated {
+		t.Fatalf("a failed key from another /64: %v, want Unauthenticated", got)
+	}
+
+	// The module's endpoints, called from addresses of one /64 too.
+	handler := tr.Links().Handler()
+	call := func(method, path, addr, body string) int {
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	pairHost := func(i int) string { return fmt.Sprintf("[2001:db8:9:9::%x]:4000", i+1) }
+	badPair := `{"code":"ZZZZZZ","worldId":"w","serverFingerprint":"f"}`
+	for i := range 2 {
+		if got := call(http.MethodPost, link.PathPair, pairHost(i), badPair); got != http.StatusUnauthorized {
+			t.Fatalf("pairing attempt %d: %d, want 401", i+1, got)
+		}
+	}
+	if got := call(http.MethodPost, link.PathPair, pairHost(7), badPair); got != http.StatusTooManyRequests {
+		t.Fatalf("a third pairing attempt from the same /64: %d, want 429", got)
+	}
+	probeHost := func(i int) string { return fmt.Sprintf("[2001:db8:7:7::%x]:4000", i+1) }
+	for i := range 2 {
+		if got := call(http.MethodGet, "/api/clients/fvtt_0000000000000000/active", probeHost(i), ""); got != http.StatusNotFound {
+			t.Fatalf("probe %d of an unknown world: %d, want 404", i+1, got)
+		}
+	}
+	if got := call(http.MethodGet, "/api/clients/fvtt_0000000000000000/active", probeHost(5), ""); got != http.StatusTooManyRequests {
+		t.Fatalf("a third probe from the same /64: %d, want 429", got)
+	}
+}
+
+// TestPairRefusesOtherWebPages: a pairing request sent by a web page other
+// than the tabletop's own (its Origin is not the serverOrigin it claims,
+// or is "null") is refused with 403 before its code is looked at, and the
+// code still works for the module on the tabletop's page.
+func TestPairRefusesOtherWebPages(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	ctx := context.Background()
+	code := tr.pairingCode(tr.AdminKey, "").Data(t)["code"].(string)
+	body := fmt.Sprintf(`{"code":%q,"worldId":"w","serverFingerprint":"f","serverOrigin":"https://table.example.org"}`, code)
+	for _, origin := range []string{"https://evil.example.com", "null", "https://table.example.org.evil.example.com", "http://table.example.org"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tr.Base+link.PathPair, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Origin", origin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(e.Error, "'serverOrigin'") {
+			t.Errorf("pairing from %s: %d %q, want 403 naming 'serverOrigin'", origin, resp.StatusCode, e.Error)
+		}
+	}
+	// The module on the tabletop's page (its Origin, any case and the
+	// default port aside, is its serverOrigin) pairs with the same code.
+	tt := tr.tabletop(func(c *linktest.Config) { c.Origin = "https://table.example.org" })
+	if _, err := tt.Pair(ctx, code); err != nil {
+		t.Fatalf("the tabletop's own page: %v", err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tr.Base+link.PathPair,
+		strings.NewReader(strings.Replace(body, code, tr.pairingCode(tr.AdminKey, "").Data(t)["code"].(string), 1)))
+	req.Header.Set("Origin", "HTTPS://Table.Example.org:443")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the same origin spelled otherwise: %d", resp.StatusCode)
+	}
+}
+
+// TestPairFailureCeiling: failed pairing attempts from many addresses
+// (each within its own per-address allowance) meet the relay-wide
+// ceiling, after which every attempt, with a good code too, gets 429.
+func TestPairFailureCeiling(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.PairRateLimit = 2; c.PairFailureLimit = 5 })
+	handler := tr.Links().Handler()
+	pair := func(addr, code string) (int, string) {
+		req := httptest.NewRequest(http.MethodPost, link.PathPair, strings.NewReader(fmt.Sprintf(`{"code":%q,"worldId":"w","serverFingerprint":"f"}`, code)))
+		req.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	for i := range 5 {
+		if got, body := pair(fmt.Sprintf("198.51.100.%d:4000", i+1), "ZZZZZZ"); got != http.StatusUnauthorized {
+			t.Fatalf("failed attempt %d: %d %s", i+1, got, body)
+		}
+	}
+	good := tr.pairingCode(tr.AdminKey, "").Data(t)["code"].(string)
+	got, body := pair("203.0.113.9:4000", good)
+	if got != http.StatusTooManyRequests || !strings.Contains(body, "on this relay") {
+		t.Fatalf("a good code from a fresh address past the ceiling: %d %s, want 429", got, body)
 	}
 }

@@ -7,6 +7,7 @@
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
+//	relay health                    check a running relay's /healthz and /readyz
 //	relay version                   print the version, commit and date
 //
 // Every flag has a RELAY_* environment variable; `relay <command> -h` lists
@@ -41,6 +42,7 @@ Usage:
   relay worlds unpair [flags] CLIENT_ID
                                 unlink a linked world (revoke its token)
   relay cluster status [flags]  show the cluster's nodes, their worlds and health
+  relay health [flags]          succeed when a running relay is healthy and ready
   relay version                 print the version, commit and date (also --version)
 
 Run 'relay <command> -h' for the flags of a command.
@@ -94,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return worldsCommand(ctx, args[1:], stdout, stderr)
 	case "cluster":
 		return clusterCommand(ctx, args[1:], stdout, stderr)
+	case "health":
+		return healthCommand(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		printVersion(stdout, buildInfo())
 		return nil

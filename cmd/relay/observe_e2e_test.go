@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/tabletop-relay/relay/gateway"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
@@ -116,6 +118,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		c.CORSOrigins = "https://app.example"
 		c.MaxQueryBytes = 1024
 		c.RateLimit, c.RateLimitBurst = 600, 40
+		c.Build = gateway.BuildInfo{Version: "v1.2.3", Commit: "0123456789abcdef", Date: "2026-01-02T03:04:05Z"}
 	})
 	if tr.MetricsAddr() == "" {
 		t.Fatal("metrics address not set")
@@ -234,6 +237,11 @@ func TestAccessLogAndMetrics(t *testing.T) {
 			t.Errorf("metric %s = %v, want at least %v", series, v, min)
 		}
 	}
+	// The build is one series of value 1 that names it.
+	build := `relay_build_info{commit="0123456789abcdef",date="2026-01-02T03:04:05Z",goversion="` + runtime.Version() + `",version="v1.2.3"}`
+	if v, ok := m[build]; !ok || v != 1 {
+		t.Errorf("metric %s = %v (present %v), want 1", build, v, ok)
+	}
 	// A REST call is not counted as a gRPC call too.
 	if v := m[`relay_grpc_requests_total{code="OK",method="/relay.v1.DocumentService/UpdateDocument"}`]; v != 0 {
 		t.Errorf("the REST update was counted as a gRPC call: %v", v)
@@ -273,8 +281,12 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		if b, _ := l["bytes"].(float64); int(b) != len(c.resp.Body) {
 			t.Errorf("access line bytes %v, the body had %d", l["bytes"], len(c.resp.Body))
 		}
-		if _, ok := l["duration"]; !ok {
-			t.Errorf("access line without duration: %v", l)
+		// The duration's unit is in its name: milliseconds, a number.
+		if ms, ok := l["durationMs"].(float64); !ok || ms < 0 {
+			t.Errorf("access line without a durationMs number: %v", l)
+		}
+		if _, ok := l["duration"]; ok {
+			t.Errorf("access line with a duration of no named unit: %v", l)
 		}
 		for field, v := range map[string]string{"keyId": c.want.keyID, "clientId": c.want.world, "rpc": c.want.rpc} {
 			got, _ := l[field].(string)

@@ -321,10 +321,9 @@ func TestScriptFlags(t *testing.T) {
 
 	t.Setenv("RELAY_SCRIPT_MEMORY", "134217728")
 	t.Setenv("RELAY_SCRIPT_WORKERS", "2")
-	cfg = serveConfig{}
-	cfg.flags(flag.NewFlagSet("serve", flag.ContinueOnError))
-	if cfg.ScriptMemory != 128<<20 || cfg.ScriptWorkers != 2 {
-		t.Errorf("from the environment: memory %d, workers %d", cfg.ScriptMemory, cfg.ScriptWorkers)
+	cfg, err := loadServeConfig(nil, io.Discard)
+	if err != nil || cfg.ScriptMemory != 128<<20 || cfg.ScriptWorkers != 2 {
+		t.Errorf("from the environment: memory %d, workers %d (%v)", cfg.ScriptMemory, cfg.ScriptWorkers, err)
 	}
 
 	_, errOut, err := cli(t, "serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--script-memory", "1000")

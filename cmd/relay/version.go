@@ -40,11 +40,16 @@ func buildInfo() gateway.BuildInfo {
 }
 
 // printVersion writes one line: `relay <version> (commit <commit>, date
-// <date>, <go version>)`, leaving out what is unknown.
+// <date>, <go version>)`, leaving out an unknown date and saying why the
+// commit is unknown.
 func printVersion(w io.Writer, info gateway.BuildInfo) {
 	var details []string
 	if info.Commit != "" {
 		details = append(details, "commit "+info.Commit)
+	} else {
+		// Go records the commit in a clone unless GOFLAGS holds
+		// -buildvcs=false; say so rather than leave it out silently.
+		details = append(details, "commit unknown: built outside a git clone or with -buildvcs=false; make build records it")
 	}
 	if info.Date != "" {
 		details = append(details, "date "+info.Date)

@@ -290,8 +290,6 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 		update(relaytest.AriaUUID, map[string]any{"-=ownership": nil}, ownershipMsg),
 		update(relaytest.AriaUUID, map[string]any{"==ownership": map[string]any{"default": 3}}, ownershipMsg),
 		update(relaytest.WandUUID, map[string]any{"ownership": map[string]any{"default": 3}}, "User 'Alice' does not have permission to change the ownership of 'Wand of Magic Missiles'"),
-		update(relaytest.AriaUUID, map[string]any{"folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
-		update(relaytest.AriaUUID, map[string]any{"name": "Aria", "folder": monsters}, "User 'Alice' does not have permission to put documents in folder '"+monsters+"'"),
 		{"increase ownership.default", http.MethodPost, "/increase", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "ownership.default", "amount": 3}, http.StatusForbidden, ownershipMsg},
 		{"decrease ownership of another user", http.MethodPost, "/decrease", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "attribute": "ownership.bobUser000000001", "amount": 1}, http.StatusForbidden, ownershipMsg},
 		{"create an embedded item with an ownership", http.MethodPost, "/create", "Alice",
@@ -300,15 +298,25 @@ func TestOwnersCannotChangeTypeOwnershipOrFolderVisibility(t *testing.T) {
 		{"create a journal entry with an ownership", http.MethodPost, "/create", "Tess",
 			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "ownership.default": 3}}, http.StatusForbidden,
 			"User 'Tess' does not have permission to set the ownership of a new JournalEntry document: only a GM may set ownership"},
-		{"create in a folder she cannot see", http.MethodPost, "/create", "Tess",
-			map[string]any{"entityType": "JournalEntry", "folder": notes, "data": map[string]any{"name": "Diary"}}, http.StatusForbidden,
-			"User 'Tess' does not have permission to put documents in folder '" + notes + "'"},
-		{"create with that folder in the data", http.MethodPost, "/create", "Tess",
-			map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "folder": notes}}, http.StatusForbidden,
-			"User 'Tess' does not have permission to put documents in folder '" + notes + "'"},
-		update(relaytest.AriaUUID, map[string]any{"folder": "noSuchFolder0001"}, ""),
 	}
-	refusals[len(refusals)-1].status, refusals[len(refusals)-1].want = http.StatusNotFound, "Folder not found with ID: noSuchFolder0001"
+	// A folder she cannot see is answered as a missing one, the same
+	// status and text with the id in it, so that trying ids tells a
+	// player nothing about the folders hidden from her.
+	const missing = "noSuchFolder0001"
+	for _, folder := range []string{monsters, missing} {
+		notFound := "Folder not found with ID: " + folder
+		refusals = append(refusals,
+			doorCase{"update into folder " + folder, http.MethodPut, "/update", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"folder": folder}}, http.StatusNotFound, notFound},
+			doorCase{"update with a name into folder " + folder, http.MethodPut, "/update", "Alice", map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"name": "Aria", "folder": folder}}, http.StatusNotFound, notFound})
+	}
+	for _, folder := range []string{notes, missing} {
+		notFound := "Folder not found with ID: " + folder
+		refusals = append(refusals,
+			doorCase{"create in folder " + folder, http.MethodPost, "/create", "Tess",
+				map[string]any{"entityType": "JournalEntry", "folder": folder, "data": map[string]any{"name": "Diary"}}, http.StatusNotFound, notFound},
+			doorCase{"create with folder " + folder + " in the data", http.MethodPost, "/create", "Tess",
+				map[string]any{"entityType": "JournalEntry", "data": map[string]any{"name": "Diary", "folder": folder}}, http.StatusNotFound, notFound})
+	}
 	before := worldDigest(t, sr.testRelay)
 	for _, c := range refusals {
 		c.run(t, sr.testRelay)
@@ -366,12 +374,49 @@ func TestReadRulesOverGRPC(t *testing.T) {
 	wantCode("changing the type", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the type of 'Aria Vale'")
 	data, _ = structpb.NewStruct(map[string]any{"folder": "monstersFolder01"})
 	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Data: data})
-	wantCode("moving into a folder she cannot see", err, codes.PermissionDenied, "User 'Alice' does not have permission to put documents in folder 'monstersFolder01'")
+	wantCode("moving into a folder she cannot see", err, codes.NotFound, "Folder not found with ID: monstersFolder01")
+	data, _ = structpb.NewStruct(map[string]any{"folder": "noSuchFolder0001"})
+	_, err = docs.UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Data: data})
+	wantCode("moving into a missing folder", err, codes.NotFound, "Folder not found with ID: noSuchFolder0001")
 	amount := 3.0
 	_, err = docs.IncreaseAttribute(ctx, &relayv1.IncreaseAttributeRequest{UserId: "Alice", Uuid: relaytest.AriaUUID, Attribute: "ownership.default", Amount: &amount})
 	wantCode("raising ownership.default", err, codes.PermissionDenied, "User 'Alice' does not have permission to change the ownership of 'Aria Vale'")
 	if got := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("uuid", relaytest.AriaUUID), nil).Data(t); got["type"] != "character" || got["folder"] != relaytest.HeroesID ||
 		got["ownership"].(map[string]any)["default"] != 0.0 {
 		t.Fatalf("refused gRPC writes changed Aria: %v %v %v", got["type"], got["folder"], got["ownership"])
+	}
+}
+
+// TestUpdateRefusesUUIDChange: a `uuid` in update data that is not the
+// document's own is refused with 400 naming it, over REST and gRPC, and
+// nothing changes; the document's own uuid, as a read returns it, may come
+// back with the rest of it.
+func TestUpdateRefusesUUIDChange(t *testing.T) {
+	t.Parallel()
+	tr := startSecurityRelay(t).testRelay
+	const msg = "'uuid' cannot be changed: it is the document's address"
+	before := worldDigest(t, tr)
+	for _, data := range []map[string]any{
+		{"uuid": "Actor.someoneElse00001"},
+		{"name": "Aria", "uuid": "Actor.someoneElse00001"},
+		{"-=uuid": nil},
+	} {
+		r := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"clientId": demo.ClientID, "uuid": relaytest.AriaUUID, "data": data})
+		if r.Status != http.StatusBadRequest || r.ErrorText(t) != msg {
+			t.Errorf("REST update %v: %d %s", data, r.Status, r.Body)
+		}
+		s, _ := structpb.NewStruct(data)
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+		_, err := relayv1.NewDocumentServiceClient(tr.Conn).UpdateDocument(ctx, &relayv1.UpdateDocumentRequest{ClientId: demo.ClientID, Uuid: relaytest.AriaUUID, Data: s})
+		if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != msg {
+			t.Errorf("gRPC update %v: %v", data, err)
+		}
+	}
+	if after := worldDigest(t, tr); after != before {
+		t.Fatal("refused updates changed the world")
+	}
+	r := tr.Do(http.MethodPut, "/update", tr.AdminKey, nil, map[string]any{"clientId": demo.ClientID, "uuid": relaytest.AriaUUID, "data": map[string]any{"name": "Aria", "uuid": relaytest.AriaUUID}})
+	if r.Status != http.StatusOK {
+		t.Fatalf("update with the document's own uuid: %d %s", r.Status, r.Body)
 	}
 }

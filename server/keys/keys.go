@@ -139,7 +139,9 @@ func normalizeScopes(names []string) ([]string, error) {
 	out := make([]string, 0, len(names))
 	for _, n := range names {
 		if !ValidScope(n) {
-			return nil, fmt.Errorf("%w: unknown scope %q", ErrInvalid, n)
+			// The valid names are listed, so that a caller who guessed
+			// (roll:execute, Read) sees at once what to write instead.
+			return nil, fmt.Errorf("%w: unknown scope %q (the scopes are %s, or all for every one)", ErrInvalid, n, strings.Join(AllScopes, ", "))
 		}
 		if !seen[n] {
 			seen[n] = true
@@ -387,4 +389,16 @@ func normTime(t time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC().Round(0)
+}
+
+// MissingMessage is the refusal text of a request that presented no API
+// key. A caller that sent its key as `Authorization: Bearer ...` (its
+// Authorization header), as many HTTP clients do by habit, is told which
+// header the relay reads instead.
+func MissingMessage(authorization string) string {
+	scheme, _, _ := strings.Cut(strings.TrimSpace(authorization), " ")
+	if strings.EqualFold(scheme, "bearer") {
+		return ErrMissing.Error() + ": send it in the x-api-key header; the relay does not read Authorization: Bearer"
+	}
+	return ErrMissing.Error()
 }

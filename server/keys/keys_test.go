@@ -37,6 +37,7 @@ func TestParseScopes(t *testing.T) {
 		{name: "only commas", in: " , ,", wantErr: "at least one scope"},
 		{name: "unknown", in: "search,roll:read", wantErr: `unknown scope "roll:read"`},
 		{name: "case matters", in: "Search", wantErr: `unknown scope "Search"`},
+		{name: "the valid ones are listed", in: "wizardry", wantErr: `unknown scope "wizardry" (the scopes are entity:read, entity:write, search,`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

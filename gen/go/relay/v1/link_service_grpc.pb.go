@@ -43,10 +43,10 @@ const (
 // naming the limit.
 type LinkServiceClient interface {
 	// Creates a one-time pairing code, valid for 10 minutes. Without
-	// `clientId` the code pairs a new world (or, when the module presents the
-	// `clientId` and server fingerprint of a world paired before, that world
-	// again); with `clientId` it pairs only that linked world again, replacing
-	// its connection token.
+	// `clientId` the code pairs only a new world (a module that presents the
+	// `clientId` and server fingerprint of a world paired before is refused
+	// with 403); with `clientId` it pairs only that linked world again,
+	// replacing its connection token.
 	CreatePairingCode(ctx context.Context, in *CreatePairingCodeRequest, opts ...grpc.CallOption) (*CreatePairingCodeResponse, error)
 	// Unpairs a linked world: its connection token is revoked and its
 	// connection, if any, is closed. The world keeps its `clientId`, which a
@@ -102,10 +102,10 @@ func (c *linkServiceClient) UnpairWorld(ctx context.Context, in *UnpairWorldRequ
 // naming the limit.
 type LinkServiceServer interface {
 	// Creates a one-time pairing code, valid for 10 minutes. Without
-	// `clientId` the code pairs a new world (or, when the module presents the
-	// `clientId` and server fingerprint of a world paired before, that world
-	// again); with `clientId` it pairs only that linked world again, replacing
-	// its connection token.
+	// `clientId` the code pairs only a new world (a module that presents the
+	// `clientId` and server fingerprint of a world paired before is refused
+	// with 403); with `clientId` it pairs only that linked world again,
+	// replacing its connection token.
 	CreatePairingCode(context.Context, *CreatePairingCodeRequest) (*CreatePairingCodeResponse, error)
 	// Unpairs a linked world: its connection token is revoked and its
 	// connection, if any, is closed. The world keeps its `clientId`, which a
