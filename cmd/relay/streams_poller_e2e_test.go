@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -389,5 +390,45 @@ func TestDetachedStreamsAfterOthersEnded(t *testing.T) {
 		if !pollUntil(3*time.Second, func() bool { return openSubscriptions(t, tr) == 0 }) {
 			t.Fatalf("round %d: the stream's subscription is still open 3s after its client left", round)
 		}
+	}
+}
+
+// A detached stream's access line is written when the stream ends, not
+// when it detaches: with its whole duration, every byte written and how it
+// ended.
+func TestDetachedStreamAccessLine(t *testing.T) {
+	t.Parallel()
+	var logs logSink
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tr := startTestRelayLogged(t, log)
+	s := openRawStream(t, tr.Addr(), "/actor/subscribe?actorUuid="+relaytest.AriaUUID, tr.AdminKey, 0)
+	s.expect("connected")
+	tr.setHP(relaytest.AriaUUID, 17)
+	update := s.expect("actor-update")
+	time.Sleep(300 * time.Millisecond)
+	streamLine := func() map[string]any {
+		for _, l := range logs.lines(t) {
+			if l["msg"] == "http" && l["path"] == "/actor/subscribe" {
+				return l
+			}
+		}
+		return nil
+	}
+	if l := streamLine(); l != nil {
+		t.Fatalf("the stream's access line came while it was open: %v", l)
+	}
+	_ = s.conn.Close()
+	var line map[string]any
+	if !pollUntil(3*time.Second, func() bool { line = streamLine(); return line != nil }) {
+		t.Fatal("no access line 3s after the stream's client left")
+	}
+	if line["status"] != float64(200) || line["code"] != "Canceled" || line["rpc"] != "/relay.v1.EventService/SubscribeActors" {
+		t.Errorf("access line %v", line)
+	}
+	if d, _ := line["durationMs"].(float64); d < 300 {
+		t.Errorf("the line's duration is %vms, the stream was open longer than 300ms", line["durationMs"])
+	}
+	if b, _ := line["bytes"].(float64); b < float64(len(update.data)) {
+		t.Errorf("the line counts %v bytes, less than the update's event alone (%d)", line["bytes"], len(update.data))
 	}
 }
