@@ -9,7 +9,6 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/observe"
-	"github.com/tabletop-relay/relay/server"
 )
 
 // Detached event streams. Once an event stream over HTTP/1.1 has sent its
@@ -37,7 +36,9 @@ import (
 // Where the poller is not available (systems other than Linux) the stream
 // keeps its goroutine, as do streams over TLS or HTTP/2, which never push.
 
-var _ server.StreamDetacher = pushSink{}
+// pushSink is a server.StreamDetacher (the gateway does not import the
+// server: the stream's handler finds the methods on the call option it
+// was given, and the tests of cmd/relay fail when it does not).
 
 // defaultDetachedStall bounds how long a detached stream's bytes may wait
 // for a client that takes none, when its connection has no write-stall
