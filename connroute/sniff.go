@@ -266,6 +266,11 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	}
 	n := copy(p, c.pending)
 	c.pending = c.pending[n:]
+	if len(c.pending) == 0 {
+		// The router's buffer is not held for the connection's life (an
+		// event stream keeps its connection for hours).
+		c.pending = nil
+	}
 	return n, nil
 }
 

@@ -17,3 +17,5 @@ type rawWriter struct{}
 func newRawWriter(syscall.RawConn) *rawWriter { return &rawWriter{} }
 
 func (*rawWriter) write([]byte) (int, error) { return 0, errors.ErrUnsupported }
+
+func (*rawWriter) control(func(fd int)) error { return errors.ErrUnsupported }

@@ -70,3 +70,9 @@ func (w *rawWriter) writeFD(fd uintptr) {
 		return
 	}
 }
+
+// control runs f with the connection's descriptor, which stays open
+// meanwhile.
+func (w *rawWriter) control(f func(fd int)) error {
+	return w.rc.Control(func(fd uintptr) { f(int(fd)) })
+}

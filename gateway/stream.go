@@ -156,6 +156,9 @@ type directSink struct {
 	stopKeepalive func()
 	buf           *[]byte // from framePool
 	frames        []byte  // held frames, not written yet
+	// detached is set once the stream took its connection over (see
+	// detach.go): the bridge then leaves it alone.
+	detached bool
 }
 
 // errStreamDone fails sends that come after the bridge returned.
@@ -214,10 +217,20 @@ func (d *directSink) finish() bool {
 	if !d.started {
 		return false
 	}
+	if d.detached {
+		// The stream goes on without the bridge, and ends on its own.
+		return true
+	}
 	if len(d.frames) > 0 && d.failed == nil {
 		_ = d.sw.write(d.frames)
 	}
 	d.stopKeepalive()
+	d.releaseBuffer()
+	return true
+}
+
+// releaseBuffer gives the frame buffer back; the caller holds mu.
+func (d *directSink) releaseBuffer() {
 	if d.buf != nil {
 		if cap(d.frames) > maxPooledFrame {
 			*d.buf = nil
@@ -227,7 +240,6 @@ func (d *directSink) finish() bool {
 		framePool.Put(d.buf)
 		d.buf, d.frames = nil, nil
 	}
-	return true
 }
 
 // pushSink is a directSink on a connection it can write to without
@@ -487,6 +499,28 @@ type sseWriter struct {
 	wrote   bool
 	stopped bool
 	timer   *time.Timer
+
+	// A detached stream (see detach.go): conn is the connection it took
+	// over, which poll watches under token; gone tells the handler's side
+	// that the connection ended; stall bounds how long pending bytes may
+	// wait for the client (stallTimer), and watchingOut is set while the
+	// poller reports writability; closeAfter is set once the stream
+	// ended, and the connection closes as soon as pending is out
+	// (connClosed); endErr is how it ended and ended completes the
+	// request's access line; discarded counts what the client sent.
+	detached    bool
+	conn        net.Conn
+	poll        *poller
+	token       uint64
+	gone        func()
+	stall       time.Duration
+	stallTimer  *time.Timer
+	watchingOut bool
+	closeAfter  bool
+	connClosed  bool
+	endErr      error
+	ended       func(observe.DetachedEnd)
+	discarded   int
 }
 
 // newSSEWriter returns the writer of a committed stream.
@@ -561,6 +595,9 @@ func (s *sseWriter) fail(err error) {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	if s.detached {
+		s.detachedFailed()
+	}
 }
 
 // tryWrite writes frames without blocking, for the event hub's writers
@@ -575,7 +612,7 @@ func (s *sseWriter) tryWrite(frames []byte, resume func()) bool {
 		s.mu.Unlock()
 		return true
 	}
-	if s.busy {
+	if s.busy || s.detached && len(s.pending) > 0 {
 		s.pending = append(s.pending, frames...)
 		s.resume = resume
 		s.mu.Unlock()
@@ -597,6 +634,12 @@ func (s *sseWriter) tryWrite(frames []byte, resume func()) bool {
 	// goroutine of its own, as slowly as the client takes it.
 	s.pending = append(s.pending, frames[n:]...)
 	s.resume = resume
+	if s.detached {
+		// The poller reports when the connection takes more.
+		s.waitWritable()
+		s.mu.Unlock()
+		return false
+	}
 	s.busy = true
 	s.mu.Unlock()
 	go s.release(nil, true)
@@ -621,15 +664,41 @@ func (s *sseWriter) keepalive(every time.Duration) (stop func()) {
 		quiet := !s.wrote && !s.busy && s.failed == nil
 		s.wrote = false
 		s.timer.Reset(every)
+		if s.detached {
+			if quiet && len(s.pending) == 0 {
+				s.writeDetached([]byte(keepaliveComment))
+			}
+			s.mu.Unlock()
+			return
+		}
 		if !quiet {
 			s.mu.Unlock()
 			return
 		}
 		s.busy = true
 		s.mu.Unlock()
-		s.release(s.writeOut([]byte(": keepalive\n\n")), false)
+		s.release(s.writeOut([]byte(keepaliveComment)), false)
 	})
 	return s.stop
+}
+
+// keepaliveComment is written when a stream was quiet for a while.
+const keepaliveComment = ": keepalive\n\n"
+
+// writeDetached writes p to a detached stream's connection without
+// blocking, keeping what it does not take; the caller holds mu and
+// nothing is pending.
+func (s *sseWriter) writeDetached(p []byte) {
+	n, err := s.raw.write(p)
+	s.rawBytes += int64(n)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	if n < len(p) {
+		s.pending = append(s.pending, p[n:]...)
+		s.waitWritable()
+	}
 }
 
 // stop waits for the goroutine writing, if any, then ends every write to

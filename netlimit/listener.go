@@ -534,6 +534,11 @@ func (c *conn) CloseWrite() error {
 	return nil
 }
 
+// WriteStallTimeout is the longest a write to the connection may make no
+// progress (0: no bound): a writer that takes the connection over (a
+// detached event stream) bounds its own waits by it.
+func (c *conn) WriteStallTimeout() time.Duration { return c.stall }
+
 // PlainConn returns the connection accepted, to which this one writes
 // unchanged: an event stream writes to it without blocking, so no write
 // of it can stall (see gateway.pushSink).

@@ -51,24 +51,61 @@ func Access(next http.Handler, opts AccessOptions) http.Handler {
 		// One allocation holds both the writer and the record.
 		aw := &accessWriter{ResponseWriter: w}
 		next.ServeHTTP(aw, r.WithContext(WithRecord(r.Context(), &aw.rec)))
-		d := time.Since(start)
 		st := aw.status
 		if st == 0 {
 			st = http.StatusOK // the handler wrote nothing
 		}
-		rec := aw.rec.Fields()
-		if rec.Route == "" {
-			rec.Route = opts.label(r.URL.Path)
+		line := accessLine{method: r.Method, path: r.URL.Path, remote: r.RemoteAddr, status: st, bytes: aw.bytes, start: start, rec: aw.rec.Fields()}
+		if line.rec.RequestID == "" {
+			// A refusal before the chain (401 at admission, 404, 413,
+			// 414) has the id the gateway issued in its header.
+			line.requestIDHeader = aw.Header().Get("X-Request-Id")
 		}
-		opts.Metrics.ObserveHTTP(rec.Route, r.Method, st, d)
-		if opts.Log != nil {
-			path := r.URL.Path
-			if opts.Hidden != nil && opts.Hidden(path) {
-				path = rec.Route
-			}
-			writeAccessLine(r.Context(), opts.Log, r, path, aw, &rec, st, d)
+		if answer := aw.rec.detachedAnswer(); answer != nil {
+			// The answer goes on (an event stream that took its
+			// connection over): its line waits for the end, holding only
+			// what it needs, not the request.
+			detached := new(accessLine)
+			*detached = line
+			answer.whenEnded(func(end DetachedEnd) {
+				detached.finish(context.Background(), opts, end)
+			})
+			return
 		}
+		line.finish(r.Context(), opts, DetachedEnd{})
 	})
+}
+
+// accessLine is what a request's access line needs.
+type accessLine struct {
+	method, path, remote string
+	status               int
+	bytes                int64
+	start                time.Time
+	rec                  RecordFields
+	requestIDHeader      string
+}
+
+// finish counts the request and writes its line, with the outcome of a
+// detached answer's end.
+func (l *accessLine) finish(ctx context.Context, opts AccessOptions, end DetachedEnd) {
+	d := time.Since(l.start)
+	rec := l.rec
+	rec.Bytes += end.Bytes
+	if end.Code != "" {
+		rec.Code, rec.Error = end.Code, end.Error
+	}
+	if rec.Route == "" {
+		rec.Route = opts.label(l.path)
+	}
+	opts.Metrics.ObserveHTTP(rec.Route, l.method, l.status, d)
+	if opts.Log != nil {
+		path := l.path
+		if opts.Hidden != nil && opts.Hidden(path) {
+			path = rec.Route
+		}
+		writeAccessLine(ctx, opts.Log, l, path, &rec, d)
+	}
 }
 
 // label is the route label of a request the gateway did not label.
@@ -90,7 +127,8 @@ func (o AccessOptions) label(path string) string {
 const maxAccessAttrs = 14
 
 // writeAccessLine writes one request's line.
-func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, path string, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
+func writeAccessLine(ctx context.Context, log *slog.Logger, l *accessLine, path string, rec *RecordFields, d time.Duration) {
+	status := l.status
 	level := slog.LevelInfo
 	switch {
 	case status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
@@ -103,9 +141,7 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, pat
 	}
 	requestID := rec.RequestID
 	if requestID == "" {
-		// A refusal before the chain (401 at admission, 404, 413, 414)
-		// has the id the gateway issued in its header.
-		requestID = aw.Header().Get("X-Request-Id")
+		requestID = l.requestIDHeader
 	}
 	// The record is built by hand, as the chain's rpc line is: it is
 	// written for every request. The attributes are gathered first and
@@ -113,11 +149,11 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, pat
 	// than at each optional one.
 	var attrs [maxAccessAttrs]slog.Attr
 	a := append(attrs[:0],
-		slog.String("method", r.Method),
+		slog.String("method", l.method),
 		slog.String("path", path),
 		slog.String("route", rec.Route),
 		slog.Int("status", status),
-		slog.Int64("bytes", aw.bytes+rec.Bytes),
+		slog.Int64("bytes", l.bytes+rec.Bytes),
 		slog.Float64("durationMs", Milliseconds(d)),
 	)
 	if requestID != "" {
@@ -138,7 +174,7 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, pat
 	if rec.Error != "" {
 		a = append(a, slog.String("error", rec.Error))
 	}
-	a = append(a, slog.String("remote", r.RemoteAddr))
+	a = append(a, slog.String("remote", l.remote))
 	line := slog.NewRecord(time.Now(), level, "http", 0)
 	line.AddAttrs(a...)
 	_ = log.Handler().Handle(ctx, line)

@@ -25,6 +25,17 @@ import (
 type Record struct {
 	mu sync.Mutex
 	RecordFields
+	// detached is set by Detach: the answer goes on after the handler
+	// returned, and the access line waits for its end.
+	detached *detachedAnswer
+}
+
+// DetachedEnd is how a detached answer ended (see Record.Detach): the
+// bytes written after the handler returned, and the RPC's final outcome.
+type DetachedEnd struct {
+	Bytes int64
+	// Code and Error replace the record's when Code is set.
+	Code, Error string
 }
 
 // RecordFields are a Record's values.
@@ -109,4 +120,65 @@ func (r *Record) Fields() RecordFields {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.RecordFields
+}
+
+// Detach tells the access middleware that the answer goes on after the
+// handler returns (an event stream that took its connection over): the
+// request's line and metrics then wait for the returned function, which
+// the answer's owner calls once, when the answer ended. The line records
+// the whole answer's duration, bytes and outcome. The function holds
+// nothing of the request.
+func (r *Record) Detach() (ended func(DetachedEnd)) {
+	d := &detachedAnswer{}
+	r.mu.Lock()
+	r.detached = d
+	r.mu.Unlock()
+	return d.end
+}
+
+// detachedAnswer is the end of a detached answer: tail is its outcome once
+// it came; written, set by the middleware once the handler returned,
+// writes the line.
+type detachedAnswer struct {
+	mu      sync.Mutex
+	tail    *DetachedEnd
+	written func(DetachedEnd)
+}
+
+// end records the answer's end and writes its line when the middleware is
+// done with the handler.
+func (d *detachedAnswer) end(end DetachedEnd) {
+	d.mu.Lock()
+	if d.tail != nil {
+		d.mu.Unlock()
+		return
+	}
+	d.tail = &end
+	write := d.written
+	d.written = nil
+	d.mu.Unlock()
+	if write != nil {
+		write(end)
+	}
+}
+
+// detachedAnswer returns the record's detached answer, or nil.
+func (r *Record) detachedAnswer() *detachedAnswer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.detached
+}
+
+// whenEnded calls write with the end of the detached answer: now, when it
+// ended already, or when it ends.
+func (d *detachedAnswer) whenEnded(write func(DetachedEnd)) {
+	d.mu.Lock()
+	if d.tail == nil {
+		d.written = write
+		d.mu.Unlock()
+		return
+	}
+	end := *d.tail
+	d.mu.Unlock()
+	write(end)
 }

@@ -51,8 +51,10 @@ type eventService struct {
 	relayv1.UnimplementedEventServiceServer
 	limits    *streamLimits
 	queueSize int
-	// accounts, when set, ends the streams of suspended accounts.
-	accounts interface{ Suspension(accountID string) error }
+	// accounts, when set, ends the streams of suspended accounts, which
+	// suspensions watches.
+	accounts    interface{ Suspension(accountID string) error }
+	suspensions *suspensionWatch
 }
 
 func newEventService(cfg EventsConfig) *eventService {
@@ -69,6 +71,12 @@ func newEventService(cfg EventsConfig) *eventService {
 		limits:    &streamLimits{perKey: cfg.MaxStreamsPerKey, perWorld: cfg.MaxStreamsPerWorld, byKey: map[string]int{}, byWorld: map[string]int{}},
 		queueSize: cfg.QueueSize,
 	}
+}
+
+// setAccounts sets the accounts whose suspension ends their streams.
+func (s *eventService) setAccounts(accounts interface{ Suspension(accountID string) error }) {
+	s.accounts = accounts
+	s.suspensions = &suspensionWatch{accounts: accounts, every: suspensionCheckEvery}
 }
 
 func (s *eventService) SubscribeHooks(req *relayv1.SubscribeHooksRequest, stream grpc.ServerStreamingServer[relayv1.SubscribeHooksResponse]) error {
@@ -133,22 +141,18 @@ func (s *eventService) endOnSuspension(ctx context.Context, key keys.Key) (conte
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		t := time.NewTicker(suspensionCheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := s.accounts.Suspension(key.Account()); err != nil {
-					cancel(status.Error(codes.PermissionDenied, err.Error()))
-					return
-				}
-			}
-		}
-	}()
-	return ctx, func() { cancel(nil) }
+	stop := s.suspensions.watch(key.Account(), func(err error) {
+		cancel(suspendedError(err))
+	})
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// suspendedError is the status that ends a suspended account's stream.
+func suspendedError(err error) error {
+	return status.Error(codes.PermissionDenied, err.Error())
 }
 
 // serveStream is serve without the watch on the account's suspension.
@@ -168,27 +172,37 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 	// A stream opened with a stream ticket binds the ticket to itself and
 	// keeps it valid while it is open, so that a browser reconnects to
 	// this same stream with it after a drop (see Tickets).
-	ticketClosed := func() {}
+	// What the stream holds is released when it ends: when this returns,
+	// or, for a stream its caller carries on alone (detached), when that
+	// one ends.
+	var cleanups []func()
+	detached := false
+	defer func() {
+		if !detached {
+			runCleanups(cleanups)
+		}
+	}()
 	if call.ticket != nil {
 		var userID string
 		if call.User != nil {
 			userID = call.User.ID
 		}
-		if ticketClosed, err = call.ticket.Open(ctx, fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter)); err != nil {
+		ticketClosed, err := call.ticket.Open(ctx, fmt.Sprintf("%s\x00%s\x00%s\x00%q", call.Method, clientID, userID, filter))
+		if err != nil {
 			return err
 		}
+		cleanups = append(cleanups, ticketClosed)
 	}
-	defer ticketClosed()
 	release, err := s.limits.acquire(call.Key.ID, clientID)
 	if err != nil {
 		return err
 	}
-	defer release()
+	cleanups = append(cleanups, release)
 	sub, err := events.Subscribe(ctx, call.User, req)
 	if err != nil {
 		return err
 	}
-	defer sub.Close()
+	cleanups = append(cleanups, sub.Close)
 
 	// A local caller that writes each message out (the SSE bridge) is told
 	// when more follow at once, so that it writes them together.
@@ -226,15 +240,29 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 	}
 	overflow := func(last uint64) {
 		hold(false)
-		_ = send(&relayv1.Event{Name: wire.EventOverflow, Data: jsonvalue.Raw(eventJSON(map[string]any{
-			"lastEventId": strconv.FormatUint(last, 10),
-			"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
-		}))})
+		_ = send(s.overflowEvent(last))
 	}
 	// A caller that writes frames from the hub's writers (the SSE bridge
 	// over HTTP/1.1) takes the live events from them: this goroutine only
-	// waits for the stream's end.
+	// waits for the stream's end, or, when the caller can carry the
+	// stream on alone, returns at once.
 	if fw, pusher := frameWriter(ctx), asPusher(sub); fw != nil && pusher != nil {
+		if d, ok := fw.(StreamDetacher); ok {
+			// The stream's releases go with it (gone may come at once);
+			// when it cannot detach, they stay here.
+			ds := &detachedStream{s: s, w: d, pusher: pusher, cleanups: cleanups}
+			if d.Detach(ds.gone) {
+				detached = true
+				if s.accounts != nil && !call.Key.Operator() {
+					ds.addCleanup(s.suspensions.watch(call.Key.Account(), func(err error) {
+						ds.end(suspendedError(err))
+					}))
+				}
+				pusher.Push(&pushWriter{w: fw, resume: pusher.Resume})
+				pusher.WhenDone(ds.ended)
+				return nil
+			}
+		}
 		pusher.Push(&pushWriter{w: fw, resume: pusher.Resume})
 		err := pusher.Wait(ctx)
 		switch {
@@ -267,6 +295,110 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 		}
 		last = ev.Seq
 	}
+}
+
+// overflowEvent is the last event of a stream that fell behind: where to
+// resume.
+func (s *eventService) overflowEvent(last uint64) *relayv1.Event {
+	return &relayv1.Event{Name: wire.EventOverflow, Data: jsonvalue.Raw(eventJSON(map[string]any{
+		"lastEventId": strconv.FormatUint(last, 10),
+		"message":     fmt.Sprintf("This stream fell more than %d events behind and is closed: reconnect with Last-Event-ID %d to resume", s.queueSize, last),
+	}))}
+}
+
+// runCleanups releases what a stream held, last taken first.
+func runCleanups(cleanups []func()) {
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+}
+
+// StreamDetacher is an EventFrameWriter that can carry a pushed event
+// stream on without the handler's goroutine (the SSE bridge over an
+// HTTP/1.1 connection that a poller watches): once its backlog is sent,
+// the stream's handler hands the stream over and returns, so that no
+// goroutine waits on an idle stream. The stream's end then comes from
+// either side: the caller calls gone when the connection ends (the peer
+// went away, a write failed or stalled), and the handler's side calls
+// EndDetached when the subscription ends (it fell behind, the relay shuts
+// down, the account was suspended), and after gone.
+type StreamDetacher interface {
+	EventFrameWriter
+	// Detach takes the stream over and reports whether it did; when it
+	// did not, the stream goes on in the handler's goroutine. gone may be
+	// called at once.
+	Detach(gone func()) bool
+	// EndDetached ends a detached stream, once: it writes last, when not
+	// nil, after every frame handed over before, then closes the
+	// connection. err is how the stream ended (nil, or a status), for the
+	// request's log line.
+	EndDetached(last *relayv1.Event, err error)
+}
+
+// detachedStream is a pushed event stream its caller carries on alone
+// (see StreamDetacher): it ends once, from whichever side ends first.
+type detachedStream struct {
+	s      *eventService
+	w      StreamDetacher
+	pusher world.EventPusher
+
+	mu       sync.Mutex
+	cleanups []func()
+	done     bool
+}
+
+// addCleanup adds a release to run at the end, or runs it at once when the
+// stream already ended.
+func (d *detachedStream) addCleanup(f func()) {
+	d.mu.Lock()
+	if !d.done {
+		d.cleanups = append(d.cleanups, f)
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	f()
+}
+
+// gone ends the stream from the caller's side.
+func (d *detachedStream) gone() {
+	d.end(status.Error(codes.Canceled, "The client went away"))
+}
+
+// ended ends the stream from the subscription's side
+// ([world.EventPusher.WhenDone]).
+func (d *detachedStream) ended(err error) {
+	switch {
+	case errors.Is(err, world.ErrSubscriberBehind):
+		d.end(nil)
+	case errors.Is(err, world.ErrSubscriptionEnded):
+		d.end(status.Error(codes.Unavailable, "The relay is shutting down"))
+	default:
+		d.end(err)
+	}
+}
+
+// end releases what the stream held and has its caller close it; a
+// stream that fell behind is told where to resume first.
+func (d *detachedStream) end(err error) {
+	d.mu.Lock()
+	if d.done {
+		d.mu.Unlock()
+		return
+	}
+	d.done = true
+	cleanups := d.cleanups
+	d.cleanups = nil
+	d.mu.Unlock()
+	var last *relayv1.Event
+	if err == nil {
+		// The subscription fell behind: the events it took so far are
+		// all written or kept by the writer, and the notice goes after
+		// them.
+		last = d.s.overflowEvent(d.pusher.Last())
+	}
+	runCleanups(cleanups)
+	d.w.EndDetached(last, err)
 }
 
 // frameWriter returns the stream's caller as an EventFrameWriter, when it

@@ -217,7 +217,7 @@ func New(cfg Config) (*Server, error) {
 	srv.Local = newLocalConn(unary, stream)
 	both := registrars{network, srv.Local}
 	events := newEventService(cfg.Events)
-	events.accounts = cfg.Keys
+	events.setAccounts(cfg.Keys)
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},

@@ -105,6 +105,13 @@ type EventPusher interface {
 	// from its last write), with ErrSubscriptionEnded when the world stops
 	// publishing, or with the context's error.
 	Wait(ctx context.Context) error
+	// WhenDone is Wait without a goroutine waiting: it calls f once, in a
+	// goroutine of its own, when the pushed subscription ends by itself,
+	// with ErrSubscriberBehind once it fell too far behind (after w
+	// returned from its last write) or ErrSubscriptionEnded when the world
+	// stops publishing. f is never called once Close was. Call it once,
+	// after Push.
+	WhenDone(f func(error))
 	// Last is the sequence of the last live event handed to w, or Start
 	// when none was: where a subscriber that fell behind resumes.
 	Last() uint64

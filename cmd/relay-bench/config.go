@@ -54,6 +54,8 @@ type config struct {
 	// cpuProfile, when set, receives the started relay's CPU profile of
 	// the measured phase.
 	cpuProfile string
+	// relayArgs are added to a started relay's command line.
+	relayArgs []string
 }
 
 // weighted is one operation of the mix and its relative weight.

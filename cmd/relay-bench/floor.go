@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -74,26 +75,42 @@ func parseFloorConfig(args []string, stderr io.Writer) (floorConfig, error) {
 // runFloor is the writer side: it starts the reader process, accepts its
 // connections and runs the passes.
 func runFloor(ctx context.Context, cfg floorConfig, stdout, progress io.Writer) error {
+	_, err := measureFloor(ctx, cfg, stdout, progress)
+	return err
+}
+
+// floorResult is what the floor's reader measured.
+type floorResult struct {
+	p50, p99, max time.Duration
+}
+
+// floorResultPrefix starts the reader's machine-readable result line.
+const floorResultPrefix = "#latency-ns "
+
+// measureFloor runs the floor, writes its report to stdout and returns the
+// reader's latencies.
+func measureFloor(ctx context.Context, cfg floorConfig, stdout, progress io.Writer) (floorResult, error) {
+	var res floorResult
 	// The reader's error output is copied by another goroutine into the
 	// same writer as this function's progress lines.
 	progress = &lockedWriter{w: progress}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer ln.Close()
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return res, err
 	}
 	reader := exec.CommandContext(ctx, self, floorReaderArg, ln.Addr().String(), strconv.Itoa(cfg.streams))
 	reader.Stderr = progress
 	out, err := reader.StdoutPipe()
 	if err != nil {
-		return err
+		return res, err
 	}
 	if err := reader.Start(); err != nil {
-		return err
+		return res, err
 	}
 	defer func() { _ = reader.Wait() }()
 	fmt.Fprintf(progress, "connecting %d streams ...\n", cfg.streams)
@@ -106,7 +123,7 @@ func runFloor(ctx context.Context, cfg floorConfig, stdout, progress io.Writer) 
 	for len(conns) < cfg.streams {
 		c, err := ln.Accept()
 		if err != nil {
-			return err
+			return res, err
 		}
 		conns = append(conns, c)
 	}
@@ -143,14 +160,25 @@ func runFloor(ctx context.Context, cfg floorConfig, stdout, progress io.Writer) 
 	conns = nil
 	result, err := io.ReadAll(out)
 	if err != nil {
-		return err
+		return res, err
+	}
+	// The reader's last line is for this process only.
+	if i := bytes.Index(result, []byte(floorResultPrefix)); i >= 0 {
+		var p50, p99, maxNs int64
+		if _, err := fmt.Sscanf(string(result[i+len(floorResultPrefix):]), "%d %d %d", &p50, &p99, &maxNs); err == nil {
+			res = floorResult{p50: time.Duration(p50), p99: time.Duration(p99), max: time.Duration(maxNs)}
+		}
+		result = result[:i]
 	}
 	writes := passes * cfg.streams
 	fmt.Fprintf(stdout, "fan-out floor: %d streams, %d-byte messages, target %d passes/s\n", cfg.streams, cfg.size, cfg.rate)
 	fmt.Fprintf(stdout, "writer: %d passes in %v (%.1f passes/s), %.2f cores, %.2f µs of CPU per write\n",
 		passes, elapsed.Round(time.Millisecond), float64(passes)/elapsed.Seconds(), cpu.Seconds()/elapsed.Seconds(), float64(cpu.Nanoseconds())/1e3/float64(writes))
 	fmt.Fprintf(stdout, "reader: %s", result)
-	return nil
+	if res.p99 == 0 {
+		return res, errors.New("the floor's reader reported no latencies")
+	}
+	return res, nil
 }
 
 // runFloorReader is the reader process: it opens the connections, reads
@@ -211,6 +239,8 @@ func runFloorReader(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%d reads, %.2f µs of CPU per read; latency of each read's first message p50 %v, p99 %v, max %v\n",
 		reads, float64(cpu.Nanoseconds())/1e3/float64(reads), pct(0.5), pct(0.99), pct(1))
+	at := func(p float64) int64 { return int64(latencies[int(float64(len(latencies)-1)*p)]) }
+	fmt.Fprintf(stdout, "%s%d %d %d\n", floorResultPrefix, at(0.5), at(0.99), at(1))
 	return nil
 }
 

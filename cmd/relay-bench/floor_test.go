@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// TestMain lets the test binary act as the fan-out floor's reader process,
-// as relay-bench itself does.
+// TestMain lets the test binary act as the fan-out floor's reader process
+// and the scale run's client process, as relay-bench itself does.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == floorReaderArg {
-		if err := runFloorReader(os.Args[2:], os.Stdout); err != nil {
+	if len(os.Args) > 1 && (os.Args[1] == floorReaderArg || os.Args[1] == scaleClientsArg) {
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
 			os.Exit(1)
 		}

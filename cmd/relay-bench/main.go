@@ -12,6 +12,7 @@
 //	relay-bench [flags]
 //	relay-bench fanout-floor [flags]   (see floor.go)
 //	relay-bench uploads [flags]        (see uploads.go)
+//	relay-bench scale [flags]          (see scale.go)
 //
 // Examples:
 //
@@ -61,8 +62,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return err
 			}
 			return runUploads(ctx, cfg, stdout, stderr)
+		case "scale":
+			cfg, err := parseScaleConfig(args[1:], stderr)
+			if err != nil {
+				return err
+			}
+			return runScale(ctx, cfg, stdout, stderr)
 		case floorReaderArg:
 			return runFloorReader(args[1:], stdout)
+		case scaleClientsArg:
+			return runScaleClients(args[1:], stdout)
 		}
 	}
 	cfg, err := parseConfig(args, stderr)

@@ -87,6 +87,7 @@ func startChild(bin, dataDir string, cfg config) (*target, error) {
 		// the per-address connection cap, which guards against one
 		// client holding too many, would refuse them past 512.
 		"--max-conns-per-ip", "0")
+	cmd.Args = append(cmd.Args, cfg.relayArgs...)
 	if cfg.cluster {
 		// Clustering on, alone: an embedded NATS server with JetStream,
 		// the world registry and its leases, as a node of a cluster pays.
@@ -276,6 +277,7 @@ func createKey(ctx context.Context, client *http.Client, base, adminKey string, 
 type procStats struct {
 	cpu     time.Duration
 	peakRSS int64 // bytes
+	rss     int64 // bytes, when read
 }
 
 // clockTicks is the unit of /proc/<pid>/stat times (USER_HZ, 100 on
@@ -317,6 +319,13 @@ func readProcStats(pid int) (procStats, error) {
 				return s, err
 			}
 			s.peakRSS = kb << 10
+		}
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return s, err
+			}
+			s.rss = kb << 10
 		}
 	}
 	return s, nil

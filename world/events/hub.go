@@ -78,9 +78,13 @@ type Hub struct {
 	worlds  map[string]*stream
 	closing bool // set under mu: no dispatcher starts any more
 	closed  chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
-	stats   hubStats
+	// closedCtx ends when the hub closes, for the subscriptions that wait
+	// for their end without a goroutine (Subscription.WhenDone).
+	closedCtx context.Context
+	closeCtx  context.CancelFunc
+	once      sync.Once
+	wg        sync.WaitGroup
+	stats     hubStats
 	// work hands pushed subscriptions with events to the hub's writer
 	// goroutines, which start with the first one (see push.go).
 	work    chan *Subscription
@@ -129,7 +133,9 @@ func New(opts Options) *Hub {
 	if opts.RingBytes <= 0 {
 		opts.RingBytes = DefaultRingBytes
 	}
-	return &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{}), work: make(chan *Subscription, 2*waveSize)}
+	h := &Hub{opts: opts, worlds: map[string]*stream{}, closed: make(chan struct{}), work: make(chan *Subscription, 2*waveSize)}
+	h.closedCtx, h.closeCtx = context.WithCancel(context.Background())
+	return h
 }
 
 // Close stops delivering: every subscription's Next returns ErrClosed.
@@ -137,7 +143,10 @@ func (h *Hub) Close() {
 	h.mu.Lock()
 	h.closing = true
 	h.mu.Unlock()
-	h.once.Do(func() { close(h.closed) })
+	h.once.Do(func() {
+		close(h.closed)
+		h.closeCtx()
+	})
 	h.wg.Wait()
 }
 

@@ -103,6 +103,38 @@ func (sub *Subscription) Wait(ctx context.Context) error {
 	}
 }
 
+// WhenDone implements [world.EventPusher].
+func (sub *Subscription) WhenDone(f func(error)) {
+	hub := sub.stream.hub
+	sub.qmu.Lock()
+	defer sub.qmu.Unlock()
+	if sub.done != nil || sub.doneCalled {
+		return
+	}
+	sub.done = f
+	sub.stopDone = context.AfterFunc(hub.closedCtx, func() {
+		sub.qmu.Lock()
+		call := !sub.doneCalled
+		sub.doneCalled = true
+		sub.qmu.Unlock()
+		if call {
+			f(ErrClosed)
+		}
+	})
+	sub.doneLocked()
+}
+
+// doneLocked calls the subscription's WhenDone function, in a goroutine of
+// its own, once it overflowed and no write is under way any more. The
+// caller holds qmu.
+func (sub *Subscription) doneLocked() {
+	if sub.done == nil || sub.doneCalled || !sub.isOverflowed || sub.writing {
+		return
+	}
+	sub.doneCalled = true
+	go sub.done(ErrOverflow)
+}
+
 // write hands the subscription's queued events to its writer until the
 // queue is empty, or until the writer keeps a write to finish in its own
 // goroutine (it calls Resume then). The caller owns the subscription's
@@ -116,6 +148,7 @@ func (sub *Subscription) write() {
 			if sub.isOverflowed {
 				// Wait reports the overflow once no write is under way.
 				sub.notify()
+				sub.doneLocked()
 			}
 			sub.qmu.Unlock()
 			return

@@ -83,6 +83,12 @@ type Subscription struct {
 	writing bool
 	last    uint64
 	box     *[]Event
+	// done, once set by WhenDone, is called when the pushed subscription
+	// ends by itself; doneCalled is set when it was (or must never be),
+	// and stopDone unhooks it from the hub's end. All under qmu.
+	done       func(error)
+	doneCalled bool
+	stopDone   func() bool
 
 	closeOnce sync.Once
 
@@ -265,8 +271,13 @@ func (sub *Subscription) Close() {
 		s.mu.Unlock()
 		sub.qmu.Lock()
 		sub.isClosed = true
+		sub.doneCalled = true
+		stop := sub.stopDone
 		sub.tookLocked()
 		sub.qmu.Unlock()
+		if stop != nil {
+			stop()
+		}
 	})
 }
 
@@ -395,6 +406,7 @@ func (sub *Subscription) overflowLocked() {
 	sub.queuedBytes = 0
 	sub.tookLocked()
 	sub.notify() // the reader sees the flag
+	sub.doneLocked()
 }
 
 // deliverable applies the subscription's filter and its user's read rights
