@@ -75,6 +75,18 @@ type Config struct {
 	// operator's may hold when its own quota does not say
 	// (--account-max-keys); 0 sets no limit.
 	AccountMaxKeys int
+	// The other quotas of an account other than the operator's when its
+	// own do not say (0 sets no limit): the worlds it may own
+	// (--account-max-worlds), the event streams its keys may hold open on
+	// one node (--account-max-streams), the calls its keys may make a
+	// minute on one node (--account-requests-per-minute), the largest
+	// file it may upload (--account-max-upload-bytes) and the bytes its
+	// embedded worlds may hold on disk (--account-max-stored-bytes).
+	AccountMaxWorlds         int
+	AccountMaxStreams        int
+	AccountRequestsPerMinute int
+	AccountMaxUploadBytes    int64
+	AccountMaxStoredBytes    int64
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -179,49 +191,53 @@ const (
 // flag or environment variable says otherwise.
 func DefaultConfig() Config {
 	return Config{
-		Listen:              "127.0.0.1:8080",
-		DataDir:             "./data",
-		Demo:                true,
-		NodeID:              -1,
-		MaxBodyBytes:        server.DefaultMaxMessageBytes,
-		ScriptTimeout:       5 * time.Second,
-		ScriptMemory:        script.DefaultWorkerMemoryBytes,
-		ScriptWorkers:       script.DefaultWorkers,
-		MaxUploadBytes:      server.DefaultMaxUploadBytes,
-		MaxDocumentBytes:    world.DefaultMaxDocumentBytes,
-		MaxJSONDepth:        world.DefaultMaxDepth,
-		CommitDelay:         world.DefaultCommitDelay,
-		EventKeepalive:      15 * time.Second,
-		EventRingSize:       events.DefaultRingSize,
-		EventRingBytes:      events.DefaultRingBytes,
-		EventQueueSize:      events.DefaultQueueSize,
-		EventCoalesce:       events.DefaultCoalesce,
-		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
-		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
-		AccountMaxKeys:      server.DefaultAccountMaxKeys,
-		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
-		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
-		RequestTimeout:      30 * time.Second,
-		ReadHeaderTimeout:   DefaultReadHeaderTimeout,
-		BodyReadTimeout:     netlimit.DefaultBodyReadTimeout,
-		BodyMinRate:         netlimit.DefaultBodyMinRate,
-		IdleTimeout:         DefaultIdleTimeout,
-		WriteStallTimeout:   netlimit.DefaultWriteStallTimeout,
-		MaxConns:            netlimit.DefaultMaxConns(),
-		MaxConnsPerIP:       netlimit.DefaultMaxConnsPerIP,
-		LinkAuthTimeout:     link.DefaultAuthTimeout,
-		LinkReplyTimeout:    link.DefaultReplyTimeout,
-		LinkPingInterval:    link.DefaultPingInterval,
-		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
-		LinkMaxPending:      link.DefaultMaxPending,
-		LinkMaxEventBytes:   link.DefaultMaxEventBytes,
-		LinkMaxReplyBytes:   link.DefaultMaxReplyBytes,
-		PairRateLimit:       DefaultPairRateLimit,
-		PairFailureLimit:    DefaultPairFailureLimit,
-		RequestRateLimit:    DefaultRequestRateLimit,
-		RequestPollLimit:    DefaultRequestPollLimit,
-		Console:             true,
-		Build:               ReadBuildInfo(),
+		Listen:                   "127.0.0.1:8080",
+		DataDir:                  "./data",
+		Demo:                     true,
+		NodeID:                   -1,
+		MaxBodyBytes:             server.DefaultMaxMessageBytes,
+		ScriptTimeout:            5 * time.Second,
+		ScriptMemory:             script.DefaultWorkerMemoryBytes,
+		ScriptWorkers:            script.DefaultWorkers,
+		MaxUploadBytes:           server.DefaultMaxUploadBytes,
+		MaxDocumentBytes:         world.DefaultMaxDocumentBytes,
+		MaxJSONDepth:             world.DefaultMaxDepth,
+		CommitDelay:              world.DefaultCommitDelay,
+		EventKeepalive:           15 * time.Second,
+		EventRingSize:            events.DefaultRingSize,
+		EventRingBytes:           events.DefaultRingBytes,
+		EventQueueSize:           events.DefaultQueueSize,
+		EventCoalesce:            events.DefaultCoalesce,
+		MaxStreamsPerKey:         server.DefaultMaxStreamsPerKey,
+		MaxStreamsPerWorld:       server.DefaultMaxStreamsPerWorld,
+		AccountMaxKeys:           server.DefaultAccountMaxKeys,
+		AccountMaxWorlds:         server.DefaultAccountMaxWorlds,
+		AccountMaxStreams:        server.DefaultAccountMaxStreams,
+		AccountRequestsPerMinute: server.DefaultAccountRequestsPerMinute,
+		AccountMaxStoredBytes:    server.DefaultAccountMaxStoredBytes,
+		AuthFailureLimit:         server.DefaultAuthFailuresPerMinute,
+		MaxQueryBytes:            gateway.DefaultMaxQueryBytes,
+		RequestTimeout:           30 * time.Second,
+		ReadHeaderTimeout:        DefaultReadHeaderTimeout,
+		BodyReadTimeout:          netlimit.DefaultBodyReadTimeout,
+		BodyMinRate:              netlimit.DefaultBodyMinRate,
+		IdleTimeout:              DefaultIdleTimeout,
+		WriteStallTimeout:        netlimit.DefaultWriteStallTimeout,
+		MaxConns:                 netlimit.DefaultMaxConns(),
+		MaxConnsPerIP:            netlimit.DefaultMaxConnsPerIP,
+		LinkAuthTimeout:          link.DefaultAuthTimeout,
+		LinkReplyTimeout:         link.DefaultReplyTimeout,
+		LinkPingInterval:         link.DefaultPingInterval,
+		LinkMaxMessageBytes:      link.DefaultMaxMessageBytes,
+		LinkMaxPending:           link.DefaultMaxPending,
+		LinkMaxEventBytes:        link.DefaultMaxEventBytes,
+		LinkMaxReplyBytes:        link.DefaultMaxReplyBytes,
+		PairRateLimit:            DefaultPairRateLimit,
+		PairFailureLimit:         DefaultPairFailureLimit,
+		RequestRateLimit:         DefaultRequestRateLimit,
+		RequestPollLimit:         DefaultRequestPollLimit,
+		Console:                  true,
+		Build:                    ReadBuildInfo(),
 	}
 }
 

@@ -78,6 +78,13 @@ type Config struct {
 	// operator's may hold when its own quota does not say; 0 sets no
 	// limit.
 	AccountMaxKeys int
+	// AccountDefaults are the quotas of an account other than the
+	// operator's where its own are 0 (its Keys field is AccountMaxKeys);
+	// 0 in a field sets no limit.
+	AccountDefaults keys.Quotas
+	// EmbeddedWorlds makes and removes embedded worlds for the world
+	// service, which answers Unavailable when it is nil.
+	EmbeddedWorlds EmbeddedWorlds
 	// ReleaseAccount, when set, lets go of an account's worlds before the
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
@@ -215,13 +222,17 @@ func New(cfg Config) (*Server, error) {
 	both := registrars{network, srv.Local}
 	events := newEventService(cfg.Events)
 	events.accounts = cfg.Keys
+	defaults := cfg.AccountDefaults
+	defaults.Keys = int64(cfg.AccountMaxKeys)
+	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults}
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds},
+		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		events,
