@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/server"
@@ -148,6 +149,11 @@ func (e embeddedWorlds) StoredBytes(ctx context.Context, account string) int64 {
 		total += r.worlds.DiskBytes(id)
 	}
 	return total
+}
+
+func (e embeddedWorlds) Holds(ctx context.Context, clientID string) bool {
+	ids, err := e.r.worlds.IDs(ctx)
+	return err == nil && slices.Contains(ids, clientID)
 }
 
 // releaseEmbedded removes the embedded worlds of an account that is being

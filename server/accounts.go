@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
@@ -21,6 +22,8 @@ type accountService struct {
 	quotas *quotaPolicy
 	// worlds counts the worlds each account owns; nil counts none.
 	worlds EmbeddedWorlds
+	// streams counts the open event streams of each account.
+	streams *streamLimits
 }
 
 func (s accountService) CreateAccount(ctx context.Context, req *relayv1.CreateAccountRequest) (*relayv1.CreateAccountResponse, error) {
@@ -73,6 +76,9 @@ func (s accountService) UpdateAccount(ctx context.Context, req *relayv1.UpdateAc
 	if err != nil {
 		return nil, err
 	}
+	if s.quotas != nil {
+		s.quotas.forget(id)
+	}
 	return &relayv1.UpdateAccountResponse{Account: s.describe(ctx, a)}, nil
 }
 
@@ -119,6 +125,9 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 	if err != nil {
 		return nil, err
 	}
+	if s.quotas != nil {
+		s.quotas.forget(id)
+	}
 	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, usage{}, s.limitsOf(a))}, nil
 }
 
@@ -161,6 +170,8 @@ type usage struct {
 	keys.AccountUsage
 	worlds      int64
 	storedBytes int64
+	streams     int64
+	requests    int64
 }
 
 // limitsOf returns the limits that apply to a.
@@ -180,6 +191,12 @@ func (s accountService) describe(ctx context.Context, a keys.Account) *relayv1.A
 		u.worlds, _ = s.worlds.CountWorlds(ctx, a.ID)
 		u.storedBytes = s.worlds.StoredBytes(ctx, a.ID)
 	}
+	if s.streams != nil {
+		u.streams = s.streams.openBy(a.ID)
+	}
+	if s.quotas != nil {
+		u.requests = s.quotas.rates.thisMinute(a.ID, time.Now())
+	}
 	return accountToProto(a, u, s.limitsOf(a))
 }
 
@@ -193,9 +210,11 @@ func accountToProto(a keys.Account, u usage, limits keys.Quotas) *relayv1.Accoun
 		Suspended:   a.Suspended(),
 		SuspendedAt: formatOptionalTime(a.SuspendedAt),
 		Usage: &relayv1.AccountUsage{
-			Keys:        int32(u.Keys),
-			Worlds:      int32(u.worlds),
-			StoredBytes: u.storedBytes,
+			Keys:               int32(u.Keys),
+			Worlds:             int32(u.worlds),
+			StoredBytes:        u.storedBytes,
+			Streams:            int32(u.streams),
+			RequestsThisMinute: int32(u.requests),
 		},
 		Limits: quotasToProto(limits),
 	}

@@ -186,6 +186,10 @@ func New(cfg Config) (*Server, error) {
 		Accounts:   cfg.Keys,
 		Owners:     cfg.Owners,
 	}
+	defaults := cfg.AccountDefaults
+	defaults.Keys = int64(cfg.AccountMaxKeys)
+	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults}
+	chain.Quotas = quotas
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor of each kind serves the network server and
@@ -222,23 +226,23 @@ func New(cfg Config) (*Server, error) {
 	both := registrars{network, srv.Local}
 	events := newEventService(cfg.Events)
 	events.accounts = cfg.Keys
-	defaults := cfg.AccountDefaults
-	defaults.Keys = int64(cfg.AccountMaxKeys)
-	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults}
+	events.quotas = quotas
+	files := newFileService(cfg.MaxUploadBytes)
+	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		events,
 		ticketService{tickets: chain.Tickets},
 		combatService{},
-		newFileService(cfg.MaxUploadBytes),
+		files,
 		dnd5eService{},
 	}); err != nil {
 		return nil, err

@@ -33,6 +33,8 @@ type EmbeddedWorlds interface {
 	CountWorlds(ctx context.Context, account string) (int64, error)
 	// StoredBytes is what the embedded worlds of account hold on disk.
 	StoredBytes(ctx context.Context, account string) int64
+	// Holds reports whether clientID is an embedded world of this node.
+	Holds(ctx context.Context, clientID string) bool
 }
 
 // The seeds a new embedded world starts from.
@@ -207,6 +209,11 @@ func (s worldService) DeleteWorld(ctx context.Context, req *relayv1.DeleteWorldR
 type quotaPolicy struct {
 	accounts keys.Accounts
 	defaults keys.Quotas
+	// rates counts each account's calls (accountquota.go).
+	rates accountRates
+
+	mu    sync.Mutex
+	cache map[string]cachedLimits
 }
 
 // limits returns the limits that apply to a: its own quotas, with the

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tabletop-relay/relay/server/keys"
+)
+
+// limitsTTL is how long a node keeps an account's limits before reading
+// them again: a change of quotas made on another node of a cluster takes
+// effect within it (at once on the node that made it).
+const limitsTTL = time.Second
+
+// cachedLimits is an account's limits as read at some time.
+type cachedLimits struct {
+	limits keys.Quotas
+	read   time.Time
+}
+
+// limitsFor returns the limits that apply to the account id, from a cache
+// that is at most limitsTTL old: the calls that check them (every call,
+// for the requests a minute) do not read the store each time.
+func (p *quotaPolicy) limitsFor(ctx context.Context, id string) (keys.Quotas, error) {
+	now := time.Now()
+	p.mu.Lock()
+	c, ok := p.cache[id]
+	p.mu.Unlock()
+	if ok && now.Sub(c.read) < limitsTTL {
+		return c.limits, nil
+	}
+	_, lim, err := p.account(ctx, id)
+	if err != nil {
+		return keys.Quotas{}, err
+	}
+	p.mu.Lock()
+	if p.cache == nil {
+		p.cache = map[string]cachedLimits{}
+	}
+	p.cache[id] = cachedLimits{limits: lim, read: now}
+	p.mu.Unlock()
+	return lim, nil
+}
+
+// forget drops an account's cached limits once they changed here.
+func (p *quotaPolicy) forget(id string) {
+	p.mu.Lock()
+	delete(p.cache, id)
+	p.mu.Unlock()
+	p.rates.forget(id)
+}
+
+// accountRates limits the calls of each account, all its keys together,
+// with a token bucket per account that holds a minute's worth and refills
+// at the account's rate. Each node counts the calls it serves.
+type accountRates struct {
+	mu      sync.Mutex
+	buckets map[string]*accountBucket
+}
+
+// accountBucket is one account's tokens as of last, and the calls it
+// made in the minute that began at minute.
+type accountBucket struct {
+	tokens float64
+	last   time.Time
+	minute time.Time
+	calls  int64
+}
+
+// allow takes a token of the account's bucket, which holds perMinute
+// tokens; when there is none it answers false and how long until there
+// is one.
+func (r *accountRates) allow(account string, perMinute int64, now time.Time) (bool, time.Duration) {
+	perToken := time.Minute / time.Duration(perMinute)
+	capacity := float64(perMinute)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.buckets == nil {
+		r.buckets = map[string]*accountBucket{}
+	}
+	b := r.buckets[account]
+	if b == nil {
+		b = &accountBucket{tokens: capacity, last: now, minute: now}
+		r.buckets[account] = b
+	}
+	if elapsed := now.Sub(b.last); elapsed > 0 {
+		b.tokens = math.Min(capacity, b.tokens+float64(elapsed)/float64(perToken))
+		b.last = now
+	}
+	if now.Sub(b.minute) >= time.Minute {
+		b.minute, b.calls = now, 0
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		b.calls++
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) * float64(perToken))
+}
+
+// thisMinute counts the calls the account made in its current minute.
+func (r *accountRates) thisMinute(account string, now time.Time) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.buckets[account]
+	if b == nil || now.Sub(b.minute) >= time.Minute {
+		return 0
+	}
+	return b.calls
+}
+
+// forget drops an account's bucket (its quota changed, or it is gone).
+func (r *accountRates) forget(account string) {
+	r.mu.Lock()
+	delete(r.buckets, account)
+	r.mu.Unlock()
+}
+
+// accountRateLimit is the chain's step after the key's own rate limit:
+// the call spends a token of its account's bucket, when the account has
+// a limit of requests a minute. Past it the call is refused with 429 and
+// Retry-After, naming the quota.
+func (c *Chain) accountRateLimit(ctx context.Context, call *Call, _ any) error {
+	if c.Quotas == nil || isPublic(call.Method) || call.forwarded || call.Key.ID == "" {
+		// A forwarded call spent its token on the edge node.
+		return nil
+	}
+	account := call.Key.Account()
+	lim, err := c.Quotas.limitsFor(ctx, account)
+	if err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	if lim.RequestsPerMinute <= 0 {
+		return nil
+	}
+	if ok, wait := c.Quotas.rates.allow(account, lim.RequestsPerMinute, time.Now()); !ok {
+		return retryLater(wait, func(seconds int) string {
+			return fmt.Sprintf("Account quota reached: 'requestsPerMinute' allows %d requests per minute for the account's keys together; retry in %d s", lim.RequestsPerMinute, seconds)
+		})
+	}
+	return nil
+}
