@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -140,6 +141,89 @@ func (c *Chain) accountRateLimit(ctx context.Context, call *Call, _ any) error {
 		return retryLater(wait, func(seconds int) string {
 			return fmt.Sprintf("Account quota reached: 'requestsPerMinute' allows %d requests per minute for the account's keys together; retry in %d s", lim.RequestsPerMinute, seconds)
 		})
+	}
+	return nil
+}
+
+// storedTTL is how long a node keeps an account's stored bytes before
+// measuring its worlds again: the check of document writes reads no disk
+// each call, and a flood of writes overshoots the quota by at most what
+// it writes in that time.
+const storedTTL = time.Second
+
+// storedBytes returns what the embedded worlds of account hold on disk,
+// measured at most storedTTL ago.
+func (p *quotaPolicy) storedBytes(ctx context.Context, account string) int64 {
+	now := time.Now()
+	p.mu.Lock()
+	c, ok := p.stored[account]
+	p.mu.Unlock()
+	if ok && now.Sub(c.read) < storedTTL {
+		return c.bytes
+	}
+	n := p.worlds.StoredBytes(ctx, account)
+	p.mu.Lock()
+	if p.stored == nil {
+		p.stored = map[string]cachedBytes{}
+	}
+	p.stored[account] = cachedBytes{bytes: n, read: now}
+	p.mu.Unlock()
+	return n
+}
+
+// cachedBytes is a size as measured at some time.
+type cachedBytes struct {
+	bytes int64
+	read  time.Time
+}
+
+// growingScopes are the scopes of the calls that may make a world hold
+// more: documents, folders, encounters, scripts and files.
+var growingScopes = map[string]bool{
+	keys.ScopeEntityWrite:     true,
+	keys.ScopeStructureWrite:  true,
+	keys.ScopeEncounterManage: true,
+	keys.ScopeExecuteJS:       true,
+	keys.ScopeFileWrite:       true,
+}
+
+// shrinks reports whether an operation only removes: such calls stay
+// allowed past the quota, so that an account can make room.
+func shrinks(operation string) bool {
+	return strings.HasPrefix(operation, "delete") || strings.HasPrefix(operation, "remove") || strings.HasPrefix(operation, "end-")
+}
+
+// checkStoredBytes is the chain's step before the handler of a call that
+// may make an embedded world hold more: when the account that owns the
+// world has a quota of stored bytes and its embedded worlds hold that
+// much, the call is refused with 403 naming the quota, and nothing
+// changes. Calls that only remove pass. It runs on the node that holds
+// the world.
+func (c *Chain) checkStoredBytes(ctx context.Context, call *Call, _ any) error {
+	if c.Quotas == nil || c.Quotas.worlds == nil || call.World == nil || call.Policy == nil {
+		return nil
+	}
+	if !growingScopes[call.Policy.GetScope()] || shrinks(call.Policy.GetOperation()) {
+		return nil
+	}
+	clientID := call.World.Info().ClientID
+	owner := keys.OperatorAccount
+	if c.Owners != nil {
+		o, err := c.Owners.Owner(ctx, clientID)
+		if err != nil {
+			return toStatus(ctx, c.Log, err)
+		}
+		owner = o
+	}
+	lim, err := c.Quotas.limitsFor(ctx, owner)
+	if err != nil {
+		return toStatus(ctx, c.Log, err)
+	}
+	if lim.StoredBytes <= 0 || !c.Quotas.worlds.Holds(ctx, clientID) {
+		return nil
+	}
+	if c.Quotas.storedBytes(ctx, owner) >= lim.StoredBytes {
+		return quotaReached("storedBytes", lim.StoredBytes, "bytes of embedded worlds; remove documents, files or a world first")
 	}
 	return nil
 }

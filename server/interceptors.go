@@ -65,7 +65,10 @@ type Worlds interface {
 //  11. parameters: a REST call whose parameters the gateway could not read
 //     is refused here (see refuseInvalidParams), so that its 400 comes
 //     after the 401, 403 and 404 of the steps before, as for a call whose
-//     parameters are fine.
+//     parameters are fine;
+//  12. stored bytes: a unary call that may make an embedded world hold
+//     more is refused when the world's account is at its quota of stored
+//     bytes (accountquota.go; uploads check it in the file service).
 //
 // Steps 8 to 10 need the request message; on streams they run when the
 // handler receives the first message. Document permissions are decided later,
@@ -142,7 +145,7 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		// leaves for that node after world resolution (forward.go).
 		c.unaryStepsForwarding(
 			[]step{c.authenticate, c.rateLimit, c.accountRateLimit, c.checkScope, c.resolveWorld},
-			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams},
+			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams, c.checkStoredBytes},
 		),
 	}
 }

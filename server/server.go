@@ -188,7 +188,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	defaults := cfg.AccountDefaults
 	defaults.Keys = int64(cfg.AccountMaxKeys)
-	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults}
+	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds}
 	chain.Quotas = quotas
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}

@@ -211,9 +211,12 @@ type quotaPolicy struct {
 	defaults keys.Quotas
 	// rates counts each account's calls (accountquota.go).
 	rates accountRates
+	// worlds measures the accounts' embedded worlds; nil measures none.
+	worlds EmbeddedWorlds
 
-	mu    sync.Mutex
-	cache map[string]cachedLimits
+	mu     sync.Mutex
+	cache  map[string]cachedLimits
+	stored map[string]cachedBytes
 }
 
 // limits returns the limits that apply to a: its own quotas, with the

@@ -173,6 +173,23 @@ func TestQuotaUploadAndStoredBytes(t *testing.T) {
 	if r := tr.Do(http.MethodPost, "/worlds", key, nil, map[string]any{"title": "More", "seed": "empty"}); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "'storedBytes'") {
 		t.Fatalf("a world past the stored bytes: %d %s", r.Status, r.Body)
 	}
+	// Document writes to its world are refused too, over REST and gRPC,
+	// and change nothing; removing a document stays allowed.
+	r := tr.Do(http.MethodPut, "/update", key, relaytest.Q("clientId", world), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"name": "Grown"}})
+	if r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "'storedBytes'") {
+		t.Fatalf("an update past the stored bytes: %d %s", r.Status, r.Body)
+	}
+	ctx = metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+	if _, err := relayv1.NewDocumentServiceClient(tr.Conn).CreateDocument(ctx, &relayv1.CreateDocumentRequest{ClientId: world, EntityType: "JournalEntry"}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "'storedBytes'") {
+		t.Fatalf("a gRPC create past the stored bytes: %v", err)
+	}
+	got := tr.Do(http.MethodGet, "/get", key, relaytest.Q("clientId", world, "uuid", relaytest.GoblinUUID), nil)
+	if got.Status != http.StatusOK || strings.Contains(string(got.Body), "Grown") {
+		t.Fatalf("the goblin after the refused update: %d %s", got.Status, got.Body)
+	}
+	if r := tr.Do(http.MethodDelete, "/delete", key, relaytest.Q("clientId", world, "uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("a removal past the stored bytes: %d %s", r.Status, r.Body)
+	}
 	if u := tr.usageOf(id); u["worlds"] != float64(1) {
 		t.Fatalf("usage after the refusals: %v", u)
 	}
