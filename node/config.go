@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/tabletop-relay/relay/cluster"
 
+	"fmt"
 	"runtime/debug"
 	"time"
 
@@ -66,7 +67,13 @@ type Config struct {
 	// EventRingBytes bounds the memory, and the journal on disk, of the
 	// events each world keeps for resuming, embedded or linked
 	// (--event-ring-bytes).
-	EventRingBytes     int64
+	EventRingBytes int64
+	// WorldMemoryBytes is the bound of what the relay keeps for one world
+	// (--world-memory-bytes; 0: none): its kept events (up to
+	// EventRingBytes) and, for an embedded world, its documents, whose
+	// database may hold the rest; a write that would make a world's
+	// database hold more is refused.
+	WorldMemoryBytes   int64
 	EventQueueSize     int
 	EventCoalesce      time.Duration
 	MaxStreamsPerKey   int
@@ -206,6 +213,7 @@ func DefaultConfig() Config {
 		EventKeepalive:           15 * time.Second,
 		EventRingSize:            events.DefaultRingSize,
 		EventRingBytes:           events.DefaultRingBytes,
+		WorldMemoryBytes:         DefaultWorldMemoryBytes,
 		EventQueueSize:           events.DefaultQueueSize,
 		EventCoalesce:            events.DefaultCoalesce,
 		MaxStreamsPerKey:         server.DefaultMaxStreamsPerKey,
@@ -291,4 +299,26 @@ func BuildInfoOf(bi *debug.BuildInfo) gateway.BuildInfo {
 		info.Commit += "-dirty"
 	}
 	return info
+}
+
+// DefaultWorldMemoryBytes is the relay's default bound of what it keeps
+// for one world: 256 MiB, of which the kept events take up to
+// --event-ring-bytes (64 MiB by default) and the documents the rest.
+const DefaultWorldMemoryBytes = 256 << 20
+
+// worldDocumentBytes is what a world's database may hold under cfg's
+// per-world bound, or 0 when there is no bound. A bound that leaves the
+// documents no room beside the kept events is a *ConfigError.
+func worldDocumentBytes(cfg Config) (int64, error) {
+	if cfg.WorldMemoryBytes <= 0 {
+		return 0, nil
+	}
+	ring := cfg.EventRingBytes
+	if ring <= 0 {
+		ring = events.DefaultRingBytes
+	}
+	if ring >= cfg.WorldMemoryBytes {
+		return 0, &ConfigError{fmt.Errorf("world-memory-bytes (%d) must be larger than event-ring-bytes (%d): the kept events are part of it", cfg.WorldMemoryBytes, ring)}
+	}
+	return cfg.WorldMemoryBytes - ring, nil
 }

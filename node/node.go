@@ -342,7 +342,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 		r.registry.Answer()
 	}
+	worldBytes, err := worldDocumentBytes(cfg)
+	if err != nil {
+		return fail(err)
+	}
 	if r.grpc, err = server.New(server.Config{
+		WorldDocumentBytes: worldBytes,
 		Keys:           r.keys,
 		TicketStore:    ticketStore,
 		Worlds:         allWorlds,

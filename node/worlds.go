@@ -156,6 +156,10 @@ func (e embeddedWorlds) Holds(ctx context.Context, clientID string) bool {
 	return err == nil && slices.Contains(ids, clientID)
 }
 
+func (e embeddedWorlds) DatabaseBytes(clientID string) int64 {
+	return e.r.worlds.DatabaseBytes(clientID)
+}
+
 // releaseEmbedded removes the embedded worlds of an account that is being
 // deleted.
 func (r *Node) releaseEmbedded(ctx context.Context, accountID string) error {

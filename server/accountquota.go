@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tabletop-relay/relay/server/keys"
 )
 
@@ -194,11 +197,12 @@ func shrinks(operation string) bool {
 }
 
 // checkStoredBytes is the chain's step before the handler of a call that
-// may make an embedded world hold more: when the account that owns the
-// world has a quota of stored bytes and its embedded worlds hold that
-// much, the call is refused with 403 naming the quota, and nothing
-// changes. Calls that only remove pass. It runs on the node that holds
-// the world.
+// may make an embedded world hold more. When the world's database is at
+// the world's bound (its share of the per-world memory bound, see
+// Config.WorldDocumentBytes), or the account that owns the world has a
+// quota of stored bytes and its embedded worlds hold that much, the call
+// is refused with 403 naming the limit, and nothing changes. Calls that
+// only remove pass. It runs on the node that holds the world.
 func (c *Chain) checkStoredBytes(ctx context.Context, call *Call, _ any) error {
 	if c.Quotas == nil || c.Quotas.worlds == nil || call.World == nil || call.Policy == nil {
 		return nil
@@ -207,6 +211,11 @@ func (c *Chain) checkStoredBytes(ctx context.Context, call *Call, _ any) error {
 		return nil
 	}
 	clientID := call.World.Info().ClientID
+	if max := c.Quotas.worldBytes; max > 0 {
+		if n := c.Quotas.worlds.DatabaseBytes(clientID); n >= max {
+			return status.Errorf(codes.PermissionDenied, "World size limit reached: world '%s' holds %d bytes of documents and events, the most the relay keeps for one world (--world-memory-bytes less --event-ring-bytes: %d); remove documents first", clientID, n, max)
+		}
+	}
 	owner := keys.OperatorAccount
 	if c.Owners != nil {
 		o, err := c.Owners.Owner(ctx, clientID)

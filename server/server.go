@@ -82,6 +82,10 @@ type Config struct {
 	// operator's where its own are 0 (its Keys field is AccountMaxKeys);
 	// 0 in a field sets no limit.
 	AccountDefaults keys.Quotas
+	// WorldDocumentBytes bounds the database of each embedded world: calls
+	// that would make a world whose database holds this much hold more
+	// are refused (see Chain.checkStoredBytes); 0 sets no bound.
+	WorldDocumentBytes int64
 	// EmbeddedWorlds makes and removes embedded worlds for the world
 	// service, which answers Unavailable when it is nil.
 	EmbeddedWorlds EmbeddedWorlds
@@ -188,7 +192,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	defaults := cfg.AccountDefaults
 	defaults.Keys = int64(cfg.AccountMaxKeys)
-	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds}
+	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
 	chain.Quotas = quotas
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}

@@ -35,6 +35,9 @@ type EmbeddedWorlds interface {
 	StoredBytes(ctx context.Context, account string) int64
 	// Holds reports whether clientID is an embedded world of this node.
 	Holds(ctx context.Context, clientID string) bool
+	// DatabaseBytes is the size of the embedded world's database (its
+	// documents, settings and kept events), 0 for an unknown one.
+	DatabaseBytes(clientID string) int64
 }
 
 // The seeds a new embedded world starts from.
@@ -213,6 +216,9 @@ type quotaPolicy struct {
 	rates accountRates
 	// worlds measures the accounts' embedded worlds; nil measures none.
 	worlds EmbeddedWorlds
+	// worldBytes bounds the database of each embedded world (its share of
+	// the per-world memory bound beside its kept events); 0 sets none.
+	worldBytes int64
 
 	mu     sync.Mutex
 	cache  map[string]cachedLimits

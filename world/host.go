@@ -423,3 +423,19 @@ func (h *Host) DiskBytes(clientID string) int64 {
 	})
 	return total
 }
+
+// DatabaseBytes is the size on disk of a world's database with its
+// write-ahead log: what the world's documents, settings and kept events
+// take, without its file area. An unknown world is 0.
+func (h *Host) DatabaseBytes(clientID string) int64 {
+	if !clientIDPattern.MatchString(clientID) {
+		return 0
+	}
+	var total int64
+	for _, name := range []string{dbFile, dbFile + "-wal"} {
+		if info, err := os.Stat(filepath.Join(h.dir, clientID, name)); err == nil {
+			total += info.Size()
+		}
+	}
+	return total
+}

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -192,5 +195,55 @@ func TestQuotaUploadAndStoredBytes(t *testing.T) {
 	}
 	if u := tr.usageOf(id); u["worlds"] != float64(1) {
 		t.Fatalf("usage after the refusals: %v", u)
+	}
+}
+
+// TestWorldMemoryBound: a world whose database holds what
+// --world-memory-bytes leaves beside its kept events takes no more
+// writes, over REST and gRPC, and the refused write changes nothing;
+// removals pass. A bound that leaves the documents no room beside the
+// kept events does not start.
+func TestWorldMemoryBound(t *testing.T) {
+	t.Parallel()
+	const ring = 1 << 20
+	tr := startTestRelay(t, func(c *node.Config) {
+		c.MaxBodyBytes = 2 << 20
+		c.EventRingBytes = ring
+		c.WorldMemoryBytes = ring + 2<<20
+	})
+	var refused relaytest.Response
+	last := ""
+	for i := range 20 {
+		bio := strings.Repeat(string(rune('a'+i%26)), 600<<10)
+		r := tr.Do(http.MethodPut, "/update", tr.AdminKey, relaytest.Q("clientId", "demo"),
+			map[string]any{"uuid": relaytest.AriaUUID, "data": map[string]any{"system.details.biography.value": bio}})
+		if r.Status != http.StatusOK {
+			refused = r
+			break
+		}
+		last = bio[:1]
+	}
+	if refused.Status != http.StatusForbidden || !strings.Contains(refused.ErrorText(t), "World size limit") || last == "" {
+		t.Fatalf("writes past the world's bound: %d %.300s (last accepted %q)", refused.Status, refused.Body, last)
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+	if _, err := relayv1.NewDocumentServiceClient(tr.Conn).CreateDocument(ctx, &relayv1.CreateDocumentRequest{ClientId: "demo", EntityType: "JournalEntry"}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "World size limit") {
+		t.Fatalf("a gRPC create past the world's bound: %v", err)
+	}
+	got := tr.Do(http.MethodGet, "/get", tr.AdminKey, relaytest.Q("clientId", "demo", "uuid", relaytest.AriaUUID), nil)
+	if !strings.Contains(string(got.Body), strings.Repeat(last, 100)) {
+		t.Fatalf("the refused write changed the document: %.200s", got.Body)
+	}
+	if r := tr.Do(http.MethodDelete, "/delete", tr.AdminKey, relaytest.Q("clientId", "demo", "uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("a removal past the world's bound: %d %s", r.Status, r.Body)
+	}
+
+	cfg := relaytest.Config(t)
+	cfg.EventRingBytes, cfg.WorldMemoryBytes = 8<<20, 8<<20
+	if r, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard); err == nil {
+		_ = r.Close(context.Background())
+		t.Fatal("a relay whose world bound leaves no room beside the kept events started")
+	} else if _, ok := errors.AsType[*node.ConfigError](err); !ok || !strings.Contains(err.Error(), "world-memory-bytes") {
+		t.Fatalf("the refusal: %v", err)
 	}
 }

@@ -55,6 +55,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.EventKeepalive, "event-keepalive", d.EventKeepalive, "longest silence on an event stream before a keepalive comment (RELAY_EVENT_KEEPALIVE)")
 	fs.IntVar(&c.EventRingSize, "event-ring-size", d.EventRingSize, "`events` each world keeps for resuming streams (RELAY_EVENT_RING_SIZE)")
 	fs.Int64Var(&c.EventRingBytes, "event-ring-bytes", d.EventRingBytes, "`bytes` of events each world keeps for resuming streams, in memory and on disk, besides --event-ring-size; the oldest leave first, and a stream may fall this far behind before it is closed with an overflow event (RELAY_EVENT_RING_BYTES)")
+	fs.Int64Var(&c.WorldMemoryBytes, "world-memory-bytes", d.WorldMemoryBytes, "`bytes` the relay keeps for one world: its kept events (--event-ring-bytes) and an embedded world's documents, whose database may hold the rest; writes past it get 403 (RELAY_WORLD_MEMORY_BYTES; 0: no bound)")
 	fs.DurationVar(&c.EventCoalesce, "event-coalesce", d.EventCoalesce, "how long events gather before they are fanned out, so each stream writes them together (RELAY_EVENT_COALESCE; 0: at once)")
 	fs.IntVar(&c.EventQueueSize, "event-queue-size", d.EventQueueSize, "`events` a stream may fall behind before it is closed with an overflow event (RELAY_EVENT_QUEUE_SIZE)")
 	fs.IntVar(&c.MaxStreamsPerKey, "max-streams-per-key", d.MaxStreamsPerKey, "open event streams allowed per API key; more get 429 (RELAY_MAX_STREAMS_PER_KEY)")
