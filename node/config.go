@@ -94,6 +94,9 @@ type Config struct {
 	AccountRequestsPerMinute int
 	AccountMaxUploadBytes    int64
 	AccountMaxStoredBytes    int64
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created (--max-keys-per-creator); 0 sets no limit.
+	MaxKeysPerCreator int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -219,6 +222,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerKey:         server.DefaultMaxStreamsPerKey,
 		MaxStreamsPerWorld:       server.DefaultMaxStreamsPerWorld,
 		AccountMaxKeys:           server.DefaultAccountMaxKeys,
+		MaxKeysPerCreator:        server.DefaultMaxKeysPerCreator,
 		AccountMaxWorlds:         server.DefaultAccountMaxWorlds,
 		AccountMaxStreams:        server.DefaultAccountMaxStreams,
 		AccountRequestsPerMinute: server.DefaultAccountRequestsPerMinute,

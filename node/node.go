@@ -348,13 +348,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	}
 	if r.grpc, err = server.New(server.Config{
 		WorldDocumentBytes: worldBytes,
-		Keys:           r.keys,
-		TicketStore:    ticketStore,
-		Worlds:         allWorlds,
-		Links:          worldLinks{r.links},
-		Owners:         worldOwners{r.links.Pairings(), r.keys},
-		ReleaseAccount: r.releaseAccount,
-		AccountMaxKeys: cfg.AccountMaxKeys,
+		Keys:               r.keys,
+		TicketStore:        ticketStore,
+		Worlds:             allWorlds,
+		Links:              worldLinks{r.links},
+		Owners:             worldOwners{r.links.Pairings(), r.keys},
+		ReleaseAccount:     r.releaseAccount,
+		AccountMaxKeys:     cfg.AccountMaxKeys,
+		MaxKeysPerCreator:  cfg.MaxKeysPerCreator,
 		AccountDefaults: keys.Quotas{
 			Worlds:            int64(cfg.AccountMaxWorlds),
 			Streams:           int64(cfg.AccountMaxStreams),

@@ -89,6 +89,9 @@ type Config struct {
 	// EmbeddedWorlds makes and removes embedded worlds for the world
 	// service, which answers Unavailable when it is nil.
 	EmbeddedWorlds EmbeddedWorlds
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created, whatever its account (the operator's too); 0 sets no limit.
+	MaxKeysPerCreator int
 	// ReleaseAccount, when set, lets go of an account's worlds before the
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
@@ -238,7 +241,7 @@ func New(cfg Config) (*Server, error) {
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
-		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
+		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), maxPerCreator: cfg.MaxKeysPerCreator, chain: chain},
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		clientService{worlds: cfg.Worlds, chain: chain},

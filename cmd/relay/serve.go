@@ -65,6 +65,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.AccountRequestsPerMinute, "account-requests-per-minute", d.AccountRequestsPerMinute, "`requests` per minute an account's keys may make together on one node unless its quota says otherwise; more get 429 with Retry-After (RELAY_ACCOUNT_REQUESTS_PER_MINUTE; 0: no limit)")
 	fs.Int64Var(&c.AccountMaxUploadBytes, "account-max-upload-bytes", d.AccountMaxUploadBytes, "largest file in `bytes` an account's keys may upload unless its quota says otherwise; larger get 403 (RELAY_ACCOUNT_MAX_UPLOAD_BYTES; 0: only --max-upload-bytes)")
 	fs.Int64Var(&c.AccountMaxStoredBytes, "account-max-stored-bytes", d.AccountMaxStoredBytes, "`bytes` an account's embedded worlds may hold on disk together unless its quota says otherwise; past it, new worlds and uploads get 403 (RELAY_ACCOUNT_MAX_STORED_BYTES; 0: no limit)")
+	fs.IntVar(&c.MaxKeysPerCreator, "max-keys-per-creator", d.MaxKeysPerCreator, "unrevoked `keys` one API key may have created, whatever its account (the operator's too); more get 403 until some are revoked (RELAY_MAX_KEYS_PER_CREATOR; 0: no limit)")
 	fs.IntVar(&c.MaxStreamsPerWorld, "max-streams-per-world", d.MaxStreamsPerWorld, "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 	fs.IntVar(&c.RateLimit, "rate-limit", d.RateLimit, "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.RateLimitBurst, "rate-limit-burst", d.RateLimitBurst, "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
@@ -122,7 +123,7 @@ func (c *serveConfig) check() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"body-min-rate", c.BodyMinRate}, {"max-conns", c.MaxConns}, {"max-conns-per-ip", c.MaxConnsPerIP}} {
+	}{{"body-min-rate", c.BodyMinRate}, {"max-conns", c.MaxConns}, {"max-conns-per-ip", c.MaxConnsPerIP}, {"account-max-keys", c.AccountMaxKeys}, {"max-keys-per-creator", c.MaxKeysPerCreator}} {
 		if n.v < 0 {
 			return fmt.Errorf("--%s must not be negative (0 turns it off), not %d", n.flag, n.v)
 		}
