@@ -245,7 +245,7 @@ func New(cfg Config) (*Server, error) {
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		clientService{worlds: cfg.Worlds, chain: chain},
-		linkService{links: cfg.Links, now: time.Now, chain: chain},
+		linkService{links: cfg.Links, now: time.Now, chain: chain, quotas: quotas, worlds: cfg.EmbeddedWorlds},
 		events,
 		ticketService{tickets: chain.Tickets},
 		combatService{},

@@ -224,6 +224,14 @@ func TestWorldsQuota(t *testing.T) {
 	if stored, _ := usage["storedBytes"].(string); stored == "" || stored == "0" {
 		t.Fatalf("GET /accounts/%s: storedBytes %v, want the worlds' size", id, usage["storedBytes"])
 	}
+	// A pairing code for a new world counts against the quota too, over
+	// REST and gRPC.
+	if r := tr.Do(http.MethodPost, "/pairing-codes", key, nil, map[string]any{}); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "'worlds'") {
+		t.Fatalf("a pairing code past the worlds quota: %d %s", r.Status, r.Body)
+	}
+	if _, err := relayv1.NewLinkServiceClient(tr.Conn).CreatePairingCode(ctx, &relayv1.CreatePairingCodeRequest{}); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "'worlds'") {
+		t.Fatalf("gRPC: a pairing code past the worlds quota: %v", err)
+	}
 	// The account's own quota overrides the default.
 	if r := tr.Do(http.MethodPatch, "/accounts/"+id, admin, nil, map[string]any{"quotas": map[string]any{"worlds": 3}}); r.Status != http.StatusOK {
 		t.Fatalf("PATCH quotas: %d %s", r.Status, r.Body)
