@@ -16,7 +16,7 @@ const suspensionSweepEvery = 400 * time.Millisecond
 // refuseSuspended is the link service's Refuse: a linked world whose
 // account is suspended may not connect until the account is resumed.
 func (r *Node) refuseSuspended(ctx context.Context, clientID string) error {
-	owner, err := worldOwners{r.links.Pairings()}.Owner(ctx, clientID)
+	owner, err := worldOwners{r.links.Pairings(), r.keys}.Owner(ctx, clientID)
 	if err != nil {
 		return err
 	}
@@ -57,9 +57,13 @@ func sweepSuspended(ctx context.Context, accounts keys.Accounts, pairings *link.
 	}
 }
 
-// releaseAccount unpairs the linked worlds of an account that is being
-// deleted: their tokens are revoked and their sockets closed.
+// releaseAccount lets go of the worlds of an account that is being
+// deleted: its embedded worlds are removed, and its linked worlds
+// unpaired (their tokens revoked and their sockets closed).
 func (r *Node) releaseAccount(ctx context.Context, accountID string) error {
+	if err := r.releaseEmbedded(ctx, accountID); err != nil {
+		return err
+	}
 	recs, err := r.links.Pairings().Worlds(ctx)
 	if err != nil {
 		return err

@@ -231,7 +231,7 @@ func (r *Node) serveCluster(w http.ResponseWriter, req *http.Request, requestID 
 	}
 	if !key.Operator() {
 		// An account sees only its own worlds in the cluster's list.
-		owners := worldOwners{r.links.Pairings()}
+		owners := worldOwners{r.links.Pairings(), r.keys}
 		for i := range st.Nodes {
 			st.Nodes[i].Worlds = slices.DeleteFunc(st.Nodes[i].Worlds, func(ws cluster.WorldStatus) bool {
 				owner, err := owners.Owner(req.Context(), ws.ClientID)

@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/tabletop-relay/relay/cluster"
 
+	"fmt"
 	"runtime/debug"
 	"time"
 
@@ -66,7 +67,13 @@ type Config struct {
 	// EventRingBytes bounds the memory, and the journal on disk, of the
 	// events each world keeps for resuming, embedded or linked
 	// (--event-ring-bytes).
-	EventRingBytes     int64
+	EventRingBytes int64
+	// WorldMemoryBytes is the bound of what the relay keeps for one world
+	// (--world-memory-bytes; 0: none): its kept events (up to
+	// EventRingBytes) and, for an embedded world, its documents, whose
+	// database may hold the rest; a write that would make a world's
+	// database hold more is refused.
+	WorldMemoryBytes   int64
 	EventQueueSize     int
 	EventCoalesce      time.Duration
 	MaxStreamsPerKey   int
@@ -75,6 +82,18 @@ type Config struct {
 	// operator's may hold when its own quota does not say
 	// (--account-max-keys); 0 sets no limit.
 	AccountMaxKeys int
+	// The other quotas of an account other than the operator's when its
+	// own do not say (0 sets no limit): the worlds it may own
+	// (--account-max-worlds), the event streams its keys may hold open on
+	// one node (--account-max-streams), the calls its keys may make a
+	// minute on one node (--account-requests-per-minute), the largest
+	// file it may upload (--account-max-upload-bytes) and the bytes its
+	// embedded worlds may hold on disk (--account-max-stored-bytes).
+	AccountMaxWorlds         int
+	AccountMaxStreams        int
+	AccountRequestsPerMinute int
+	AccountMaxUploadBytes    int64
+	AccountMaxStoredBytes    int64
 	// MaxKeysPerCreator is how many unrevoked keys one key may have
 	// created (--max-keys-per-creator); 0 sets no limit.
 	MaxKeysPerCreator int
@@ -182,50 +201,55 @@ const (
 // flag or environment variable says otherwise.
 func DefaultConfig() Config {
 	return Config{
-		Listen:              "127.0.0.1:8080",
-		DataDir:             "./data",
-		Demo:                true,
-		NodeID:              -1,
-		MaxBodyBytes:        server.DefaultMaxMessageBytes,
-		ScriptTimeout:       5 * time.Second,
-		ScriptMemory:        script.DefaultWorkerMemoryBytes,
-		ScriptWorkers:       script.DefaultWorkers,
-		MaxUploadBytes:      server.DefaultMaxUploadBytes,
-		MaxDocumentBytes:    world.DefaultMaxDocumentBytes,
-		MaxJSONDepth:        world.DefaultMaxDepth,
-		CommitDelay:         world.DefaultCommitDelay,
-		EventKeepalive:      15 * time.Second,
-		EventRingSize:       events.DefaultRingSize,
-		EventRingBytes:      events.DefaultRingBytes,
-		EventQueueSize:      events.DefaultQueueSize,
-		EventCoalesce:       events.DefaultCoalesce,
-		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
-		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
-		AccountMaxKeys:      server.DefaultAccountMaxKeys,
-		MaxKeysPerCreator:   server.DefaultMaxKeysPerCreator,
-		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
-		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
-		RequestTimeout:      30 * time.Second,
-		ReadHeaderTimeout:   DefaultReadHeaderTimeout,
-		BodyReadTimeout:     netlimit.DefaultBodyReadTimeout,
-		BodyMinRate:         netlimit.DefaultBodyMinRate,
-		IdleTimeout:         DefaultIdleTimeout,
-		WriteStallTimeout:   netlimit.DefaultWriteStallTimeout,
-		MaxConns:            netlimit.DefaultMaxConns(),
-		MaxConnsPerIP:       netlimit.DefaultMaxConnsPerIP,
-		LinkAuthTimeout:     link.DefaultAuthTimeout,
-		LinkReplyTimeout:    link.DefaultReplyTimeout,
-		LinkPingInterval:    link.DefaultPingInterval,
-		LinkMaxMessageBytes: link.DefaultMaxMessageBytes,
-		LinkMaxPending:      link.DefaultMaxPending,
-		LinkMaxEventBytes:   link.DefaultMaxEventBytes,
-		LinkMaxReplyBytes:   link.DefaultMaxReplyBytes,
-		PairRateLimit:       DefaultPairRateLimit,
-		PairFailureLimit:    DefaultPairFailureLimit,
-		RequestRateLimit:    DefaultRequestRateLimit,
-		RequestPollLimit:    DefaultRequestPollLimit,
-		Console:             true,
-		Build:               ReadBuildInfo(),
+		Listen:                   "127.0.0.1:8080",
+		DataDir:                  "./data",
+		Demo:                     true,
+		NodeID:                   -1,
+		MaxBodyBytes:             server.DefaultMaxMessageBytes,
+		ScriptTimeout:            5 * time.Second,
+		ScriptMemory:             script.DefaultWorkerMemoryBytes,
+		ScriptWorkers:            script.DefaultWorkers,
+		MaxUploadBytes:           server.DefaultMaxUploadBytes,
+		MaxDocumentBytes:         world.DefaultMaxDocumentBytes,
+		MaxJSONDepth:             world.DefaultMaxDepth,
+		CommitDelay:              world.DefaultCommitDelay,
+		EventKeepalive:           15 * time.Second,
+		EventRingSize:            events.DefaultRingSize,
+		EventRingBytes:           events.DefaultRingBytes,
+		WorldMemoryBytes:         DefaultWorldMemoryBytes,
+		EventQueueSize:           events.DefaultQueueSize,
+		EventCoalesce:            events.DefaultCoalesce,
+		MaxStreamsPerKey:         server.DefaultMaxStreamsPerKey,
+		MaxStreamsPerWorld:       server.DefaultMaxStreamsPerWorld,
+		AccountMaxKeys:           server.DefaultAccountMaxKeys,
+		MaxKeysPerCreator:        server.DefaultMaxKeysPerCreator,
+		AccountMaxWorlds:         server.DefaultAccountMaxWorlds,
+		AccountMaxStreams:        server.DefaultAccountMaxStreams,
+		AccountRequestsPerMinute: server.DefaultAccountRequestsPerMinute,
+		AccountMaxStoredBytes:    server.DefaultAccountMaxStoredBytes,
+		AuthFailureLimit:         server.DefaultAuthFailuresPerMinute,
+		MaxQueryBytes:            gateway.DefaultMaxQueryBytes,
+		RequestTimeout:           30 * time.Second,
+		ReadHeaderTimeout:        DefaultReadHeaderTimeout,
+		BodyReadTimeout:          netlimit.DefaultBodyReadTimeout,
+		BodyMinRate:              netlimit.DefaultBodyMinRate,
+		IdleTimeout:              DefaultIdleTimeout,
+		WriteStallTimeout:        netlimit.DefaultWriteStallTimeout,
+		MaxConns:                 netlimit.DefaultMaxConns(),
+		MaxConnsPerIP:            netlimit.DefaultMaxConnsPerIP,
+		LinkAuthTimeout:          link.DefaultAuthTimeout,
+		LinkReplyTimeout:         link.DefaultReplyTimeout,
+		LinkPingInterval:         link.DefaultPingInterval,
+		LinkMaxMessageBytes:      link.DefaultMaxMessageBytes,
+		LinkMaxPending:           link.DefaultMaxPending,
+		LinkMaxEventBytes:        link.DefaultMaxEventBytes,
+		LinkMaxReplyBytes:        link.DefaultMaxReplyBytes,
+		PairRateLimit:            DefaultPairRateLimit,
+		PairFailureLimit:         DefaultPairFailureLimit,
+		RequestRateLimit:         DefaultRequestRateLimit,
+		RequestPollLimit:         DefaultRequestPollLimit,
+		Console:                  true,
+		Build:                    ReadBuildInfo(),
 	}
 }
 
@@ -279,4 +303,26 @@ func BuildInfoOf(bi *debug.BuildInfo) gateway.BuildInfo {
 		info.Commit += "-dirty"
 	}
 	return info
+}
+
+// DefaultWorldMemoryBytes is the relay's default bound of what it keeps
+// for one world: 256 MiB, of which the kept events take up to
+// --event-ring-bytes (64 MiB by default) and the documents the rest.
+const DefaultWorldMemoryBytes = 256 << 20
+
+// worldDocumentBytes is what a world's database may hold under cfg's
+// per-world bound, or 0 when there is no bound. A bound that leaves the
+// documents no room beside the kept events is a *ConfigError.
+func worldDocumentBytes(cfg Config) (int64, error) {
+	if cfg.WorldMemoryBytes <= 0 {
+		return 0, nil
+	}
+	ring := cfg.EventRingBytes
+	if ring <= 0 {
+		ring = events.DefaultRingBytes
+	}
+	if ring >= cfg.WorldMemoryBytes {
+		return 0, &ConfigError{fmt.Errorf("world-memory-bytes (%d) must be larger than event-ring-bytes (%d): the kept events are part of it", cfg.WorldMemoryBytes, ring)}
+	}
+	return cfg.WorldMemoryBytes - ring, nil
 }

@@ -65,6 +65,8 @@ type Node struct {
 	served        chan error
 	log           *slog.Logger
 	adminKey      string
+	// dataDir is the data directory (Config.DataDir).
+	dataDir string
 	// metrics is nil unless Config.MetricsListen is set; metricsStop
 	// stops its server.
 	metrics     *observe.Metrics
@@ -142,7 +144,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		lns.close()
 		return nil, fmt.Errorf("open key store: %w", err)
 	}
-	r := &Node{keys: keyStore, log: log, served: make(chan error, 1)}
+	r := &Node{keys: keyStore, log: log, served: make(chan error, 1), dataDir: cfg.DataDir}
 	timing := newSteps()
 	if cfg.MetricsListen != "" {
 		r.metrics = observe.NewMetrics()
@@ -340,18 +342,31 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 		r.registry.Answer()
 	}
+	worldBytes, err := worldDocumentBytes(cfg)
+	if err != nil {
+		return fail(err)
+	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:              r.keys,
-		TicketStore:       ticketStore,
-		Worlds:            allWorlds,
-		Links:             worldLinks{r.links},
-		Owners:            worldOwners{r.links.Pairings()},
-		ReleaseAccount:    r.releaseAccount,
-		AccountMaxKeys:    cfg.AccountMaxKeys,
-		MaxKeysPerCreator: cfg.MaxKeysPerCreator,
-		RequestIDs:        ids,
-		Log:               log,
-		ScriptTimeout:     cfg.ScriptTimeout,
+		WorldDocumentBytes: worldBytes,
+		Keys:               r.keys,
+		TicketStore:        ticketStore,
+		Worlds:             allWorlds,
+		Links:              worldLinks{r.links},
+		Owners:             worldOwners{r.links.Pairings(), r.keys},
+		ReleaseAccount:     r.releaseAccount,
+		AccountMaxKeys:     cfg.AccountMaxKeys,
+		MaxKeysPerCreator:  cfg.MaxKeysPerCreator,
+		AccountDefaults: keys.Quotas{
+			Worlds:            int64(cfg.AccountMaxWorlds),
+			Streams:           int64(cfg.AccountMaxStreams),
+			RequestsPerMinute: int64(cfg.AccountRequestsPerMinute),
+			UploadBytes:       cfg.AccountMaxUploadBytes,
+			StoredBytes:       cfg.AccountMaxStoredBytes,
+		},
+		EmbeddedWorlds: embeddedWorlds{r},
+		RequestIDs:     ids,
+		Log:            log,
+		ScriptTimeout:  cfg.ScriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.MaxBodyBytes),
@@ -517,11 +532,18 @@ func linkAccount(account string) string {
 }
 
 // worldOwners tells the server which account owns each world: a linked
-// world belongs to the account of the pairing code that linked it; the
+// world belongs to the account of the pairing code that linked it, an
+// embedded world to the account recorded when it was made; the other
 // embedded worlds, and any id that names no world, to the operator's.
-type worldOwners struct{ pairings *link.Pairings }
+type worldOwners struct {
+	pairings *link.Pairings
+	embedded keys.WorldOwners
+}
 
 func (o worldOwners) Owner(ctx context.Context, clientID string) (string, error) {
+	if a, ok := o.embedded.WorldOwner(clientID); ok {
+		return a, nil
+	}
 	w, err := o.pairings.World(ctx, clientID)
 	switch {
 	case errors.Is(err, link.ErrUnknownWorld):

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
@@ -17,6 +18,12 @@ type accountService struct {
 	// release, when set, lets go of what an account owns besides its
 	// keys (its linked worlds' tokens) before the account is deleted.
 	release func(ctx context.Context, accountID string) error
+	// quotas applies the relay's defaults to the accounts' quotas.
+	quotas *quotaPolicy
+	// worlds counts the worlds each account owns; nil counts none.
+	worlds EmbeddedWorlds
+	// streams counts the open event streams of each account.
+	streams *streamLimits
 }
 
 func (s accountService) CreateAccount(ctx context.Context, req *relayv1.CreateAccountRequest) (*relayv1.CreateAccountResponse, error) {
@@ -69,6 +76,9 @@ func (s accountService) UpdateAccount(ctx context.Context, req *relayv1.UpdateAc
 	if err != nil {
 		return nil, err
 	}
+	if s.quotas != nil {
+		s.quotas.forget(id)
+	}
 	return &relayv1.UpdateAccountResponse{Account: s.describe(ctx, a)}, nil
 }
 
@@ -115,7 +125,10 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, keys.AccountUsage{})}, nil
+	if s.quotas != nil {
+		s.quotas.forget(id)
+	}
+	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, usage{}, s.limitsOf(a))}, nil
 }
 
 // accountID checks that a request names an account.
@@ -134,31 +147,75 @@ func quotasFromProto(q *relayv1.AccountQuotas) keys.Quotas {
 		Keys:              int64(q.GetKeys()),
 		Streams:           int64(q.GetStreams()),
 		RequestsPerMinute: int64(q.GetRequestsPerMinute()),
+		UploadBytes:       q.GetUploadBytes(),
+		StoredBytes:       q.GetStoredBytes(),
 	}
+}
+
+// quotasToProto describes quotas.
+func quotasToProto(q keys.Quotas) *relayv1.AccountQuotas {
+	return &relayv1.AccountQuotas{
+		Worlds:            int32(q.Worlds),
+		Keys:              int32(q.Keys),
+		Streams:           int32(q.Streams),
+		RequestsPerMinute: int32(q.RequestsPerMinute),
+		UploadBytes:       q.UploadBytes,
+		StoredBytes:       q.StoredBytes,
+	}
+}
+
+// usage is what an account uses of its quotas, as far as this node can
+// count it.
+type usage struct {
+	keys.AccountUsage
+	worlds      int64
+	storedBytes int64
+	streams     int64
+	requests    int64
+}
+
+// limitsOf returns the limits that apply to a.
+func (s accountService) limitsOf(a keys.Account) keys.Quotas {
+	if s.quotas == nil {
+		return a.Quotas
+	}
+	return s.quotas.limits(a)
 }
 
 // describe describes an account with its usage. An account deleted
 // meanwhile has no usage to count: it is described as using nothing.
 func (s accountService) describe(ctx context.Context, a keys.Account) *relayv1.Account {
-	u, _ := s.store.AccountUsage(ctx, a.ID)
-	return accountToProto(a, u)
+	var u usage
+	u.AccountUsage, _ = s.store.AccountUsage(ctx, a.ID)
+	if s.worlds != nil {
+		u.worlds, _ = s.worlds.CountWorlds(ctx, a.ID)
+		u.storedBytes = s.worlds.StoredBytes(ctx, a.ID)
+	}
+	if s.streams != nil {
+		u.streams = s.streams.openBy(a.ID)
+	}
+	if s.quotas != nil {
+		u.requests = s.quotas.rates.thisMinute(a.ID, time.Now())
+	}
+	return accountToProto(a, u, s.limitsOf(a))
 }
 
-// accountToProto describes an account with its usage.
-func accountToProto(a keys.Account, u keys.AccountUsage) *relayv1.Account {
-	out := &relayv1.Account{
-		Id:   a.ID,
-		Name: a.Name,
-		Quotas: &relayv1.AccountQuotas{
-			Worlds:            int32(a.Quotas.Worlds),
-			Keys:              int32(a.Quotas.Keys),
-			Streams:           int32(a.Quotas.Streams),
-			RequestsPerMinute: int32(a.Quotas.RequestsPerMinute),
-		},
+// accountToProto describes an account with its usage and limits.
+func accountToProto(a keys.Account, u usage, limits keys.Quotas) *relayv1.Account {
+	return &relayv1.Account{
+		Id:          a.ID,
+		Name:        a.Name,
+		Quotas:      quotasToProto(a.Quotas),
 		CreatedAt:   formatOptionalTime(a.CreatedAt),
 		Suspended:   a.Suspended(),
 		SuspendedAt: formatOptionalTime(a.SuspendedAt),
-		Usage:       &relayv1.AccountUsage{Keys: int32(u.Keys)},
+		Usage: &relayv1.AccountUsage{
+			Keys:               int32(u.Keys),
+			Worlds:             int32(u.worlds),
+			StoredBytes:        u.storedBytes,
+			Streams:            int32(u.streams),
+			RequestsThisMinute: int32(u.requests),
+		},
+		Limits: quotasToProto(limits),
 	}
-	return out
 }

@@ -46,7 +46,7 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, keys.ErrAccountNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, keys.ErrAccountExists):
+	case errors.Is(err, keys.ErrAccountExists), errors.Is(err, keys.ErrWorldClaimed):
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, keys.ErrOperatorAccount):
 		return status.Error(codes.FailedPrecondition, err.Error())

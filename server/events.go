@@ -55,6 +55,8 @@ type eventService struct {
 	// suspensions watches.
 	accounts    interface{ Suspension(accountID string) error }
 	suspensions *suspensionWatch
+	// quotas, when set, bounds the open streams of each account.
+	quotas *quotaPolicy
 }
 
 func newEventService(cfg EventsConfig) *eventService {
@@ -68,7 +70,7 @@ func newEventService(cfg EventsConfig) *eventService {
 		cfg.QueueSize = DefaultEventQueueSize
 	}
 	return &eventService{
-		limits:    &streamLimits{perKey: cfg.MaxStreamsPerKey, perWorld: cfg.MaxStreamsPerWorld, byKey: map[string]int{}, byWorld: map[string]int{}},
+		limits:    &streamLimits{perKey: cfg.MaxStreamsPerKey, perWorld: cfg.MaxStreamsPerWorld, byKey: map[string]int{}, byWorld: map[string]int{}, byAccount: map[string]int64{}},
 		queueSize: cfg.QueueSize,
 	}
 }
@@ -193,7 +195,15 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 		}
 		cleanups = append(cleanups, ticketClosed)
 	}
-	release, err := s.limits.acquire(call.Key.ID, clientID)
+	var accountLimit int64
+	if s.quotas != nil {
+		lim, err := s.quotas.limitsFor(ctx, call.Key.Account())
+		if err != nil {
+			return err
+		}
+		accountLimit = lim.Streams
+	}
+	release, err := s.limits.acquire(call.Key.ID, clientID, call.Key.Account(), accountLimit)
 	if err != nil {
 		return err
 	}
@@ -455,16 +465,20 @@ func connectedJSON(clientID string, channel world.EventChannel, filter []any) []
 	return eventJSON(connected)
 }
 
-// streamLimits counts open streams per API key and per world.
+// streamLimits counts open streams per API key, per world and per
+// account.
 type streamLimits struct {
 	perKey, perWorld int
 	mu               sync.Mutex
 	byKey, byWorld   map[string]int
+	byAccount        map[string]int64
 }
 
 // acquire counts a new stream, or refuses it with RESOURCE_EXHAUSTED (HTTP
-// 429) past a limit. The returned function releases it.
-func (l *streamLimits) acquire(keyID, clientID string) (func(), error) {
+// 429) past a limit of the key or the world, and with PERMISSION_DENIED
+// (HTTP 403) naming the quota past the account's limit of open streams
+// (accountLimit; 0 is none). The returned function releases it.
+func (l *streamLimits) acquire(keyID, clientID, account string, accountLimit int64) (func(), error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.byKey[keyID] >= l.perKey {
@@ -473,8 +487,12 @@ func (l *streamLimits) acquire(keyID, clientID string) (func(), error) {
 	if l.byWorld[clientID] >= l.perWorld {
 		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), wire.ReasonRateLimited)
 	}
+	if accountLimit > 0 && l.byAccount[account] >= accountLimit {
+		return nil, quotaReached("streams", accountLimit, "open event streams for the account's keys together; close one first")
+	}
 	l.byKey[keyID]++
 	l.byWorld[clientID]++
+	l.byAccount[account]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -486,8 +504,18 @@ func (l *streamLimits) acquire(keyID, clientID string) (func(), error) {
 			if l.byWorld[clientID]--; l.byWorld[clientID] == 0 {
 				delete(l.byWorld, clientID)
 			}
+			if l.byAccount[account]--; l.byAccount[account] == 0 {
+				delete(l.byAccount, account)
+			}
 		})
 	}, nil
+}
+
+// openBy counts the account's open streams.
+func (l *streamLimits) openBy(account string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byAccount[account]
 }
 
 // eventJSON encodes the payload of an event the stream itself sends (plain

@@ -25,6 +25,9 @@ const downloadChunkBytes = 256 << 10
 type fileService struct {
 	relayv1.UnimplementedFileServiceServer
 	maxUpload int64
+	// quotas and worlds, when set, bound the uploads of each account.
+	quotas *quotaPolicy
+	worlds EmbeddedWorlds
 }
 
 // newFileService returns the file service; maxUpload bounds an uploaded
@@ -123,17 +126,58 @@ func (s fileService) UploadFile(stream grpc.ClientStreamingServer[relayv1.Upload
 	if first.GetFilename() == "" {
 		return world.Errorf(world.ErrInvalid, "'filename' is required")
 	}
+	limit, quotaErr, err := s.uploadLimit(stream.Context(), call)
+	if err != nil {
+		return err
+	}
 	body := &uploadReader{stream: stream, pending: first.GetChunk()}
 	w, err := area.WriteFile(stream.Context(), call.User, world.WriteFileParams{
 		Dir:       first.GetPath(),
 		Name:      first.GetFilename(),
 		Overwrite: first.GetOverwrite(),
-		MaxBytes:  s.maxUpload,
+		MaxBytes:  limit,
 	}, body)
 	if err != nil {
+		if quotaErr != nil && errors.Is(err, world.ErrTooLarge) {
+			return quotaErr
+		}
 		return err
 	}
 	return stream.SendAndClose(&relayv1.UploadFileResponse{Path: w.Path, Size: float64(w.Size)})
+}
+
+// uploadLimit is the largest file the call may upload: the relay's
+// limit, or less when the account's quota of bytes a file, or what its
+// quota of stored bytes leaves in an embedded world it owns, is smaller.
+// quotaErr, when not nil, is the refusal to give instead of "too large"
+// since the account's quota is what binds. An account with no room left
+// is refused at once, naming the quota.
+func (s fileService) uploadLimit(ctx context.Context, call *Call) (limit int64, quotaErr error, err error) {
+	limit = s.maxUpload
+	if s.quotas == nil {
+		return limit, nil, nil
+	}
+	account := call.Key.Account()
+	lim, err := s.quotas.limitsFor(ctx, account)
+	if err != nil {
+		return 0, nil, err
+	}
+	if lim.UploadBytes > 0 && lim.UploadBytes < limit {
+		limit = lim.UploadBytes
+		quotaErr = quotaReached("uploadBytes", lim.UploadBytes, "bytes a file")
+	}
+	if lim.StoredBytes > 0 && s.worlds != nil && s.worlds.Holds(ctx, call.World.Info().ClientID) {
+		// Only an embedded world's files are kept by the relay.
+		left := lim.StoredBytes - s.worlds.StoredBytes(ctx, account)
+		if left <= 0 {
+			return 0, nil, quotaReached("storedBytes", lim.StoredBytes, "bytes of embedded worlds; remove a world or files first")
+		}
+		if left < limit {
+			limit = left
+			quotaErr = quotaReached("storedBytes", lim.StoredBytes, "bytes of embedded worlds; remove a world or files first")
+		}
+	}
+	return limit, quotaErr, nil
 }
 
 // uploadReader reads an upload's bytes from the chunks of its messages.

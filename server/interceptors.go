@@ -49,7 +49,9 @@ type Worlds interface {
 //  4. error mapping: world and key errors become gRPC statuses (errors.go);
 //  5. authentication: `x-api-key` → key record;
 //  6. rate limit: the key spends a token of its bucket (ratelimit.go; off
-//     when RateLimit is nil); a stream spends one when it is opened;
+//     when RateLimit is nil), and then its account one of the account's
+//     (accountquota.go; off for an account without a limit); a stream
+//     spends one when it is opened;
 //  7. scope: the key must hold the policy's scope; a method without a policy
 //     is refused (fail closed);
 //  8. world resolution: `clientId`, or the key's only world, or the relay's
@@ -63,7 +65,10 @@ type Worlds interface {
 //  11. parameters: a REST call whose parameters the gateway could not read
 //     is refused here (see refuseInvalidParams), so that its 400 comes
 //     after the 401, 403 and 404 of the steps before, as for a call whose
-//     parameters are fine.
+//     parameters are fine;
+//  12. stored bytes: a unary call that may make an embedded world hold
+//     more is refused when the world's account is at its quota of stored
+//     bytes (accountquota.go; uploads check it in the file service).
 //
 // Steps 8 to 10 need the request message; on streams they run when the
 // handler receives the first message. Document permissions are decided later,
@@ -88,6 +93,9 @@ type Chain struct {
 	// Owners tells which account owns each world; nil means the
 	// operator's account owns every world.
 	Owners WorldOwners
+	// Quotas applies each account's limit of requests a minute; nil
+	// limits no account.
+	Quotas *quotaPolicy
 }
 
 // WorldOwners tells which account owns a world. Keys of the operator's
@@ -136,8 +144,8 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		// step and call. A call for a world that another node hosts
 		// leaves for that node after world resolution (forward.go).
 		c.unaryStepsForwarding(
-			[]step{c.authenticate, c.rateLimit, c.checkScope, c.resolveWorld},
-			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams},
+			[]step{c.authenticate, c.rateLimit, c.accountRateLimit, c.checkScope, c.resolveWorld},
+			[]step{c.resolveUser, c.checkPolicy, refuseInvalidParams, c.checkStoredBytes},
 		),
 	}
 }
@@ -152,6 +160,7 @@ func (c *Chain) Stream() []grpc.StreamServerInterceptor {
 		c.errorsStream,
 		streamStep(c.authenticate, false),
 		streamStep(c.rateLimit, false),
+		streamStep(c.accountRateLimit, false),
 		streamStep(c.checkScope, false),
 		streamStep(c.resolveWorld, true),
 		streamStep(c.forwardStream, true),

@@ -46,6 +46,10 @@ type linkService struct {
 	now   func() time.Time
 	// chain decides which worlds the calling key's account may see.
 	chain *Chain
+	// quotas and worlds, when set, refuse a code for a new world to an
+	// account that owns as many worlds as its quota allows.
+	quotas *quotaPolicy
+	worlds EmbeddedWorlds
 }
 
 // mayLink decides whether the calling key may pair or unpair the linked
@@ -111,6 +115,13 @@ func (s linkService) CreatePairingCode(ctx context.Context, req *relayv1.CreateP
 	}
 	if s.links == nil {
 		return nil, status.Error(codes.Unavailable, "Linked worlds are not enabled on this relay")
+	}
+	if clientID == "" && s.quotas != nil && s.worlds != nil {
+		// A new world counts against the account's worlds; pairing one of
+		// its worlds again does not.
+		if err := s.quotas.checkWorlds(ctx, call.Key.Account(), s.worlds); err != nil {
+			return nil, err
+		}
 	}
 	code, err := s.links.CreatePairingCode(ctx, call.Key.Account(), clientID, call.Key.ID)
 	if err != nil {

@@ -78,6 +78,17 @@ type Config struct {
 	// operator's may hold when its own quota does not say; 0 sets no
 	// limit.
 	AccountMaxKeys int
+	// AccountDefaults are the quotas of an account other than the
+	// operator's where its own are 0 (its Keys field is AccountMaxKeys);
+	// 0 in a field sets no limit.
+	AccountDefaults keys.Quotas
+	// WorldDocumentBytes bounds the database of each embedded world: calls
+	// that would make a world whose database holds this much hold more
+	// are refused (see Chain.checkStoredBytes); 0 sets no bound.
+	WorldDocumentBytes int64
+	// EmbeddedWorlds makes and removes embedded worlds for the world
+	// service, which answers Unavailable when it is nil.
+	EmbeddedWorlds EmbeddedWorlds
 	// MaxKeysPerCreator is how many unrevoked keys one key may have
 	// created, whatever its account (the operator's too); 0 sets no limit.
 	MaxKeysPerCreator int
@@ -182,6 +193,10 @@ func New(cfg Config) (*Server, error) {
 		Accounts:   cfg.Keys,
 		Owners:     cfg.Owners,
 	}
+	defaults := cfg.AccountDefaults
+	defaults.Keys = int64(cfg.AccountMaxKeys)
+	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
+	chain.Quotas = quotas
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor of each kind serves the network server and
@@ -218,19 +233,23 @@ func New(cfg Config) (*Server, error) {
 	both := registrars{network, srv.Local}
 	events := newEventService(cfg.Events)
 	events.setAccounts(cfg.Keys)
+	events.quotas = quotas
+	files := newFileService(cfg.MaxUploadBytes)
+	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), maxPerCreator: cfg.MaxKeysPerCreator, chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits},
+		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		clientService{worlds: cfg.Worlds, chain: chain},
-		linkService{links: cfg.Links, now: time.Now, chain: chain},
+		linkService{links: cfg.Links, now: time.Now, chain: chain, quotas: quotas, worlds: cfg.EmbeddedWorlds},
 		events,
 		ticketService{tickets: chain.Tickets},
 		combatService{},
-		newFileService(cfg.MaxUploadBytes),
+		files,
 		dnd5eService{},
 	}); err != nil {
 		return nil, err

@@ -325,3 +325,117 @@ func errUnknownWorld(clientID string) error {
 }
 
 func errHostClosed() error { return Errorf(ErrUnavailable, "The world host is closed") }
+
+// Delete removes a world: its engine is closed (the calls under way on it
+// finish first), and its directory, with its database and file area, is
+// removed. While the world is being removed it answers as unknown; an
+// unknown world is ErrNotFound. The directory is first renamed aside, so a
+// crash in the middle leaves no half-removed world: OpenHost removes what
+// remains.
+func (h *Host) Delete(ctx context.Context, clientID string) error {
+	if !clientIDPattern.MatchString(clientID) {
+		return errUnknownWorld(clientID)
+	}
+	gone := &hostWorld{ready: make(chan struct{})}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return errHostClosed()
+	}
+	old := h.worlds[clientID]
+	if old != nil {
+		// Someone is opening or creating the world: wait for that to
+		// settle, then look again.
+		h.mu.Unlock()
+		select {
+		case <-old.ready:
+		case <-ctx.Done():
+			return contextError(ctx.Err())
+		}
+		h.mu.Lock()
+		if h.closed {
+			h.mu.Unlock()
+			return errHostClosed()
+		}
+		if cur := h.worlds[clientID]; cur != nil && cur != old {
+			h.mu.Unlock()
+			return Errorf(ErrConflict, "World %s is changing; try again", clientID)
+		}
+	}
+	// From here every caller of World and Create waits for the removal,
+	// then finds no world.
+	h.worlds[clientID] = gone
+	h.mu.Unlock()
+	err := h.remove(clientID, old)
+	gone.err = errUnknownWorld(clientID)
+	h.forget(clientID, gone)
+	close(gone.ready)
+	return err
+}
+
+// remove closes the world's engine, if open, and removes its directory.
+func (h *Host) remove(clientID string, open *hostWorld) error {
+	if open != nil && open.eng != nil {
+		if err := open.eng.Close(); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(h.dir, clientID)
+	if _, err := os.Stat(filepath.Join(dir, dbFile)); errors.Is(err, fs.ErrNotExist) {
+		return errUnknownWorld(clientID)
+	}
+	aside, err := os.MkdirTemp(h.dir, creatingPrefix+"removed-")
+	if err != nil {
+		return Wrapf(ErrUnavailable, err, "Could not remove world %s", clientID)
+	}
+	target := filepath.Join(aside, clientID)
+	if err := os.Rename(dir, target); err != nil {
+		os.Remove(aside)
+		return Wrapf(ErrUnavailable, err, "Could not remove world %s", clientID)
+	}
+	h.forgetIDs()
+	if err := syncDir(h.dir); err != nil {
+		return Wrapf(ErrUnavailable, err, "Could not remove world %s", clientID)
+	}
+	if err := os.RemoveAll(aside); err != nil {
+		return Wrapf(ErrUnavailable, err, "Could not remove world %s", clientID)
+	}
+	return nil
+}
+
+// DiskBytes is the size on disk of a world's directory: its database
+// (with its write-ahead log) and its file area. An unknown world is 0.
+func (h *Host) DiskBytes(clientID string) int64 {
+	if !clientIDPattern.MatchString(clientID) {
+		return 0
+	}
+	var total int64
+	_ = filepath.WalkDir(filepath.Join(h.dir, clientID), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return total
+}
+
+// DatabaseBytes is the size on disk of a world's database with its
+// write-ahead log: what the world's documents, settings and kept events
+// take, without its file area. An unknown world is 0.
+func (h *Host) DatabaseBytes(clientID string) int64 {
+	if !clientIDPattern.MatchString(clientID) {
+		return 0
+	}
+	var total int64
+	for _, name := range []string{dbFile, dbFile + "-wal"} {
+		if info, err := os.Stat(filepath.Join(h.dir, clientID, name)); err == nil {
+			total += info.Size()
+		}
+	}
+	return total
+}

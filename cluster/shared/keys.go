@@ -57,6 +57,9 @@ type KeyStore struct {
 	// suspended holds the suspended accounts by id, for Authenticate;
 	// never modified once published.
 	suspended atomic.Pointer[map[string]keys.Account]
+	// owners holds the owners of embedded worlds by client id (see
+	// keys.WorldOwners); never modified once published.
+	owners atomic.Pointer[map[string]string]
 
 	follower *steady.Follower
 }
@@ -100,10 +103,11 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, opts Options) (*KeySt
 	}
 	s.idx.Store(&keyIndex{byHash: map[[sha256.Size]byte]*indexed{}, byID: map[string][sha256.Size]byte{}})
 	s.suspended.Store(&map[string]keys.Account{})
+	s.owners.Store(&map[string]string{})
 	// The follower loads every key, then applies each change, replacing
 	// its watcher if it ever stops delivering: a node whose watcher went
 	// silent would keep accepting keys revoked elsewhere.
-	f, err := steady.Follow(ctx, kv, []string{keyEntryPrefix + ">", accountEntryPrefix + ">"}, steady.FollowOptions{}, s.apply)
+	f, err := steady.Follow(ctx, kv, []string{keyEntryPrefix + ">", accountEntryPrefix + ">", ownerEntryPrefix + ">"}, steady.FollowOptions{}, s.apply)
 	if err != nil {
 		return nil, fmt.Errorf("shared: watch keys: %w", err)
 	}
@@ -115,6 +119,10 @@ func OpenKeys(ctx context.Context, js jetstream.JetStream, opts Options) (*KeySt
 func (s *KeyStore) apply(e jetstream.KeyValueEntry) {
 	if strings.HasPrefix(e.Key(), accountEntryPrefix) {
 		s.applyAccount(e)
+		return
+	}
+	if strings.HasPrefix(e.Key(), ownerEntryPrefix) {
+		s.applyOwner(e)
 		return
 	}
 	h, ok := hashOfEntry(e.Key())

@@ -31,17 +31,23 @@ func accountsCommand(ctx context.Context, args []string, stdout, stderr io.Write
 }
 
 // quotaFlags are the quota flags of `relay accounts create`.
-type quotaFlags struct{ worlds, keys, streams, rpm int }
+type quotaFlags struct {
+	worlds, keys, streams, rpm int
+	uploadBytes, storedBytes   int64
+}
 
 func (q *quotaFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&q.worlds, "quota-worlds", 0, "how many worlds the account may own (0: the relay's default)")
 	fs.IntVar(&q.keys, "quota-keys", 0, "how many unrevoked keys the account may hold (0: the relay's default)")
 	fs.IntVar(&q.streams, "quota-streams", 0, "how many event streams the account may hold open (0: the relay's default)")
 	fs.IntVar(&q.rpm, "quota-requests-per-minute", 0, "how many calls the account may make a minute (0: the relay's default)")
+	fs.Int64Var(&q.uploadBytes, "quota-upload-bytes", 0, "the largest file in `bytes` the account may upload (0: the relay's default)")
+	fs.Int64Var(&q.storedBytes, "quota-stored-bytes", 0, "how many `bytes` the account's embedded worlds may hold on disk (0: the relay's default)")
 }
 
 func (q *quotaFlags) proto() *relayv1.AccountQuotas {
-	return &relayv1.AccountQuotas{Worlds: int32(q.worlds), Keys: int32(q.keys), Streams: int32(q.streams), RequestsPerMinute: int32(q.rpm)}
+	return &relayv1.AccountQuotas{Worlds: int32(q.worlds), Keys: int32(q.keys), Streams: int32(q.streams), RequestsPerMinute: int32(q.rpm),
+		UploadBytes: q.uploadBytes, StoredBytes: q.storedBytes}
 }
 
 func accountsCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -156,14 +162,15 @@ func accountsByID(ctx context.Context, verb string, args []string, stdout, stder
 	case "resume":
 		fmt.Fprintf(stderr, "Resumed account %s (%s)\n", a.GetId(), a.GetName())
 	case "delete":
-		fmt.Fprintf(stderr, "Deleted account %s (%s) and its keys\n", a.GetId(), a.GetName())
+		fmt.Fprintf(stderr, "Deleted account %s (%s) with its keys and worlds\n", a.GetId(), a.GetName())
 		return nil
 	}
-	q, u := a.GetQuotas(), a.GetUsage()
+	l, u := a.GetLimits(), a.GetUsage()
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\ncreated\t%s\n", a.GetId(), a.GetName(), accountState(a), orDash(a.GetCreatedAt()))
-	fmt.Fprintf(tw, "keys\t%d of %s\nworlds quota\t%s\nstreams quota\t%s\nrequests per minute\t%s\n",
-		u.GetKeys(), quotaText(q.GetKeys()), quotaText(q.GetWorlds()), quotaText(q.GetStreams()), quotaText(q.GetRequestsPerMinute()))
+	fmt.Fprintf(tw, "keys\t%d of %s\nworlds\t%d of %s\nstreams\t%d of %s\nrequests this minute\t%d of %s\nstored bytes\t%d of %s\nupload bytes per file\t%s\n",
+		u.GetKeys(), limitText(int64(l.GetKeys())), u.GetWorlds(), limitText(int64(l.GetWorlds())), u.GetStreams(), limitText(int64(l.GetStreams())),
+		u.GetRequestsThisMinute(), limitText(int64(l.GetRequestsPerMinute())), u.GetStoredBytes(), limitText(l.GetStoredBytes()), limitText(l.GetUploadBytes()))
 	return tw.Flush()
 }
 
@@ -175,10 +182,10 @@ func accountState(a *relayv1.Account) string {
 	return "active"
 }
 
-// quotaText shows a quota, 0 being the relay's default.
-func quotaText(v int32) string {
+// limitText shows a limit that applies, 0 being none.
+func limitText(v int64) string {
 	if v == 0 {
-		return "default"
+		return "no limit"
 	}
-	return strconv.Itoa(int(v))
+	return strconv.FormatInt(v, 10)
 }

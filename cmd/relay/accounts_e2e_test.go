@@ -524,7 +524,12 @@ func TestAccountsClassEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tt.Drop)
-	worldB := res.ClientID
+	linkedB := res.ClientID
+	// B owns an embedded world too.
+	const embeddedB = "beta-embedded"
+	if r := tr.Do("POST", "/worlds", keyB, nil, map[string]any{"clientId": embeddedB, "title": "Beta", "seed": "demo"}); r.Status != http.StatusOK {
+		t.Fatalf("B makes an embedded world: %d %s", r.Status, r.Body)
+	}
 	keysB := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any)
 	keyIDB := keysB[0].(map[string]any)["id"].(string)
 	const unknownWorld, unknownKey, unknownAcct = "nosuchworld", "00000000000000ff", "acc_00000000000000ff"
@@ -540,16 +545,21 @@ func TestAccountsClassEveryRoute(t *testing.T) {
 		}
 		return tr.Do(rt.method, path, key, nil, map[string]any{"clientId": world})
 	}
-	for _, rt := range specRoutes {
-		got := send(rt, keyA, worldB, keyIDB, idB)
-		want := send(rt, keyA, unknownWorld, unknownKey, unknownAcct)
-		text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.ErrorText(t))
-		if got.Status != want.Status || text != want.ErrorText(t) {
-			t.Errorf("%s %s: B's = %d %q; unknown = %d %q", rt.method, rt.path, got.Status, got.ErrorText(t), want.Status, want.ErrorText(t))
+	for _, worldB := range []string{linkedB, embeddedB} {
+		for _, rt := range specRoutes {
+			got := send(rt, keyA, worldB, keyIDB, idB)
+			want := send(rt, keyA, unknownWorld, unknownKey, unknownAcct)
+			text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.ErrorText(t))
+			if got.Status != want.Status || text != want.ErrorText(t) {
+				t.Errorf("%s %s on %s: B's = %d %q; unknown = %d %q", rt.method, rt.path, worldB, got.Status, got.ErrorText(t), want.Status, want.ErrorText(t))
+			}
 		}
 	}
 	if !tt.Connected() {
 		t.Fatal("account B's world was disconnected by account A's calls")
+	}
+	if r := tr.Do("GET", "/get", keyB, relaytest.Q("clientId", embeddedB, "uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("account B's embedded world after A's calls: %d %s", r.Status, r.Body)
 	}
 	if after := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any); len(after) != len(keysB) || after[0].(map[string]any)["revokedAt"] != "" {
 		t.Fatalf("account B's keys changed: %v", after)
@@ -560,7 +570,7 @@ func TestAccountsClassEveryRoute(t *testing.T) {
 		t.Fatalf("suspend: %d %s", r.Status, r.Body)
 	}
 	for _, rt := range specRoutes {
-		got := send(rt, keyA, worldB, keyIDB, idB)
+		got := send(rt, keyA, embeddedB, keyIDB, idB)
 		if got.Status != http.StatusForbidden || !strings.Contains(got.ErrorText(t), "suspended") {
 			t.Errorf("%s %s with a suspended account's key: %d %s", rt.method, rt.path, got.Status, got.Body)
 		}
@@ -586,7 +596,11 @@ func TestAccountsClassEveryRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(tt.Drop)
-	worldB := res.ClientID
+	linkedB := res.ClientID
+	const embeddedB = "beta-embedded"
+	if r := tr.Do("POST", "/worlds", keyB, nil, map[string]any{"clientId": embeddedB, "title": "Beta", "seed": "demo"}); r.Status != http.StatusOK {
+		t.Fatalf("B makes an embedded world: %d %s", r.Status, r.Body)
+	}
 	keyIDB := tr.Do("GET", "/keys", keyB, nil, nil).Data(t)["keys"].([]any)[0].(map[string]any)["id"].(string)
 	const unknownWorld, unknownKey, unknownAcct = "nosuchworld", "00000000000000ff", "acc_00000000000000ff"
 
@@ -632,20 +646,25 @@ func TestAccountsClassEveryRPC(t *testing.T) {
 		return s.RecvMsg(ot.New().Interface())
 	}
 	n := 0
-	for _, sd := range services {
-		for i := range sd.Methods().Len() {
-			md := sd.Methods().Get(i)
-			n++
-			got := status.Convert(call(md, worldB, keyIDB, idB))
-			want := status.Convert(call(md, unknownWorld, unknownKey, unknownAcct))
-			text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.Message())
-			if got.Code() != want.Code() || text != want.Message() {
-				t.Errorf("%s: B's = %s %q; unknown = %s %q", md.FullName(), got.Code(), got.Message(), want.Code(), want.Message())
+	for _, worldB := range []string{linkedB, embeddedB} {
+		for _, sd := range services {
+			for i := range sd.Methods().Len() {
+				md := sd.Methods().Get(i)
+				n++
+				got := status.Convert(call(md, worldB, keyIDB, idB))
+				want := status.Convert(call(md, unknownWorld, unknownKey, unknownAcct))
+				text := strings.NewReplacer(worldB, unknownWorld, keyIDB, unknownKey, idB, unknownAcct).Replace(got.Message())
+				if got.Code() != want.Code() || text != want.Message() {
+					t.Errorf("%s on %s: B's = %s %q; unknown = %s %q", md.FullName(), worldB, got.Code(), got.Message(), want.Code(), want.Message())
+				}
 			}
 		}
 	}
-	if n < 60 || !tt.Connected() {
+	if n < 120 || !tt.Connected() {
 		t.Fatalf("%d methods called; B's world connected: %v", n, tt.Connected())
+	}
+	if r := tr.Do("GET", "/get", keyB, relaytest.Q("clientId", embeddedB, "uuid", relaytest.GoblinUUID), nil); r.Status != http.StatusOK {
+		t.Fatalf("account B's embedded world after A's calls: %d %s", r.Status, r.Body)
 	}
 }
 

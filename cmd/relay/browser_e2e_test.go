@@ -303,3 +303,60 @@ func TestConsoleApprovesRequests(t *testing.T) {
 		t.Fatalf("exchange: %d %s", x.Status, x.Body)
 	}
 }
+
+// TestConsoleAccounts runs the console's Accounts page in headless
+// Chromium as the operator: it creates an account (its key shown once,
+// and working), suspends it (the key is refused) and resumes it (the key
+// works again). An account's own key sees no Accounts tab.
+func TestConsoleAccounts(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true })
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(tr.Base + "/console")
+	p.typeInto("#signin-key", tr.AdminKey)
+	p.click("#signin-button")
+	p.waitFor("the Accounts tab", `!document.getElementById("tab-accounts").hidden`)
+	p.click(`.tab[data-view="accounts"]`)
+	p.waitFor("the operator's account", `document.querySelector('#accounts-table tr[data-account="operator"]')`)
+
+	p.typeInto("#account-name", "Console Guild")
+	p.click("#account-create")
+	p.waitFor("the new account's key", `document.getElementById("new-account-key").textContent.startsWith("rk_")`)
+	p.waitFor("the new account in the list", `document.querySelector('#accounts-table tr[data-name="Console Guild"]')`)
+	key := p.text("#new-account-key")
+	p.screenshot("accounts-01-created")
+	if r := tr.Do("GET", "/keys", key, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the console's new account key: %d %s", r.Status, r.Body)
+	}
+	// A taken name is refused with the relay's words.
+	p.typeInto("#account-name", "console guild")
+	p.click("#account-create")
+	p.waitFor("the refusal", `document.getElementById("account-error").textContent.includes("taken")`)
+
+	row := `#accounts-table tr[data-name="Console Guild"]`
+	p.click(row + ` button[data-account-action="suspend"]`)
+	p.waitFor("the account suspended", `document.querySelector('`+row+`').textContent.includes("suspended")`)
+	if r := tr.Do("GET", "/keys", key, nil, nil); r.Status != http.StatusForbidden {
+		t.Fatalf("the suspended account's key: %d %s", r.Status, r.Body)
+	}
+	p.screenshot("accounts-02-suspended")
+	p.click(row + ` button[data-account-action="resume"]`)
+	p.waitFor("the account resumed", `document.querySelector('`+row+`').textContent.includes("active")`)
+	if r := tr.Do("GET", "/keys", key, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("the resumed account's key: %d %s", r.Status, r.Body)
+	}
+
+	// The account's own key sees no Accounts tab.
+	p.click("#signout")
+	p.waitFor("the sign-in form", `!document.getElementById("view-signin").hidden`)
+	p.typeInto("#signin-key", key)
+	p.click("#signin-button")
+	p.waitFor("the signed-in view", `!document.getElementById("tabs").hidden`)
+	var hidden bool
+	p.must(`document.getElementById("tab-accounts").hidden`, &hidden)
+	if !hidden {
+		t.Fatal("an account's own key sees the Accounts tab")
+	}
+}

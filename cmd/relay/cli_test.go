@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -179,7 +180,7 @@ func TestAccountsCLI(t *testing.T) {
 	if out, _ := run("accounts", "list"); !strings.Contains(out, id) || !strings.Contains(out, "operator") {
 		t.Fatalf("list:\n%s", out)
 	}
-	if out, _ := run2("show", id); !strings.Contains(out, "Guild") || !strings.Contains(out, "keys") || !strings.Contains(out, "1 of default") {
+	if out, _ := run2("show", id); !strings.Contains(out, "Guild") || !strings.Contains(out, "keys") || !regexp.MustCompile(`keys +1 of `).MatchString(out) || !regexp.MustCompile(`worlds +0 of 2\n`).MatchString(out) {
 		t.Fatalf("show:\n%s", out)
 	}
 	run2("suspend", id)
@@ -198,5 +199,39 @@ func TestAccountsCLI(t *testing.T) {
 	run("accounts", "create", "--name", "Guild")
 	if _, _, err := cli(t, append([]string{"accounts", "create", "--name", "guild"}, common...)...); err == nil || !strings.Contains(err.Error(), "taken") {
 		t.Fatalf("duplicate name: %v", err)
+	}
+}
+
+// TestWorldsCLI runs `relay worlds create` and `relay worlds delete` with
+// an account's key: create prints only the new world's clientId, the
+// world belongs to the account, delete removes it, and a refusal carries
+// the relay's message.
+func TestWorldsCLI(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	_, key := createAccount(t, tr, "Makers")
+	keyFile := filepath.Join(t.TempDir(), "makers.key")
+	if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", keyFile}
+	out, errOut, err := cli(t, append([]string{"worlds", "create", "--title", "Made by the CLI", "--seed", "demo", "--client", "cli-world"}, common...)...)
+	if err != nil || strings.TrimSpace(out) != "cli-world" {
+		t.Fatalf("worlds create: %q %q %v", out, errOut, err)
+	}
+	if got := tr.clientIDs(key); !slices.Equal(got, []string{"cli-world"}) {
+		t.Fatalf("the account's worlds: %v", got)
+	}
+	if _, _, err := cli(t, append([]string{"worlds", "create", "--title", "Again", "--client", "cli-world"}, common...)...); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("a taken id: %v", err)
+	}
+	if _, _, err := cli(t, append([]string{"worlds", "create", "--title", "Odd", "--seed", "odd"}, common...)...); err == nil || !strings.Contains(err.Error(), "'seed'") {
+		t.Fatalf("a bad seed: %v", err)
+	}
+	if _, errOut, err := cli(t, append(append([]string{"worlds", "delete"}, common...), "cli-world")...); err != nil {
+		t.Fatalf("worlds delete: %v %s", err, errOut)
+	}
+	if got := tr.clientIDs(key); len(got) != 0 {
+		t.Fatalf("the account's worlds after delete: %v", got)
 	}
 }

@@ -115,6 +115,10 @@ const worldsUsage = `Usage:
                                 create a one-time code that links a real tabletop
   relay worlds unpair [flags] CLIENT_ID
                                 unlink a linked world (revoke its token)
+  relay worlds create --title TITLE [--seed demo|empty] [--client ID] [flags]
+                                make an embedded world in the key's account
+  relay worlds delete [flags] CLIENT_ID
+                                remove an embedded world with everything in it
 
 Run 'relay worlds <command> -h' for the flags of a command.
 `
@@ -314,14 +318,18 @@ func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return worldsPairCode(ctx, args[1:], stdout, stderr)
 		case "unpair":
 			return worldsUnpair(ctx, args[1:], stdout, stderr)
+		case "create":
+			return worldsCreate(ctx, args[1:], stdout, stderr)
+		case "delete":
+			return worldsDelete(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "list" {
 		fmt.Fprint(stderr, worldsUsage)
 		if len(args) == 0 {
-			return usageError{"worlds needs a command: list, pair-code or unpair"}
+			return usageError{"worlds needs a command: list, pair-code, unpair, create or delete"}
 		}
-		return usageError{fmt.Sprintf("unknown worlds command %q (list, pair-code or unpair)", args[0])}
+		return usageError{fmt.Sprintf("unknown worlds command %q (list, pair-code, unpair, create or delete)", args[0])}
 	}
 	fset := flag.NewFlagSet("relay worlds list", flag.ContinueOnError)
 	fset.SetOutput(stderr)

@@ -7,6 +7,7 @@
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
+//	relay worlds create|delete      make or remove an embedded world
 //	relay health                    check a running relay's /healthz and /readyz
 //	relay version                   print the version, commit and date
 //
@@ -41,6 +42,10 @@ Usage:
                                 create a one-time code that links a real tabletop
   relay worlds unpair [flags] CLIENT_ID
                                 unlink a linked world (revoke its token)
+  relay worlds create --title TITLE [--seed demo|empty] [--client ID] [flags]
+                                make an embedded world in the key's account
+  relay worlds delete [flags] CLIENT_ID
+                                remove an embedded world
   relay cluster status [flags]  show the cluster's nodes, their worlds and health
   relay health [flags]          succeed when a running relay is healthy and ready
   relay version                 print the version, commit and date (also --version)

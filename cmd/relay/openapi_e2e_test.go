@@ -305,6 +305,10 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("POST", "/accounts/"+acctID+"/resume", nil, nil)
 	c.ok("DELETE", "/accounts/"+acctID, nil, nil)
 
+	// Embedded worlds.
+	c.ok("POST", "/worlds", nil, map[string]any{"clientId": "contract-world", "title": "Contract", "seed": "empty"})
+	c.ok("DELETE", "/worlds/contract-world", nil, nil)
+
 	// Failures: each kind of refusal has the error body.
 	c.call("GET", "/get", relaytest.Q("uuid", "Actor.nobody0000000001"), nil)
 	c.call("GET", "/get", relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), nil)

@@ -105,6 +105,8 @@ var specRoutes = []routeRPC{
 	{"POST", "/accounts/{id}/suspend", "AccountService/SuspendAccount", false},
 	{"POST", "/accounts/{id}/resume", "AccountService/ResumeAccount", false},
 	{"DELETE", "/accounts/{id}", "AccountService/DeleteAccount", false},
+	{"POST", "/worlds", "WorldService/CreateWorld", false},
+	{"DELETE", "/worlds/{client_id}", "WorldService/DeleteWorld", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the

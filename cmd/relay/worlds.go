@@ -77,3 +77,70 @@ func worldsUnpair(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintf(stderr, "Unpaired world %s: %d connection token(s) revoked; %s\n", resp.GetClientId(), resp.GetRevokedTokens(), state)
 	return nil
 }
+
+// worldsCreate makes an embedded world on a running relay and prints only
+// its clientId on standard output.
+func worldsCreate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay worlds create", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	title := fset.String("title", "", "the world's `title` (required)")
+	seed := fset.String("seed", "empty", "what the world starts with: `demo` (the demo world's content and files) or empty (one game master)")
+	clientID := fset.String("client", "", "the new world's `clientId`; the relay picks one when empty")
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay worlds create --title TITLE [--seed demo|empty] [--client CLIENT_ID] [flags]\n\nMakes an embedded world in the account of the key, within its worlds quota,\nand prints only its clientId on standard output. Needs a key with the admin\nscope that is bound to no world and acts as no tabletop user.\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q (use --title, --seed and --client)", fset.Arg(0))}
+	}
+	if *title == "" {
+		fset.Usage()
+		return usageError{"--title is required"}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewWorldServiceClient(conn).CreateWorld(ctx, &relayv1.CreateWorldRequest{ClientId: *clientID, Title: *title, Seed: *seed})
+	if err != nil {
+		return cf.callError(err)
+	}
+	fmt.Fprintf(stderr, "Made world %s (%s, from the %s seed) in account %s\n", resp.GetClientId(), resp.GetTitle(), resp.GetSeed(), resp.GetAccountId())
+	fmt.Fprintln(stdout, resp.GetClientId())
+	return nil
+}
+
+// worldsDelete removes an embedded world on a running relay.
+func worldsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fset := flag.NewFlagSet("relay worlds delete", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: relay worlds delete [flags] CLIENT_ID\n\nRemoves an embedded world with its documents, events and files, for good.\nOnly its account's keys and the operator's may. A linked world is unpaired\ninstead (relay worlds unpair).\n\nFlags:")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return usageError{"relay worlds delete needs exactly one clientId"}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	resp, err := relayv1.NewWorldServiceClient(conn).DeleteWorld(ctx, &relayv1.DeleteWorldRequest{ClientId: fset.Arg(0)})
+	if err != nil {
+		return cf.callError(err)
+	}
+	fmt.Fprintf(stderr, "Removed world %s\n", resp.GetClientId())
+	return nil
+}

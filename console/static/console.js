@@ -148,6 +148,7 @@
     }
     sessionStorage.setItem(KEY_STORAGE, key);
     await loadSelf();
+    await loadAccounts();
     $("view-signin").hidden = true;
     $("tabs").hidden = false;
     $("who").hidden = false;
@@ -286,6 +287,10 @@
     $("who").hidden = true;
     $("new-key-box").hidden = true;
     $("new-key").textContent = "";
+    $("new-account-box").hidden = true;
+    $("new-account-key").textContent = "";
+    $("tab-accounts").hidden = true;
+    $("accounts-table").querySelector("tbody").replaceChildren();
     $("pair-result").hidden = true;
     $("signin-key").value = "";
     $("view-signin").hidden = false;
@@ -308,12 +313,87 @@
   // ---- views -------------------------------------------------------------
 
   function show(view) {
-    if (!["worlds", "pairing", "keys", "events"].includes(view)) view = "worlds";
+    if (!["worlds", "pairing", "keys", "events", "accounts"].includes(view)) view = "worlds";
+    if (view === "accounts" && $("tab-accounts").hidden) view = "worlds";
     for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-" + view;
     for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.dataset.view === view);
     history.replaceState(null, "", "#" + view);
     if (view === "worlds") loadWorlds().catch(() => {});
     if (view === "keys") refreshKeys();
+    if (view === "accounts") refreshAccounts();
+  }
+
+  // ---- accounts (the operator only) ----------------------------------------
+
+  // loadAccounts lists the accounts when the signed-in key may manage
+  // them, and shows the Accounts tab only then.
+  async function loadAccounts() {
+    try {
+      const data = await api("GET", "/accounts");
+      $("tab-accounts").hidden = false;
+      renderAccounts(data.accounts || []);
+    } catch (e) {
+      $("tab-accounts").hidden = true;
+    }
+  }
+
+  async function refreshAccounts() {
+    showError("accounts-error", null);
+    try {
+      const data = await api("GET", "/accounts");
+      renderAccounts(data.accounts || []);
+    } catch (e) {
+      showError("accounts-error", e);
+    }
+  }
+
+  function renderAccounts(list) {
+    const body = $("accounts-table").querySelector("tbody");
+    body.replaceChildren(...list.map((a) => {
+      const usage = a.usage || {};
+      const limits = a.limits || {};
+      const of = (used, limit) => used + (limit ? " of " + limit : "");
+      let action = "";
+      if (a.id !== "operator") {
+        const verb = a.suspended ? "resume" : "suspend";
+        action = el("button", { type: "button", class: a.suspended ? "ghost small" : "danger small", "data-account-action": verb }, a.suspended ? "Resume" : "Suspend");
+        action.addEventListener("click", async () => {
+          action.disabled = true;
+          try {
+            await api("POST", "/accounts/" + encodeURIComponent(a.id) + "/" + verb);
+            await refreshAccounts();
+          } catch (e) {
+            showError("accounts-error", e);
+            action.disabled = false;
+          }
+        });
+      }
+      const badge = a.suspended
+        ? el("span", { class: "badge bad" }, "suspended")
+        : el("span", { class: "badge ok" }, "active");
+      return el("tr", { "data-account": a.id, "data-name": a.name },
+        el("td", {}, a.name),
+        el("td", {}, el("code", {}, a.id)),
+        el("td", {}, of(usage.keys || 0, limits.keys)),
+        el("td", {}, of(usage.worlds || 0, limits.worlds)),
+        el("td", {}, badge),
+        el("td", {}, action));
+    }));
+  }
+
+  async function createAccount(ev) {
+    ev.preventDefault();
+    showError("account-error", null);
+    $("new-account-box").hidden = true;
+    try {
+      const data = await api("POST", "/accounts", { name: $("account-name").value });
+      $("new-account-key").textContent = data.key;
+      $("new-account-box").hidden = false;
+      $("account-name").value = "";
+      await refreshAccounts();
+    } catch (e) {
+      showError("account-error", e);
+    }
   }
 
   // ---- worlds --------------------------------------------------------------
@@ -612,6 +692,8 @@
     $("pair-form").addEventListener("submit", createPairingCode);
     $("key-form").addEventListener("submit", createKey);
     $("keys-refresh").addEventListener("click", refreshKeys);
+    $("accounts-refresh").addEventListener("click", refreshAccounts);
+    $("account-form").addEventListener("submit", createAccount);
     $("new-key-copy").addEventListener("click", () => navigator.clipboard.writeText($("new-key").textContent).catch(() => {}));
     $("ev-form").addEventListener("submit", startStream);
     $("ev-stop").addEventListener("click", () => stopStream("Stopped."));

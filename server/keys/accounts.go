@@ -50,10 +50,19 @@ type Quotas struct {
 	// RequestsPerMinute is how many calls the account's keys may make in a
 	// minute, together.
 	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+	// UploadBytes is the largest file the account's keys may upload.
+	UploadBytes int64 `json:"uploadBytes,omitempty"`
+	// StoredBytes is how many bytes the account's embedded worlds may
+	// hold on disk together.
+	StoredBytes int64 `json:"storedBytes,omitempty"`
 }
 
-// maxQuota bounds every quota, so that sums of quotas cannot overflow.
-const maxQuota = 1<<31 - 1
+// maxQuota bounds every count quota, and maxBytesQuota every size quota,
+// so that sums of quotas cannot overflow.
+const (
+	maxQuota      = 1<<31 - 1
+	maxBytesQuota = 1 << 50
+)
 
 // Validate checks that no quota is negative or absurdly large, naming the
 // quota at fault as `quotas.<name>`.
@@ -61,9 +70,11 @@ func (q Quotas) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"worlds", q.Worlds}, {"keys", q.Keys}, {"streams", q.Streams}, {"requestsPerMinute", q.RequestsPerMinute}} {
-		if f.v < 0 || f.v > maxQuota {
-			return fmt.Errorf("%w: 'quotas.%s' must be a number from 0 (the relay's default) to %d, not %d", ErrAccountInvalid, f.name, int64(maxQuota), f.v)
+		max  int64
+	}{{"worlds", q.Worlds, maxQuota}, {"keys", q.Keys, maxQuota}, {"streams", q.Streams, maxQuota}, {"requestsPerMinute", q.RequestsPerMinute, maxQuota},
+		{"uploadBytes", q.UploadBytes, maxBytesQuota}, {"storedBytes", q.StoredBytes, maxBytesQuota}} {
+		if f.v < 0 || f.v > f.max {
+			return fmt.Errorf("%w: 'quotas.%s' must be a number from 0 (the relay's default) to %d, not %d", ErrAccountInvalid, f.name, f.max, f.v)
 		}
 	}
 	return nil

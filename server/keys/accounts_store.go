@@ -48,6 +48,8 @@ type Accounts interface {
 	// Authenticate does, for callers that hold a key authenticated
 	// earlier (a stream ticket, a call forwarded by another node).
 	Suspension(id string) error
+	// WorldOwners records the owners of the embedded worlds.
+	WorldOwners
 }
 
 var _ Accounts = (*Store)(nil)

@@ -69,6 +69,9 @@ type Store struct {
 	// suspended holds the suspended accounts by id, for Authenticate. It
 	// is never modified once published; writers publish a new map.
 	suspended atomic.Pointer[map[string]Account]
+	// owners holds the owners of embedded worlds by client id (see
+	// WorldOwners); never modified once published.
+	owners atomic.Pointer[map[string]string]
 }
 
 // index is an immutable snapshot of all keys.
@@ -205,6 +208,9 @@ func (s *Store) Reload(ctx context.Context) error {
 		return fmt.Errorf("keys: load keys: %w", err)
 	}
 	if err := s.loadSuspended(ctx); err != nil {
+		return err
+	}
+	if err := s.loadOwners(ctx); err != nil {
 		return err
 	}
 	s.idx.Store(ix)

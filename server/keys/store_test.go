@@ -573,7 +573,7 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 			}
 		}
 		versions := queryStrings(t, s2.db, `SELECT version || ':' || name FROM `+schemaTable+` ORDER BY version`)
-		if !slices.Equal(versions, []string{"1:0001_create_api_keys.sql", "2:0002_record_key_creator.sql", "3:0003_accounts.sql"}) {
+		if !slices.Equal(versions, []string{"1:0001_create_api_keys.sql", "2:0002_record_key_creator.sql", "3:0003_accounts.sql", "4:0004_world_owners.sql"}) {
 			t.Fatalf("schema versions = %v", versions)
 		}
 		if err := s2.Close(); err != nil {

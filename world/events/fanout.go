@@ -85,6 +85,8 @@ func (f *fanOut) run() {
 				select {
 				case <-closed:
 					return
+				case <-f.s.gone:
+					return
 				case <-f.s.wakeup:
 					pending = time.Now()
 				}

@@ -150,6 +150,35 @@ func (h *Hub) Close() {
 	h.wg.Wait()
 }
 
+// Forget drops a removed world's stream: its kept events leave memory,
+// every subscription of it ends as one that fell behind (ErrOverflow: its
+// stream gets the documented overflow and closes), and its dispatcher
+// stops. A world made later under the same client id starts a stream of
+// its own, which never replays the removed world's events.
+func (h *Hub) Forget(clientID string) {
+	h.mu.Lock()
+	s := h.worlds[clientID]
+	delete(h.worlds, clientID)
+	h.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	var subs []*Subscription
+	for _, m := range s.subs {
+		for sub := range m {
+			subs = append(subs, sub)
+		}
+	}
+	s.ring.reset()
+	s.pending = nil
+	s.mu.Unlock()
+	close(s.gone)
+	for _, sub := range subs {
+		sub.overflow()
+	}
+}
+
 // Closed is closed when the hub closes.
 func (h *Hub) Closed() <-chan struct{} { return h.closed }
 
@@ -169,6 +198,9 @@ type stream struct {
 	hub      *Hub
 	clientID string
 	wakeup   chan struct{} // a token: events wait for the dispatcher
+	// gone is closed when the world is removed (Hub.Forget): the
+	// dispatcher stops once it has nothing left to hand out.
+	gone chan struct{}
 
 	mu     sync.Mutex
 	loaded bool
@@ -204,6 +236,7 @@ func (h *Hub) stream(clientID string) *stream {
 			hub:      h,
 			clientID: clientID,
 			wakeup:   make(chan struct{}, 1),
+			gone:     make(chan struct{}),
 			ring:     ring{buf: make([]*event, h.opts.RingSize), maxBytes: h.opts.RingBytes},
 			subs:     map[Channel]map[*Subscription]struct{}{},
 		}

@@ -33,8 +33,13 @@ type AccountQuotas struct {
 	Streams int32 `protobuf:"varint,3,opt,name=streams,proto3" json:"streams,omitempty"`
 	// How many calls the account's keys may make in a minute, together.
 	RequestsPerMinute int32 `protobuf:"varint,4,opt,name=requests_per_minute,json=requestsPerMinute,proto3" json:"requests_per_minute,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The largest file, in bytes, the account's keys may upload.
+	UploadBytes int64 `protobuf:"varint,5,opt,name=upload_bytes,json=uploadBytes,proto3" json:"upload_bytes,omitempty"`
+	// How many bytes the account's embedded worlds may hold on disk
+	// together (documents, kept events and files).
+	StoredBytes   int64 `protobuf:"varint,6,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AccountQuotas) Reset() {
@@ -95,13 +100,36 @@ func (x *AccountQuotas) GetRequestsPerMinute() int32 {
 	return 0
 }
 
+func (x *AccountQuotas) GetUploadBytes() int64 {
+	if x != nil {
+		return x.UploadBytes
+	}
+	return 0
+}
+
+func (x *AccountQuotas) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
 // AccountUsage is what an account uses of its quotas.
 type AccountUsage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The account's unrevoked keys.
-	Keys          int32 `protobuf:"varint,1,opt,name=keys,proto3" json:"keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Keys int32 `protobuf:"varint,1,opt,name=keys,proto3" json:"keys,omitempty"`
+	// The worlds the account owns, embedded and linked.
+	Worlds int32 `protobuf:"varint,2,opt,name=worlds,proto3" json:"worlds,omitempty"`
+	// The event streams the account's keys hold open on this node.
+	Streams int32 `protobuf:"varint,3,opt,name=streams,proto3" json:"streams,omitempty"`
+	// The bytes the account's embedded worlds hold on disk.
+	StoredBytes int64 `protobuf:"varint,4,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// The calls the account's keys made in the current minute on this
+	// node.
+	RequestsThisMinute int32 `protobuf:"varint,5,opt,name=requests_this_minute,json=requestsThisMinute,proto3" json:"requests_this_minute,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *AccountUsage) Reset() {
@@ -141,6 +169,34 @@ func (x *AccountUsage) GetKeys() int32 {
 	return 0
 }
 
+func (x *AccountUsage) GetWorlds() int32 {
+	if x != nil {
+		return x.Worlds
+	}
+	return 0
+}
+
+func (x *AccountUsage) GetStreams() int32 {
+	if x != nil {
+		return x.Streams
+	}
+	return 0
+}
+
+func (x *AccountUsage) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *AccountUsage) GetRequestsThisMinute() int32 {
+	if x != nil {
+		return x.RequestsThisMinute
+	}
+	return 0
+}
+
 // Account describes an account.
 type Account struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -157,7 +213,10 @@ type Account struct {
 	// When the account was suspended (RFC 3339), or empty.
 	SuspendedAt string `protobuf:"bytes,6,opt,name=suspended_at,json=suspendedAt,proto3" json:"suspended_at,omitempty"`
 	// What the account uses of its quotas.
-	Usage         *AccountUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *AccountUsage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The limits that apply: the account's own quotas, with the relay's
+	// defaults where they are 0; 0 here means no limit.
+	Limits        *AccountQuotas `protobuf:"bytes,8,opt,name=limits,proto3" json:"limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +296,13 @@ func (x *Account) GetSuspendedAt() string {
 func (x *Account) GetUsage() *AccountUsage {
 	if x != nil {
 		return x.Usage
+	}
+	return nil
+}
+
+func (x *Account) GetLimits() *AccountQuotas {
+	if x != nil {
+		return x.Limits
 	}
 	return nil
 }
@@ -917,14 +983,20 @@ var File_relay_v1_account_service_proto protoreflect.FileDescriptor
 
 const file_relay_v1_account_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1erelay/v1/account_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"\x85\x01\n" +
+	"\x1erelay/v1/account_service.proto\x12\brelay.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x16relay/v1/options.proto\"\xcb\x01\n" +
 	"\rAccountQuotas\x12\x16\n" +
 	"\x06worlds\x18\x01 \x01(\x05R\x06worlds\x12\x12\n" +
 	"\x04keys\x18\x02 \x01(\x05R\x04keys\x12\x18\n" +
 	"\astreams\x18\x03 \x01(\x05R\astreams\x12.\n" +
-	"\x13requests_per_minute\x18\x04 \x01(\x05R\x11requestsPerMinute\"\"\n" +
+	"\x13requests_per_minute\x18\x04 \x01(\x05R\x11requestsPerMinute\x12!\n" +
+	"\fupload_bytes\x18\x05 \x01(\x03R\vuploadBytes\x12!\n" +
+	"\fstored_bytes\x18\x06 \x01(\x03R\vstoredBytes\"\xa9\x01\n" +
 	"\fAccountUsage\x12\x12\n" +
-	"\x04keys\x18\x01 \x01(\x05R\x04keys\"\xec\x01\n" +
+	"\x04keys\x18\x01 \x01(\x05R\x04keys\x12\x16\n" +
+	"\x06worlds\x18\x02 \x01(\x05R\x06worlds\x12\x18\n" +
+	"\astreams\x18\x03 \x01(\x05R\astreams\x12!\n" +
+	"\fstored_bytes\x18\x04 \x01(\x03R\vstoredBytes\x120\n" +
+	"\x14requests_this_minute\x18\x05 \x01(\x05R\x12requestsThisMinute\"\x9d\x02\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
@@ -933,7 +1005,8 @@ const file_relay_v1_account_service_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\tR\tcreatedAt\x12\x1c\n" +
 	"\tsuspended\x18\x05 \x01(\bR\tsuspended\x12!\n" +
 	"\fsuspended_at\x18\x06 \x01(\tR\vsuspendedAt\x12,\n" +
-	"\x05usage\x18\a \x01(\v2\x16.relay.v1.AccountUsageR\x05usage\"`\n" +
+	"\x05usage\x18\a \x01(\v2\x16.relay.v1.AccountUsageR\x05usage\x12/\n" +
+	"\x06limits\x18\b \x01(\v2\x17.relay.v1.AccountQuotasR\x06limits\"`\n" +
 	"\x14CreateAccountRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12/\n" +
 	"\x06quotas\x18\x02 \x01(\v2\x17.relay.v1.AccountQuotasR\x06quotas\"V\n" +
@@ -1017,34 +1090,35 @@ var file_relay_v1_account_service_proto_goTypes = []any{
 var file_relay_v1_account_service_proto_depIdxs = []int32{
 	0,  // 0: relay.v1.Account.quotas:type_name -> relay.v1.AccountQuotas
 	1,  // 1: relay.v1.Account.usage:type_name -> relay.v1.AccountUsage
-	0,  // 2: relay.v1.CreateAccountRequest.quotas:type_name -> relay.v1.AccountQuotas
-	2,  // 3: relay.v1.CreateAccountResponse.account:type_name -> relay.v1.Account
-	2,  // 4: relay.v1.ListAccountsResponse.accounts:type_name -> relay.v1.Account
-	2,  // 5: relay.v1.GetAccountResponse.account:type_name -> relay.v1.Account
-	0,  // 6: relay.v1.UpdateAccountRequest.quotas:type_name -> relay.v1.AccountQuotas
-	2,  // 7: relay.v1.UpdateAccountResponse.account:type_name -> relay.v1.Account
-	2,  // 8: relay.v1.SuspendAccountResponse.account:type_name -> relay.v1.Account
-	2,  // 9: relay.v1.ResumeAccountResponse.account:type_name -> relay.v1.Account
-	2,  // 10: relay.v1.DeleteAccountResponse.account:type_name -> relay.v1.Account
-	3,  // 11: relay.v1.AccountService.CreateAccount:input_type -> relay.v1.CreateAccountRequest
-	5,  // 12: relay.v1.AccountService.ListAccounts:input_type -> relay.v1.ListAccountsRequest
-	7,  // 13: relay.v1.AccountService.GetAccount:input_type -> relay.v1.GetAccountRequest
-	9,  // 14: relay.v1.AccountService.UpdateAccount:input_type -> relay.v1.UpdateAccountRequest
-	11, // 15: relay.v1.AccountService.SuspendAccount:input_type -> relay.v1.SuspendAccountRequest
-	13, // 16: relay.v1.AccountService.ResumeAccount:input_type -> relay.v1.ResumeAccountRequest
-	15, // 17: relay.v1.AccountService.DeleteAccount:input_type -> relay.v1.DeleteAccountRequest
-	4,  // 18: relay.v1.AccountService.CreateAccount:output_type -> relay.v1.CreateAccountResponse
-	6,  // 19: relay.v1.AccountService.ListAccounts:output_type -> relay.v1.ListAccountsResponse
-	8,  // 20: relay.v1.AccountService.GetAccount:output_type -> relay.v1.GetAccountResponse
-	10, // 21: relay.v1.AccountService.UpdateAccount:output_type -> relay.v1.UpdateAccountResponse
-	12, // 22: relay.v1.AccountService.SuspendAccount:output_type -> relay.v1.SuspendAccountResponse
-	14, // 23: relay.v1.AccountService.ResumeAccount:output_type -> relay.v1.ResumeAccountResponse
-	16, // 24: relay.v1.AccountService.DeleteAccount:output_type -> relay.v1.DeleteAccountResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	0,  // 2: relay.v1.Account.limits:type_name -> relay.v1.AccountQuotas
+	0,  // 3: relay.v1.CreateAccountRequest.quotas:type_name -> relay.v1.AccountQuotas
+	2,  // 4: relay.v1.CreateAccountResponse.account:type_name -> relay.v1.Account
+	2,  // 5: relay.v1.ListAccountsResponse.accounts:type_name -> relay.v1.Account
+	2,  // 6: relay.v1.GetAccountResponse.account:type_name -> relay.v1.Account
+	0,  // 7: relay.v1.UpdateAccountRequest.quotas:type_name -> relay.v1.AccountQuotas
+	2,  // 8: relay.v1.UpdateAccountResponse.account:type_name -> relay.v1.Account
+	2,  // 9: relay.v1.SuspendAccountResponse.account:type_name -> relay.v1.Account
+	2,  // 10: relay.v1.ResumeAccountResponse.account:type_name -> relay.v1.Account
+	2,  // 11: relay.v1.DeleteAccountResponse.account:type_name -> relay.v1.Account
+	3,  // 12: relay.v1.AccountService.CreateAccount:input_type -> relay.v1.CreateAccountRequest
+	5,  // 13: relay.v1.AccountService.ListAccounts:input_type -> relay.v1.ListAccountsRequest
+	7,  // 14: relay.v1.AccountService.GetAccount:input_type -> relay.v1.GetAccountRequest
+	9,  // 15: relay.v1.AccountService.UpdateAccount:input_type -> relay.v1.UpdateAccountRequest
+	11, // 16: relay.v1.AccountService.SuspendAccount:input_type -> relay.v1.SuspendAccountRequest
+	13, // 17: relay.v1.AccountService.ResumeAccount:input_type -> relay.v1.ResumeAccountRequest
+	15, // 18: relay.v1.AccountService.DeleteAccount:input_type -> relay.v1.DeleteAccountRequest
+	4,  // 19: relay.v1.AccountService.CreateAccount:output_type -> relay.v1.CreateAccountResponse
+	6,  // 20: relay.v1.AccountService.ListAccounts:output_type -> relay.v1.ListAccountsResponse
+	8,  // 21: relay.v1.AccountService.GetAccount:output_type -> relay.v1.GetAccountResponse
+	10, // 22: relay.v1.AccountService.UpdateAccount:output_type -> relay.v1.UpdateAccountResponse
+	12, // 23: relay.v1.AccountService.SuspendAccount:output_type -> relay.v1.SuspendAccountResponse
+	14, // 24: relay.v1.AccountService.ResumeAccount:output_type -> relay.v1.ResumeAccountResponse
+	16, // 25: relay.v1.AccountService.DeleteAccount:output_type -> relay.v1.DeleteAccountResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_relay_v1_account_service_proto_init() }

@@ -56,8 +56,8 @@ type AccountServiceClient interface {
 	SuspendAccount(ctx context.Context, in *SuspendAccountRequest, opts ...grpc.CallOption) (*SuspendAccountResponse, error)
 	// Resumes a suspended account: its keys work again.
 	ResumeAccount(ctx context.Context, in *ResumeAccountRequest, opts ...grpc.CallOption) (*ResumeAccountResponse, error)
-	// Deletes an account and every key of it. The operator's account cannot
-	// be deleted (FailedPrecondition).
+	// Deletes an account with every key, embedded world and pairing of it.
+	// The operator's account cannot be deleted (FailedPrecondition).
 	DeleteAccount(ctx context.Context, in *DeleteAccountRequest, opts ...grpc.CallOption) (*DeleteAccountResponse, error)
 }
 
@@ -167,8 +167,8 @@ type AccountServiceServer interface {
 	SuspendAccount(context.Context, *SuspendAccountRequest) (*SuspendAccountResponse, error)
 	// Resumes a suspended account: its keys work again.
 	ResumeAccount(context.Context, *ResumeAccountRequest) (*ResumeAccountResponse, error)
-	// Deletes an account and every key of it. The operator's account cannot
-	// be deleted (FailedPrecondition).
+	// Deletes an account with every key, embedded world and pairing of it.
+	// The operator's account cannot be deleted (FailedPrecondition).
 	DeleteAccount(context.Context, *DeleteAccountRequest) (*DeleteAccountResponse, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
