@@ -54,6 +54,7 @@ import (
 	"github.com/tabletop-relay/relay/contract"
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/signin"
 )
 
 // Config wires a relay gRPC server.
@@ -82,6 +83,9 @@ type Config struct {
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
 	ReleaseAccount func(ctx context.Context, accountID string) error
+	// Signin keeps the accounts' passwords, console sessions and invites;
+	// nil keeps none (the methods that need it are Unimplemented).
+	Signin *signin.Service
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -221,7 +225,8 @@ func New(cfg Config) (*Server, error) {
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, signin: cfg.Signin},
+		signinService{signin: cfg.Signin},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		events,
