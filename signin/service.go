@@ -184,7 +184,9 @@ type passwordRecord struct {
 func passwordKey(accountID string) string { return "p." + accountID }
 
 // CheckNewPassword refuses a password that may not be set, naming param.
-func (s *Service) CheckNewPassword(param, password string) error { return CheckPassword(param, password) }
+func (s *Service) CheckNewPassword(param, password string) error {
+	return CheckPassword(param, password)
+}
 
 // SetPassword sets (or replaces) the account's password. Every session of
 // the account ends: a changed password shuts out whoever had it before.
