@@ -406,3 +406,129 @@ func TestSignInLimits(t *testing.T) {
 		t.Fatalf("the third sign-in of a minute: %d %s %v", r.Status, r.Body, r.Header)
 	}
 }
+
+// TestSignupByInvite: sign-up is closed by default; with --signup invite
+// only the operator makes invites, each makes one account (with the
+// default quotas and its first admin key, answered once, and a password
+// when given), a refused sign-up leaves the invite usable, and revoked
+// invites are refused; with --signup open no invite is needed, and
+// sign-ups are limited per address.
+func TestSignupByInvite(t *testing.T) {
+	t.Parallel()
+	closed := startTestRelay(t)
+	if r := closed.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Guild"}); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "closed") {
+		t.Fatalf("sign-up on a closed relay: %d %s", r.Status, r.Body)
+	}
+
+	tr := startTestRelay(t, func(c *node.Config) { c.Signup = signin.SignupInvite; c.SignupRateLimit = 0 })
+	_, gmKey := createAccount(t, tr, "Existing")
+	// Only the operator makes and sees invites.
+	if r := tr.Do(http.MethodPost, "/invites", gmKey, nil, map[string]any{}); r.Status != http.StatusForbidden {
+		t.Fatalf("an account makes an invite: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodGet, "/invites", gmKey, nil, nil); r.Status != http.StatusForbidden {
+		t.Fatalf("an account lists invites: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodPost, "/invites", tr.AdminKey, nil, map[string]any{"expiresInSeconds": 5}); r.Status != http.StatusBadRequest || !strings.Contains(r.ErrorText(t), "'expiresInSeconds'") {
+		t.Fatalf("an invite of 5 s: %d %s", r.Status, r.Body)
+	}
+	newInvite := func() (id, code string) {
+		t.Helper()
+		r := tr.Do(http.MethodPost, "/invites", tr.AdminKey, nil, map[string]any{})
+		if r.Status != http.StatusOK {
+			t.Fatalf("make an invite: %d %s", r.Status, r.Body)
+		}
+		inv := r.Data(t)["invite"].(map[string]any)
+		if inv["status"] != "open" {
+			t.Fatalf("a new invite: %s", r.Body)
+		}
+		return inv["id"].(string), r.Data(t)["code"].(string)
+	}
+	id, code := newInvite()
+	if listed := tr.Do(http.MethodGet, "/invites", tr.AdminKey, nil, nil); listed.Status != http.StatusOK || strings.Contains(string(listed.Body), code) || !strings.Contains(string(listed.Body), id) {
+		t.Fatalf("the invites are listed as %d %s", listed.Status, listed.Body)
+	}
+
+	signup := func(body map[string]any) relaytest.Response {
+		return tr.Do(http.MethodPost, signin.PathSignup, "", nil, body)
+	}
+	accounts := func() string {
+		d, _ := json.Marshal(tr.Do(http.MethodGet, "/accounts", tr.AdminKey, nil, nil).Data(t))
+		return string(d)
+	}
+	before := accounts()
+	for _, c := range []struct {
+		body   map[string]any
+		status int
+		text   string
+	}{
+		{map[string]any{"name": "Guild"}, http.StatusBadRequest, "'invite' is required"},
+		{map[string]any{"name": "Guild", "invite": "inv_0000000000000000.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}, http.StatusForbidden, "The invite is unknown, used, revoked or expired"},
+		{map[string]any{"name": "Guild", "invite": id}, http.StatusForbidden, "The invite is unknown, used, revoked or expired"},
+		{map[string]any{"name": "", "invite": code}, http.StatusBadRequest, "'name' is required"},
+		{map[string]any{"name": strings.Repeat("x", 65), "invite": code}, http.StatusBadRequest, "'name' is longer than 64 characters"},
+		{map[string]any{"name": "Guild", "password": "short", "invite": code}, http.StatusBadRequest, "'password' must be at least 10 characters"},
+		{map[string]any{"name": "existing", "invite": code}, http.StatusConflict, "Account name is taken"},
+		{map[string]any{"name": 7, "invite": code}, http.StatusBadRequest, "'name' must be a string"},
+	} {
+		if r := signup(c.body); r.Status != c.status || !strings.Contains(r.ErrorText(t), c.text) {
+			t.Fatalf("sign-up %v: %d %s, want %d %q", c.body, r.Status, r.Body, c.status, c.text)
+		}
+	}
+	if after := accounts(); after != before {
+		t.Fatalf("refused sign-ups changed the accounts:\n%s\n%s", before, after)
+	}
+	// The invite is still open after the refusals: it makes one account.
+	r := signup(map[string]any{"name": "Guild", "password": guildPassword, "invite": code})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("sign up: %d %s", r.Status, r.Body)
+	}
+	acct := r.JSON(t)["account"].(map[string]any)
+	key := r.JSON(t)["key"].(string)
+	if acct["name"] != "Guild" || !strings.HasPrefix(key, "rk_") || !tr.keyWorks(key) {
+		t.Fatalf("sign-up answered %s", r.Body)
+	}
+	if names := keyNames(t, tr.Do(http.MethodGet, "/keys", key, nil, nil)); strings.Join(names, ",") != "admin" {
+		t.Fatalf("the new account's keys: %v", names)
+	}
+	got := tr.Do(http.MethodGet, "/accounts/"+acct["id"].(string), tr.AdminKey, nil, nil)
+	if got.Status != http.StatusOK || !strings.Contains(string(got.Body), `"quotas":{"worlds":0,"keys":0`) {
+		t.Fatalf("the new account: %d %s", got.Status, got.Body)
+	}
+	if r := newConsoleClient(t, tr).signIn("Guild", guildPassword); r.Status != http.StatusOK {
+		t.Fatalf("sign in with the sign-up's password: %d %s", r.Status, r.Body)
+	}
+	// Used once.
+	if r := signup(map[string]any{"name": "Guild 2", "invite": code}); r.Status != http.StatusForbidden {
+		t.Fatalf("an invite used twice: %d %s", r.Status, r.Body)
+	}
+	listed := tr.Do(http.MethodGet, "/invites", tr.AdminKey, nil, nil).Data(t)["invites"].([]any)
+	if inv := listed[0].(map[string]any); inv["id"] != id || inv["status"] != "used" || inv["accountId"] != acct["id"] {
+		t.Fatalf("the used invite is listed as %v", inv)
+	}
+	// Revoked.
+	id2, code2 := newInvite()
+	if r := tr.Do(http.MethodDelete, "/invites/"+id2, gmKey, nil, nil); r.Status != http.StatusForbidden {
+		t.Fatalf("an account revokes an invite: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodDelete, "/invites/inv_ffffffffffffffff", tr.AdminKey, nil, nil); r.Status != http.StatusNotFound || r.ErrorText(t) != "Invite not found: inv_ffffffffffffffff" {
+		t.Fatalf("revoke an unknown invite: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodDelete, "/invites/"+id2, tr.AdminKey, nil, nil); r.Status != http.StatusOK || r.Data(t)["invite"].(map[string]any)["status"] != "revoked" {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	if r := signup(map[string]any{"name": "Guild 3", "invite": code2}); r.Status != http.StatusForbidden {
+		t.Fatalf("a revoked invite: %d %s", r.Status, r.Body)
+	}
+
+	// Open: no invite, limited per address.
+	open := startTestRelay(t, func(c *node.Config) { c.Signup = signin.SignupOpen; c.SignupRateLimit = 2 })
+	for i, name := range []string{"One", "Two"} {
+		if r := open.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": name}); r.Status != http.StatusCreated {
+			t.Fatalf("open sign-up %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if r := open.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Three"}); r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third sign-up from one address: %d %s", r.Status, r.Body)
+	}
+}
