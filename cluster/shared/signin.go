@@ -96,11 +96,13 @@ func (s *SigninStore) Keys(ctx context.Context, prefix string) ([]string, error)
 	if err != nil {
 		return nil, fmt.Errorf("shared: list %s: %w", prefix, err)
 	}
+	// The lister stops its watcher itself once it has listed every key
+	// (or ctx ended): the channel closes then.
 	var out []string
 	for k := range lister.Keys() {
 		out = append(out, k)
 	}
-	if err := lister.Stop(); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("shared: list %s: %w", prefix, err)
 	}
 	return out, nil
