@@ -10,7 +10,7 @@ import (
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/server"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/events"
 	"github.com/tabletop-relay/relay/world/script"

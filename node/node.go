@@ -26,7 +26,7 @@ import (
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/dice"

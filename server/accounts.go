@@ -6,7 +6,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // accountService implements relayv1.AccountServiceServer. The policy of

@@ -54,7 +54,7 @@ import (
 	"github.com/tabletop-relay/relay/contract"
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server/keys"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // Config wires a relay gRPC server.

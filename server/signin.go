@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // signinService implements relayv1.SigninServiceServer: an account's own

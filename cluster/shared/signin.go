@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // SigninBucket keeps the accounts' password hashes, the console's

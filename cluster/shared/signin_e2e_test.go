@@ -9,7 +9,7 @@ import (
 	"github.com/tabletop-relay/relay/cluster/internal/jstest"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // sessionCall sends a request to a node with a console session's cookie

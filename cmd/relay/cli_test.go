@@ -12,7 +12,7 @@ import (
 
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // cli runs the relay command line and returns stdout and stderr.

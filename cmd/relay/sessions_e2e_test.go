@@ -14,7 +14,7 @@ import (
 
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
-	"github.com/tabletop-relay/relay/signin"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // consoleClient is a browser's view of the relay: a cookie jar, and the
