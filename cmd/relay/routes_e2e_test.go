@@ -105,6 +105,10 @@ var specRoutes = []routeRPC{
 	{"POST", "/accounts/{id}/suspend", "AccountService/SuspendAccount", false},
 	{"POST", "/accounts/{id}/resume", "AccountService/ResumeAccount", false},
 	{"DELETE", "/accounts/{id}", "AccountService/DeleteAccount", false},
+	{"POST", "/account/password", "SigninService/ChangePassword", false},
+	{"POST", "/invites", "SigninService/CreateInvite", false},
+	{"GET", "/invites", "SigninService/ListInvites", false},
+	{"DELETE", "/invites/{id}", "SigninService/RevokeInvite", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the
