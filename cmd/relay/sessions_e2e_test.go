@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"io"
@@ -12,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/server/signin"
@@ -287,8 +293,35 @@ func TestConsoleSessions(t *testing.T) {
 		t.Fatalf("sign in with the operator's password: %d %s", r.Status, r.Body)
 	}
 
-	// Signing out needs the CSRF token too; then the token is refused.
+	// Every door takes the session while it lasts: an event stream with
+	// the cookie, a stream ticket it asked for, and gRPC with its token.
 	token, csrf := c.token(), c.csrf
+	stream, cancel := tr.startStream("/hooks/subscribe", "", nil, http.Header{"Cookie": {signin.CookieName + "=" + token}})
+	streamBody, _ := io.ReadAll(io.LimitReader(stream.Body, 512))
+	cancel()
+	// The account has no world yet: authenticated, the stream asks which.
+	if stream.StatusCode != http.StatusBadRequest || !strings.Contains(string(streamBody), "'clientId' is required") {
+		t.Fatalf("an event stream with the session: %d %s", stream.StatusCode, streamBody)
+	}
+	ticketResp := c.do(http.MethodPost, "/stream-tickets", map[string]any{}, true)
+	if ticketResp.Status != http.StatusOK {
+		t.Fatalf("a stream ticket of the session: %d %s", ticketResp.Status, ticketResp.Body)
+	}
+	ticket := ticketResp.Data(t)["ticket"].(string)
+	stream, cancel = tr.startStream("/hooks/subscribe", "", relaytest.Q("ticket", ticket), nil)
+	streamBody, _ = io.ReadAll(io.LimitReader(stream.Body, 512))
+	cancel()
+	if stream.StatusCode != http.StatusBadRequest {
+		t.Fatalf("an event stream with the session's ticket: %d %s", stream.StatusCode, streamBody)
+	}
+	grpcCtx := func() context.Context {
+		return metadata.AppendToOutgoingContext(context.Background(), "x-api-key", token)
+	}
+	if _, err := relayv1.NewKeyServiceClient(tr.Conn).ListKeys(grpcCtx(), &relayv1.ListKeysRequest{}); err != nil {
+		t.Fatalf("gRPC with the session's token: %v", err)
+	}
+
+	// Signing out needs the CSRF token too; then the token is refused.
 	if r := c.do(http.MethodDelete, signin.PathSession, nil, false); r.Status != http.StatusForbidden {
 		t.Fatalf("sign out without the CSRF token: %d %s", r.Status, r.Body)
 	}
@@ -300,6 +333,19 @@ func TestConsoleSessions(t *testing.T) {
 	}
 	if r := withCookie(t, tr, http.MethodPost, "/pairing-codes", token, csrf); r.Status != http.StatusUnauthorized {
 		t.Fatalf("a signed-out session writes: %d %s", r.Status, r.Body)
+	}
+	if _, err := relayv1.NewKeyServiceClient(tr.Conn).ListKeys(grpcCtx(), &relayv1.ListKeysRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("gRPC with a signed-out session's token: %v", err)
+	}
+	stream, cancel = tr.startStream("/hooks/subscribe", "", relaytest.Q("ticket", ticket), nil)
+	cancel()
+	if stream.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a signed-out session's stream ticket: %d", stream.StatusCode)
+	}
+	stream, cancel = tr.startStream("/hooks/subscribe", "", nil, http.Header{"Cookie": {signin.CookieName + "=" + token}})
+	cancel()
+	if stream.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an event stream with a signed-out session: %d", stream.StatusCode)
 	}
 
 	// Suspension ends the session, on every route; resuming does not
