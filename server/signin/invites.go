@@ -108,6 +108,16 @@ func (s *Service) CreateInvite(ctx context.Context, createdBy string, ttl time.D
 		return "", Invite{}, refuse(http.StatusTooManyRequests, codes.ResourceExhausted,
 			"There are %d open invites, as many as the relay keeps: revoke some first", open)
 	}
+	// The list is newest first: the oldest ended invites go first.
+	for i := len(list) - 1; i >= 0 && len(list) >= MaxKeptInvites; i-- {
+		if list[i].Status(now) == InviteOpen {
+			continue
+		}
+		if err := s.cfg.KV.Delete(ctx, inviteEntry(list[i].ID)); err != nil {
+			return "", Invite{}, err
+		}
+		list = slices.Delete(list, i, i+1)
+	}
 	var idb [8]byte
 	var secret [24]byte
 	if _, err := rand.Read(idb[:]); err != nil {

@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -67,8 +68,10 @@ const (
 	DefaultInviteTTL = 7 * 24 * time.Hour
 	MaxInviteTTL     = 90 * 24 * time.Hour
 	// MaxOpenInvites bounds the invites that are neither used, revoked
-	// nor expired.
+	// nor expired; MaxKeptInvites all the invites kept, the oldest ended
+	// ones being forgotten first.
 	MaxOpenInvites = 1000
+	MaxKeptInvites = 5000
 	// inviteKeepAfter is how long a used, revoked or expired invite stays
 	// listed.
 	inviteKeepAfter = 30 * 24 * time.Hour
@@ -286,7 +289,7 @@ var errBadSignIn = refuse(http.StatusUnauthorized, codes.Unauthenticated, "Wrong
 // lockedOut is the answer for a name locked out after failed sign-ins,
 // whether or not an account has it.
 func lockedOut(until, now time.Time) error {
-	minutes := int(until.Sub(now).Minutes()) + 1
+	minutes := max(int(math.Ceil(until.Sub(now).Minutes())), 1)
 	return refuse(http.StatusTooManyRequests, codes.ResourceExhausted,
 		"Too many failed sign-ins for this account name: it is locked for %d more minute(s)", minutes)
 }
@@ -475,6 +478,16 @@ func (s *Service) openSession(ctx context.Context, accountID, addr string) (stri
 	if err != nil {
 		return "", err
 	}
+	// Sessions that ended by idling are removed here, if not at their
+	// next use.
+	now := s.cfg.Now()
+	existing = slices.DeleteFunc(existing, func(old session) bool {
+		if now.Sub(old.LastSeen) <= s.cfg.IdleTimeout {
+			return false
+		}
+		_ = s.cfg.KV.Delete(ctx, sessionEntry(accountID, old.ID))
+		return true
+	})
 	if len(existing) >= MaxSessionsPerAccount {
 		slices.SortFunc(existing, func(a, b session) int { return a.LastSeen.Compare(b.LastSeen) })
 		for _, old := range existing[:len(existing)-MaxSessionsPerAccount+1] {
@@ -493,7 +506,7 @@ func (s *Service) openSession(ctx context.Context, accountID, addr string) (stri
 	}
 	id := hex.EncodeToString(idb[:])
 	token := TokenPrefix + accountID + "." + id + "." + base64.RawURLEncoding.EncodeToString(secret[:])
-	now := s.cfg.Now().UTC()
+	now = now.UTC()
 	data, _ := json.Marshal(session{ID: id, Account: accountID, Hash: hashHex(token), CreatedAt: now, LastSeen: now, Addr: addr})
 	if err := s.cfg.KV.Create(ctx, sessionEntry(accountID, id), data); err != nil {
 		return "", err
