@@ -5,7 +5,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"path/filepath"
@@ -576,5 +578,23 @@ func TestSignupByInvite(t *testing.T) {
 	}
 	if r := open.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Three"}); r.Status != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("a third sign-up from one address: %d %s", r.Status, r.Body)
+	}
+}
+
+// TestSignupModeChecked: a --signup the relay does not know is refused at
+// start, naming the three it knows.
+func TestSignupModeChecked(t *testing.T) {
+	t.Parallel()
+	cfg := node.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.Signup = "sometimes"
+	n, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard)
+	var cerr *node.ConfigError
+	if err == nil {
+		_ = n.Close(context.Background())
+	}
+	if !errors.As(err, &cerr) || !strings.Contains(err.Error(), `signup must be closed, invite or open, not "sometimes"`) {
+		t.Fatalf("start with --signup sometimes: %v", err)
 	}
 }
