@@ -181,7 +181,10 @@ func (s *Service) RevokeInvite(ctx context.Context, id string) (Invite, error) {
 	if !inviteIDPattern.MatchString(id) {
 		return Invite{}, errInviteNotFound(id)
 	}
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAttempts {
+			return Invite{}, errBusy
+		}
 		inv, rev, err := s.readInvite(ctx, inviteEntry(id))
 		if errors.Is(err, ErrNoEntry) {
 			return Invite{}, errInviteNotFound(id)
@@ -215,7 +218,10 @@ func (s *Service) claimInvite(ctx context.Context, code string) (func(accountID 
 		return nil, errBadInvite
 	}
 	entry := inviteEntry(m[1])
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAttempts {
+			return nil, errBusy
+		}
 		inv, rev, err := s.readInvite(ctx, entry)
 		if errors.Is(err, ErrNoEntry) {
 			return nil, errBadInvite

@@ -154,6 +154,13 @@ func New(cfg Config) (*Service, error) {
 // Signup is the sign-up mode.
 func (s *Service) Signup() string { return s.cfg.Signup }
 
+// maxAttempts bounds the compare-and-set attempts of one change: only
+// changes of the same entry at the same moment make one fail.
+const maxAttempts = 10
+
+// errBusy is the answer when an entry changed under every attempt.
+var errBusy = refuse(http.StatusServiceUnavailable, codes.Unavailable, "The sign-in state is changing under this request: try again")
+
 // refusal is an answer other than success, with its HTTP and gRPC status.
 type refusal struct {
 	httpStatus int
@@ -202,7 +209,10 @@ func (s *Service) SetPassword(ctx context.Context, accountID, password string) e
 		return err
 	}
 	data, _ := json.Marshal(passwordRecord{Hash: hash, SetAt: s.cfg.Now().UTC()})
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAttempts {
+			return errBusy
+		}
 		_, rev, err := s.cfg.KV.Get(ctx, passwordKey(accountID))
 		switch {
 		case errors.Is(err, ErrNoEntry):
