@@ -36,6 +36,7 @@ var Services = []*grpc.ServiceDesc{
 	&relayv1.LinkService_ServiceDesc,
 	&relayv1.AccountService_ServiceDesc,
 	&relayv1.WorldService_ServiceDesc,
+	&relayv1.SigninService_ServiceDesc,
 }
 
 // Descriptors returns the descriptor of every service of [Services], in

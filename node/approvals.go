@@ -38,7 +38,8 @@ func (a approvals) Approver(ctx context.Context, apiKey string) (string, error) 
 	if apiKey == "" {
 		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: keys.ErrMissing.Error()}
 	}
-	k, err := a.r.keys.Authenticate(ctx, apiKey)
+	// A console session approves as its account's admin.
+	k, err := a.r.authKeys.Authenticate(ctx, apiKey)
 	if errors.Is(err, keys.ErrSuspended) {
 		// A known key of a suspended account: refused as on every route.
 		return "", &link.Refusal{Status: http.StatusForbidden, Msg: err.Error()}

@@ -11,6 +11,7 @@ import (
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/server"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/events"
 	"github.com/tabletop-relay/relay/world/script"
@@ -153,6 +154,17 @@ type Config struct {
 	// whether the web console is served at /console (--console).
 	CORSOrigins string
 	Console     bool
+	// Signup is who may make an account with `POST /signup`: "closed"
+	// (nobody, the default), "invite" (with an invite of the operator's)
+	// or "open" (anybody) (--signup). SessionIdleTimeout ends a console
+	// session unused for that long (--session-idle-timeout);
+	// SignInRateLimit and SignupRateLimit bound the sign-ins and sign-ups
+	// of one client address a minute (--signin-rate-limit,
+	// --signup-rate-limit).
+	Signup             string
+	SessionIdleTimeout time.Duration
+	SignInRateLimit    int
+	SignupRateLimit    int
 	// MetricsListen, when set, serves the Prometheus metrics at /metrics
 	// on this separate address (--metrics-listen); Node.MetricsAddr
 	// reports the address bound.
@@ -195,6 +207,13 @@ const DefaultPairFailureLimit = 100
 const (
 	DefaultRequestRateLimit = 10
 	DefaultRequestPollLimit = 120
+)
+
+// DefaultSignInRateLimit is how many console sign-ins one address may
+// try a minute; DefaultSignupRateLimit how many sign-ups it may make.
+const (
+	DefaultSignInRateLimit = 10
+	DefaultSignupRateLimit = 3
 )
 
 // DefaultConfig returns the configuration `relay serve` runs with when no
@@ -249,6 +268,10 @@ func DefaultConfig() Config {
 		RequestRateLimit:         DefaultRequestRateLimit,
 		RequestPollLimit:         DefaultRequestPollLimit,
 		Console:                  true,
+		Signup:                   signin.SignupClosed,
+		SessionIdleTimeout:       signin.DefaultIdleTimeout,
+		SignInRateLimit:          DefaultSignInRateLimit,
+		SignupRateLimit:          DefaultSignupRateLimit,
 		Build:                    ReadBuildInfo(),
 	}
 }

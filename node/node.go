@@ -26,6 +26,7 @@ import (
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
 	"github.com/tabletop-relay/relay/world/dice"
@@ -55,6 +56,12 @@ type Node struct {
 	scripts *script.Pool
 	links   *link.Service
 	linkDB  *link.SQLiteStore
+	// signinDB keeps the passwords, sessions and invites of a node alone
+	// (a cluster's are in its shared state); signin serves them, and
+	// authKeys authenticates API keys and session tokens alike.
+	signinDB *signin.SQLiteKV
+	signin   *signin.Service
+	authKeys signin.Keys
 	// linkEvents are the linked worlds' event streams.
 	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
@@ -251,6 +258,30 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if r.linkDB, err = link.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
 		return fail(fmt.Errorf("open linked worlds: %w", err))
 	}
+	var signinKV signin.KV
+	if r.shared != nil {
+		signinKV = r.shared.Signin
+	} else {
+		if r.signinDB, err = signin.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db")); err != nil {
+			return fail(fmt.Errorf("open sign-in state: %w", err))
+		}
+		signinKV = r.signinDB
+	}
+	signInAttempts := server.NewRateLimiter(cfg.SignInRateLimit, 0, nil)
+	signupAttempts := server.NewRateLimiter(cfg.SignupRateLimit, 0, nil)
+	if r.signin, err = signin.New(signin.Config{
+		KV:             signinKV,
+		Accounts:       r.keys,
+		Signup:         cfg.Signup,
+		IdleTimeout:    cfg.SessionIdleTimeout,
+		SecureCookies:  strings.HasPrefix(strings.ToLower(cfg.PublicURL), "https://"),
+		SignInAttempts: signInAttempts,
+		SignupAttempts: signupAttempts,
+		Log:            log,
+	}); err != nil {
+		return fail(&ConfigError{err})
+	}
+	r.authKeys = signin.Keys{Backend: r.keys, Sessions: r.signin}
 	// Linked worlds' events get their ids and subscribers here; the hub
 	// hands every event message to it.
 	linkEvents := link.NewEvents()
@@ -258,7 +289,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	linkEvents.SetLimits(link.EventLimits{RingBytes: cfg.EventRingBytes, MaxEventBytes: cfg.LinkMaxEventBytes, MaxDepth: cfg.MaxJSONDepth, Log: log})
 	r.linkEvents = linkEvents
 	// The stores of relay.db and memory, or the cluster's (shared.go).
-	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, pairFailures, rateLimit, requestAttempts, requestPolls)
+	linkStore, ticketStore, err := r.sharedStores(ctx, linkEvents, log, authFailures, pairAttempts, pairFailures, rateLimit, requestAttempts, requestPolls, signInAttempts, signupAttempts)
 	if err != nil {
 		return fail(err)
 	}
@@ -348,14 +379,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	}
 	if r.grpc, err = server.New(server.Config{
 		WorldDocumentBytes: worldBytes,
-		Keys:               r.keys,
-		TicketStore:        ticketStore,
-		Worlds:             allWorlds,
-		Links:              worldLinks{r.links},
-		Owners:             worldOwners{r.links.Pairings(), r.keys},
-		ReleaseAccount:     r.releaseAccount,
-		AccountMaxKeys:     cfg.AccountMaxKeys,
-		MaxKeysPerCreator:  cfg.MaxKeysPerCreator,
+		// API keys, and the console's session tokens as the keys their
+		// sessions stand for.
+		Keys:              r.authKeys,
+		Signin:            r.signin,
+		TicketStore:       ticketStore,
+		Worlds:            allWorlds,
+		Links:             worldLinks{r.links},
+		Owners:            worldOwners{r.links.Pairings(), r.keys},
+		ReleaseAccount:    r.releaseAccount,
+		AccountMaxKeys:    cfg.AccountMaxKeys,
+		MaxKeysPerCreator: cfg.MaxKeysPerCreator,
 		AccountDefaults: keys.Quotas{
 			Worlds:            int64(cfg.AccountMaxWorlds),
 			Streams:           int64(cfg.AccountMaxStreams),
@@ -444,12 +478,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	r.bodies = &netlimit.BodyGuard{Timeout: cfg.BodyReadTimeout, MinRate: cfg.BodyMinRate, Log: log}
 	// The access middleware logs and counts every HTTP request (gRPC-native
 	// calls pass it untouched: the interceptor chain logs and counts them).
-	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console"}, Label: linkRoute,
+	access := observe.AccessOptions{Log: log, Metrics: r.metrics, Routes: []string{"/healthz", "/readyz", "/cluster", "/docs", "/openapi.json", "/console", signin.PathSignup}, Label: linkRoute,
 		// A request's code fetches what its approval granted: it is
 		// never written to the log.
 		Hidden: func(path string) bool { _, ok := link.RequestRoute(path); return ok }}
 	r.http = &http.Server{
-		Handler:           r.bodies.Wrap(observe.Access(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web))), access)),
+		// The sign-in paths, and a session cookie turned into its token
+		// as the API key of every other request, in front of everything
+		// that authenticates.
+		Handler:           r.bodies.Wrap(observe.Access(r.signin.Handler(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)))), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -643,6 +680,9 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.linkDB != nil {
 		errs = append(errs, r.linkDB.Close())
+	}
+	if r.signinDB != nil {
+		errs = append(errs, r.signinDB.Close())
 	}
 	if r.cluster != nil {
 		r.cluster.Close()

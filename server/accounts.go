@@ -7,6 +7,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // accountService implements relayv1.AccountServiceServer. The policy of
@@ -24,12 +25,25 @@ type accountService struct {
 	worlds EmbeddedWorlds
 	// streams counts the open event streams of each account.
 	streams *streamLimits
+	// signin keeps the accounts' passwords and console sessions; nil
+	// refuses a password.
+	signin *signin.Service
 }
 
 func (s accountService) CreateAccount(ctx context.Context, req *relayv1.CreateAccountRequest) (*relayv1.CreateAccountResponse, error) {
+	if err := s.checkPassword(req.GetPassword()); err != nil {
+		return nil, err
+	}
 	a, plaintext, _, err := s.store.CreateAccount(ctx, CallFrom(ctx).Key.ID, req.GetName(), quotasFromProto(req.GetQuotas()))
 	if err != nil {
 		return nil, err
+	}
+	if req.GetPassword() != "" {
+		if err := s.signin.SetPassword(ctx, a.ID, req.GetPassword()); err != nil {
+			// No account without the password it was made with.
+			_, _ = s.store.DeleteAccount(context.WithoutCancel(ctx), a.ID)
+			return nil, err
+		}
 	}
 	return &relayv1.CreateAccountResponse{Account: s.describe(ctx, a), Key: plaintext}, nil
 }
@@ -72,12 +86,20 @@ func (s accountService) UpdateAccount(ctx context.Context, req *relayv1.UpdateAc
 		qq := quotasFromProto(req.GetQuotas())
 		q = &qq
 	}
+	if err := s.checkPassword(req.GetPassword()); err != nil {
+		return nil, err
+	}
 	a, err := s.store.UpdateAccount(ctx, id, name, q)
 	if err != nil {
 		return nil, err
 	}
 	if s.quotas != nil {
 		s.quotas.forget(id)
+	}
+	if req.GetPassword() != "" {
+		if err := s.signin.SetPassword(ctx, a.ID, req.GetPassword()); err != nil {
+			return nil, err
+		}
 	}
 	return &relayv1.UpdateAccountResponse{Account: s.describe(ctx, a)}, nil
 }
@@ -90,6 +112,13 @@ func (s accountService) SuspendAccount(ctx context.Context, req *relayv1.Suspend
 	a, err := s.store.SuspendAccount(ctx, id, true)
 	if err != nil {
 		return nil, err
+	}
+	if s.signin != nil {
+		// The account's console sessions end now, on every node; any
+		// other session would end at its next use anyway.
+		if err := s.signin.EndSessions(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	return &relayv1.SuspendAccountResponse{Account: s.describe(ctx, a)}, nil
 }
@@ -125,10 +154,27 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 	if err != nil {
 		return nil, err
 	}
+	if s.signin != nil {
+		if err := s.signin.ForgetAccount(ctx, id); err != nil {
+			return nil, err
+		}
+	}
 	if s.quotas != nil {
 		s.quotas.forget(id)
 	}
 	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, usage{}, s.limitsOf(a))}, nil
+}
+
+// checkPassword refuses a password that may not be set, before anything
+// is changed; none (empty) is fine.
+func (s accountService) checkPassword(password string) error {
+	switch {
+	case password == "":
+		return nil
+	case s.signin == nil:
+		return errNoSignin
+	}
+	return s.signin.CheckNewPassword("password", password)
 }
 
 // accountID checks that a request names an account.

@@ -85,7 +85,7 @@ func TestDocumentedPaths(t *testing.T) {
 		"POST /start-encounter", "POST /stream-tickets", "POST /upload", "PUT /update",
 		"POST /accounts", "GET /accounts", "GET /accounts/{id}", "PATCH /accounts/{id}",
 		"POST /accounts/{id}/suspend", "POST /accounts/{id}/resume", "DELETE /accounts/{id}",
-		"POST /worlds", "DELETE /worlds/{client_id}",
+		"POST /worlds", "DELETE /worlds/{client_id}", "POST /account/password", "POST /invites", "GET /invites", "DELETE /invites/{id}",
 	}
 	services, err := ServiceDescriptors()
 	if err != nil {

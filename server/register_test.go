@@ -22,7 +22,7 @@ func TestRegisterServicesByInterface(t *testing.T) {
 	impls := func() []any {
 		return []any{
 			documentService{}, folderService{}, canvasService{}, scriptService{}, keyService{}, accountService{}, worldService{}, clientService{},
-			linkService{}, &eventService{}, ticketService{}, &combatService{}, &fileService{}, &dnd5eService{},
+			linkService{}, &eventService{}, ticketService{}, &combatService{}, &fileService{}, &dnd5eService{}, signinService{},
 		}
 	}
 	var reg recordingRegistrar

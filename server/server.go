@@ -54,6 +54,7 @@ import (
 	"github.com/tabletop-relay/relay/contract"
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // Config wires a relay gRPC server.
@@ -96,6 +97,9 @@ type Config struct {
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
 	ReleaseAccount func(ctx context.Context, accountID string) error
+	// Signin keeps the accounts' passwords, console sessions and invites;
+	// nil keeps none (the methods that need it are Unimplemented).
+	Signin *signin.Service
 	// Links pairs and unpairs linked worlds; the link service answers
 	// Unavailable when nil.
 	Links WorldLinks
@@ -242,8 +246,9 @@ func New(cfg Config) (*Server, error) {
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), maxPerCreator: cfg.MaxKeysPerCreator, chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits, signin: cfg.Signin},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
+		signinService{signin: cfg.Signin},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain, quotas: quotas, worlds: cfg.EmbeddedWorlds},
 		events,

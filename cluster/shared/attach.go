@@ -43,6 +43,8 @@ type Attached struct {
 	Links *LinkStore
 	// Requests is link.Config.Requests.
 	Requests *RequestStore
+	// Signin is signin.Config.KV: passwords, console sessions, invites.
+	Signin *SigninStore
 	// Presence counts the live nodes.
 	Presence *Presence
 	// Events carries the worlds' events between the nodes; a world hosted
@@ -90,6 +92,9 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 		return a, err
 	}
 	if a.Requests, err = OpenRequests(ctx, js, opts); err != nil {
+		return a, err
+	}
+	if a.Signin, err = OpenSignin(ctx, js, opts); err != nil {
 		return a, err
 	}
 	if a.Presence, err = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -358,5 +359,130 @@ func TestConsoleAccounts(t *testing.T) {
 	p.must(`document.getElementById("tab-accounts").hidden`, &hidden)
 	if !hidden {
 		t.Fatal("an account's own key sees the Accounts tab")
+	}
+}
+
+// TestConsolePasswordSession runs the console's flows with a password
+// sign-in in headless Chromium: a wrong password is refused in the
+// relay's words; a game master signs in, the session cookie out of the
+// page's reach; makes a pairing code with which a tabletop links a world
+// into the account; makes a key for a bot; approves a bot's key request;
+// a write without the CSRF token is refused; signing out ends the
+// session. Then the operator signs in with a password and suspends the
+// account, whose keys are refused from then on.
+func TestConsolePasswordSession(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true; c.SignInRateLimit = 0 })
+	r := tr.Do(http.MethodPost, "/accounts", tr.AdminKey, nil, map[string]any{"name": "Guild", "password": guildPassword})
+	if r.Status != http.StatusOK {
+		t.Fatalf("create account: %d %s", r.Status, r.Body)
+	}
+	guildID, guildKey := r.Data(t)["account"].(map[string]any)["id"].(string), r.Data(t)["key"].(string)
+	const operatorPassword = "the operator's own password"
+	if r := tr.Do(http.MethodPatch, "/accounts/operator", tr.AdminKey, nil, map[string]any{"password": operatorPassword}); r.Status != http.StatusOK {
+		t.Fatalf("set the operator's password: %d %s", r.Status, r.Body)
+	}
+
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(tr.Base + "/console")
+	p.typeInto("#signin-name", "Guild")
+	p.typeInto("#signin-password", "not the password")
+	p.click("#signin-password-button")
+	p.waitFor("the refusal", `document.getElementById("signin-password-error").textContent === "Wrong account name or password"`)
+	p.typeInto("#signin-password", guildPassword)
+	p.click("#signin-password-button")
+	p.waitFor("the console", `document.getElementById("who-name").textContent === "Signed in to Guild"`)
+	p.waitFor("no worlds yet", `!document.getElementById("worlds-empty").hidden`)
+	var kept struct {
+		Session string `json:"session"`
+		Cookie  string `json:"cookie"`
+		Tab     bool   `json:"accountsTab"`
+	}
+	p.must(`({session: sessionStorage.getItem("relay-console-key") || "", cookie: document.cookie, accountsTab: !document.getElementById("tab-accounts").hidden})`, &kept)
+	if kept.Session != "" || kept.Cookie != "" || kept.Tab {
+		t.Fatalf("signed in with a password, the page keeps %+v", kept)
+	}
+	p.screenshot("08-password-session")
+
+	// A pairing code, with which a tabletop links a world into the account.
+	p.click(`.tab[data-view="pairing"]`)
+	p.click("#pair-create")
+	p.waitFor("the pairing code", `document.getElementById("pair-code").textContent.length === 6`)
+	tt := tr.tabletop()
+	res, err := tt.Pair(context.Background(), p.text("#pair-code"))
+	if err != nil {
+		t.Fatalf("pair with the console's code: %v", err)
+	}
+	if err := tt.Connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tt.Drop)
+	p.click(`.tab[data-view="worlds"]`)
+	p.waitFor("the linked world", `document.querySelector('#worlds-table tr[data-client="`+res.ClientID+`"]')`)
+	if r := tr.Do(http.MethodGet, "/clients", guildKey, nil, nil); !strings.Contains(string(r.Body), res.ClientID) {
+		t.Fatalf("the account's worlds lack %s: %s", res.ClientID, r.Body)
+	}
+
+	// A key for a bot, in the account.
+	p.click(`.tab[data-view="keys"]`)
+	p.waitFor("the key form", `document.querySelectorAll("#key-scopes input").length > 0`)
+	p.typeInto("#key-name", "session-bot")
+	p.click(`#key-scopes input[value="entity:read"]`)
+	p.click("#key-create")
+	p.waitFor("the new key", `document.getElementById("new-key").textContent.startsWith("rk_")`)
+	if names := keyNames(t, tr.Do(http.MethodGet, "/keys", guildKey, nil, nil)); strings.Join(names, ",") != "admin,session-bot" {
+		t.Fatalf("the account's keys: %v", names)
+	}
+
+	// A bot's key request, approved on the page the request names; the
+	// session goes on in the new page.
+	kr := tr.Do(http.MethodPost, "/auth/key-request", "", nil, map[string]any{"appName": "Session bot", "scopes": []string{"entity:read"}})
+	p.navigate(kr.JSON(t)["approvalUrl"].(string))
+	p.waitFor("the key request", `document.getElementById("approve-app").textContent === "Session bot"`)
+	p.click("#approve-yes")
+	p.waitFor("the approval", `document.getElementById("approve-done").textContent.startsWith("Approved")`)
+	st := tr.Do(http.MethodGet, "/auth/key-request/"+kr.JSON(t)["code"].(string)+"/status", "", nil, nil).JSON(t)
+	botKey, _ := st["apiKey"].(string)
+	if st["status"] != "approved" || !tr.keyWorks(botKey) {
+		t.Fatalf("the bot's poll got %v", st)
+	}
+	if names := keyNames(t, tr.Do(http.MethodGet, "/keys", guildKey, nil, nil)); strings.Join(names, ",") != "admin,session-bot,Session bot" {
+		t.Fatalf("the approved key is not the account's: %v", names)
+	}
+
+	// A write without the CSRF token is refused, even from the page.
+	var refused struct {
+		Status int    `json:"status"`
+		Error  string `json:"error"`
+	}
+	p.must(`fetch("/keys", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify({name: "forged", scopes: ["entity:read"]})})
+		.then(async (r) => ({status: r.status, error: (await r.json()).error}))`, &refused)
+	if refused.Status != http.StatusForbidden || !strings.Contains(refused.Error, "CSRF") {
+		t.Fatalf("a write without the CSRF token: %+v", refused)
+	}
+
+	// Signing out ends the session: the cookie no longer signs anything.
+	p.click("#signout")
+	p.waitFor("the sign-in form", `!document.getElementById("view-signin").hidden`)
+	var after int
+	p.must(`fetch("/keys").then((r) => r.status)`, &after)
+	if after != http.StatusUnauthorized {
+		t.Fatalf("after signing out, GET /keys answers %d", after)
+	}
+
+	// The operator signs in with a password and suspends the account.
+	p.typeInto("#signin-name", "operator")
+	p.typeInto("#signin-password", operatorPassword)
+	p.click("#signin-password-button")
+	p.waitFor("the accounts tab", `!document.getElementById("tab-accounts").hidden`)
+	p.click(`.tab[data-view="accounts"]`)
+	p.waitFor("the account", `document.querySelector('#accounts-table tr[data-account="`+guildID+`"] button[data-account-action="suspend"]')`)
+	p.click(`#accounts-table tr[data-account="` + guildID + `"] button[data-account-action="suspend"]`)
+	p.waitFor("the suspension", `document.querySelector('#accounts-table tr[data-account="`+guildID+`"]').textContent.includes("suspended")`)
+	p.screenshot("09-accounts-suspended")
+	if r := tr.Do(http.MethodGet, "/keys", guildKey, nil, nil); r.Status != http.StatusForbidden || !strings.Contains(r.ErrorText(t), "suspended") {
+		t.Fatalf("the suspended account's key: %d %s", r.Status, r.Body)
 	}
 }

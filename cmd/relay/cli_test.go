@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // cli runs the relay command line and returns stdout and stderr.
@@ -138,6 +140,49 @@ func TestKeysCLIClientList(t *testing.T) {
 	}
 	if _, _, err := cli(t, append([]string{"keys", "create", "--name", "x", "--scopes", "entity:read", "--client", "demo,,x"}, common...)...); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Fatalf("an empty clientId was taken: %v", err)
+	}
+}
+
+// TestInvitesCLI runs `relay invites` against a running relay with
+// --signup invite: create prints only the code, with which one sign-up
+// works; list shows the invite used by the account; revoke ends another.
+func TestInvitesCLI(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Signup = signin.SignupInvite })
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", filepath.Join(tr.DataDir, "admin.key")}
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		out, errOut, err := cli(t, append(args, common...)...)
+		if err != nil {
+			t.Fatalf("relay %s: %v\n%s", strings.Join(args, " "), err, errOut)
+		}
+		return out, errOut
+	}
+	out, errOut := run("invites", "create", "--expires-in", "1h")
+	code := strings.TrimSpace(out)
+	id := regexp.MustCompile(`inv_[0-9a-f]{16}`).FindString(errOut)
+	if !regexp.MustCompile(`^inv_[0-9a-f]{16}\.[A-Za-z0-9_-]{32}$`).MatchString(code) || id == "" || !strings.HasPrefix(code, id+".") {
+		t.Fatalf("stdout must hold only the code: %q; stderr %q", out, errOut)
+	}
+	r := tr.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Guild", "invite": code})
+	if r.Status != http.StatusCreated {
+		t.Fatalf("sign up with the CLI's invite: %d %s", r.Status, r.Body)
+	}
+	acct := r.JSON(t)["account"].(map[string]any)["id"].(string)
+	if out, _ := run("invites", "list"); !strings.Contains(out, id) || !strings.Contains(out, "used") || !strings.Contains(out, acct) {
+		t.Fatalf("list:\n%s", out)
+	}
+	out, _ = run("invites", "create")
+	second := strings.TrimSpace(out)
+	secondID, _, _ := strings.Cut(second, ".")
+	if _, errOut, err := cli(t, append(append([]string{"invites", "revoke"}, common...), secondID)...); err != nil || !strings.Contains(errOut, "revoked") {
+		t.Fatalf("revoke: %q", errOut)
+	}
+	if r := tr.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Other", "invite": second}); r.Status != http.StatusForbidden {
+		t.Fatalf("a revoked invite: %d %s", r.Status, r.Body)
+	}
+	if _, _, err := cli(t, append(append([]string{"invites", "revoke"}, common...), "inv_0000000000000000")...); err == nil || !strings.Contains(err.Error(), "Invite not found") {
+		t.Fatalf("revoke an unknown invite: %v", err)
 	}
 }
 

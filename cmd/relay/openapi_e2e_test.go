@@ -304,6 +304,10 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("POST", "/accounts/"+acctID+"/suspend", nil, nil)
 	c.ok("POST", "/accounts/"+acctID+"/resume", nil, nil)
 	c.ok("DELETE", "/accounts/"+acctID, nil, nil)
+	c.ok("POST", "/account/password", nil, map[string]any{"newPassword": "the operator's password"})
+	invite := c.ok("POST", "/invites", nil, map[string]any{"expiresInSeconds": 3600})
+	c.ok("GET", "/invites", nil, nil)
+	c.ok("DELETE", "/invites/"+invite["invite"].(map[string]any)["id"].(string), nil, nil)
 
 	// Embedded worlds.
 	c.ok("POST", "/worlds", nil, map[string]any{"clientId": "contract-world", "title": "Contract", "seed": "empty"})

@@ -107,6 +107,10 @@ var specRoutes = []routeRPC{
 	{"DELETE", "/accounts/{id}", "AccountService/DeleteAccount", false},
 	{"POST", "/worlds", "WorldService/CreateWorld", false},
 	{"DELETE", "/worlds/{client_id}", "WorldService/DeleteWorld", false},
+	{"POST", "/account/password", "SigninService/ChangePassword", false},
+	{"POST", "/invites", "SigninService/CreateInvite", false},
+	{"GET", "/invites", "SigninService/ListInvites", false},
+	{"DELETE", "/invites/{id}", "SigninService/RevokeInvite", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the

@@ -96,6 +96,10 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RequestPollLimit, "request-poll-limit", d.RequestPollLimit, "status polls of key requests and pair requests (and web-flow exchanges) one client address may make per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_REQUEST_POLL_LIMIT)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", d.CORSOrigins, "comma-separated `origins` (scheme://host[:port], or * for all) whose web pages may call the API, event streams included, from a browser; none when empty, and same-origin pages (the console) need none (RELAY_CORS_ORIGINS)")
 	fs.BoolVar(&c.Console, "console", d.Console, "serve the web console at /console: sign in with an API key, worlds, pairing codes, keys and live events (RELAY_CONSOLE)")
+	fs.StringVar(&c.Signup, "signup", d.Signup, "who may make an account with POST /signup: closed (nobody; the operator makes accounts), invite (with a single-use invite the operator made) or open (anybody) (RELAY_SIGNUP)")
+	fs.DurationVar(&c.SessionIdleTimeout, "session-idle-timeout", d.SessionIdleTimeout, "a console session signed in with a password ends when unused for this long (RELAY_SESSION_IDLE_TIMEOUT)")
+	fs.IntVar(&c.SignInRateLimit, "signin-rate-limit", d.SignInRateLimit, "console sign-ins with a password (POST /console/session) one client address may try per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_SIGNIN_RATE_LIMIT)")
+	fs.IntVar(&c.SignupRateLimit, "signup-rate-limit", d.SignupRateLimit, "sign-ups (POST /signup) one client address may make per minute; more get 429 with Retry-After; 0 turns the limit off (RELAY_SIGNUP_RATE_LIMIT)")
 	clusterFlags(fs, &c.Cluster)
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", d.RequestTimeout, "time limit of a REST call, which then gets 504; event streams and file transfers are not limited; 0 turns it off (RELAY_REQUEST_TIMEOUT)")
 }

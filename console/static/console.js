@@ -1,9 +1,13 @@
 // The relay console: a page served by the relay itself that calls the
-// relay's own REST API with the API key its user signs in with. It is
-// plain JavaScript with no build step and no dependency.
+// relay's own REST API as its user signed in: with an account's name and
+// password, or with an API key. It is plain JavaScript with no build step
+// and no dependency.
 //
-// The key is kept in this tab only (sessionStorage), never in lasting
-// storage or a cookie, and is sent only to this relay as the
+// A password sign-in opens a session: the relay sets an HttpOnly cookie
+// the page never sees, and tells the page the session's CSRF token, which
+// every call sends in the X-CSRF-Token header (the relay refuses a write
+// without it). A key is kept in this tab only (sessionStorage), never in
+// lasting storage or a cookie, and is sent only to this relay as the
 // x-api-key header. Everything the relay returns is written into the page
 // as text (textContent), never as HTML.
 "use strict";
@@ -39,7 +43,8 @@
   };
 
   const state = {
-    key: null, // the API key, while signed in
+    key: null, // the API key, while signed in with one
+    session: null, // {account, csrfToken}, while signed in with a password
     self: null, // the signed-in key's own record, when it may list keys
     clients: [], // the worlds the key may use
     stream: null, // the event stream being watched
@@ -69,10 +74,18 @@
     }
   }
 
+  // credentials are the headers that say who calls: the key, or the
+  // session's CSRF token (its cookie goes along by itself).
+  function credentials() {
+    if (state.key) return { "x-api-key": state.key };
+    if (state.session) return { "X-CSRF-Token": state.session.csrfToken };
+    return {};
+  }
+
   // api calls the relay with the signed-in key and returns the envelope's
   // data, or throws an ApiError with the relay's own error text.
   async function api(method, path, body) {
-    const init = { method, headers: { "x-api-key": state.key } };
+    const init = { method, headers: credentials() };
     if (body !== undefined) {
       init.headers["content-type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -99,7 +112,7 @@
   // pair requests), which answer plain JSON rather than the API's
   // envelope.
   async function authApi(method, path, body) {
-    const init = { method, headers: { "x-api-key": state.key } };
+    const init = { method, headers: credentials() };
     if (body !== undefined) {
       init.headers["content-type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -148,13 +161,57 @@
     }
     sessionStorage.setItem(KEY_STORAGE, key);
     await loadSelf();
-    await loadAccounts();
+    await enter(state.self
+      ? "Signed in as " + state.self.name + " (" + state.self.prefix + "…)"
+      : "Signed in with " + key.slice(0, 11) + "…");
+  }
+
+  // signInWithPassword opens a session of the account; the relay sets its
+  // cookie.
+  async function signInWithPassword(name, password) {
+    let resp;
+    try {
+      resp = await fetch("/console/session", { method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name, password }) });
+    } catch (e) {
+      throw new ApiError(0, "The relay cannot be reached (" + e.message + ")");
+    }
+    const json = await resp.json().catch(() => null);
+    if (!resp.ok) throw new ApiError(resp.status, (json && json.error) || resp.status + " " + resp.statusText);
+    await startSession(json);
+  }
+
+  // startSession enters the console with a session the relay confirmed.
+  async function startSession(s) {
+    state.key = null;
+    state.session = s;
+    try {
+      await loadWorlds();
+    } catch (e) {
+      if (e.status === 401) {
+        state.session = null;
+        throw e;
+      }
+    }
+    await loadSelf();
+    await enter("Signed in to " + s.account.name + (s.account.operator ? " (operator)" : ""));
+  }
+
+  // enter shows the console once signed in.
+  async function enter(who) {
     $("view-signin").hidden = true;
     $("tabs").hidden = false;
     $("who").hidden = false;
-    $("who-name").textContent = state.self
-      ? "Signed in as " + state.self.name + " (" + state.self.prefix + "…)"
-      : "Signed in with " + key.slice(0, 11) + "…";
+    $("who-name").textContent = who;
+    // The accounts are the operator's: the tab shows when they can be
+    // listed.
+    $("tab-accounts").hidden = true;
+    try {
+      renderAccounts((await api("GET", "/accounts")).accounts || []);
+      $("tab-accounts").hidden = false;
+    } catch (e) {
+      // Not the operator.
+    }
     renderKeyForm();
     const request = pendingRequest();
     if (request) {
@@ -276,10 +333,15 @@
     }
   }
 
-  function signOut() {
+  async function signOut() {
     stopStream("Not watching.");
+    if (state.session) {
+      // The relay ends the session and removes its cookie.
+      await fetch("/console/session", { method: "DELETE", headers: credentials() }).catch(() => {});
+    }
     sessionStorage.removeItem(KEY_STORAGE);
     state.key = null;
+    state.session = null;
     state.self = null;
     state.clients = [];
     for (const v of document.querySelectorAll(".view")) v.hidden = true;
@@ -293,6 +355,7 @@
     $("accounts-table").querySelector("tbody").replaceChildren();
     $("pair-result").hidden = true;
     $("signin-key").value = "";
+    $("signin-password").value = "";
     $("view-signin").hidden = false;
     history.replaceState(null, "", location.pathname);
   }
@@ -304,7 +367,7 @@
     try {
       const data = await api("GET", "/keys");
       renderKeys(data.keys || []);
-      state.self = (data.keys || []).find((k) => !k.revokedAt && state.key.startsWith("rk_" + k.prefix)) || null;
+      state.self = state.key ? (data.keys || []).find((k) => !k.revokedAt && state.key.startsWith("rk_" + k.prefix)) || null : null;
     } catch (e) {
       showError("keys-error", e);
     }
@@ -686,7 +749,20 @@
         $("signin-button").disabled = false;
       }
     });
+    $("signin-password-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      showError("signin-password-error", null);
+      $("signin-password-button").disabled = true;
+      try {
+        await signInWithPassword($("signin-name").value.trim(), $("signin-password").value);
+      } catch (e) {
+        showError("signin-password-error", e);
+      } finally {
+        $("signin-password-button").disabled = false;
+      }
+    });
     $("signout").addEventListener("click", signOut);
+    $("accounts-refresh").addEventListener("click", refreshAccounts);
     for (const t of document.querySelectorAll(".tab")) t.addEventListener("click", () => show(t.dataset.view));
     $("worlds-refresh").addEventListener("click", () => loadWorlds().catch(() => {}));
     $("pair-form").addEventListener("submit", createPairingCode);
@@ -706,6 +782,9 @@
         sessionStorage.removeItem(KEY_STORAGE);
         showError("signin-error", e);
       });
+      return;
     }
+    // A session of an earlier visit goes on while it lasts.
+    fetch("/console/session").then((r) => r.ok ? r.json() : null).then((s) => s && startSession(s)).catch(() => {});
   });
 })();

@@ -313,7 +313,11 @@ type CreateAccountRequest struct {
 	// 1 to 64 characters, unique ignoring case.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The account's quotas; the relay's defaults when absent.
-	Quotas        *AccountQuotas `protobuf:"bytes,2,opt,name=quotas,proto3" json:"quotas,omitempty"`
+	Quotas *AccountQuotas `protobuf:"bytes,2,opt,name=quotas,proto3" json:"quotas,omitempty"`
+	// The account's password for the web console (10 to 256 bytes),
+	// stored only as an argon2id hash; none when empty, and then the
+	// account signs in to the console with an API key only.
+	Password      string `protobuf:"bytes,3,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +364,13 @@ func (x *CreateAccountRequest) GetQuotas() *AccountQuotas {
 		return x.Quotas
 	}
 	return nil
+}
+
+func (x *CreateAccountRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
 }
 
 // CreateAccountResponse carries the account and its first admin key.
@@ -601,7 +612,10 @@ type UpdateAccountRequest struct {
 	// The new name; the name is kept when empty.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// The new quotas, replacing all of them; kept when absent.
-	Quotas        *AccountQuotas `protobuf:"bytes,3,opt,name=quotas,proto3" json:"quotas,omitempty"`
+	Quotas *AccountQuotas `protobuf:"bytes,3,opt,name=quotas,proto3" json:"quotas,omitempty"`
+	// A new password for the web console, replacing any it had; kept when
+	// empty. Every console session of the account ends.
+	Password      string `protobuf:"bytes,4,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -655,6 +669,13 @@ func (x *UpdateAccountRequest) GetQuotas() *AccountQuotas {
 		return x.Quotas
 	}
 	return nil
+}
+
+func (x *UpdateAccountRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
 }
 
 // UpdateAccountResponse describes the changed account.
@@ -1006,10 +1027,11 @@ const file_relay_v1_account_service_proto_rawDesc = "" +
 	"\tsuspended\x18\x05 \x01(\bR\tsuspended\x12!\n" +
 	"\fsuspended_at\x18\x06 \x01(\tR\vsuspendedAt\x12,\n" +
 	"\x05usage\x18\a \x01(\v2\x16.relay.v1.AccountUsageR\x05usage\x12/\n" +
-	"\x06limits\x18\b \x01(\v2\x17.relay.v1.AccountQuotasR\x06limits\"`\n" +
+	"\x06limits\x18\b \x01(\v2\x17.relay.v1.AccountQuotasR\x06limits\"|\n" +
 	"\x14CreateAccountRequest\x12\x17\n" +
 	"\x04name\x18\x01 \x01(\tB\x03\xe0A\x02R\x04name\x12/\n" +
-	"\x06quotas\x18\x02 \x01(\v2\x17.relay.v1.AccountQuotasR\x06quotas\"V\n" +
+	"\x06quotas\x18\x02 \x01(\v2\x17.relay.v1.AccountQuotasR\x06quotas\x12\x1a\n" +
+	"\bpassword\x18\x03 \x01(\tR\bpassword\"V\n" +
 	"\x15CreateAccountResponse\x12+\n" +
 	"\aaccount\x18\x01 \x01(\v2\x11.relay.v1.AccountR\aaccount\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\x15\n" +
@@ -1019,11 +1041,12 @@ const file_relay_v1_account_service_proto_rawDesc = "" +
 	"\x11GetAccountRequest\x12\x13\n" +
 	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x02R\x02id\"A\n" +
 	"\x12GetAccountResponse\x12+\n" +
-	"\aaccount\x18\x01 \x01(\v2\x11.relay.v1.AccountR\aaccount\"k\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.relay.v1.AccountR\aaccount\"\x87\x01\n" +
 	"\x14UpdateAccountRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
-	"\x06quotas\x18\x03 \x01(\v2\x17.relay.v1.AccountQuotasR\x06quotas\"D\n" +
+	"\x06quotas\x18\x03 \x01(\v2\x17.relay.v1.AccountQuotasR\x06quotas\x12\x1a\n" +
+	"\bpassword\x18\x04 \x01(\tR\bpassword\"D\n" +
 	"\x15UpdateAccountResponse\x12+\n" +
 	"\aaccount\x18\x01 \x01(\v2\x11.relay.v1.AccountR\aaccount\",\n" +
 	"\x15SuspendAccountRequest\x12\x13\n" +
