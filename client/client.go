@@ -45,6 +45,9 @@ type Client struct {
 	Combat relayv1.CombatServiceClient
 	// Accounts manages the relay's accounts (the operator's key only).
 	Accounts relayv1.AccountServiceClient
+	// Audit lists the audit log: the key's account's records, or every
+	// record with a key of the operator's account.
+	Audit relayv1.AuditServiceClient
 	// Dnd5e runs the fifth-edition rules operations (`/dnd5e/*`).
 	Dnd5e relayv1.Dnd5EServiceClient
 	// Documents reads and changes world documents.
@@ -123,6 +126,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	c.conn = conn
 	cc := &interceptedConn{conn: conn, client: c}
 	c.Accounts = relayv1.NewAccountServiceClient(cc)
+	c.Audit = relayv1.NewAuditServiceClient(cc)
 	c.Canvas = relayv1.NewCanvasServiceClient(cc)
 	c.Clients = relayv1.NewClientServiceClient(cc)
 	c.Combat = relayv1.NewCombatServiceClient(cc)

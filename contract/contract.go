@@ -35,6 +35,7 @@ var Services = []*grpc.ServiceDesc{
 	&relayv1.TicketService_ServiceDesc,
 	&relayv1.LinkService_ServiceDesc,
 	&relayv1.AccountService_ServiceDesc,
+	&relayv1.AuditService_ServiceDesc,
 }
 
 // Descriptors returns the descriptor of every service of [Services], in

@@ -76,8 +76,9 @@ type Request struct {
 	ServerFingerprint string `json:"serverFingerprint,omitempty"`
 
 	// The outcome. ApprovedBy is the id of the key that approved or
-	// denied; KeyID the id of the key an approved key request made.
+	// denied, ApprovedAccount its account; KeyID the id of the key an approved key request made.
 	ApprovedBy     string   `json:"approvedBy,omitempty"`
+	ApprovedAccount string `json:"approvedAccount,omitempty"`
 	KeyID          string   `json:"keyId,omitempty"`
 	GrantedScopes  []string `json:"grantedScopes,omitempty"`
 	GrantedClients []string `json:"grantedClientIds,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/gateway"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/netlimit"
@@ -75,6 +76,11 @@ type Config struct {
 	// operator's may hold when its own quota does not say
 	// (--account-max-keys); 0 sets no limit.
 	AccountMaxKeys int
+	// AuditRetention is how long audit records are kept
+	// (--audit-retention), AuditMaxRecords how many at most
+	// (--audit-max-records).
+	AuditRetention  time.Duration
+	AuditMaxRecords int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -199,6 +205,8 @@ func DefaultConfig() Config {
 		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
 		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
 		AccountMaxKeys:      server.DefaultAccountMaxKeys,
+		AuditRetention:      audit.DefaultRetention,
+		AuditMaxRecords:     audit.DefaultMaxRecords,
 		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
 		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
 		RequestTimeout:      30 * time.Second,

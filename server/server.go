@@ -125,6 +125,10 @@ type Config struct {
 	// Metrics counts the gRPC-native calls (REST calls are counted by
 	// the HTTP middleware, see package observe); nil counts nothing.
 	Metrics *observe.Metrics
+	// Audit is the audit log: the audited calls are recorded in it and
+	// AuditService lists it. Without it nothing is recorded and the
+	// listing is Unimplemented.
+	Audit AuditLog
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -179,6 +183,9 @@ func New(cfg Config) (*Server, error) {
 		Accounts:   cfg.Keys,
 		Owners:     cfg.Owners,
 	}
+	if cfg.Audit != nil {
+		chain.Audit = cfg.Audit
+	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor of each kind serves the network server and
@@ -222,6 +229,7 @@ func New(cfg Config) (*Server, error) {
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
+		auditService{log: cfg.Audit},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},
 		events,

@@ -4,6 +4,7 @@
 //	relay serve [flags]             start the relay
 //	relay keys create|list|revoke   manage API keys of a running relay
 //	relay accounts create|list|...  manage the accounts of a running relay
+//	relay audit                     list the audit log of a running relay
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
@@ -36,6 +37,8 @@ Usage:
   relay keys revoke [flags] ID  revoke an API key
   relay accounts create|list|show|suspend|resume|delete [flags] [ID]
                                 manage accounts (the operator's key)
+  relay audit [flags]           list the audit log (the key's account, or all
+                                with the operator's key)
   relay worlds list [flags]     list worlds
   relay worlds pair-code [flags]
                                 create a one-time code that links a real tabletop
@@ -92,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return keysCommand(ctx, args[1:], stdout, stderr)
 	case "accounts":
 		return accountsCommand(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return auditCommand(ctx, args[1:], stdout, stderr)
 	case "worlds":
 		return worldsCommand(ctx, args[1:], stdout, stderr)
 	case "cluster":

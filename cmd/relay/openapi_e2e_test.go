@@ -305,6 +305,9 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("POST", "/accounts/"+acctID+"/resume", nil, nil)
 	c.ok("DELETE", "/accounts/"+acctID, nil, nil)
 
+	// The audit log.
+	c.ok("GET", "/audit", relaytest.Q("limit", "5"), nil)
+
 	// Failures: each kind of refusal has the error body.
 	c.call("GET", "/get", relaytest.Q("uuid", "Actor.nobody0000000001"), nil)
 	c.call("GET", "/get", relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), nil)

@@ -105,6 +105,7 @@ var specRoutes = []routeRPC{
 	{"POST", "/accounts/{id}/suspend", "AccountService/SuspendAccount", false},
 	{"POST", "/accounts/{id}/resume", "AccountService/ResumeAccount", false},
 	{"DELETE", "/accounts/{id}", "AccountService/DeleteAccount", false},
+	{"GET", "/audit", "AuditService/ListAuditRecords", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the

@@ -59,6 +59,8 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventQueueSize, "event-queue-size", d.EventQueueSize, "`events` a stream may fall behind before it is closed with an overflow event (RELAY_EVENT_QUEUE_SIZE)")
 	fs.IntVar(&c.MaxStreamsPerKey, "max-streams-per-key", d.MaxStreamsPerKey, "open event streams allowed per API key; more get 429 (RELAY_MAX_STREAMS_PER_KEY)")
 	fs.IntVar(&c.AccountMaxKeys, "account-max-keys", d.AccountMaxKeys, "unrevoked `keys` an account may hold unless its quota says otherwise; the operator's account is not limited (RELAY_ACCOUNT_MAX_KEYS; 0: no limit)")
+	fs.DurationVar(&c.AuditRetention, "audit-retention", d.AuditRetention, "how long the audit log keeps its records of account, key, pairing, request and sign-in actions; older ones are pruned in the background (RELAY_AUDIT_RETENTION)")
+	fs.IntVar(&c.AuditMaxRecords, "audit-max-records", d.AuditMaxRecords, "most `records` the audit log keeps, besides --audit-retention; the oldest leave first (RELAY_AUDIT_MAX_RECORDS)")
 	fs.IntVar(&c.MaxStreamsPerWorld, "max-streams-per-world", d.MaxStreamsPerWorld, "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 	fs.IntVar(&c.RateLimit, "rate-limit", d.RateLimit, "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.RateLimitBurst, "rate-limit-burst", d.RateLimitBurst, "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
