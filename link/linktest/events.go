@@ -231,7 +231,7 @@ func moduleEvent(ctx context.Context, docs world.Documents, seen map[string]map[
 // (§7.2), each as the tabletop's `toObject` gives it: the document (without
 // a uuid, which the tabletop does not store), then for an update the
 // changes (with the document's `_id`), then the operation's options, whose
-// `parentUuid` places an embedded document. seen keeps the documents as
+// `parent` (the parent document's source) places an embedded document. seen keeps the documents as
 // the hooks last showed them (a deletion's hook gets the document as it
 // was, which the world's event does not carry).
 func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[string]any, name string, p map[string]any) (map[string]any, bool) {
@@ -249,7 +249,10 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 	uuid, _ := p["uuid"].(string)
 	options := map[string]any{}
 	if parent, _ := p["parentUuid"].(string); parent != "" {
-		options["parentUuid"] = parent
+		// The changes made in the module's own browser carry their
+		// parent document in the hook's options, not its uuid: the
+		// module serialises it into its source data.
+		options["parent"] = parentSource(ctx, docs, parent)
 	}
 	id := uuid[strings.LastIndexByte(uuid, '.')+1:]
 	switch {
@@ -280,6 +283,18 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 		}
 		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	}
+}
+
+// parentSource is the parent document of a hook as the module's options
+// carry it: its source data, without a uuid (the tabletop stores none);
+// only its `_id` when the world cannot give it.
+func parentSource(ctx context.Context, docs world.Documents, uuid string) map[string]any {
+	if docs != nil {
+		if d, err := docs.Get(ctx, nil, uuid); err == nil {
+			return without(d, "uuid")
+		}
+	}
+	return map[string]any{"_id": uuid[strings.LastIndexByte(uuid, '.')+1:]}
 }
 
 // combatSource is a combat's stored data, rebuilt from the combat state an
