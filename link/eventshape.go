@@ -200,7 +200,7 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 	case "":
 		return le, false
 	case "combatStart", "combatRound", "combatTurn":
-		combat := arg(0)
+		combat := t.w.withCombatantActors(arg(0))
 		id := str(combat["_id"])
 		if id == "" {
 			return le, false
@@ -225,6 +225,12 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 		return le, true
 	}
 	docName := name[len(verb):]
+	switch docName {
+	case "Combatant":
+		doc = t.w.withTokenActor(doc, "")
+	case "Combat":
+		doc = t.w.withCombatantActors(doc)
+	}
 	id := str(doc["_id"])
 	optionsAt := 1
 	if verb == "update" {
@@ -262,6 +268,11 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 		limited = maps.Clone(full)
 	}
 	le.set(name, full, player, limited)
+	if docName == "Token" && verb != "delete" && strings.HasPrefix(parent, "Scene.") && id != "" {
+		if _, ok := doc["actorId"]; ok {
+			t.w.noteTokenActor(uuid, str(doc["actorId"]))
+		}
+	}
 	le.gmOnly = docName == "Combatant" && doc["hidden"] == true
 	if docName == "Combatant" && verb != "delete" && strings.HasPrefix(parent, "Combat.") && id != "" {
 		// The combatant as it is now, for the combat events to come
@@ -609,7 +620,7 @@ func (le *linkedEvent) completeCombat(w *worldEvents, doc world.Document) {
 				if cb["sceneId"] == nil && scene != "" {
 					cb = with(cb, "sceneId", scene)
 				}
-				w.noteCombatant(cp.id, cb)
+				w.noteCombatant(cp.id, w.withTokenActor(cb, scene))
 			}
 		}
 	}

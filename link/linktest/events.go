@@ -243,7 +243,7 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 	}
 	switch name {
 	case "combatStart", "combatTurn", "combatRound":
-		combat := combatSource(p)
+		combat := moduleCombat(combatSource(p))
 		return map[string]any{"hook": name, "args": []any{combat, map[string]any{"round": p["round"], "turn": p["turn"]}}}, true
 	}
 	uuid, _ := p["uuid"].(string)
@@ -255,9 +255,20 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 		options["parent"] = parentSource(ctx, docs, parent)
 	}
 	id := uuid[strings.LastIndexByte(uuid, '.')+1:]
+	// Combats and combatants as the tabletop stores those the module
+	// added (combatants.go).
+	asStored := func(doc map[string]any) map[string]any {
+		switch {
+		case strings.HasSuffix(name, "Combatant"):
+			return moduleCombatant(doc)
+		case strings.HasSuffix(name, "Combat"):
+			return moduleCombat(doc)
+		}
+		return doc
+	}
 	switch {
 	case strings.HasPrefix(name, "create"):
-		doc := without(asMap(p["data"]), "uuid")
+		doc := asStored(without(asMap(p["data"]), "uuid"))
 		seen[uuid] = doc
 		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	case strings.HasPrefix(name, "update"):
@@ -271,7 +282,7 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 		changes, _ := p["changes"].(map[string]any)
 		changes = maps.Clone(changes)
 		changes["_id"] = id
-		seen[uuid] = without(doc, "uuid")
+		seen[uuid] = asStored(without(doc, "uuid"))
 		return map[string]any{"hook": name, "args": []any{seen[uuid], changes, options}}, true
 	default:
 		// The document is gone: as the hooks last showed it, else what
