@@ -81,6 +81,9 @@ type Config struct {
 	// (--audit-max-records).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created (--max-keys-per-creator); 0 sets no limit.
+	MaxKeysPerCreator int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -207,6 +210,7 @@ func DefaultConfig() Config {
 		AccountMaxKeys:      server.DefaultAccountMaxKeys,
 		AuditRetention:      audit.DefaultRetention,
 		AuditMaxRecords:     audit.DefaultMaxRecords,
+		MaxKeysPerCreator:   server.DefaultMaxKeysPerCreator,
 		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
 		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
 		RequestTimeout:      30 * time.Second,

@@ -386,17 +386,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		return fail(err)
 	}
 	if r.grpc, err = server.New(server.Config{
-		Audit:          r.audit,
-		Keys:           r.keys,
-		TicketStore:    ticketStore,
-		Worlds:         allWorlds,
-		Links:          worldLinks{r.links},
-		Owners:         worldOwners{r.links.Pairings()},
-		ReleaseAccount: r.releaseAccount,
-		AccountMaxKeys: cfg.AccountMaxKeys,
-		RequestIDs:     ids,
-		Log:            log,
-		ScriptTimeout:  cfg.ScriptTimeout,
+		Audit:             r.audit,
+		Keys:              r.keys,
+		TicketStore:       ticketStore,
+		Worlds:            allWorlds,
+		Links:             worldLinks{r.links},
+		Owners:            worldOwners{r.links.Pairings()},
+		ReleaseAccount:    r.releaseAccount,
+		AccountMaxKeys:    cfg.AccountMaxKeys,
+		MaxKeysPerCreator: cfg.MaxKeysPerCreator,
+		RequestIDs:        ids,
+		Log:               log,
+		ScriptTimeout:     cfg.ScriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.MaxBodyBytes),
