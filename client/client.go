@@ -47,6 +47,9 @@ type Client struct {
 	Accounts relayv1.AccountServiceClient
 	// Worlds makes and removes embedded worlds.
 	Worlds relayv1.WorldServiceClient
+	// Audit lists the audit log: the key's account's records, or every
+	// record with a key of the operator's account.
+	Audit relayv1.AuditServiceClient
 	// Dnd5e runs the fifth-edition rules operations (`/dnd5e/*`).
 	Dnd5e relayv1.Dnd5EServiceClient
 	// Documents reads and changes world documents.
@@ -126,6 +129,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	cc := &interceptedConn{conn: conn, client: c}
 	c.Accounts = relayv1.NewAccountServiceClient(cc)
 	c.Worlds = relayv1.NewWorldServiceClient(cc)
+	c.Audit = relayv1.NewAuditServiceClient(cc)
 	c.Canvas = relayv1.NewCanvasServiceClient(cc)
 	c.Clients = relayv1.NewClientServiceClient(cc)
 	c.Combat = relayv1.NewCombatServiceClient(cc)

@@ -370,3 +370,24 @@ func TestAccountsClient(t *testing.T) {
 		t.Fatalf("the account's key lists accounts: %v", err)
 	}
 }
+
+// TestAuditClient lists the audit log through the client's Audit service:
+// the key made a moment before is on record.
+func TestAuditClient(t *testing.T) {
+	ctx := testContext(t)
+	admin := newClient(t, client.WithAPIKey(adminKey))
+	made, err := admin.Keys.CreateKey(ctx, &relayv1.CreateKeyRequest{Name: "audited-" + t.Name(), Scopes: []string{"entity:read"}})
+	if err != nil {
+		t.Fatalf("create key: %v", err)
+	}
+	list, err := admin.Audit.ListAuditRecords(ctx, &relayv1.ListAuditRecordsRequest{Action: "key.create", Limit: 1000})
+	if err != nil {
+		t.Fatalf("list audit records: %v", err)
+	}
+	for _, r := range list.GetRecords() {
+		if r.GetTarget() == made.GetApiKey().GetId() && r.GetOutcome() == "ok" {
+			return
+		}
+	}
+	t.Fatalf("the key made is not on record: %v", list.GetRecords())
+}

@@ -37,6 +37,7 @@ var Services = []*grpc.ServiceDesc{
 	&relayv1.AccountService_ServiceDesc,
 	&relayv1.WorldService_ServiceDesc,
 	&relayv1.SigninService_ServiceDesc,
+	&relayv1.AuditService_ServiceDesc,
 }
 
 // Descriptors returns the descriptor of every service of [Services], in

@@ -173,6 +173,10 @@ type worldEvents struct {
 	// combatants are the combatants of each running combat as the relay
 	// last saw them, by combat id and combatant id.
 	combatants map[string]map[string]world.Document
+	// tokenActors are the actors of the tokens the relay learnt, by token
+	// uuid, for the combatants the module stores without one
+	// (combatactors.go).
+	tokenActors map[string]string
 	// inbox holds the messages not turned into events yet, and what
 	// replies showed of documents meanwhile (applied in the same order);
 	// working is set while a goroutine does that.
@@ -319,6 +323,9 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 			w.known.put(item.seenUUID, item.seenAccess)
 			continue
 		}
+		// Combatants the module stored without their actor take their
+		// token's: learn it before the event is built.
+		e.learnTokenActors(clientID, w, w.unknownTokens(messageTokens(item.ev)))
 		le, ok := translator{w: w}.translate(item.ev)
 		if !ok {
 			continue
@@ -331,6 +338,7 @@ func (e *Events) drain(clientID string, w *worldEvents) []linkedEvent {
 			doc := e.fetchDoc(clientID, "Combat."+le.combat.id)
 			e.mu.Lock()
 			w.asking = false
+			e.learnTokenActors(clientID, w, w.unknownTokens(combatTokens(doc)))
 			le.completeCombat(w, doc)
 		} else if le.combat != nil {
 			le.completeCombat(w, nil)

@@ -200,7 +200,7 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 	case "":
 		return le, false
 	case "combatStart", "combatRound", "combatTurn":
-		combat := arg(0)
+		combat := t.w.withCombatantActors(arg(0))
 		id := str(combat["_id"])
 		if id == "" {
 			return le, false
@@ -225,12 +225,18 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 		return le, true
 	}
 	docName := name[len(verb):]
+	switch docName {
+	case "Combatant":
+		doc = t.w.withTokenActor(doc, "")
+	case "Combat":
+		doc = t.w.withCombatantActors(doc)
+	}
 	id := str(doc["_id"])
 	optionsAt := 1
 	if verb == "update" {
 		optionsAt = 2
 	}
-	parent := str(arg(optionsAt)["parentUuid"])
+	parent := parentOf(docName, arg(optionsAt))
 	uuid := docName + "." + id
 	if parent != "" {
 		uuid = parent + "." + uuid
@@ -262,6 +268,11 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 		limited = maps.Clone(full)
 	}
 	le.set(name, full, player, limited)
+	if docName == "Token" && verb != "delete" && strings.HasPrefix(parent, "Scene.") && id != "" {
+		if _, ok := doc["actorId"]; ok {
+			t.w.noteTokenActor(uuid, str(doc["actorId"]))
+		}
+	}
 	le.gmOnly = docName == "Combatant" && doc["hidden"] == true
 	if docName == "Combatant" && verb != "delete" && strings.HasPrefix(parent, "Combat.") && id != "" {
 		// The combatant as it is now, for the combat events to come
@@ -310,6 +321,43 @@ func (t translator) hook(d map[string]any) (linkedEvent, bool) {
 		}
 	}
 	return le, true
+}
+
+// parentTypes names, for each kind of embedded document, the kind of
+// document its hooks' parent is, when there is only one.
+var parentTypes = map[string]string{"Item": "Actor", "Token": "Scene", "Combatant": "Combat", "PlaylistSound": "Playlist",
+	"JournalEntryPage": "JournalEntry", "AmbientLight": "Scene", "AmbientSound": "Scene", "Wall": "Scene", "Tile": "Scene",
+	"Drawing": "Scene", "Note": "Scene", "MeasuredTemplate": "Scene", "Region": "Scene", "TableResult": "RollTable", "Card": "Cards"}
+
+// parentOf is the uuid of the document that holds an embedded document,
+// from its hook's options: their `parentUuid`, or else their `parent`,
+// the parent document itself as the module serialises it (its source
+// data, with its `_id` but not its kind). The tabletop's hooks carry
+// `parent` and no `parentUuid` for the changes made in the browser that
+// runs the module, which are the changes made through the relay. The
+// kind of parent follows from the document's kind; an effect's parent is
+// an actor when it looks like one (an item's effect stays unplaced: the
+// item's own actor is not in the options). "" for a world document, or
+// one the options do not place.
+func parentOf(docName string, options map[string]any) string {
+	if uuid := str(options["parentUuid"]); uuid != "" {
+		return uuid
+	}
+	parent := asMap(options["parent"])
+	id := str(parent["_id"])
+	if id == "" || strings.ContainsAny(id, ". ") {
+		return ""
+	}
+	kind := parentTypes[docName]
+	if docName == "ActiveEffect" {
+		if _, ok := parent["prototypeToken"]; ok {
+			kind = "Actor"
+		}
+	}
+	if kind == "" {
+		return ""
+	}
+	return kind + "." + id
 }
 
 // deltaParts returns the part of a payload that holds a token's `delta`
@@ -572,7 +620,7 @@ func (le *linkedEvent) completeCombat(w *worldEvents, doc world.Document) {
 				if cb["sceneId"] == nil && scene != "" {
 					cb = with(cb, "sceneId", scene)
 				}
-				w.noteCombatant(cp.id, cb)
+				w.noteCombatant(cp.id, w.withTokenActor(cb, scene))
 			}
 		}
 	}

@@ -76,11 +76,12 @@ type Request struct {
 	ServerFingerprint string `json:"serverFingerprint,omitempty"`
 
 	// The outcome. ApprovedBy is the id of the key that approved or
-	// denied; KeyID the id of the key an approved key request made.
-	ApprovedBy     string   `json:"approvedBy,omitempty"`
-	KeyID          string   `json:"keyId,omitempty"`
-	GrantedScopes  []string `json:"grantedScopes,omitempty"`
-	GrantedClients []string `json:"grantedClientIds,omitempty"`
+	// denied, ApprovedAccount its account; KeyID the id of the key an approved key request made.
+	ApprovedBy      string   `json:"approvedBy,omitempty"`
+	ApprovedAccount string   `json:"approvedAccount,omitempty"`
+	KeyID           string   `json:"keyId,omitempty"`
+	GrantedScopes   []string `json:"grantedScopes,omitempty"`
+	GrantedClients  []string `json:"grantedClientIds,omitempty"`
 	// Secret is what the asker fetches once: the API key of a key request
 	// or the pairing code of a pair request. It is kept only between the
 	// approval and its delivery (or the request's end), and erased then.

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/server/keys"
 )
 
@@ -47,9 +48,9 @@ type KeyGrant struct {
 // refusal is a *Refusal.
 type Approvals interface {
 	// Approver authenticates an API key that may approve requests and
-	// returns its id: 401 for a missing or bad key, 403 for one that may
-	// not approve.
-	Approver(ctx context.Context, apiKey string) (keyID string, err error)
+	// returns its id and its account's: 401 for a missing or bad key, 403
+	// for one that may not approve.
+	Approver(ctx context.Context, apiKey string) (keyID, account string, err error)
 	// CreateKey creates the key of an approved key request, as
 	// `POST /keys` with the approver's key does.
 	CreateKey(ctx context.Context, apiKey string, g KeyGrant) (keyID, plaintext string, err error)
@@ -118,12 +119,12 @@ func (s *Service) serveRequests(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case rest == "":
 		if allowMethod(w, r, http.MethodPost) {
-			s.serveCreateRequest(w, r, kind)
+			s.audited(w, r, requestAction(kind, "create"), func(w http.ResponseWriter, r *http.Request) { s.serveCreateRequest(w, r, kind) })
 		}
 		return
 	case kind == KindKeyRequest && r.URL.Path == PathKeyRequestExchange:
 		if allowMethod(w, r, http.MethodPost) {
-			s.serveExchange(w, r)
+			s.audited(w, r, audit.ActionKeyRequestExchange, s.serveExchange)
 		}
 		return
 	}
@@ -131,15 +132,19 @@ func (s *Service) serveRequests(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "":
 		if allowApproval(w, r, http.MethodGet) {
-			s.serveShowRequest(w, r, kind, code)
+			s.audited(w, r, requestAction(kind, "show"), func(w http.ResponseWriter, r *http.Request) { s.serveShowRequest(w, r, kind, code) })
 		}
 	case "status":
 		if allowMethod(w, r, http.MethodGet) {
-			s.serveRequestStatus(w, r, kind, code)
+			// Polls are recorded only when they deliver what an approval
+			// granted: the asker polls every few seconds.
+			s.audited(w, r, "", func(w http.ResponseWriter, r *http.Request) { s.serveRequestStatus(w, r, kind, code) })
 		}
 	case "approve", "deny":
 		if allowApproval(w, r, http.MethodPost) {
-			s.serveDecision(w, r, kind, code, action == "approve")
+			s.audited(w, r, requestAction(kind, action), func(w http.ResponseWriter, r *http.Request) {
+				s.serveDecision(w, r, kind, code, action == "approve")
+			})
 		}
 	default:
 		writeError(w, http.StatusNotFound, "Not found")
@@ -334,6 +339,7 @@ func (s *Service) serveCreateRequest(w http.ResponseWriter, r *http.Request, kin
 		return
 	}
 	s.log.Info(strings.ToLower(kindName(kind))+" opened", "addr", addr, "appName", req.AppName, "worldTitle", req.WorldTitle, "expiresAt", req.ExpiresAt)
+	noteOf(r.Context()).detail = requestSummary(req)
 	answer := map[string]any{"code": code, "expiresIn": int(RequestTTL / time.Second), "expiresAt": req.ExpiresAt.Format(time.RFC3339)}
 	if kind == KindKeyRequest {
 		answer["approvalUrl"] = s.consoleURL(r, kind, code)
@@ -419,6 +425,8 @@ func (s *Service) serveRequestStatus(w http.ResponseWriter, r *http.Request, kin
 		return
 	default:
 		s.log.Info(strings.ToLower(kindName(kind))+" delivered", "addr", addr, "keyId", delivered.KeyID)
+		n := noteOf(r.Context())
+		n.action, n.account, n.target, n.detail = requestAction(kind, "deliver"), delivered.ApprovedAccount, delivered.KeyID, requestSummary(delivered)
 		if kind == KindKeyRequest {
 			writeJSON(w, http.StatusOK, map[string]any{"status": StatusApproved, "apiKey": delivered.Secret,
 				"keyId": delivered.KeyID, "scopes": orEmpty(delivered.GrantedScopes), "clientIds": orEmpty(delivered.GrantedClients)})
@@ -437,6 +445,15 @@ func (s *Service) serveRequestStatus(w http.ResponseWriter, r *http.Request, kin
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": st})
+}
+
+// requestSummary names a request in its audit records, without its code:
+// the application of a key request, the world of a pair request.
+func requestSummary(req Request) string {
+	if req.Kind == KindPairRequest {
+		return fmt.Sprintf("world %q (%s)", req.WorldTitle, req.WorldID)
+	}
+	return fmt.Sprintf("app %q", req.AppName)
 }
 
 // errNoChange ends an update that has nothing to write.
@@ -460,13 +477,13 @@ func orEmpty(v []string) []string {
 
 // approver authenticates the API key of an approval endpoint, answering
 // the refusal itself; failed authentications count against the address.
-func (s *Service) approver(w http.ResponseWriter, r *http.Request, addr string) (apiKey, keyID string, ok bool) {
+func (s *Service) approver(w http.ResponseWriter, r *http.Request, addr string) (apiKey, keyID, account string, ok bool) {
 	if s.blocked(w, addr) {
-		return "", "", false
+		return "", "", "", false
 	}
 	if s.approvals == nil {
 		writeError(w, http.StatusNotFound, "Not found")
-		return "", "", false
+		return "", "", "", false
 	}
 	apiKey = r.Header.Get("x-api-key")
 	var err error
@@ -475,7 +492,7 @@ func (s *Service) approver(w http.ResponseWriter, r *http.Request, addr string) 
 		// sent a bearer token is told which header to use.
 		err = &Refusal{Status: http.StatusUnauthorized, Msg: keys.MissingMessage(r.Header.Get("Authorization"))}
 	} else {
-		keyID, err = s.approvals.Approver(r.Context(), apiKey)
+		keyID, account, err = s.approvals.Approver(r.Context(), apiKey)
 	}
 	if err != nil {
 		var ref *Refusal
@@ -483,9 +500,11 @@ func (s *Service) approver(w http.ResponseWriter, r *http.Request, addr string) 
 			s.failed(addr)
 		}
 		s.writeRefusal(w, "approver refused", addr, err)
-		return "", "", false
+		return "", "", "", false
 	}
-	return apiKey, keyID, true
+	n := noteOf(r.Context())
+	n.keyID, n.account = keyID, account
+	return apiKey, keyID, account, true
 }
 
 // writeRefusal answers a *Refusal with its status and message, and any
@@ -505,7 +524,7 @@ func (s *Service) writeRefusal(w http.ResponseWriter, what, addr string, err err
 // serveShowRequest shows a request to an approver.
 func (s *Service) serveShowRequest(w http.ResponseWriter, r *http.Request, kind RequestKind, raw string) {
 	addr := addressOf(r.RemoteAddr)
-	if _, _, ok := s.approver(w, r, addr); !ok {
+	if _, _, _, ok := s.approver(w, r, addr); !ok {
 		return
 	}
 	code, ok := requestCode(raw)
@@ -532,6 +551,8 @@ func (s *Service) serveShowRequest(w http.ResponseWriter, r *http.Request, kind 
 		out["worldId"], out["worldTitle"], out["systemId"] = req.WorldID, req.WorldTitle, req.SystemID
 		out["systemTitle"], out["systemVersion"], out["foundryVersion"] = req.SystemTitle, req.SystemVersion, req.FoundryVersion
 	}
+	// Reading a request changes nothing: only refusals are recorded.
+	noteOf(r.Context()).action = ""
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -566,7 +587,7 @@ func requestGone(w http.ResponseWriter, kind RequestKind, req Request, now time.
 // when the making is refused, the request is pending again.
 func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind RequestKind, raw string, approve bool) {
 	addr := addressOf(r.RemoteAddr)
-	apiKey, approverID, ok := s.approver(w, r, addr)
+	apiKey, approverID, approverAccount, ok := s.approver(w, r, addr)
 	if !ok {
 		return
 	}
@@ -591,6 +612,7 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 		s.requestStoreFailed(w, "request not read", addr, err)
 		return
 	}
+	noteOf(r.Context()).detail = requestSummary(req)
 	now := s.now()
 	if requestGone(w, kind, req, now) {
 		return
@@ -600,7 +622,7 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 			if cur.StatusAt(now) != StatusPending {
 				return cur, errNoChange
 			}
-			cur.Status, cur.ApprovedBy = StatusDenied, approverID
+			cur.Status, cur.ApprovedBy, cur.ApprovedAccount = StatusDenied, approverID, approverAccount
 			return cur, nil
 		})
 		s.finishDecision(w, r, kind, code, addr, err, map[string]any{"success": true, "status": StatusDenied})
@@ -614,7 +636,10 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-	} else if body.ClientID != "" && !keys.ValidClientID(body.ClientID) {
+	} else {
+		noteOf(r.Context()).target = body.ClientID
+	}
+	if kind == KindPairRequest && body.ClientID != "" && !keys.ValidClientID(body.ClientID) {
 		writeError(w, http.StatusBadRequest, "'clientId' must be a world's id (letters, digits, '_' and '-', at most 64)")
 		return
 	}
@@ -625,7 +650,7 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 		if cur.StatusAt(now) != StatusPending {
 			return cur, errNoChange
 		}
-		cur.Status, cur.ApprovedBy = statusApproving, approverID
+		cur.Status, cur.ApprovedBy, cur.ApprovedAccount = statusApproving, approverID, approverAccount
 		return cur, nil
 	})
 	if err != nil {
@@ -644,7 +669,7 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 	_, uerr := updateRequest(r.Context(), s.requests, kind, code, func(cur Request) (Request, error) {
 		if err != nil {
 			// Nothing was made: the request waits for another decision.
-			cur.Status, cur.ApprovedBy = StatusPending, ""
+			cur.Status, cur.ApprovedBy, cur.ApprovedAccount = StatusPending, "", ""
 			return cur, nil
 		}
 		cur.Status, cur.Secret, cur.KeyID, cur.ExchangeHash = StatusApproved, secret, keyID, exchangeHash
@@ -662,6 +687,7 @@ func (s *Service) serveDecision(w http.ResponseWriter, r *http.Request, kind Req
 		return
 	}
 	s.log.Info(strings.ToLower(kindName(kind))+" approved", "addr", addr, "approvedBy", approverID, "keyId", keyID)
+	noteOf(r.Context()).target = keyID
 	answer := map[string]any{"success": true, "status": StatusApproved}
 	if kind == KindKeyRequest {
 		answer["keyId"] = keyID
@@ -794,6 +820,8 @@ func (s *Service) serveExchange(w http.ResponseWriter, r *http.Request) {
 		s.requestStoreFailed(w, "exchange failed", addr, err)
 	default:
 		s.log.Info("key request exchanged", "addr", addr, "keyId", delivered.KeyID)
+		n := noteOf(r.Context())
+		n.account, n.target, n.detail = delivered.ApprovedAccount, delivered.KeyID, requestSummary(delivered)
 		writeJSON(w, http.StatusOK, map[string]any{"apiKey": delivered.Secret, "keyId": delivered.KeyID,
 			"scopes": orEmpty(delivered.GrantedScopes), "clientIds": orEmpty(delivered.GrantedClients)})
 	}

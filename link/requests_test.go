@@ -16,11 +16,11 @@ import (
 // and pairing codes without a key store; it records what it made.
 type fakeApprovals struct{ made int }
 
-func (f *fakeApprovals) Approver(_ context.Context, apiKey string) (string, error) {
+func (f *fakeApprovals) Approver(_ context.Context, apiKey string) (string, string, error) {
 	if apiKey != "admin-key" {
-		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: "Invalid API key"}
+		return "", "", &link.Refusal{Status: http.StatusUnauthorized, Msg: "Invalid API key"}
 	}
-	return "admin", nil
+	return "admin", "operator", nil
 }
 
 func (f *fakeApprovals) CreateKey(context.Context, string, link.KeyGrant) (string, string, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -281,11 +282,11 @@ func (s *Service) Handler() http.Handler {
 			s.serveRelay(w, r)
 		case r.URL.Path == PathPair:
 			if allowMethod(w, r, http.MethodPost) {
-				s.servePair(w, r)
+				s.audited(w, r, audit.ActionPairingPair, s.servePair)
 			}
 		case r.URL.Path == PathSelfUnpair:
 			if allowMethod(w, r, http.MethodPost) {
-				s.serveSelfUnpair(w, r)
+				s.audited(w, r, audit.ActionPairingSelfUnpair, s.serveSelfUnpair)
 			}
 		case ownsRequestPath(r.URL.Path):
 			s.serveRequests(w, r)
@@ -472,6 +473,12 @@ func (s *Service) servePair(w http.ResponseWriter, r *http.Request) {
 		s.hub.Disconnect(p.World.ClientID, CloseShutdown, "Paired again: reconnect with the new token")
 	}
 	s.log.Info("world paired", "clientId", p.World.ClientID, "again", p.Again, "worldTitle", p.World.WorldTitle, "addr", addr)
+	n := noteOf(r.Context())
+	n.account, n.target = accountOrOperator(p.World.Account), p.World.ClientID
+	n.detail = fmt.Sprintf("world %q (%s)", p.World.WorldTitle, p.World.WorldID)
+	if p.Again {
+		n.detail += ", paired again"
+	}
 	u := s.publicURL
 	if u == "" {
 		scheme := "ws"
@@ -551,6 +558,11 @@ func (s *Service) serveSelfUnpair(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err == nil {
+		n := noteOf(r.Context())
+		n.target = clientID
+		if rec, werr := s.pairings.World(r.Context(), clientID); werr == nil {
+			n.account = accountOrOperator(rec.Account)
+		}
 		_, err = s.pairings.Unpair(r.Context(), clientID)
 	}
 	if err != nil {

@@ -34,23 +34,23 @@ type approvals struct{ r *Node }
 var _ link.Approvals = approvals{}
 
 // Approver implements link.Approvals.
-func (a approvals) Approver(ctx context.Context, apiKey string) (string, error) {
+func (a approvals) Approver(ctx context.Context, apiKey string) (string, string, error) {
 	if apiKey == "" {
-		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: keys.ErrMissing.Error()}
+		return "", "", &link.Refusal{Status: http.StatusUnauthorized, Msg: keys.ErrMissing.Error()}
 	}
 	// A console session approves as its account's admin.
 	k, err := a.r.authKeys.Authenticate(ctx, apiKey)
 	if errors.Is(err, keys.ErrSuspended) {
 		// A known key of a suspended account: refused as on every route.
-		return "", &link.Refusal{Status: http.StatusForbidden, Msg: err.Error()}
+		return "", "", &link.Refusal{Status: http.StatusForbidden, Msg: err.Error()}
 	}
 	if err != nil {
-		return "", &link.Refusal{Status: http.StatusUnauthorized, Msg: err.Error()}
+		return "", "", &link.Refusal{Status: http.StatusUnauthorized, Msg: err.Error()}
 	}
 	if !k.HasScope(approverScope) {
-		return "", &link.Refusal{Status: http.StatusForbidden, Msg: "API key lacks required scope: " + approverScope}
+		return "", "", &link.Refusal{Status: http.StatusForbidden, Msg: "API key lacks required scope: " + approverScope}
 	}
-	return k.ID, nil
+	return k.ID, k.Account(), nil
 }
 
 // withKey is ctx carrying apiKey as an in-process call's credentials.

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/gateway"
 	"github.com/tabletop-relay/relay/link"
 	"github.com/tabletop-relay/relay/netlimit"
@@ -95,6 +96,11 @@ type Config struct {
 	AccountRequestsPerMinute int
 	AccountMaxUploadBytes    int64
 	AccountMaxStoredBytes    int64
+	// AuditRetention is how long audit records are kept
+	// (--audit-retention), AuditMaxRecords how many at most
+	// (--audit-max-records).
+	AuditRetention  time.Duration
+	AuditMaxRecords int
 	// MaxKeysPerCreator is how many unrevoked keys one key may have
 	// created (--max-keys-per-creator); 0 sets no limit.
 	MaxKeysPerCreator int
@@ -272,6 +278,8 @@ func DefaultConfig() Config {
 		SessionIdleTimeout:       signin.DefaultIdleTimeout,
 		SignInRateLimit:          DefaultSignInRateLimit,
 		SignupRateLimit:          DefaultSignupRateLimit,
+		AuditRetention:           audit.DefaultRetention,
+		AuditMaxRecords:          audit.DefaultMaxRecords,
 		Build:                    ReadBuildInfo(),
 	}
 }

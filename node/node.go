@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/cluster/shared"
 	"github.com/tabletop-relay/relay/connroute"
@@ -62,6 +63,10 @@ type Node struct {
 	signinDB *signin.SQLiteKV
 	signin   *signin.Service
 	authKeys signin.Keys
+	// audit is the audit log, auditDB its table of relay.db on a node
+	// alone (nil in a cluster, whose audit stream keeps the records).
+	audit   *audit.Log
+	auditDB *audit.SQLiteStore
 	// linkEvents are the linked worlds' event streams.
 	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
@@ -87,6 +92,43 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// openAudit opens the audit log: a table of relay.db on a node alone,
+// the cluster's audit stream in a cluster.
+func (r *Node) openAudit(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if cfg.AuditRetention < 0 {
+		return &ConfigError{fmt.Errorf("audit retention must be 0 or more: %s", cfg.AuditRetention)}
+	}
+	if cfg.AuditMaxRecords < 0 {
+		return &ConfigError{fmt.Errorf("audit max records must be 0 or more: %d", cfg.AuditMaxRecords)}
+	}
+	opts := audit.Options{Retention: cfg.AuditRetention, MaxRecords: cfg.AuditMaxRecords, Log: log}
+	if opts.Retention == 0 {
+		opts.Retention = audit.DefaultRetention
+	}
+	if opts.MaxRecords == 0 {
+		opts.MaxRecords = audit.DefaultMaxRecords
+	}
+	var store audit.Store
+	if r.shared != nil {
+		s, err := shared.OpenAudit(ctx, r.shared.JetStream(), shared.Options{Replicas: r.shared.Replicas()}, opts.Retention, opts.MaxRecords)
+		if err != nil {
+			return err
+		}
+		store = s
+	} else {
+		db, err := audit.OpenSQLite(filepath.Join(cfg.DataDir, "relay.db"))
+		if err != nil {
+			return fmt.Errorf("open audit log: %w", err)
+		}
+		r.auditDB, store = db, db
+	}
+	r.audit = audit.New(store, opts)
+	return nil
+}
+
+// Audit is the node's audit log.
+func (r *Node) Audit() *audit.Log { return r.audit }
 
 // Addr is the address the relay serves REST, SSE and gRPC on.
 func (r *Node) Addr() string { return r.addr }
@@ -377,7 +419,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
+	if err := r.openAudit(ctx, cfg, log); err != nil {
+		return fail(err)
+	}
 	if r.grpc, err = server.New(server.Config{
+		Audit:              r.audit,
 		WorldDocumentBytes: worldBytes,
 		// API keys, and the console's session tokens as the keys their
 		// sessions stand for.
@@ -483,10 +529,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		// never written to the log.
 		Hidden: func(path string) bool { _, ok := link.RequestRoute(path); return ok }}
 	r.http = &http.Server{
-		// The sign-in paths, and a session cookie turned into its token
+		// Every request carries the audit log and its client's address
+		// (package audit); then the sign-in paths, and a session cookie turned into its token
 		// as the API key of every other request, in front of everything
 		// that authenticates.
-		Handler:           r.bodies.Wrap(observe.Access(r.signin.Handler(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)))), access)),
+		Handler:           r.bodies.Wrap(observe.Access(audit.Handler(r.signin.Handler(r.clusterRoutes(ids, routeLinks(r.links.Handler(), splitGRPC(r.grpc, web)))), r.audit), access)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
@@ -665,6 +712,12 @@ func (r *Node) shutdown(ctx context.Context) error {
 	}
 	if r.scripts != nil {
 		errs = append(errs, r.scripts.Close())
+	}
+	if r.audit != nil {
+		r.audit.Close()
+	}
+	if r.auditDB != nil {
+		errs = append(errs, r.auditDB.Close())
 	}
 	if r.worlds != nil {
 		errs = append(errs, r.worlds.Close())

@@ -83,6 +83,7 @@ func (s *Server) Admit(ctx context.Context, method string, creds Credentials, re
 	if err == nil {
 		return nil
 	}
+	s.auditRefusedCredentials(ctx, method, remoteAddr, err)
 	if ok, wait := s.authFailures.Allow(addressOf(remoteAddr)); !ok {
 		return authFailuresExceeded(s.authFailures.perMinute, wait)
 	}

@@ -84,7 +84,7 @@ func TestDocumentedPaths(t *testing.T) {
 		"POST /previous-turn", "POST /remove", "POST /remove-from-encounter", "POST /select",
 		"POST /start-encounter", "POST /stream-tickets", "POST /upload", "PUT /update",
 		"POST /accounts", "GET /accounts", "GET /accounts/{id}", "PATCH /accounts/{id}",
-		"POST /accounts/{id}/suspend", "POST /accounts/{id}/resume", "DELETE /accounts/{id}",
+		"POST /accounts/{id}/suspend", "POST /accounts/{id}/resume", "DELETE /accounts/{id}", "GET /audit",
 		"POST /worlds", "DELETE /worlds/{client_id}", "POST /account/password", "POST /invites", "GET /invites", "DELETE /invites/{id}",
 	}
 	services, err := ServiceDescriptors()

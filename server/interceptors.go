@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/observe"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/wire"
@@ -46,6 +47,8 @@ type Worlds interface {
 //  2. request id: the method's policy is looked up and `<operation>_<digits>`
 //     is issued and sent back in header and trailer metadata;
 //  3. logging: one line per call with its outcome and duration;
+//     audit: the calls of the audited methods (accounts, keys, pairing)
+//     are recorded in the audit log with their final status (audit.go);
 //  4. error mapping: world and key errors become gRPC statuses (errors.go);
 //  5. authentication: `x-api-key` → key record;
 //  6. rate limit: the key spends a token of its bucket (ratelimit.go; off
@@ -96,6 +99,8 @@ type Chain struct {
 	// Quotas applies each account's limit of requests a minute; nil
 	// limits no account.
 	Quotas *quotaPolicy
+	// Audit records the calls of the audited methods; nil records none.
+	Audit audit.Recorder
 }
 
 // WorldOwners tells which account owns a world. Keys of the operator's
@@ -138,6 +143,7 @@ func (c *Chain) Unary() []grpc.UnaryServerInterceptor {
 		c.recoverUnary,
 		c.requestIDUnary,
 		c.logUnary,
+		c.auditUnary,
 		c.errorsUnary,
 		// The steps run as one interceptor: the same order and the same
 		// effect as one interceptor each, without a handler closure per

@@ -21,7 +21,7 @@ func TestRegisterServicesByInterface(t *testing.T) {
 	t.Parallel()
 	impls := func() []any {
 		return []any{
-			documentService{}, folderService{}, canvasService{}, scriptService{}, keyService{}, accountService{}, worldService{}, clientService{},
+			documentService{}, folderService{}, canvasService{}, scriptService{}, keyService{}, accountService{}, worldService{}, auditService{}, clientService{},
 			linkService{}, &eventService{}, ticketService{}, &combatService{}, &fileService{}, &dnd5eService{}, signinService{},
 		}
 	}

@@ -143,6 +143,10 @@ type Config struct {
 	// Metrics counts the gRPC-native calls (REST calls are counted by
 	// the HTTP middleware, see package observe); nil counts nothing.
 	Metrics *observe.Metrics
+	// Audit is the audit log: the audited calls are recorded in it and
+	// AuditService lists it. Without it nothing is recorded and the
+	// listing is Unimplemented.
+	Audit AuditLog
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -201,6 +205,9 @@ func New(cfg Config) (*Server, error) {
 	defaults.Keys = int64(cfg.AccountMaxKeys)
 	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
 	chain.Quotas = quotas
+	if cfg.Audit != nil {
+		chain.Audit = cfg.Audit
+	}
 	srv := &Server{chain: chain, authFailures: cfg.AuthFailures, maxMessageBytes: cfg.MaxMessageBytes, log: cfg.Log,
 		recvAllowance: recvAllowance(cfg.RecvTimeout, cfg.RecvMinRate, cfg.MaxMessageBytes)}
 	// One chained interceptor of each kind serves the network server and
@@ -249,6 +256,7 @@ func New(cfg Config) (*Server, error) {
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits, signin: cfg.Signin},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		signinService{signin: cfg.Signin},
+		auditService{log: cfg.Audit},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain, quotas: quotas, worlds: cfg.EmbeddedWorlds},
 		events,

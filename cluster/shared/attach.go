@@ -53,7 +53,17 @@ type Attached struct {
 
 	// stopWatching stops the watcher of DisconnectUnpaired.
 	stopWatching func()
+	// js and replicas open the stores a node opens later (OpenAudit).
+	js       jetstream.JetStream
+	replicas int
 }
+
+// JetStream is the cluster's JetStream the shared state lives in.
+func (a *Attached) JetStream() jetstream.JetStream { return a.js }
+
+// Replicas is the number of copies the shared state was opened with (0:
+// the default).
+func (a *Attached) Replicas() int { return a.replicas }
 
 // DisconnectUnpaired makes the node close the socket of a linked world it
 // holds when any node unpairs the world: disconnect is called with its
@@ -72,7 +82,7 @@ func (a *Attached) DisconnectUnpaired(ctx context.Context, disconnect func(clien
 // runs: node assembly keeps SQLite and memory.
 func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *Attached, err error) {
 	opts := Options{Replicas: cfg.Replicas}
-	a = &Attached{}
+	a = &Attached{js: js, replicas: cfg.Replicas}
 	defer func() {
 		if err != nil {
 			_ = a.Close()

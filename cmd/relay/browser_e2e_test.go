@@ -486,3 +486,43 @@ func TestConsolePasswordSession(t *testing.T) {
 		t.Fatalf("the suspended account's key: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestConsoleAuditPage signs in to the console with an account's key and
+// reads its audit page: its own key's creation and a refusal are listed,
+// the operator's own actions are not, and the action filter narrows the
+// list.
+func TestConsoleAuditPage(t *testing.T) {
+	requireChromium(t)
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Console = true })
+	_, gmKey := createAccount(t, tr, "Console GM")
+	for _, name := range []string{"bot-1", "bot-2"} {
+		if r := tr.Do("POST", "/keys", gmKey, nil, map[string]any{"name": name, "scopes": []string{"entity:read"}}); r.Status != http.StatusOK {
+			t.Fatalf("create key: %d %s", r.Status, r.Body)
+		}
+	}
+	if r := tr.Do("DELETE", "/keys/nosuchkey", gmKey, nil, nil); r.Status != http.StatusNotFound {
+		t.Fatalf("revoke an unknown key: %d %s", r.Status, r.Body)
+	}
+	tr.Do("POST", "/keys", tr.AdminKey, nil, map[string]any{"name": "operator-only", "scopes": []string{"entity:read"}})
+
+	b := startBrowser(t)
+	p := b.newPage()
+	p.navigate(tr.Base + "/console")
+	p.typeInto("#signin-key", gmKey)
+	p.click("#signin-button")
+	p.waitFor("the tabs", `!document.getElementById("tabs").hidden`)
+	p.click(`.tab[data-view="audit"]`)
+	p.waitFor("the records", `document.querySelectorAll('#audit-table tbody tr').length === 3`)
+	if text := p.text("#audit-table"); !strings.Contains(text, `"bot-1"`) || !strings.Contains(text, "refused") || strings.Contains(text, "operator-only") {
+		t.Fatalf("the audit page reads %q", text)
+	}
+	p.screenshot("audit-01-records")
+
+	p.typeInto("#audit-action", "key.revoke")
+	p.click("#audit-show")
+	p.waitFor("the filtered records", `document.querySelectorAll('#audit-table tbody tr').length === 1`)
+	if row := p.text("#audit-table tbody tr"); !strings.Contains(row, "key.revoke") || !strings.Contains(row, "nosuchkey") {
+		t.Fatalf("the filtered record reads %q", row)
+	}
+}

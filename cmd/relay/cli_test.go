@@ -280,3 +280,29 @@ func TestWorldsCLI(t *testing.T) {
 		t.Fatalf("the account's worlds after delete: %v", got)
 	}
 }
+
+// TestAuditCLI runs `relay audit` against a running relay with the
+// bootstrap key: it lists the key made before it, a page at a time, and
+// filters by action; a bad filter is refused with the relay's message.
+func TestAuditCLI(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	common := []string{"--addr", tr.Addr(), "--admin-key-file", filepath.Join(tr.DataDir, "admin.key")}
+	for _, name := range []string{"cli-one", "cli-two"} {
+		tr.Do(http.MethodPost, "/keys", tr.AdminKey, nil, map[string]any{"name": name, "scopes": []string{"entity:read"}})
+	}
+	out, errOut, err := cli(t, append([]string{"audit", "--action", "key"}, common...)...)
+	if err != nil {
+		t.Fatalf("relay audit: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, "ACTION") || strings.Count(out, "key.create") != 2 || !strings.Contains(out, `"cli-two"`) || !strings.Contains(out, "operator") {
+		t.Fatalf("relay audit:\n%s", out)
+	}
+	out, _, err = cli(t, append([]string{"audit", "--action", "key", "--limit", "1"}, common...)...)
+	if err != nil || strings.Count(out, "key.create") != 1 || strings.Contains(out, "cli-two") {
+		t.Fatalf("relay audit --limit 1: %v\n%s", err, out)
+	}
+	if _, _, err := cli(t, append([]string{"audit", "--since", "yesterday"}, common...)...); err == nil || !strings.Contains(err.Error(), "since") {
+		t.Fatalf("bad --since: %v", err)
+	}
+}

@@ -5,6 +5,7 @@
 //	relay keys create|list|revoke   manage API keys of a running relay
 //	relay accounts create|list|...  manage the accounts of a running relay
 //	relay invites create|list|revoke  manage the invites to sign up
+//	relay audit                     list the audit log of a running relay
 //	relay worlds list               list the worlds of a running relay
 //	relay worlds pair-code          create a code that links a real tabletop
 //	relay worlds unpair CLIENT_ID   unlink a linked world
@@ -40,6 +41,8 @@ Usage:
                                 manage accounts (the operator's key)
   relay invites create|list|revoke [flags] [ID]
                                 manage the invites to sign up (the operator's key)
+  relay audit [flags]           list the audit log (the key's account, or all
+                                with the operator's key)
   relay worlds list [flags]     list worlds
   relay worlds pair-code [flags]
                                 create a one-time code that links a real tabletop
@@ -102,6 +105,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return accountsCommand(ctx, args[1:], stdout, stderr)
 	case "invites":
 		return invitesCommand(ctx, args[1:], stdout, stderr)
+	case "audit":
+		return auditCommand(ctx, args[1:], stdout, stderr)
 	case "worlds":
 		return worldsCommand(ctx, args[1:], stdout, stderr)
 	case "cluster":

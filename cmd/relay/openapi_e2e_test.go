@@ -313,6 +313,9 @@ func TestOpenAPIDescribesAnswers(t *testing.T) {
 	c.ok("POST", "/worlds", nil, map[string]any{"clientId": "contract-world", "title": "Contract", "seed": "empty"})
 	c.ok("DELETE", "/worlds/contract-world", nil, nil)
 
+	// The audit log.
+	c.ok("GET", "/audit", relaytest.Q("limit", "5"), nil)
+
 	// Failures: each kind of refusal has the error body.
 	c.call("GET", "/get", relaytest.Q("uuid", "Actor.nobody0000000001"), nil)
 	c.call("GET", "/get", relaytest.Q("uuid", relaytest.GoblinUUID, "userId", "Alice"), nil)

@@ -111,6 +111,7 @@ var specRoutes = []routeRPC{
 	{"POST", "/invites", "SigninService/CreateInvite", false},
 	{"GET", "/invites", "SigninService/ListInvites", false},
 	{"DELETE", "/invites/{id}", "SigninService/RevokeInvite", false},
+	{"GET", "/audit", "AuditService/ListAuditRecords", false},
 }
 
 // TestRoutesReachTheirRPC walks the specification's path list (and the

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -596,5 +597,61 @@ func TestSignupModeChecked(t *testing.T) {
 	}
 	if !errors.As(err, &cerr) || !strings.Contains(err.Error(), `signup must be closed, invite or open, not "sometimes"`) {
 		t.Fatalf("start with --signup sometimes: %v", err)
+	}
+}
+
+// TestSignInsAreAudited: a refused and an accepted password sign-in, a
+// sign-out and sign-ups (refused and made) each leave an audit record
+// with the right account and outcome, never the password; the account
+// sees its own records, and the refused name's record only the operator.
+func TestSignInsAreAudited(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.Signup = signin.SignupOpen })
+	const password = "a password long enough"
+	r := tr.Do(http.MethodPost, "/accounts", tr.AdminKey, nil, map[string]any{"name": "Audited", "password": password})
+	if r.Status != http.StatusOK {
+		t.Fatalf("create account: %d %s", r.Status, r.Body)
+	}
+	id, key := r.Data(t)["account"].(map[string]any)["id"].(string), r.Data(t)["key"].(string)
+	c := newConsoleClient(t, tr)
+	if r := c.signIn("Audited", "not the password at all"); r.Status != http.StatusUnauthorized {
+		t.Fatalf("wrong password: %d %s", r.Status, r.Body)
+	}
+	if r := c.signIn("Audited", password); r.Status != http.StatusOK {
+		t.Fatalf("sign in: %d %s", r.Status, r.Body)
+	}
+	if r := c.do(http.MethodDelete, signin.PathSession, nil, true); r.Status != http.StatusOK {
+		t.Fatalf("sign out: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "Newcomer", "password": password}); r.Status != http.StatusCreated {
+		t.Fatalf("sign up: %d %s", r.Status, r.Body)
+	}
+	if r := tr.Do(http.MethodPost, signin.PathSignup, "", nil, map[string]any{"name": "newcomer"}); r.Status != http.StatusConflict {
+		t.Fatalf("sign up with a taken name: %d %s", r.Status, r.Body)
+	}
+
+	all, _ := auditRecords(t, tr.Relay, tr.AdminKey, "action", "sign-in", "limit", "100")
+	refused := findRecord(all, "sign-in", "refused")
+	if refused == nil || refused["target"] != "Audited" || refused["accountId"] != nil && refused["accountId"] != "" {
+		t.Fatalf("the refused sign-in's record: %v", refused)
+	}
+	if ok := findRecord(all, "sign-in", "ok"); ok == nil || ok["accountId"] != id {
+		t.Fatalf("the sign-in's record: %v", ok)
+	}
+	ups, _ := auditRecords(t, tr.Relay, tr.AdminKey, "action", "sign-up", "limit", "100")
+	if findRecord(ups, "sign-up", "ok") == nil || findRecord(ups, "sign-up", "refused") == nil {
+		t.Fatalf("the sign-ups' records: %v", ups)
+	}
+	own, _ := auditRecords(t, tr.Relay, key, "limit", "1000")
+	if findRecord(own, "sign-in", "ok") == nil || findRecord(own, "sign-out", "ok") == nil {
+		t.Fatalf("the account's own records lack its sign-in or sign-out: %v", own)
+	}
+	if findRecord(own, "sign-in", "refused") != nil {
+		t.Fatalf("the account sees a refused sign-in, which belongs to no account: %v", own)
+	}
+	for _, rec := range append(all, own...) {
+		if strings.Contains(fmt.Sprint(rec), password) {
+			t.Fatalf("a record holds the password: %v", rec)
+		}
 	}
 }

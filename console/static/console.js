@@ -376,13 +376,14 @@
   // ---- views -------------------------------------------------------------
 
   function show(view) {
-    if (!["worlds", "pairing", "keys", "events", "accounts"].includes(view)) view = "worlds";
+    if (!["worlds", "pairing", "keys", "events", "accounts", "audit"].includes(view)) view = "worlds";
     if (view === "accounts" && $("tab-accounts").hidden) view = "worlds";
     for (const v of document.querySelectorAll(".view")) v.hidden = v.id !== "view-" + view;
     for (const t of document.querySelectorAll(".tab")) t.classList.toggle("active", t.dataset.view === view);
     history.replaceState(null, "", "#" + view);
     if (view === "worlds") loadWorlds().catch(() => {});
     if (view === "keys") refreshKeys();
+    if (view === "audit") loadAudit(false);
     if (view === "accounts") refreshAccounts();
   }
 
@@ -515,6 +516,42 @@
       $("pair-result").hidden = true;
       showError("pair-error", e);
     }
+  }
+
+  // ---- audit log -------------------------------------------------------------
+
+  // loadAudit shows the audit records the filters select, oldest first;
+  // more appends the next page to those shown.
+  async function loadAudit(more) {
+    showError("audit-error", null);
+    const q = new URLSearchParams();
+    const action = $("audit-action").value.trim();
+    if (action) q.set("action", action);
+    const since = $("audit-since").value;
+    if (since) q.set("since", new Date(since).toISOString());
+    if (more && state.auditCursor) q.set("cursor", state.auditCursor);
+    let data;
+    try {
+      data = await api("GET", "/audit?" + q.toString());
+    } catch (e) {
+      showError("audit-error", e);
+      return;
+    }
+    const body = $("audit-table").querySelector("tbody");
+    const rows = (data.records || []).map((r) => el("tr", { "data-action": r.action, "data-outcome": r.outcome, "data-id": r.id },
+      el("td", {}, formatTime(r.time)),
+      el("td", {}, r.accountId ? el("code", {}, r.accountId) : el("span", { class: "muted" }, "unknown")),
+      el("td", {}, r.keyId ? el("code", {}, r.keyId) : r.sessionId ? "session " + r.sessionId : el("span", { class: "muted" }, "none")),
+      el("td", {}, r.address),
+      el("td", {}, el("code", {}, r.action)),
+      el("td", {}, r.target ? el("code", {}, r.target) : ""),
+      el("td", {}, el("span", { class: "badge " + (r.outcome === "ok" ? "ok" : "bad") }, r.outcome)),
+      el("td", {}, r.detail)));
+    if (more) body.append(...rows);
+    else body.replaceChildren(...rows);
+    state.auditCursor = data.nextCursor || "";
+    $("audit-more").hidden = !state.auditCursor;
+    $("audit-empty").hidden = body.children.length > 0;
   }
 
   // ---- keys ------------------------------------------------------------------
@@ -770,6 +807,12 @@
     $("keys-refresh").addEventListener("click", refreshKeys);
     $("accounts-refresh").addEventListener("click", refreshAccounts);
     $("account-form").addEventListener("submit", createAccount);
+    $("audit-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      loadAudit(false);
+    });
+    $("audit-refresh").addEventListener("click", () => loadAudit(false));
+    $("audit-more").addEventListener("click", () => loadAudit(true));
     $("new-key-copy").addEventListener("click", () => navigator.clipboard.writeText($("new-key").textContent).catch(() => {}));
     $("ev-form").addEventListener("submit", startStream);
     $("ev-stop").addEventListener("click", () => stopStream("Stopped."));

@@ -231,7 +231,7 @@ func moduleEvent(ctx context.Context, docs world.Documents, seen map[string]map[
 // (§7.2), each as the tabletop's `toObject` gives it: the document (without
 // a uuid, which the tabletop does not store), then for an update the
 // changes (with the document's `_id`), then the operation's options, whose
-// `parentUuid` places an embedded document. seen keeps the documents as
+// `parent` (the parent document's source) places an embedded document. seen keeps the documents as
 // the hooks last showed them (a deletion's hook gets the document as it
 // was, which the world's event does not carry).
 func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[string]any, name string, p map[string]any) (map[string]any, bool) {
@@ -243,18 +243,32 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 	}
 	switch name {
 	case "combatStart", "combatTurn", "combatRound":
-		combat := combatSource(p)
+		combat := moduleCombat(combatSource(p))
 		return map[string]any{"hook": name, "args": []any{combat, map[string]any{"round": p["round"], "turn": p["turn"]}}}, true
 	}
 	uuid, _ := p["uuid"].(string)
 	options := map[string]any{}
 	if parent, _ := p["parentUuid"].(string); parent != "" {
-		options["parentUuid"] = parent
+		// The changes made in the module's own browser carry their
+		// parent document in the hook's options, not its uuid: the
+		// module serialises it into its source data.
+		options["parent"] = parentSource(ctx, docs, parent)
 	}
 	id := uuid[strings.LastIndexByte(uuid, '.')+1:]
+	// Combats and combatants as the tabletop stores those the module
+	// added (combatants.go).
+	asStored := func(doc map[string]any) map[string]any {
+		switch {
+		case strings.HasSuffix(name, "Combatant"):
+			return moduleCombatant(doc)
+		case strings.HasSuffix(name, "Combat"):
+			return moduleCombat(doc)
+		}
+		return doc
+	}
 	switch {
 	case strings.HasPrefix(name, "create"):
-		doc := without(asMap(p["data"]), "uuid")
+		doc := asStored(without(asMap(p["data"]), "uuid"))
 		seen[uuid] = doc
 		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	case strings.HasPrefix(name, "update"):
@@ -268,7 +282,7 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 		changes, _ := p["changes"].(map[string]any)
 		changes = maps.Clone(changes)
 		changes["_id"] = id
-		seen[uuid] = without(doc, "uuid")
+		seen[uuid] = asStored(without(doc, "uuid"))
 		return map[string]any{"hook": name, "args": []any{seen[uuid], changes, options}}, true
 	default:
 		// The document is gone: as the hooks last showed it, else what
@@ -280,6 +294,18 @@ func hookEvent(ctx context.Context, docs world.Documents, seen map[string]map[st
 		}
 		return map[string]any{"hook": name, "args": []any{doc, options}}, true
 	}
+}
+
+// parentSource is the parent document of a hook as the module's options
+// carry it: its source data, without a uuid (the tabletop stores none);
+// only its `_id` when the world cannot give it.
+func parentSource(ctx context.Context, docs world.Documents, uuid string) map[string]any {
+	if docs != nil {
+		if d, err := docs.Get(ctx, nil, uuid); err == nil {
+			return without(d, "uuid")
+		}
+	}
+	return map[string]any{"_id": uuid[strings.LastIndexByte(uuid, '.')+1:]}
 }
 
 // combatSource is a combat's stored data, rebuilt from the combat state an

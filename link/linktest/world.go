@@ -210,7 +210,7 @@ var operations = map[string]operation{
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"uuid": p.UUID, "data": sourceData(raw)}, nil
+		return map[string]any{"uuid": p.UUID, "data": moduleCombatJSON(p.UUID, sourceData(raw))}, nil
 	}),
 	"update": capability(func(ctx context.Context, d world.Documents, user *world.User, p params) (any, error) {
 		if missing(ctx, d, p.UUID) {

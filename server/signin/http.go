@@ -4,11 +4,14 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/tabletop-relay/relay/audit"
 	"github.com/tabletop-relay/relay/netlimit"
 	"github.com/tabletop-relay/relay/server/keys"
 )
@@ -109,9 +112,15 @@ func (s *Service) serveSession(w http.ResponseWriter, r *http.Request) {
 		}
 		token, acct, err := s.SignIn(r.Context(), body.Name, body.Password, addr)
 		if err != nil {
+			// The name tried is kept (cut short), never the password;
+			// a refused name belongs to no account, so only the
+			// operator sees the record.
+			audit.Record(r.Context(), audit.Entry{Action: audit.ActionSignIn, Target: truncateName(body.Name),
+				Outcome: audit.OutcomeRefused, Detail: err.Error()})
 			s.writeErr(w, err)
 			return
 		}
+		audit.Record(r.Context(), audit.Entry{Account: acct.ID, Action: audit.ActionSignIn, Target: acct.ID, Outcome: audit.OutcomeOK})
 		http.SetCookie(w, s.cookie(r, token, false))
 		writeJSON(w, http.StatusOK, sessionAnswer{Account: describe(acct), CSRFToken: CSRFToken(token), IdleTimeout: int64(s.cfg.IdleTimeout / time.Second)})
 	case http.MethodGet, http.MethodHead:
@@ -139,9 +148,13 @@ func (s *Service) serveSession(w http.ResponseWriter, r *http.Request) {
 				writeError(w, http.StatusForbidden, "A session's writes need its CSRF token in the "+CSRFHeader+" header")
 				return
 			}
+			key, authErr := s.Authenticate(r.Context(), c.Value)
 			if err := s.SignOut(r.Context(), c.Value); err != nil {
 				s.writeErr(w, err)
 				return
+			}
+			if authErr == nil {
+				audit.Record(r.Context(), audit.Entry{Account: key.Account(), Action: audit.ActionSignOut, Target: key.Account(), Outcome: audit.OutcomeOK})
 			}
 		}
 		http.SetCookie(w, s.cookie(r, "", true))
@@ -179,9 +192,13 @@ func (s *Service) serveSignup(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := s.SignUp(r.Context(), body.Name, body.Password, body.Invite, netlimit.AddressKey(r.RemoteAddr))
 	if err != nil {
+		audit.Record(r.Context(), audit.Entry{Action: audit.ActionSignUp, Target: truncateName(body.Name),
+			Outcome: audit.OutcomeRefused, Detail: err.Error()})
 		s.writeErr(w, err)
 		return
 	}
+	audit.Record(r.Context(), audit.Entry{Account: res.Account.ID, Action: audit.ActionSignUp, Target: res.Account.ID,
+		Outcome: audit.OutcomeOK, Detail: fmt.Sprintf("name %q", res.Account.Name)})
 	writeJSON(w, http.StatusCreated, map[string]any{"account": describe(res.Account), "key": res.Key})
 }
 
@@ -249,4 +266,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// truncateName bounds a name a caller sent, for a record of its refusal.
+func truncateName(name string) string {
+	const limit = 64
+	if len(name) <= limit {
+		return name
+	}
+	return strings.ToValidUTF8(name[:limit], "") + "…"
 }
