@@ -103,6 +103,9 @@ type RegistryOptions struct {
 	// read rules need (events.go). Without it an event stream for a
 	// world hosted elsewhere is refused, naming the host.
 	Events func(clientID, kind string) world.Events
+	// Replication, when set, replicates the node's embedded worlds and
+	// follows the other nodes' (replicate.go).
+	Replication *Replication
 }
 
 // Registry is the cluster's world registry as one node sees it, and the
@@ -162,6 +165,9 @@ type Registry struct {
 	cancel   context.CancelFunc
 	// now is the clock (tests may shift it).
 	now func() time.Time
+	// takingOver holds the worlds this node is taking over from a host
+	// that is gone (replicate.go): they answer 503 until they are ready.
+	takingOver map[string]bool
 }
 
 // lease is a world this node holds.
@@ -188,8 +194,8 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	r := &Registry{
 		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
 		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{}, rechecked: map[string]time.Time{},
-		remotes: map[string]*remoteWorld{},
-		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
+		remotes: map[string]*remoteWorld{}, takingOver: map[string]bool{},
+		stop: make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
 	}
 	r.stopping, r.cancel = context.WithCancel(context.Background())
@@ -242,6 +248,12 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 			continue
 		}
 		if err := r.serveSubject(s.subject, s.answer); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if opts.Replication != nil {
+		if err := opts.Replication.start(ctx, r); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}
@@ -372,12 +384,20 @@ func (r *Registry) claimEmbedded(ctx context.Context) {
 		if held || refused {
 			continue
 		}
+		rp := r.opts.Replication
+		if rp != nil && !rp.prepareHost(ctx, id) {
+			continue
+		}
 		title := ""
 		if w, err := r.opts.Local.World(ctx, id); err == nil {
 			title = w.Info().Title
 		}
-		if err := r.Claim(ctx, id, world.KindEmbedded, title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+		err := r.Claim(ctx, id, world.KindEmbedded, title, false)
+		if err != nil && !errors.Is(err, ErrHeldElsewhere) {
 			r.log.Warn("could not claim a world", "clientId", id, "error", err)
+		}
+		if err == nil && rp != nil {
+			go rp.hosted(id)
 		}
 	}
 }
@@ -625,6 +645,9 @@ func (r *Registry) Close(ctx context.Context) {
 	close(r.stop)
 	r.cancel()
 	<-r.done
+	if r.opts.Replication != nil {
+		r.opts.Replication.Close()
+	}
 	// A cluster that lost its quorum cannot take the releases: the leases
 	// then run out on their own, and the node stops all the same.
 	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
@@ -687,6 +710,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	r.mu.RUnlock()
 	switch {
 	case l != nil:
+		if r.isTakingOver(clientID) {
+			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is taking it over from its former host", clientID, self)
+		}
 		if now.After(validUntil) {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
 		}
@@ -721,6 +747,10 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	// before serving it.
 	info := w.Info()
 	kind := cmp.Or(info.Kind, world.KindEmbedded)
+	rp := r.opts.Replication
+	if kind == world.KindEmbedded && rp != nil && !rp.prepareHost(ctx, clientID) {
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is bringing its copy up to date", clientID, self)
+	}
 	if err := r.Claim(ctx, clientID, kind, info.Title, kind == world.KindLinked); err != nil {
 		if errors.Is(err, ErrHeldElsewhere) {
 			return r.World(ctx, clientID)
@@ -729,6 +759,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is stopping", clientID, self)
 		}
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
+	}
+	if kind == world.KindEmbedded && rp != nil {
+		go rp.hosted(clientID)
 	}
 	return w, nil
 }
@@ -947,4 +980,39 @@ func (r *Registry) Snapshot() []Hosted {
 		return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.Node, b.Node))
 	})
 	return out
+}
+
+// holds reports whether this node holds the lease of a world and may
+// serve it: the lease was renewed recently enough.
+func (r *Registry) holds(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owned[clientID]
+	return l != nil && time.Now().Before(l.validUntil)
+}
+
+// setTakingOver marks a world this node is taking over, or no longer.
+func (r *Registry) setTakingOver(clientID string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.takingOver[clientID] = true
+	} else {
+		delete(r.takingOver, clientID)
+	}
+}
+
+// isTakingOver reports whether this node is taking a world over.
+func (r *Registry) isTakingOver(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.takingOver[clientID]
+}
+
+// owns reports whether this node holds the lease of a world, renewed in
+// time or not.
+func (r *Registry) owns(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.owned[clientID] != nil
 }

@@ -59,8 +59,11 @@ type Node struct {
 	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
 	// registry; nil for a relay alone (cluster.go).
-	cluster       *cluster.Node
-	registry      *cluster.Registry
+	cluster  *cluster.Node
+	registry *cluster.Registry
+	// replication replicates the embedded worlds in a cluster of several
+	// nodes; nil otherwise.
+	replication   *cluster.Replication
 	clusterWiring clusterWiring
 	served        chan error
 	log           *slog.Logger
@@ -191,6 +194,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 		if r.cluster, err = cluster.Start(ctx, ccfg, log); err != nil {
 			return fail(err)
+		}
+		// The embedded worlds are replicated when other nodes can keep
+		// copies of them; no world is open yet.
+		r.replication = cluster.NewReplication(r.cluster, cluster.ReplicationOptions{Worlds: r.worlds, DataDir: cfg.DataDir, TookOver: r.tookOver})
+		if r.replication != nil {
+			r.worlds.SetReplicator(r.replication)
 		}
 		timing.done("cluster")
 	}
@@ -329,7 +338,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// registry of the whole cluster in front of them.
 	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
 	if r.cluster != nil {
-		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub(), r.remoteEvents()); err != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub(), r.remoteEvents(), r.replication); err != nil {
 			return fail(err)
 		}
 		allWorlds = r.registry

@@ -394,9 +394,6 @@ func (r *Replica) Seq() uint64 { return r.seq }
 // Complete reports whether the copy holds a whole base and so the world.
 func (r *Replica) Complete() bool { return r.complete }
 
-// Base names the base the copy was built from.
-func (r *Replica) Base() string { return r.base }
-
 // Apply applies the log record of sequence seq, which must follow the
 // last one applied, in one SQLite transaction.
 func (r *Replica) Apply(seq uint64, data []byte) error {
@@ -557,4 +554,13 @@ func (h *Host) Evict(clientID, dir string) error {
 	}
 	h.forgetIDs()
 	return nil
+}
+
+// SetReplicator makes every world the host opens from now on replicate
+// its groups through rep (see Replicator). It is set before any world is
+// opened, when the node joins a cluster.
+func (h *Host) SetReplicator(rep Replicator) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opts.Replicator = rep
 }
