@@ -252,6 +252,10 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 			return nil, err
 		}
 	}
+	if err := r.answerPings(); err != nil {
+		r.watch.Stop()
+		return nil, err
+	}
 	if opts.Replication != nil {
 		if err := opts.Replication.start(ctx, r); err != nil {
 			r.watch.Stop()

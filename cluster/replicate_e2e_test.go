@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabletop-relay/relay/cluster"
 	"github.com/tabletop-relay/relay/cluster/clustertest"
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -20,7 +21,7 @@ import (
 // startReplicated starts three relays as one cluster that keeps two
 // copies of each embedded world besides its host's; n2 hosts the world
 // "west".
-func startReplicated(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
+func startReplicated(t *testing.T, mutate func(*node.Config)) ([]*relaytest.Relay, []cluster.Config) {
 	t.Helper()
 	cfgs := clustertest.Configs(t, 3, clusterLease)
 	for i := range cfgs {
@@ -30,7 +31,16 @@ func startReplicated(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
 	nodes := make([]*relaytest.Relay, 3)
 	var wg sync.WaitGroup
 	for i := range 3 {
-		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], false) })
+		wg.Go(func() {
+			nodes[i] = relaytest.StartLogged(t, testLog(t).With("relay", cfgs[i].NodeName), func(c *node.Config) {
+				c.DataDir = cfgs[i].DataDir
+				c.Demo = false
+				c.Cluster = cfgs[i]
+				if mutate != nil {
+					mutate(c)
+				}
+			})
+		})
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -98,7 +108,7 @@ func ariaFlags(t *testing.T, via *relaytest.Relay) (map[string]any, int) {
 // writes through every other node, and that no write acknowledged before,
 // during or after the failover is lost.
 func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
-	nodes, cfgs := startReplicated(t)
+	nodes, cfgs := startReplicated(t, nil)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	client := &http.Client{Timeout: 20 * time.Second}
 
@@ -172,5 +182,96 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 		if flags["first"] != float64(1) {
 			t.Fatalf("the first write is lost: %v", flags["first"])
 		}
+	}
+}
+
+// TestCallsAroundAHostFailure checks what a call forwarded to a host that
+// dies gets, with a forward time-out far longer than the failover:
+//   - a write under way when the host dies is a 503 saying its outcome is
+//     unknown, within two seconds of the death (here NATS learns of it at
+//     once), not after the forward time-out;
+//   - a read, and a write, sent while the dead host's lease still holds
+//     wait for the follower that takes the world over and succeed there.
+func TestCallsAroundAHostFailure(t *testing.T) {
+	nodes, cfgs := startReplicated(t, func(c *node.Config) {
+		c.Cluster.ForwardTimeout = 30 * time.Second
+		c.ScriptTimeout = 20 * time.Second
+	})
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	client := &http.Client{Timeout: 40 * time.Second}
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+
+	// A script (a write) that runs for 15 s on the host, through n1.
+	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 15000) {} return 7;"}
+	answered := make(chan relaytest.Response, 1)
+	go func() {
+		body, _ := json.Marshal(slow)
+		req, _ := http.NewRequest(http.MethodPost, n1.Base+"/execute-js?clientId=west", bytes.NewReader(body))
+		req.Header.Set("x-api-key", n1.AdminKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			answered <- relaytest.Response{}
+			return
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(resp.Body)
+		answered <- relaytest.Response{Status: resp.StatusCode, Body: buf.Bytes()}
+	}()
+	time.Sleep(time.Second) // the call reaches n2 and its script starts
+	crashing := time.Now()
+	n2.Cluster().Crash()
+	// The server is gone, its routes with it: NATS knows of the death.
+	died := time.Now()
+	t.Logf("the host's NATS server took %v to stop", died.Sub(crashing).Round(time.Millisecond))
+
+	// Calls sent right after the death, while its lease holds on the
+	// other nodes: they wait for the new host.
+	type result struct {
+		what   string
+		status int
+		took   time.Duration
+	}
+	results := make(chan result, 2)
+	go func() {
+		start := time.Now()
+		_, st := ariaFlags(t, n3)
+		results <- result{"read through n3", st, time.Since(start)}
+	}()
+	go func() {
+		start := time.Now()
+		st := flagWrite(client, n3.Base, n3.AdminKey, "afterDeath", 2)
+		results <- result{"write through n3", st, time.Since(start)}
+	}()
+
+	select {
+	case got := <-answered:
+		took := time.Since(died)
+		t.Logf("the write under way was answered %v after the death: %d %s", took.Round(time.Millisecond), got.Status, got.Body)
+		if got.Status != http.StatusServiceUnavailable || !bytes.Contains(got.Body, []byte("whether it was applied is unknown")) {
+			t.Fatalf("write under way: %d %s", got.Status, got.Body)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("the write under way was answered %v after the death, want at most 2s", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write under way was not answered within 10 s of its host's death")
+	}
+	for range 2 {
+		r := <-results
+		t.Logf("%s: %d after %v", r.what, r.status, r.took.Round(time.Millisecond))
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d", r.what, r.status)
+		}
+	}
+	flags, st := ariaFlags(t, n1)
+	if st != http.StatusOK || flags["afterDeath"] != float64(2) || flags["first"] != float64(1) {
+		t.Fatalf("west after the failover: %d %v", st, flags)
 	}
 }
