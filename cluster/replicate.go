@@ -86,7 +86,6 @@ type Replication struct {
 	streams   map[string]bool      // the worlds whose stream this node made sure of
 	followers map[string]*follower // the worlds this node follows
 	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
-	nodesKV   jetstream.KeyValue
 	watch     jetstream.KeyWatcher
 
 	stop chan struct{}

@@ -2,10 +2,13 @@ package cluster_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,5 +276,68 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 	flags, st := ariaFlags(t, n1)
 	if st != http.StatusOK || flags["afterDeath"] != float64(2) || flags["first"] != float64(1) {
 		t.Fatalf("west after the failover: %d %v", st, flags)
+	}
+}
+
+// TestEventsContinueAcrossAFailover checks that a world's event ids go on
+// from where they were when a follower takes the world over: streams open
+// on the other nodes receive the new host's events after the old host's,
+// without a reset, and a stream opened on any node with Last-Event-ID
+// resumes there.
+func TestEventsContinueAcrossAFailover(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	client := &http.Client{Timeout: 20 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+	const path = "/actor/subscribe?clientId=west"
+	streams := map[string]<-chan streamEvent{
+		"n1": sseStream(t, ctx, n1, path, n1.AdminKey, ""),
+		"n3": sseStream(t, ctx, n3, path, n3.AdminKey, ""),
+	}
+	for what, s := range streams {
+		if ev := take(t, what, s, 1)[0]; ev.Name != "connected" {
+			t.Fatalf("%s: first event %s", what, ev.Name)
+		}
+	}
+	if st := flagWrite(client, n3.Base, n3.AdminKey, "before", 1); st != http.StatusOK {
+		t.Fatalf("write before: %d", st)
+	}
+	var before uint64
+	for what, s := range streams {
+		ev := take(t, what, s, 1)[0]
+		if before != 0 && ev.ID != before {
+			t.Fatalf("%s: event %d, the other node's %d", what, ev.ID, before)
+		}
+		before = ev.ID
+	}
+
+	n2.Cluster().Crash()
+	waitFor(t, 30*time.Second, "a write after the failover", func() bool {
+		return flagWrite(client, n3.Base, n3.AdminKey, "after", 2) == http.StatusOK
+	})
+	// One write may make events on other channels too: ids count every
+	// channel, the stream shows the actor channel's.
+	var after uint64
+	for what, s := range streams {
+		ev := take(t, what, s, 1)[0]
+		if ev.Name == "reset" || ev.ID <= before || !strings.Contains(ev.Data, `"after":2`) || after != 0 && ev.ID != after {
+			t.Fatalf("%s: after the failover, event %q %d (before it %d, on the other node %d): %s", what, ev.Name, ev.ID, before, after, ev.Data)
+		}
+		after = ev.ID
+	}
+	// A resume from before the failover, on each node.
+	for what, r := range map[string]*relaytest.Relay{"n1": n1, "n3": n3} {
+		s := sseStream(t, ctx, r, path, r.AdminKey, strconv.FormatUint(before, 10))
+		evs := take(t, what+" resumed", s, 2)
+		if evs[0].Name != "connected" || evs[1].Name == "reset" || evs[1].ID != after {
+			t.Fatalf("%s: resume from %d: %+v", what, before, evs)
+		}
 	}
 }
