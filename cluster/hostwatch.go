@@ -26,8 +26,8 @@ import (
 // watchAfter, the edge asks the host every watchEvery whether it is
 // there (relay.node.<name>.ping): once NATS knows no one answers there
 // (the host's connection or server is gone, which NATS learns when the
-// route drops), or the world's registry entry names another host or has
-// lapsed, the host is taken for dead. A read is then sent again to the
+// route drops), or the world's registry entry names another host, the
+// host is taken for dead. A read is then sent again to the
 // world's new host once one serves it (a follower that takes the world
 // over); a write is answered with a 503 saying that its outcome is
 // unknown, since the host may have applied it before it died.
@@ -90,8 +90,9 @@ func (w *remoteWorld) hostGone(ctx context.Context) bool {
 	e, known := r.entries[w.id]
 	r.mu.RUnlock()
 	// A lease that merely looks lapsed proves nothing (this node's view
-	// of the registry may lag); another host, or a release, does.
-	if !known || e.Node != w.entry.Node || e.Released {
+	// of the registry may lag), nor does a release (a stopping host
+	// answers the calls under way before it leaves); another host does.
+	if !known || e.Node != w.entry.Node {
 		return true
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)

@@ -438,6 +438,13 @@ func (r *Registry) claimLinked(ctx context.Context) {
 // one is then refused for good: the same client id on two nodes' disks
 // is two different worlds, never one world to serve from either.
 func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	return r.claim(ctx, clientID, kind, title, force, false)
+}
+
+// claim is Claim; with takeOver (a follower taking a replicated world
+// over, replicate.go) a world another live node holds is only
+// ErrHeldElsewhere: two followers raced, the same world won.
+func (r *Registry) claim(ctx context.Context, clientID, kind, title string, force, takeOver bool) error {
 	if r.stopping.Err() != nil {
 		// A stopping node released its worlds: it must not take them
 		// back for a call that arrived meanwhile.
@@ -468,11 +475,11 @@ func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, forc
 			if known, ok := r.entries[clientID]; !ok || known.rev < old.rev {
 				r.entries[clientID] = old
 			}
-			if kind == world.KindEmbedded {
+			if kind == world.KindEmbedded && !takeOver {
 				r.refused[clientID] = old.Node
 			}
 			r.mu.Unlock()
-			if kind == world.KindEmbedded {
+			if kind == world.KindEmbedded && !takeOver {
 				r.log.Error("refusing to host a world another node hosts: the same client id is in two nodes' data directories", "clientId", clientID, "host", old.Node)
 			}
 			return fmt.Errorf("world %s: %w (%s)", clientID, ErrHeldElsewhere, old.Node)
@@ -715,7 +722,18 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	switch {
 	case l != nil:
 		if r.isTakingOver(clientID) {
-			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is taking it over from its former host", clientID, self)
+			// The take-over is a few appends and a file move away:
+			// calls wait for it rather than fail.
+			wait, cancel := context.WithTimeout(ctx, takeOverWait)
+			defer cancel()
+			for r.isTakingOver(clientID) {
+				select {
+				case <-wait.Done():
+					return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is taking it over from its former host", clientID, self)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			return r.World(ctx, clientID)
 		}
 		if now.After(validUntil) {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
@@ -737,6 +755,11 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
 	}
 	w, err := r.opts.Local.World(ctx, clientID)
+	if err != nil && known && e.Node == self && r.opts.Replication != nil && errors.Is(err, world.ErrNotFound) {
+		// This node held the world before it restarted and now follows
+		// it until its copy holds the whole replicated log.
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is bringing its copy up to date", clientID, self)
+	}
 	if err != nil {
 		// Unknown here and not seen in the registry: the host may have
 		// claimed it a moment ago, before this node's watcher delivered
@@ -769,6 +792,10 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	}
 	return w, nil
 }
+
+// takeOverWait bounds how long a call waits for this node to finish
+// taking its world over.
+const takeOverWait = 5 * time.Second
 
 // recheckEvery is how often a node reads from the bucket a world whose
 // lease looks expired.

@@ -393,9 +393,15 @@ func (rp *Replication) liveNodes() []string {
 
 // chosen reports whether this node is one of the world's followers: the
 // live nodes other than its live host, ranked by a hash of the world and
-// the node's name, first Replication.copies of them. A world whose host is
-// gone keeps its followers, and the host itself may follow it then.
+// the node's name, first Replication.copies of them, and the node named
+// by the lease if it does not hold it (it restarted). A world whose host
+// is gone keeps its followers, and the host itself may follow it then.
 func (rp *Replication) chosen(h Hosted, live []string) bool {
+	if h.Node == rp.node.Name() {
+		// The lease is in this node's name but not held: it restarted,
+		// and takes the world back once its copy is up to date.
+		return true
+	}
 	rank := func(name string) uint64 {
 		f := fnv.New64a()
 		f.Write([]byte(h.ClientID + "/" + name))
@@ -466,7 +472,7 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 		rp.log.Warn("could not take over a world", "clientId", clientID, "step", what, "error", err)
 		_ = f.rep.Close()
 	}
-	if err := r.Claim(ctx, clientID, world.KindEmbedded, h.Title, false); err != nil {
+	if err := r.claim(ctx, clientID, world.KindEmbedded, h.Title, false, true); err != nil {
 		if !errors.Is(err, ErrHeldElsewhere) {
 			giveUp("claim", err)
 		} else {

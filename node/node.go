@@ -655,6 +655,13 @@ func ensureDemoWorld(ctx context.Context, host *world.Host, dataDir string, log 
 	if err != nil {
 		return fmt.Errorf("list worlds: %w", err)
 	}
+	if copies, err := os.ReadDir(filepath.Join(dataDir, "replicas")); err == nil && len(copies) > 0 && len(infos) == 0 {
+		// A cluster's node whose worlds are copies it follows (one it
+		// hosted moved there when another node took it over): the demo
+		// world, if it is among them, comes back when the node takes it
+		// back; a new one would be a second world of the same id.
+		return nil
+	}
 	pending := filepath.Join(dataDir, DemoPendingFile)
 	_, statErr := os.Stat(pending)
 	interrupted := statErr == nil && slices.ContainsFunc(infos, func(i world.Info) bool { return i.ClientID == demo.ClientID })
