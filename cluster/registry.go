@@ -165,6 +165,9 @@ type Registry struct {
 	cancel   context.CancelFunc
 	// now is the clock (tests may shift it).
 	now func() time.Time
+	// holdRenewals, set by tests, stops the renewals as a paused process
+	// would.
+	holdRenewals atomic.Bool
 	// takingOver holds the worlds this node is taking over from a host
 	// that is gone (replicate.go): they answer 503 until they are ready.
 	takingOver map[string]bool
@@ -542,6 +545,9 @@ func (r *Registry) renewLoop() {
 		// A round may take up to half a lease: a slow write still renews
 		// in time, and the next round starts on time. Close ends it at
 		// once.
+		if r.holdRenewals.Load() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(r.stopping, r.ttl/2)
 		r.renew(ctx)
 		r.recordNode(ctx, false)

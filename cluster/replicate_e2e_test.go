@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -339,5 +340,55 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 		if evs[0].Name != "connected" || evs[1].Name == "reset" || evs[1].ID != after {
 			t.Fatalf("%s: resume from %d: %+v", what, before, evs)
 		}
+	}
+}
+
+// TestPausedHostIsFencedOff checks that a host that stops renewing its
+// lease (a paused process) loses the world to a follower, that a write
+// it then attempts on its own engine is refused and never reaches the
+// world, and that it gives the world up and follows it: a write through
+// it reaches the new host.
+func TestPausedHostIsFencedOff(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	client := &http.Client{Timeout: 20 * time.Second}
+	ctx := context.Background()
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+	eng, err := n2.Worlds().World(ctx, "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2.Registry().HoldRenewals()
+	waitFor(t, 30*time.Second, "another node serving west", func() bool {
+		for _, h := range n1.Registry().Snapshot() {
+			if h.ClientID == "west" && h.Node != "n2" && h.Live {
+				return true
+			}
+		}
+		return false
+	})
+	_, err = eng.Update(ctx, nil, relaytest.AriaUUID, world.Document{"flags": map[string]any{"test": map[string]any{"stale": 1}}})
+	if !errors.Is(err, world.ErrUnavailable) {
+		t.Fatalf("a write on the replaced host's engine: %v", err)
+	}
+	// The replaced host follows the world, and a write through it
+	// reaches the new host.
+	waitFor(t, 15*time.Second, "n2 following west", func() bool { return copyComplete(cfgs[1].DataDir, "west", 1) })
+	waitFor(t, 15*time.Second, "a write through n2", func() bool {
+		return flagWrite(client, n2.Base, n2.AdminKey, "viaN2", 3) == http.StatusOK
+	})
+	var flags map[string]any
+	waitFor(t, 15*time.Second, "a read of west", func() bool {
+		var st int
+		flags, st = ariaFlags(t, n1)
+		return st == http.StatusOK
+	})
+	if _, ok := flags["stale"]; ok || flags["viaN2"] != float64(3) || flags["first"] != float64(1) {
+		t.Fatalf("west after the take-over: %v", flags)
 	}
 }
