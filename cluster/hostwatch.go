@@ -26,8 +26,8 @@ import (
 // watchAfter, the edge asks the host every watchEvery whether it is
 // there (relay.node.<name>.ping): once NATS knows no one answers there
 // (the host's connection or server is gone, which NATS learns when the
-// route drops), or the world's registry entry names another host, the
-// host is taken for dead. A read is then sent again to the
+// route drops), or the world's registry entry names another host and the
+// host does not answer, the host is taken for dead. A read is then sent again to the
 // world's new host once one serves it (a follower that takes the world
 // over); a write is answered with a 503 saying that its outcome is
 // unknown, since the host may have applied it before it died.
@@ -83,22 +83,21 @@ func (w *remoteWorld) watchHost(ctx context.Context, cancel context.CancelCauseF
 }
 
 // hostGone reports whether the host of w is taken for dead: NATS knows no
-// one answering its pings, or the registry no longer gives it the world.
+// one answering its pings, or the registry gives the world to another node
+// and the host does not answer a ping within a second (a paused process).
+// A lease that merely looks lapsed proves nothing (this node's view of the
+// registry may lag), nor does a release: a stopping host answers its pings
+// and the calls under way before it leaves.
 func (w *remoteWorld) hostGone(ctx context.Context) bool {
 	r := w.reg
 	r.mu.RLock()
 	e, known := r.entries[w.id]
 	r.mu.RUnlock()
-	// A lease that merely looks lapsed proves nothing (this node's view
-	// of the registry may lag), nor does a release (a stopping host
-	// answers the calls under way before it leaves); another host does.
-	if !known || e.Node != w.entry.Node {
-		return true
-	}
+	moved := !known || e.Node != w.entry.Node
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	_, err := r.node.nc.RequestWithContext(pctx, pingSubject(w.entry.Node), nil)
-	return errors.Is(err, nats.ErrNoResponders)
+	return errors.Is(err, nats.ErrNoResponders) || moved && err != nil && ctx.Err() == nil
 }
 
 // afterHostLoss answers a call whose host was taken for dead: with
