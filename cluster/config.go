@@ -64,6 +64,12 @@ type Config struct {
 	// caller set no earlier deadline (--cluster-forward-timeout);
 	// DefaultForwardTimeout when 0.
 	ForwardTimeout time.Duration
+	// WorldReplicas is how many other nodes keep a copy of each embedded
+	// world, applying its replicated log, so that one of them can serve it
+	// once its host is gone (--world-replicas; capped by the number of
+	// nodes less one). 0 replicates nothing: a world is unavailable while
+	// its host is down, as in a relay alone.
+	WorldReplicas int
 	// StartTimeout bounds how long the node waits for NATS and JetStream
 	// to be ready at start (DefaultStartTimeout when 0).
 	StartTimeout time.Duration
@@ -73,6 +79,7 @@ type Config struct {
 const (
 	DefaultLeaseTTL       = 15 * time.Second
 	DefaultForwardTimeout = 30 * time.Second
+	DefaultWorldReplicas  = 2
 	DefaultStartTimeout   = 60 * time.Second
 	DefaultClusterName    = "relay"
 )
@@ -165,6 +172,8 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--cluster-lease must be at least 500ms, not %v", c.LeaseTTL)
 	case c.ForwardTimeout < 0:
 		return fmt.Errorf("--cluster-forward-timeout must not be negative, not %v", c.ForwardTimeout)
+	case c.WorldReplicas < 0 || c.WorldReplicas > 4:
+		return fmt.Errorf("--world-replicas must be 0 to 4, not %d", c.WorldReplicas)
 	}
 	return nil
 }

@@ -35,3 +35,7 @@ func (r *Registry) JetStreamAPIRequests() uint64 {
 	}
 	return jsz.API.Total
 }
+
+// HoldRenewals stops the registry's renewals of its leases, as a paused
+// process's would stop.
+func (r *Registry) HoldRenewals() { r.holdRenewals.Store(true) }

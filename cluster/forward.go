@@ -236,7 +236,10 @@ func (w *remoteWorld) Host() string { return w.entry.Node }
 // Unavailable naming the world, never a wait beyond that.
 func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*server.ForwardedReply, error) {
 	timeout := w.reg.node.cfg.ForwardTimeout
-	fctx, cancel := context.WithTimeout(ctx, timeout)
+	// The call ends early when its host is taken for dead (hostwatch.go).
+	wctx, lost := context.WithCancelCause(ctx)
+	defer lost(nil)
+	fctx, cancel := context.WithTimeout(wctx, timeout)
 	defer cancel()
 	msg, err := callMessage(callSubject(w.entry.Node), fc)
 	if err != nil {
@@ -249,8 +252,18 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	if d, ok := fctx.Deadline(); ok {
 		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
 	}
+	stopWatching := w.watchHost(fctx, lost)
 	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
+	stopWatching()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(wctx), errHostGone) {
+			return w.afterHostLoss(ctx, fc, true)
+		}
+		if ctx.Err() == nil && errors.Is(err, nats.ErrNoResponders) && w.reg.opts.Replication != nil && w.entry.Kind == world.KindEmbedded {
+			// No one took the call: it may go to the world's next host,
+			// read or write.
+			return w.afterHostLoss(ctx, fc, false)
+		}
 		return nil, w.forwardError(ctx, err, timeout)
 	}
 	rep := &server.ForwardedReply{Response: res.Data}

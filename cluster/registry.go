@@ -103,6 +103,9 @@ type RegistryOptions struct {
 	// read rules need (events.go). Without it an event stream for a
 	// world hosted elsewhere is refused, naming the host.
 	Events func(clientID, kind string) world.Events
+	// Replication, when set, replicates the node's embedded worlds and
+	// follows the other nodes' (replicate.go).
+	Replication *Replication
 }
 
 // Registry is the cluster's world registry as one node sees it, and the
@@ -162,6 +165,12 @@ type Registry struct {
 	cancel   context.CancelFunc
 	// now is the clock (tests may shift it).
 	now func() time.Time
+	// holdRenewals, set by tests, stops the renewals as a paused process
+	// would.
+	holdRenewals atomic.Bool
+	// takingOver holds the worlds this node is taking over from a host
+	// that is gone (replicate.go): they answer 503 until they are ready.
+	takingOver map[string]bool
 }
 
 // lease is a world this node holds.
@@ -188,8 +197,8 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	r := &Registry{
 		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
 		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{}, rechecked: map[string]time.Time{},
-		remotes: map[string]*remoteWorld{},
-		stop:    make(chan struct{}), done: make(chan struct{}), now: time.Now,
+		remotes: map[string]*remoteWorld{}, takingOver: map[string]bool{},
+		stop: make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
 	}
 	r.stopping, r.cancel = context.WithCancel(context.Background())
@@ -242,6 +251,16 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 			continue
 		}
 		if err := r.serveSubject(s.subject, s.answer); err != nil {
+			r.watch.Stop()
+			return nil, err
+		}
+	}
+	if err := r.answerPings(); err != nil {
+		r.watch.Stop()
+		return nil, err
+	}
+	if opts.Replication != nil {
+		if err := opts.Replication.start(ctx, r); err != nil {
 			r.watch.Stop()
 			return nil, err
 		}
@@ -372,12 +391,20 @@ func (r *Registry) claimEmbedded(ctx context.Context) {
 		if held || refused {
 			continue
 		}
+		rp := r.opts.Replication
+		if rp != nil && !rp.prepareHost(ctx, id) {
+			continue
+		}
 		title := ""
 		if w, err := r.opts.Local.World(ctx, id); err == nil {
 			title = w.Info().Title
 		}
-		if err := r.Claim(ctx, id, world.KindEmbedded, title, false); err != nil && !errors.Is(err, ErrHeldElsewhere) {
+		err := r.Claim(ctx, id, world.KindEmbedded, title, false)
+		if err != nil && !errors.Is(err, ErrHeldElsewhere) {
 			r.log.Warn("could not claim a world", "clientId", id, "error", err)
+		}
+		if err == nil && rp != nil {
+			go rp.hosted(id)
 		}
 	}
 }
@@ -414,6 +441,13 @@ func (r *Registry) claimLinked(ctx context.Context) {
 // one is then refused for good: the same client id on two nodes' disks
 // is two different worlds, never one world to serve from either.
 func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, force bool) error {
+	return r.claim(ctx, clientID, kind, title, force, false)
+}
+
+// claim is Claim; with takeOver (a follower taking a replicated world
+// over, replicate.go) a world another live node holds is only
+// ErrHeldElsewhere: two followers raced, the same world won.
+func (r *Registry) claim(ctx context.Context, clientID, kind, title string, force, takeOver bool) error {
 	if r.stopping.Err() != nil {
 		// A stopping node released its worlds: it must not take them
 		// back for a call that arrived meanwhile.
@@ -444,11 +478,11 @@ func (r *Registry) Claim(ctx context.Context, clientID, kind, title string, forc
 			if known, ok := r.entries[clientID]; !ok || known.rev < old.rev {
 				r.entries[clientID] = old
 			}
-			if kind == world.KindEmbedded {
+			if kind == world.KindEmbedded && !takeOver {
 				r.refused[clientID] = old.Node
 			}
 			r.mu.Unlock()
-			if kind == world.KindEmbedded {
+			if kind == world.KindEmbedded && !takeOver {
 				r.log.Error("refusing to host a world another node hosts: the same client id is in two nodes' data directories", "clientId", clientID, "host", old.Node)
 			}
 			return fmt.Errorf("world %s: %w (%s)", clientID, ErrHeldElsewhere, old.Node)
@@ -511,6 +545,9 @@ func (r *Registry) renewLoop() {
 		// A round may take up to half a lease: a slow write still renews
 		// in time, and the next round starts on time. Close ends it at
 		// once.
+		if r.holdRenewals.Load() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(r.stopping, r.ttl/2)
 		r.renew(ctx)
 		r.recordNode(ctx, false)
@@ -625,6 +662,9 @@ func (r *Registry) Close(ctx context.Context) {
 	close(r.stop)
 	r.cancel()
 	<-r.done
+	if r.opts.Replication != nil {
+		r.opts.Replication.Close()
+	}
 	// A cluster that lost its quorum cannot take the releases: the leases
 	// then run out on their own, and the node stops all the same.
 	ctx, cancel := context.WithTimeout(ctx, min(time.Second, r.ttl/2))
@@ -687,6 +727,20 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	r.mu.RUnlock()
 	switch {
 	case l != nil:
+		if r.isTakingOver(clientID) {
+			// The take-over is a few appends and a file move away:
+			// calls wait for it rather than fail.
+			wait, cancel := context.WithTimeout(ctx, takeOverWait)
+			defer cancel()
+			for r.isTakingOver(clientID) {
+				select {
+				case <-wait.Done():
+					return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is taking it over from its former host", clientID, self)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			return r.World(ctx, clientID)
+		}
 		if now.After(validUntil) {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
 		}
@@ -707,6 +761,11 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
 	}
 	w, err := r.opts.Local.World(ctx, clientID)
+	if err != nil && known && e.Node == self && r.opts.Replication != nil && errors.Is(err, world.ErrNotFound) {
+		// This node held the world before it restarted and now follows
+		// it until its copy holds the whole replicated log.
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is bringing its copy up to date", clientID, self)
+	}
 	if err != nil {
 		// Unknown here and not seen in the registry: the host may have
 		// claimed it a moment ago, before this node's watcher delivered
@@ -721,6 +780,10 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	// before serving it.
 	info := w.Info()
 	kind := cmp.Or(info.Kind, world.KindEmbedded)
+	rp := r.opts.Replication
+	if kind == world.KindEmbedded && rp != nil && !rp.prepareHost(ctx, clientID) {
+		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s is bringing its copy up to date", clientID, self)
+	}
 	if err := r.Claim(ctx, clientID, kind, info.Title, kind == world.KindLinked); err != nil {
 		if errors.Is(err, ErrHeldElsewhere) {
 			return r.World(ctx, clientID)
@@ -730,8 +793,15 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		}
 		return nil, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: the cluster's registry cannot be reached", clientID)
 	}
+	if kind == world.KindEmbedded && rp != nil {
+		go rp.hosted(clientID)
+	}
 	return w, nil
 }
+
+// takeOverWait bounds how long a call waits for this node to finish
+// taking its world over.
+const takeOverWait = 5 * time.Second
 
 // recheckEvery is how often a node reads from the bucket a world whose
 // lease looks expired.
@@ -947,4 +1017,39 @@ func (r *Registry) Snapshot() []Hosted {
 		return cmp.Or(cmp.Compare(a.ClientID, b.ClientID), cmp.Compare(a.Node, b.Node))
 	})
 	return out
+}
+
+// holds reports whether this node holds the lease of a world and may
+// serve it: the lease was renewed recently enough.
+func (r *Registry) holds(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owned[clientID]
+	return l != nil && time.Now().Before(l.validUntil)
+}
+
+// setTakingOver marks a world this node is taking over, or no longer.
+func (r *Registry) setTakingOver(clientID string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.takingOver[clientID] = true
+	} else {
+		delete(r.takingOver, clientID)
+	}
+}
+
+// isTakingOver reports whether this node is taking a world over.
+func (r *Registry) isTakingOver(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.takingOver[clientID]
+}
+
+// owns reports whether this node holds the lease of a world, renewed in
+// time or not.
+func (r *Registry) owns(clientID string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.owned[clientID] != nil
 }

@@ -90,7 +90,7 @@ func (w *clusterWiring) serveUpload(ctx context.Context, fc *server.ForwardedCal
 // the event streams of worlds hosted by other nodes here: an embedded
 // world's from the bus's feed of the node's hub, a linked world's from its
 // feed of the node's link.Events.
-func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub, events func(clientID, kind string) world.Events) (*cluster.Registry, error) {
+func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, local cluster.LocalWorlds, host *world.Host, hub *link.Hub, events func(clientID, kind string) world.Events, replication *cluster.Replication) (*cluster.Registry, error) {
 	linked := func() []cluster.LinkedWorld {
 		conns := hub.Connected()
 		out := make([]cluster.LinkedWorld, len(conns))
@@ -99,7 +99,7 @@ func (w *clusterWiring) startRegistry(ctx context.Context, node *cluster.Node, l
 		}
 		return out
 	}
-	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream, ServeUpload: w.serveUpload, Events: events})
+	reg, err := cluster.NewRegistry(ctx, node, cluster.RegistryOptions{Local: local, EmbeddedIDs: host.IDs, Linked: linked, Serve: w.serve, ServeStream: w.serveStream, ServeUpload: w.serveUpload, Events: events, Replication: replication})
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +139,23 @@ func (r *Node) backfillEvents(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+}
+
+// tookOver publishes, for an embedded world this node took over from a
+// host that is gone, the events the former host journaled (the journal
+// is replicated with the world) and could not publish, before the world
+// serves calls here.
+func (r *Node) tookOver(ctx context.Context, clientID string, eng *world.Engine) {
+	if r.shared == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, backfillTimeout)
+	defer cancel()
+	if n, err := r.shared.Events.Backfill(ctx, clientID, eng.ReadJournal); err != nil {
+		r.log.Warn("could not publish the events of a world taken over that the cluster lacks; its subscribers on other nodes will get the reset event", "clientId", clientID, "error", err)
+	} else if n > 0 {
+		r.log.Info("published the events of a world taken over that its former host had not published", "clientId", clientID, "events", n)
+	}
 }
 
 // backfillTimeout bounds backfillEvents.

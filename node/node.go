@@ -71,8 +71,11 @@ type Node struct {
 	linkEvents *link.Events
 	// cluster is the node's membership of a cluster, registry its world
 	// registry; nil for a relay alone (cluster.go).
-	cluster       *cluster.Node
-	registry      *cluster.Registry
+	cluster  *cluster.Node
+	registry *cluster.Registry
+	// replication replicates the embedded worlds in a cluster of several
+	// nodes; nil otherwise.
+	replication   *cluster.Replication
 	clusterWiring clusterWiring
 	served        chan error
 	log           *slog.Logger
@@ -243,6 +246,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		if r.cluster, err = cluster.Start(ctx, ccfg, log); err != nil {
 			return fail(err)
 		}
+		// The embedded worlds are replicated when other nodes can keep
+		// copies of them; no world is open yet.
+		r.replication = cluster.NewReplication(r.cluster, cluster.ReplicationOptions{Worlds: r.worlds, DataDir: cfg.DataDir, TookOver: r.tookOver})
+		if r.replication != nil {
+			r.worlds.SetReplicator(r.replication)
+		}
 		timing.done("cluster")
 	}
 	if st := sharedState(cfg, r.cluster); st != nil {
@@ -404,7 +413,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	// registry of the whole cluster in front of them.
 	var allWorlds server.Worlds = link.NewRegistry(worlds, r.links, linkEvents)
 	if r.cluster != nil {
-		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub(), r.remoteEvents()); err != nil {
+		if r.registry, err = r.clusterWiring.startRegistry(ctx, r.cluster, allWorlds, r.worlds, r.links.Hub(), r.remoteEvents(), r.replication); err != nil {
 			return fail(err)
 		}
 		allWorlds = r.registry
@@ -760,6 +769,13 @@ func ensureDemoWorld(ctx context.Context, host *world.Host, dataDir string, log 
 	infos, err := host.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list worlds: %w", err)
+	}
+	if copies, err := os.ReadDir(filepath.Join(dataDir, "replicas")); err == nil && len(copies) > 0 && len(infos) == 0 {
+		// A cluster's node whose worlds are copies it follows (one it
+		// hosted moved there when another node took it over): the demo
+		// world, if it is among them, comes back when the node takes it
+		// back; a new one would be a second world of the same id.
+		return nil
 	}
 	pending := filepath.Join(dataDir, DemoPendingFile)
 	_, statErr := os.Stat(pending)

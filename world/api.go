@@ -281,4 +281,8 @@ type Options struct {
 	// when writers are concurrent; a lone writer never waits. Zero or less
 	// writes every group at once. See DefaultCommitDelay.
 	CommitDelay time.Duration
+	// Replicator, when set (a cluster's embedded worlds), takes every
+	// group before any of its transactions is acknowledged (see
+	// replicate.go). A relay alone leaves it nil.
+	Replicator Replicator
 }

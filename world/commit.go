@@ -58,6 +58,13 @@ type commitReq struct {
 	// journal is what the journal records for the transaction, set by the
 	// committer.
 	journal journalBatch
+	// replMeta, set by the committer on the last transaction of a
+	// replicated group, records the copy's place in the world's log
+	// (replicate.go), in the same SQLite transaction.
+	replMeta map[string]string
+	// forceBase asks the committer to replicate the world's base if it
+	// has not yet (Engine.StartReplication); it writes nothing else.
+	forceBase bool
 
 	err  error
 	done chan struct{} // closed once err is final
@@ -74,7 +81,7 @@ type cachedJSON struct {
 // that changed nothing (or nothing but documents it left equal) but read a
 // state that was not durable yet, and so waits for it.
 func (r *commitReq) empty() bool {
-	return len(r.rows) == 0 && len(r.meta) == 0 && len(r.journal.records) == 0
+	return len(r.rows) == 0 && len(r.meta) == 0 && len(r.journal.records) == 0 && len(r.replMeta) == 0
 }
 
 // DefaultCommitDelay is the longest a transaction waits for others to
@@ -246,12 +253,28 @@ func (e *Engine) commitGroup(group []*commitReq) {
 			}
 		}
 	}
+	if e.replicator != nil {
+		if e.fenced.Load() {
+			e.failGroup(group, errFenced(e.info.ClientID))
+			return
+		}
+		if err := e.replicateGroup(group); err != nil {
+			e.fence(err)
+			e.failGroup(group, err)
+			return
+		}
+	}
 	start := time.Now()
 	err := e.store.writeGroup(context.Background(), group)
 	if e.observeCommit != nil {
 		e.observeCommit(time.Since(start), len(group))
 	}
 	if err != nil {
+		if e.replicator != nil {
+			// The log holds the group, this copy does not: it must be
+			// brought up to the log again before it serves.
+			e.fence(err)
+		}
 		e.failGroup(group, err)
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,15 @@ type Engine struct {
 	observeCommit func(time.Duration, int)
 	journal       Journal
 	limits        Limits
+	// replicator, in a cluster, takes every group before it is written
+	// (replicate.go). replSeq and replBase, used by the committer only,
+	// are the sequence of the last record of the world's log this copy
+	// holds and the base it was built from; fenced is set once an append
+	// failed and the engine stopped serving the world.
+	replicator Replicator
+	replSeq    uint64
+	replBase   string
+	fenced     atomic.Bool
 
 	store *store
 	// writer is the write lock: a token taken by the one writer at a time.
@@ -92,6 +102,7 @@ func newEngine(st *store, info Info, perms map[string]Role, docs map[*docType]ma
 		observeCommit: opts.ObserveCommit,
 		journal:       opts.Journal,
 		limits:        opts.Limits,
+		replicator:    opts.Replicator,
 		store:         st,
 		writer:        make(chan struct{}, 1),
 	}
@@ -166,6 +177,8 @@ func loadEngine(ctx context.Context, st *store, clientID string, opts Options) (
 	info := Info{ClientID: clientID, Title: meta[metaTitle], System: meta[metaSystem]}
 	e := newEngine(st, info, perms, docs, opts)
 	e.settings.Store(&settings)
+	e.replSeq, _ = strconv.ParseUint(meta[metaReplSeq], 10, 64)
+	e.replBase = meta[metaReplBase]
 	return e, nil
 }
 
@@ -240,6 +253,9 @@ func (e *Engine) view() *View { return &View{snap: e.snap.Load()} }
 func (e *Engine) ready() error {
 	if e.closed.Load() {
 		return Errorf(ErrUnavailable, "World %s is closed", e.info.ClientID)
+	}
+	if e.fenced.Load() {
+		return errFenced(e.info.ClientID)
 	}
 	return nil
 }

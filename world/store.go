@@ -197,9 +197,11 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	}()
 	last := map[rowKey]int{} // where each document's last version is
 	for gi, req := range group {
-		for k, v := range req.meta {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
-				return err
+		for _, meta := range []map[string]string{req.meta, req.replMeta} {
+			for k, v := range meta {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
+					return err
+				}
 			}
 		}
 		for ri, r := range req.rows {

@@ -25,5 +25,6 @@ func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
 	fs.StringVar(&cfg.NATSTLSKey, "nats-tls-key", "", "PEM client key `file` for --nats-tls-cert (RELAY_NATS_TLS_KEY)")
 	fs.IntVar(&cfg.Replicas, "cluster-replicas", 0, "copies JetStream keeps of the shared state (keys, world registry); 0: min(3, the number of nodes) (RELAY_CLUSTER_REPLICAS)")
 	fs.DurationVar(&cfg.LeaseTTL, "cluster-lease", cluster.DefaultLeaseTTL, "how long a node's hold on a world lasts without renewal (renewed every quarter of it): a world whose host died is unavailable (503) for at most this long, and a node cut off from the cluster stops serving its worlds after it (RELAY_CLUSTER_LEASE)")
+	fs.IntVar(&cfg.WorldReplicas, "world-replicas", cluster.DefaultWorldReplicas, "how many other nodes keep a copy of each embedded world, applying its replicated log, and can take it over when its host is gone (capped by the number of nodes less one); 0 replicates nothing (RELAY_WORLD_REPLICAS)")
 	fs.DurationVar(&cfg.ForwardTimeout, "cluster-forward-timeout", cluster.DefaultForwardTimeout, "longest wait for the answer of a call forwarded to the node hosting its world, when the call has no earlier deadline; then 503 naming the world (RELAY_CLUSTER_FORWARD_TIMEOUT)")
 }

@@ -1,0 +1,637 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/world"
+)
+
+// Replicated embedded worlds.
+//
+// Each embedded world of a cluster has a JetStream stream of its own,
+// RELAY_WORLD_<clientId> (subject relay.world.<clientId>, kept in
+// Node.Replicas copies): the world's log. The host's engine appends every
+// committed group to it before any of the group's writes is acknowledged
+// (world.Replicator), with the sequence of the last record it knows as
+// the expected last sequence, so that the stream refuses any append of a
+// host that another node has replaced. A host whose append fails stops
+// serving the world, gives up its lease and follows the world instead.
+//
+// Up to Config.WorldReplicas other live nodes, chosen per world by a hash
+// of the world and the node names, follow the stream: each applies it, in
+// order, to a copy of its own in <data>/replicas/<clientId>/world.db. When
+// the host's lease lapses (or the host released it), a follower that has
+// applied the whole stream claims the lease, appends a marker record (so
+// that the former host, were it still running, can no longer append),
+// moves its copy into <data>/worlds and serves the world.
+
+// worldStreamPrefix starts the names of the worlds' streams.
+const worldStreamPrefix = "RELAY_WORLD_"
+
+// worldStream is the name of a world's stream, and worldSubject its
+// subject.
+func worldStream(clientID string) string  { return worldStreamPrefix + clientID }
+func worldSubject(clientID string) string { return "relay.world." + clientID }
+
+// ReplicatedWorlds is what replication needs of the node's embedded
+// worlds (world.Host).
+type ReplicatedWorlds interface {
+	World(ctx context.Context, clientID string) (*world.Engine, error)
+	WorldPath(clientID string) string
+	Adopt(clientID, dir string) error
+	Evict(clientID, dir string) error
+}
+
+// ReplicationOptions configure a [Replication].
+type ReplicationOptions struct {
+	// Worlds are the node's embedded worlds.
+	Worlds ReplicatedWorlds
+	// DataDir is the node's data directory; followers keep their copies
+	// in its replicas directory.
+	DataDir string
+	// TookOver, when set, is called once the node serves a world it took
+	// over, before any call reaches it (the node publishes the events the
+	// former host journaled but could not publish).
+	TookOver func(ctx context.Context, clientID string, eng *world.Engine)
+}
+
+// Replication replicates the node's embedded worlds and follows the other
+// nodes' (see above). It is the node's world.Replicator.
+type Replication struct {
+	node   *Node
+	log    *slog.Logger
+	opts   ReplicationOptions
+	copies int
+	// nonce makes this process's message ids unique: an append retried
+	// after a lost answer is stored once.
+	nonce string
+
+	reg atomic.Pointer[Registry]
+
+	mu        sync.Mutex
+	streams   map[string]bool      // the worlds whose stream this node made sure of
+	followers map[string]*follower // the worlds this node follows
+	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
+	watch     jetstream.KeyWatcher
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewReplication returns the replication of the node's embedded worlds, or
+// nil when the cluster keeps no copies (Config.WorldReplicas is 0, or the
+// cluster has one node). It starts once [NewRegistry] is given it.
+func NewReplication(node *Node, opts ReplicationOptions) *Replication {
+	copies := min(node.cfg.WorldReplicas, node.size-1)
+	if copies <= 0 {
+		return nil
+	}
+	return &Replication{
+		node: node, log: node.log, opts: opts, copies: copies, nonce: rand.Text()[:10],
+		streams: map[string]bool{}, followers: map[string]*follower{}, nodes: map[string]time.Time{},
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// start follows the nodes bucket and starts the loop that follows and
+// takes over the other nodes' worlds; the registry calls it.
+func (rp *Replication) start(ctx context.Context, r *Registry) error {
+	rp.reg.Store(r)
+	w, err := r.nodes.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: watch the nodes: %w", err)
+	}
+	rp.watch = w
+	go func() {
+		for up := range w.Updates() {
+			if up == nil {
+				continue
+			}
+			rp.mu.Lock()
+			var rec NodeRecord
+			if up.Operation() == jetstream.KeyValuePut && json.Unmarshal(up.Value(), &rec) == nil && !rec.Stopped {
+				rp.nodes[up.Key()] = time.Now()
+			} else {
+				delete(rp.nodes, up.Key())
+			}
+			rp.mu.Unlock()
+		}
+	}()
+	go rp.loop()
+	return nil
+}
+
+// Close stops following worlds; the node's own worlds are closed with its
+// world host.
+func (rp *Replication) Close() {
+	select {
+	case <-rp.stop:
+		return
+	default:
+	}
+	close(rp.stop)
+	<-rp.done
+	if rp.watch != nil {
+		_ = rp.watch.Stop()
+	}
+	rp.mu.Lock()
+	fs := rp.followers
+	rp.followers = map[string]*follower{}
+	rp.mu.Unlock()
+	for _, f := range fs {
+		f.halt()
+		_ = f.rep.Close()
+	}
+}
+
+// ensureStream makes sure the world's stream exists.
+func (rp *Replication) ensureStream(ctx context.Context, clientID string) error {
+	rp.mu.Lock()
+	known := rp.streams[clientID]
+	rp.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := rp.node.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        worldStream(clientID),
+		Description: "relay: the replicated log of embedded world " + clientID,
+		Subjects:    []string{worldSubject(clientID)},
+		Replicas:    rp.node.Replicas(),
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	rp.mu.Lock()
+	rp.streams[clientID] = true
+	rp.mu.Unlock()
+	return nil
+}
+
+// appendTimeout bounds one append, retries included: long enough for
+// JetStream to elect a new leader for the world's stream (nats-server
+// waits up to 9 s).
+const appendTimeout = 12 * time.Second
+
+// errLeaseLost is the answer to an append of a world whose lease this
+// node no longer holds.
+var errLeaseLost = errors.New("this node no longer holds the world's lease")
+
+// Append implements world.Replicator: it appends a record to the world's
+// stream, expecting last as the stream's last sequence, while this node
+// holds the world's lease. A request no server answered (the stream is
+// electing a leader) is sent again, with the same message id, so that it
+// is stored once.
+func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint64, error) {
+	r := rp.reg.Load()
+	if r == nil || !r.holds(clientID) {
+		return 0, errLeaseLost
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: worldSubject(clientID), Data: record}
+	id := fmt.Sprintf("%s-%s-%d", rp.node.Name(), rp.nonce, last)
+	for {
+		err := rp.ensureStream(ctx, clientID)
+		if err == nil {
+			attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+			var ack *jetstream.PubAck
+			ack, err = rp.node.js.PublishMsg(attempt, msg, jetstream.WithExpectLastSequence(last), jetstream.WithMsgID(id), jetstream.WithExpectStream(worldStream(clientID)))
+			cancelAttempt()
+			if err == nil {
+				return ack.Sequence, nil
+			}
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				// The stream refused it (another node appended): final.
+				return 0, err
+			}
+		}
+		if !r.holds(clientID) {
+			return 0, errors.Join(errLeaseLost, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Fenced implements world.Replicator: the engine of a world stopped
+// serving it. The node gives up the lease (another node takes the world
+// over at once) and follows the world.
+func (rp *Replication) Fenced(clientID string, err error) {
+	rp.log.Warn("stopped serving a world whose replicated log refused a write; following it instead", "clientId", clientID, "error", err)
+	go rp.demote(clientID)
+}
+
+// demote stops hosting a world here and makes the node's copy a
+// follower's.
+func (rp *Replication) demote(clientID string) {
+	if r := rp.reg.Load(); r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r.Release(ctx, clientID)
+		cancel()
+	}
+	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
+		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
+	}
+}
+
+// copyDir is where this node keeps its copy of a world it follows.
+func (rp *Replication) copyDir(clientID string) string {
+	return filepath.Join(rp.opts.DataDir, "replicas", clientID)
+}
+
+// prepareHost decides whether the node may claim an embedded world of its
+// data directory. A copy that was replicated before and whose stream holds
+// records is brought back as a follower's copy (the node then follows the
+// world, and takes it back once it has applied the whole stream and no
+// other node holds it); anything else (a world never replicated) may be
+// claimed, as without replication.
+func (rp *Replication) prepareHost(ctx context.Context, clientID string) bool {
+	_, base, _, err := world.ReplicaState(rp.opts.Worlds.WorldPath(clientID))
+	if err != nil || base == "" {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := rp.node.js.Stream(ctx, worldStream(clientID))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return true
+	}
+	if err != nil || s.CachedInfo().State.Msgs == 0 {
+		return err == nil
+	}
+	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
+		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
+		return false
+	}
+	rp.log.Info("following a world of the data directory, which its replicated log may have moved past", "clientId", clientID)
+	return false
+}
+
+// hosted starts the replication of a world this node just claimed: its
+// stream receives the world's base now, so that followers hold the world
+// before its first write.
+func (rp *Replication) hosted(clientID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	eng, err := rp.opts.Worlds.World(ctx, clientID)
+	if err == nil {
+		err = eng.StartReplication(ctx)
+	}
+	if err != nil {
+		rp.log.Warn("could not start replicating a world", "clientId", clientID, "error", err)
+	}
+}
+
+// followEvery is how often the node reviews the worlds it follows.
+const followEvery = 250 * time.Millisecond
+
+// loop follows the worlds this node should follow, and takes over those
+// whose host is gone.
+func (rp *Replication) loop() {
+	defer close(rp.done)
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-rp.stop:
+			return
+		case <-t.C:
+		}
+		rp.review()
+	}
+}
+
+// review starts and stops followers, and takes over worlds.
+func (rp *Replication) review() {
+	r := rp.reg.Load()
+	self := rp.node.Name()
+	live := rp.liveNodes()
+	want := map[string]Hosted{}
+	for _, h := range r.Snapshot() {
+		if h.Refused || h.Kind != world.KindEmbedded || r.owns(h.ClientID) {
+			continue
+		}
+		if rp.chosen(h, live) {
+			want[h.ClientID] = h
+		}
+	}
+	rp.mu.Lock()
+	var stale []*follower
+	for id, f := range rp.followers {
+		if _, ok := want[id]; !ok {
+			stale = append(stale, f)
+			delete(rp.followers, id)
+		}
+	}
+	var starts []string
+	for id := range want {
+		if rp.followers[id] == nil {
+			starts = append(starts, id)
+		}
+	}
+	rp.mu.Unlock()
+	for _, f := range stale {
+		f.halt()
+		_ = f.rep.Close()
+	}
+	for _, id := range starts {
+		rep, err := world.OpenReplica(filepath.Join(rp.copyDir(id), "world.db"))
+		if err != nil {
+			rp.log.Warn("could not open the copy of a world to follow it", "clientId", id, "error", err)
+			continue
+		}
+		f := rp.newFollower(id, rep)
+		rp.mu.Lock()
+		rp.followers[id] = f
+		rp.mu.Unlock()
+		go f.run()
+	}
+	for id, h := range want {
+		if h.Node == self || !h.Live {
+			rp.takeOver(id, h)
+		}
+	}
+}
+
+// liveNodes lists the nodes whose record was written within a lease.
+func (rp *Replication) liveNodes() []string {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	out := make([]string, 0, len(rp.nodes))
+	for name, seen := range rp.nodes {
+		if time.Since(seen) < rp.node.cfg.LeaseTTL {
+			out = append(out, name)
+		}
+	}
+	if !slices.Contains(out, rp.node.Name()) {
+		out = append(out, rp.node.Name())
+	}
+	return out
+}
+
+// chosen reports whether this node is one of the world's followers: the
+// live nodes other than its live host, ranked by a hash of the world and
+// the node's name, first Replication.copies of them, and the node named
+// by the lease if it does not hold it (it restarted). A world whose host
+// is gone keeps its followers, and the host itself may follow it then.
+func (rp *Replication) chosen(h Hosted, live []string) bool {
+	if h.Node == rp.node.Name() {
+		// The lease is in this node's name but not held: it restarted,
+		// and takes the world back once its copy is up to date.
+		return true
+	}
+	rank := func(name string) uint64 {
+		f := fnv.New64a()
+		f.Write([]byte(h.ClientID + "/" + name))
+		return f.Sum64()
+	}
+	var candidates []string
+	for _, name := range live {
+		if h.Live && name == h.Node {
+			continue
+		}
+		candidates = append(candidates, name)
+	}
+	slices.SortFunc(candidates, func(a, b string) int {
+		ra, rb := rank(a), rank(b)
+		switch {
+		case ra < rb:
+			return -1
+		case ra > rb:
+			return 1
+		}
+		return 0
+	})
+	n := rp.copies
+	if !h.Live {
+		// The host is gone: every follower may take over, the host too
+		// when it returns.
+		n++
+	}
+	return slices.Contains(candidates[:min(n, len(candidates))], rp.node.Name())
+}
+
+// takeOver serves a world whose host is gone, if this node's copy holds
+// the whole stream: it claims the lease, appends the marker record that
+// fences the former host off, and moves its copy among its worlds.
+func (rp *Replication) takeOver(clientID string, h Hosted) {
+	rp.mu.Lock()
+	f := rp.followers[clientID]
+	rp.mu.Unlock()
+	if f == nil || !f.caughtUp() {
+		return
+	}
+	// The copy is this goroutine's from here on: the follower stops
+	// applying, and starts again if the world cannot be taken now.
+	f.halt()
+	resume := func() {
+		g := rp.newFollower(clientID, f.rep)
+		rp.mu.Lock()
+		rp.followers[clientID] = g
+		rp.mu.Unlock()
+		go g.run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	sctx, scancel := context.WithTimeout(ctx, time.Second)
+	s, err := rp.node.js.Stream(sctx, worldStream(clientID))
+	scancel()
+	if err != nil || s.CachedInfo().State.LastSeq != f.rep.Seq() || !f.rep.Complete() {
+		resume()
+		return
+	}
+	r := rp.reg.Load()
+	rp.mu.Lock()
+	delete(rp.followers, clientID)
+	rp.mu.Unlock()
+	r.setTakingOver(clientID, true)
+	defer r.setTakingOver(clientID, false)
+	giveUp := func(what string, err error) {
+		rp.log.Warn("could not take over a world", "clientId", clientID, "step", what, "error", err)
+		_ = f.rep.Close()
+	}
+	if err := r.claim(ctx, clientID, world.KindEmbedded, h.Title, false, true); err != nil {
+		if !errors.Is(err, ErrHeldElsewhere) {
+			giveUp("claim", err)
+		} else {
+			_ = f.rep.Close()
+		}
+		return
+	}
+	seq, err := rp.Append(clientID, f.rep.Seq(), world.MarkerRecord())
+	if err == nil {
+		err = f.rep.Apply(seq, world.MarkerRecord())
+	}
+	if err != nil {
+		giveUp("fence", err)
+		r.Release(ctx, clientID)
+		return
+	}
+	if err := f.rep.Close(); err != nil {
+		giveUp("close", err)
+		r.Release(ctx, clientID)
+		return
+	}
+	if err := rp.opts.Worlds.Adopt(clientID, rp.copyDir(clientID)); err != nil {
+		giveUp("adopt", err)
+		r.Release(ctx, clientID)
+		return
+	}
+	eng, err := rp.opts.Worlds.World(ctx, clientID)
+	if err != nil {
+		giveUp("open", err)
+		r.Release(ctx, clientID)
+		return
+	}
+	if rp.opts.TookOver != nil {
+		rp.opts.TookOver(ctx, clientID, eng)
+	}
+	rp.log.Info("took over a world whose host is gone", "clientId", clientID, "formerHost", h.Node, "seq", seq)
+}
+
+// follower applies a world's stream to this node's copy.
+type follower struct {
+	rp  *Replication
+	id  string
+	rep *world.Replica
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu sync.Mutex
+	// upToDate is set while the last record the consumer delivered was
+	// the stream's last.
+	upToDate bool
+}
+
+func (rp *Replication) newFollower(id string, rep *world.Replica) *follower {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &follower{rp: rp, id: id, rep: rep, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// halt stops the follower and waits for it; its copy stays open.
+func (f *follower) halt() {
+	f.cancel()
+	<-f.done
+}
+
+// caughtUp reports whether the follower applied every record its
+// consumer knew of.
+func (f *follower) caughtUp() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.upToDate
+}
+
+// run applies the stream from the copy's next record on, with an ordered
+// consumer, made again whenever it stops delivering while the stream holds
+// more.
+func (f *follower) run() {
+	defer close(f.done)
+	for f.ctx.Err() == nil {
+		err := f.consume()
+		if f.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.rp.log.Debug("following a world's log", "clientId", f.id, "error", err)
+		}
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// consume runs one ordered consumer until it fails or falls silent.
+func (f *follower) consume() error {
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+	s, err := f.rp.node.js.Stream(ctx, worldStream(f.id))
+	cancel()
+	if err != nil {
+		return err
+	}
+	if s.CachedInfo().State.LastSeq == f.rep.Seq() {
+		f.mu.Lock()
+		f.upToDate = true
+		f.mu.Unlock()
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if f.rep.Seq() > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.rep.Seq() + 1}
+	}
+	ctx, cancel = context.WithTimeout(f.ctx, 2*time.Second)
+	cons, err := s.OrderedConsumer(ctx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	quiet := 0
+	for f.ctx.Err() == nil {
+		msg, err := it.Next(jetstream.NextMaxWait(time.Second))
+		if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			// Nothing new for a while: make sure the consumer is not
+			// silent while the stream holds more (after a leader
+			// change, say).
+			quiet++
+			if quiet >= 3 {
+				ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
+				info, ierr := s.Info(ctx)
+				cancel()
+				if ierr == nil && info.State.LastSeq > f.rep.Seq() {
+					return errors.New("the consumer fell silent")
+				}
+				quiet = 0
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		quiet = 0
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		seq := md.Sequence.Stream
+		if seq > f.rep.Seq()+1 {
+			return fmt.Errorf("the log skips from %d to %d: its records were trimmed", f.rep.Seq(), seq)
+		}
+		if err := f.rep.Apply(seq, msg.Data()); err != nil {
+			return fmt.Errorf("apply record %d: %w", seq, err)
+		}
+		f.mu.Lock()
+		f.upToDate = md.NumPending == 0
+		f.mu.Unlock()
+	}
+	return nil
+}

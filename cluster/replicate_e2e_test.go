@@ -1,0 +1,394 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/cluster/clustertest"
+	"github.com/tabletop-relay/relay/node"
+	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/world"
+)
+
+// startReplicated starts three relays as one cluster that keeps two
+// copies of each embedded world besides its host's; n2 hosts the world
+// "west".
+func startReplicated(t *testing.T, mutate func(*node.Config)) ([]*relaytest.Relay, []cluster.Config) {
+	t.Helper()
+	cfgs := clustertest.Configs(t, 3, clusterLease)
+	for i := range cfgs {
+		cfgs[i].WorldReplicas = 2
+	}
+	seedWorld(t, cfgs[1].DataDir, "west")
+	nodes := make([]*relaytest.Relay, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			nodes[i] = relaytest.StartLogged(t, testLog(t).With("relay", cfgs[i].NodeName), func(c *node.Config) {
+				c.DataDir = cfgs[i].DataDir
+				c.Demo = false
+				c.Cluster = cfgs[i]
+				if mutate != nil {
+					mutate(c)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	shareAdminKey(nodes...)
+	t.Cleanup(func() { stopAll(nodes) })
+	return nodes, cfgs
+}
+
+// waitFor polls cond until it holds or d has passed.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// copyComplete reports whether a node's follower copy of a world holds
+// the whole world (a base) and at least the record after.
+func copyComplete(dataDir, clientID string, after uint64) bool {
+	seq, _, complete, err := world.ReplicaState(filepath.Join(dataDir, "replicas", clientID, "world.db"))
+	return err == nil && complete && seq > after
+}
+
+// flagWrite sets flags.test.<key> on Aria in west through a node, and
+// reports the HTTP status (0 when the node could not be reached).
+func flagWrite(client *http.Client, base, key, name string, value int) int {
+	body, _ := json.Marshal(map[string]any{"data": map[string]any{"flags": map[string]any{"test": map[string]any{name: value}}}})
+	req, err := http.NewRequest(http.MethodPut, base+"/update?clientId=west&uuid="+relaytest.AriaUUID, bytes.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// ariaFlags reads Aria's flags.test from west through a node.
+func ariaFlags(t *testing.T, via *relaytest.Relay) (map[string]any, int) {
+	t.Helper()
+	got := via.Do(http.MethodGet, "/get", via.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+	if got.Status != http.StatusOK {
+		t.Logf("read: %d %s", got.Status, got.Body)
+		return nil, got.Status
+	}
+	data := got.Data(t)
+	flags, _ := data["flags"].(map[string]any)
+	test, _ := flags["test"].(map[string]any)
+	return test, got.Status
+}
+
+// TestReplicatedWorldOutlivesItsHost checks that the followers of a world
+// hold copies of it, that when its host dies (its NATS server stops at
+// once, as with a SIGKILL) a follower takes the world over and serves
+// writes through every other node, and that no write acknowledged before,
+// during or after the failover is lost.
+func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	client := &http.Client{Timeout: 20 * time.Second}
+
+	// Both other nodes follow west and hold a whole copy of it.
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+
+	// Writers through n1 and n3 all along; every acknowledged key must
+	// survive.
+	var acked sync.Map
+	var okCount, failCount atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w, via := range []*relaytest.Relay{n1, n3} {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d_%d", w, i)
+				if st := flagWrite(client, via.Base, via.AdminKey, name, i); st == http.StatusOK {
+					acked.Store(name, i)
+					okCount.Add(1)
+				} else {
+					failCount.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "writes before the failure", func() bool { return okCount.Load() >= 20 })
+
+	died := time.Now()
+	n2.Cluster().Crash()
+	before := okCount.Load()
+	// A write through another node succeeds again once a follower took
+	// the world over: within the lease, the stream's election and a
+	// margin for a loaded machine.
+	waitFor(t, 30*time.Second, "a write acknowledged after the host died", func() bool { return okCount.Load() > before+10 })
+	t.Logf("writes acknowledged again %v after the host died", time.Since(died).Round(time.Millisecond))
+	close(stop)
+	wg.Wait()
+	t.Logf("%d writes acknowledged, %d refused or failed", okCount.Load(), failCount.Load())
+
+	// Every acknowledged write is in the world, read through both nodes.
+	for _, via := range []*relaytest.Relay{n1, n3} {
+		// A node's view of the registry may lag while JetStream recovers
+		// from the loss of a server: the read may be refused for a while.
+		var flags map[string]any
+		waitFor(t, 15*time.Second, "a read of west", func() bool {
+			var st int
+			flags, st = ariaFlags(t, via)
+			return st == http.StatusOK
+		})
+		lost := 0
+		acked.Range(func(k, v any) bool {
+			if got, ok := flags[k.(string)]; !ok || got != float64(v.(int)) {
+				lost++
+			}
+			return true
+		})
+		if lost > 0 {
+			t.Fatalf("%d acknowledged writes lost", lost)
+		}
+		if flags["first"] != float64(1) {
+			t.Fatalf("the first write is lost: %v", flags["first"])
+		}
+	}
+}
+
+// TestCallsAroundAHostFailure checks what a call forwarded to a host that
+// dies gets, with a forward time-out far longer than the failover:
+//   - a write under way when the host dies is a 503 saying its outcome is
+//     unknown, within two seconds of the death (here NATS learns of it at
+//     once), not after the forward time-out;
+//   - a read, and a write, sent while the dead host's lease still holds
+//     wait for the follower that takes the world over and succeed there.
+func TestCallsAroundAHostFailure(t *testing.T) {
+	nodes, cfgs := startReplicated(t, func(c *node.Config) {
+		c.Cluster.ForwardTimeout = 30 * time.Second
+		c.ScriptTimeout = 20 * time.Second
+	})
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	client := &http.Client{Timeout: 40 * time.Second}
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+
+	// A script (a write) that runs for 15 s on the host, through n1.
+	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 15000) {} return 7;"}
+	answered := make(chan relaytest.Response, 1)
+	go func() {
+		body, _ := json.Marshal(slow)
+		req, _ := http.NewRequest(http.MethodPost, n1.Base+"/execute-js?clientId=west", bytes.NewReader(body))
+		req.Header.Set("x-api-key", n1.AdminKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			answered <- relaytest.Response{}
+			return
+		}
+		defer resp.Body.Close()
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(resp.Body)
+		answered <- relaytest.Response{Status: resp.StatusCode, Body: buf.Bytes()}
+	}()
+	time.Sleep(time.Second) // the call reaches n2 and its script starts
+	crashing := time.Now()
+	n2.Cluster().Crash()
+	// The server is gone, its routes with it: NATS knows of the death.
+	died := time.Now()
+	t.Logf("the host's NATS server took %v to stop", died.Sub(crashing).Round(time.Millisecond))
+
+	// Calls sent right after the death, while its lease holds on the
+	// other nodes: they wait for the new host.
+	type result struct {
+		what   string
+		status int
+		took   time.Duration
+	}
+	results := make(chan result, 2)
+	go func() {
+		start := time.Now()
+		_, st := ariaFlags(t, n3)
+		results <- result{"read through n3", st, time.Since(start)}
+	}()
+	go func() {
+		start := time.Now()
+		st := flagWrite(client, n3.Base, n3.AdminKey, "afterDeath", 2)
+		results <- result{"write through n3", st, time.Since(start)}
+	}()
+
+	select {
+	case got := <-answered:
+		took := time.Since(died)
+		t.Logf("the write under way was answered %v after the death: %d %s", took.Round(time.Millisecond), got.Status, got.Body)
+		if got.Status != http.StatusServiceUnavailable || !bytes.Contains(got.Body, []byte("whether it was applied is unknown")) {
+			t.Fatalf("write under way: %d %s", got.Status, got.Body)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("the write under way was answered %v after the death, want at most 2s", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write under way was not answered within 10 s of its host's death")
+	}
+	for range 2 {
+		r := <-results
+		t.Logf("%s: %d after %v", r.what, r.status, r.took.Round(time.Millisecond))
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: %d", r.what, r.status)
+		}
+	}
+	flags, st := ariaFlags(t, n1)
+	if st != http.StatusOK || flags["afterDeath"] != float64(2) || flags["first"] != float64(1) {
+		t.Fatalf("west after the failover: %d %v", st, flags)
+	}
+}
+
+// TestEventsContinueAcrossAFailover checks that a world's event ids go on
+// from where they were when a follower takes the world over: streams open
+// on the other nodes receive the new host's events after the old host's,
+// without a reset, and a stream opened on any node with Last-Event-ID
+// resumes there.
+func TestEventsContinueAcrossAFailover(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	client := &http.Client{Timeout: 20 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+	const path = "/actor/subscribe?clientId=west"
+	streams := map[string]<-chan streamEvent{
+		"n1": sseStream(t, ctx, n1, path, n1.AdminKey, ""),
+		"n3": sseStream(t, ctx, n3, path, n3.AdminKey, ""),
+	}
+	for what, s := range streams {
+		if ev := take(t, what, s, 1)[0]; ev.Name != "connected" {
+			t.Fatalf("%s: first event %s", what, ev.Name)
+		}
+	}
+	if st := flagWrite(client, n3.Base, n3.AdminKey, "before", 1); st != http.StatusOK {
+		t.Fatalf("write before: %d", st)
+	}
+	var before uint64
+	for what, s := range streams {
+		ev := take(t, what, s, 1)[0]
+		if before != 0 && ev.ID != before {
+			t.Fatalf("%s: event %d, the other node's %d", what, ev.ID, before)
+		}
+		before = ev.ID
+	}
+
+	n2.Cluster().Crash()
+	waitFor(t, 30*time.Second, "a write after the failover", func() bool {
+		return flagWrite(client, n3.Base, n3.AdminKey, "after", 2) == http.StatusOK
+	})
+	// One write may make events on other channels too: ids count every
+	// channel, the stream shows the actor channel's.
+	var after uint64
+	for what, s := range streams {
+		ev := take(t, what, s, 1)[0]
+		if ev.Name == "reset" || ev.ID <= before || !strings.Contains(ev.Data, `"after":2`) || after != 0 && ev.ID != after {
+			t.Fatalf("%s: after the failover, event %q %d (before it %d, on the other node %d): %s", what, ev.Name, ev.ID, before, after, ev.Data)
+		}
+		after = ev.ID
+	}
+	// A resume from before the failover, on each node.
+	for what, r := range map[string]*relaytest.Relay{"n1": n1, "n3": n3} {
+		s := sseStream(t, ctx, r, path, r.AdminKey, strconv.FormatUint(before, 10))
+		evs := take(t, what+" resumed", s, 2)
+		if evs[0].Name != "connected" || evs[1].Name == "reset" || evs[1].ID != after {
+			t.Fatalf("%s: resume from %d: %+v", what, before, evs)
+		}
+	}
+}
+
+// TestPausedHostIsFencedOff checks that a host that stops renewing its
+// lease (a paused process) loses the world to a follower, that a write
+// it then attempts on its own engine is refused and never reaches the
+// world, and that it gives the world up and follows it: a write through
+// it reaches the new host.
+func TestPausedHostIsFencedOff(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	client := &http.Client{Timeout: 20 * time.Second}
+	ctx := context.Background()
+	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
+		t.Fatalf("first write: %d", st)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+	eng, err := n2.Worlds().World(ctx, "west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2.Registry().HoldRenewals()
+	waitFor(t, 30*time.Second, "another node serving west", func() bool {
+		for _, h := range n1.Registry().Snapshot() {
+			if h.ClientID == "west" && h.Node != "n2" && h.Live {
+				return true
+			}
+		}
+		return false
+	})
+	_, err = eng.Update(ctx, nil, relaytest.AriaUUID, world.Document{"flags": map[string]any{"test": map[string]any{"stale": 1}}})
+	if !errors.Is(err, world.ErrUnavailable) {
+		t.Fatalf("a write on the replaced host's engine: %v", err)
+	}
+	// The replaced host follows the world, and a write through it
+	// reaches the new host.
+	waitFor(t, 15*time.Second, "n2 following west", func() bool { return copyComplete(cfgs[1].DataDir, "west", 1) })
+	waitFor(t, 15*time.Second, "a write through n2", func() bool {
+		return flagWrite(client, n2.Base, n2.AdminKey, "viaN2", 3) == http.StatusOK
+	})
+	var flags map[string]any
+	waitFor(t, 15*time.Second, "a read of west", func() bool {
+		var st int
+		flags, st = ariaFlags(t, n1)
+		return st == http.StatusOK
+	})
+	if _, ok := flags["stale"]; ok || flags["viaN2"] != float64(3) || flags["first"] != float64(1) {
+		t.Fatalf("west after the take-over: %v", flags)
+	}
+}
