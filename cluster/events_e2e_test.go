@@ -79,7 +79,7 @@ func grpcStream(t *testing.T, ctx context.Context, r *relaytest.Relay, key strin
 func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamEvent {
 	t.Helper()
 	var out []streamEvent
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(45 * time.Second)
 	for len(out) < n {
 		select {
 		case ev, ok := <-stream:
@@ -88,7 +88,7 @@ func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamE
 			}
 			out = append(out, ev)
 		case <-timeout:
-			t.Fatalf("%s: %d events of %d after 20s", what, len(out), n)
+			t.Fatalf("%s: %d events of %d after 45s", what, len(out), n)
 		}
 	}
 	return out

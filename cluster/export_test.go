@@ -35,3 +35,11 @@ func (r *Registry) JetStreamAPIRequests() uint64 {
 	}
 	return jsz.API.Total
 }
+
+// Answering is how many calls, streams and questions of other nodes the
+// registry is serving at the moment.
+func (r *Registry) Answering() int {
+	r.inflight.mu.Lock()
+	defer r.inflight.mu.Unlock()
+	return r.inflight.n
+}

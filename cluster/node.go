@@ -172,6 +172,16 @@ func (n *Node) startEmbedded() error {
 			// per address.
 			opts.CustomRouterAuthentication = newRouteAuth(routeUser, n.cfg.ClusterSecret, n.log)
 		}
+		if n.cfg.ClusterTLSCert != "" {
+			tc, err := routeTLSConfig(n.cfg)
+			if err != nil {
+				return err
+			}
+			opts.Cluster.TLSConfig = tc
+			// A loaded machine may take a while to complete a handshake:
+			// the server's default of two seconds would drop good peers.
+			opts.Cluster.TLSTimeout = routeTLSTimeout.Seconds()
+		}
 	}
 	if n.cfg.ClusterSecret == "" && !loopback(host) {
 		n.log.Warn("the cluster's route port is open to the network without --cluster-secret: any host that reaches it can join the cluster and act for any caller", "addr", n.cfg.ClusterListen)
@@ -191,6 +201,37 @@ func (n *Node) startEmbedded() error {
 		return fmt.Errorf("cluster: connect to the embedded NATS server: %w", err)
 	}
 	return nil
+}
+
+// routeTLSTimeout bounds a route's TLS handshake.
+const routeTLSTimeout = 10 * time.Second
+
+// routeTLSConfig is the mutual TLS of the routes between embedded NATS
+// servers: the node presents its certificate when it accepts a route and
+// when it opens one, and both ends require a peer certificate signed by
+// --cluster-tls-ca. The server checks a solicited peer's certificate
+// against the host of its --cluster-peers address, so each certificate
+// must name its node's host or IP address.
+func routeTLSConfig(cfg Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.ClusterTLSCert, cfg.ClusterTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-tls-cert/--cluster-tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(cfg.ClusterTLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--cluster-tls-ca: %s holds no PEM certificate", cfg.ClusterTLSCA)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}, nil
 }
 
 // loopback reports whether a listen host is a loopback address.

@@ -77,7 +77,9 @@ func TestNodeStops(t *testing.T) {
 	stopAll([]*relaytest.Relay{n2})
 	took := time.Since(began)
 	t.Logf("stopped with the cluster healthy in %v", took.Round(time.Millisecond))
-	if took > 3*time.Second {
+	// A stop takes a moment; the bound leaves room for a loaded machine
+	// and stays far below the time-outs a stop used to wait out.
+	if took > 8*time.Second {
 		t.Errorf("a node of a healthy cluster took %v to stop", took)
 	}
 	got := n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
@@ -86,7 +88,7 @@ func TestNodeStops(t *testing.T) {
 	}
 	// Every stream the stopped node served has ended.
 	for i, s := range streams {
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(30 * time.Second)
 	drain:
 		for {
 			select {
@@ -95,7 +97,7 @@ func TestNodeStops(t *testing.T) {
 					break drain
 				}
 			case <-timeout:
-				t.Fatalf("stream %d of the stopped node still open after 10 s", i)
+				t.Fatalf("stream %d of the stopped node still open after 30 s", i)
 			}
 		}
 	}
@@ -111,7 +113,7 @@ func TestNodeStops(t *testing.T) {
 	stopAll([]*relaytest.Relay{n2})
 	took = time.Since(began)
 	t.Logf("stopped without a quorum in %v", took.Round(time.Millisecond))
-	if took > 5*time.Second {
+	if took > 10*time.Second {
 		t.Errorf("a node whose cluster lost its quorum took %v to stop", took)
 	}
 }
