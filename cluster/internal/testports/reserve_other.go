@@ -1,6 +1,6 @@
 //go:build !unix
 
-package clustertest
+package testports
 
 // reservePort cannot lock across processes here: every port counts as
 // reserved, and the check that it is free is all there is.

@@ -1,6 +1,6 @@
 //go:build unix
 
-package clustertest
+package testports
 
 import (
 	"os"
