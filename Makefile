@@ -132,22 +132,9 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 	cd $(DOCS_SITE) && ./node_modules/.bin/vitepress build build/docs
 	cd $(DOCS_SITE) && node check-links.mjs build/docs/.vitepress/dist ../../README.md
 
-# RACE runs the race detector on the relay's code and leaves the embedded
-# NATS server's uninstrumented: nats-server v2.15.2 reads a stream's
-# in-flight map without its lock when it applies a message
-# (applyStreamMsgOp) while a publish on a new stream leader creates the map
-# (jetstream_batching.go), on every clustered publish path, batched or not.
-# The detector reported it in the cluster tests whenever a stream leader
-# changed under publishes; nothing the relay does can avoid it.
-RACE = -race -gcflags='github.com/nats-io/nats-server/v2/...=-race=false'
-
 .PHONY: test
 test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
-	go test $(RACE) -count=1 ./...
-
-.PHONY: test-race
-test-race: ## the Go tests only, with the race detector as `make test` runs it
-	go test $(RACE) -count=1 ./...
+	go test -race -count=1 ./...
 
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector

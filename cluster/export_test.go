@@ -1,6 +1,9 @@
 package cluster
 
-import natsserver "github.com/nats-io/nats-server/v2/server"
+import (
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
 
 // Crash stops the node's embedded NATS server at once, as a SIGKILL of its
 // process would for the other nodes: its routes drop, its subscriptions
@@ -42,4 +45,11 @@ func (r *Registry) Answering() int {
 	r.inflight.mu.Lock()
 	defer r.inflight.mu.Unlock()
 	return r.inflight.n
+}
+
+// Intruder connects to the node's embedded NATS server as a plain client
+// that got hold of its token: a client of the relays' NATS account that is
+// not a node, as a rogue with --nats would be.
+func (n *Node) Intruder() (*nats.Conn, error) {
+	return nats.Connect(n.srv.ClientURL(), nats.Token(n.token), nats.Name("intruder"))
 }

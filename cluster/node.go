@@ -43,14 +43,19 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
-	// srv is the embedded NATS server; nil with --nats.
-	srv *natsserver.Server
-	nc  *nats.Conn
-	js  jetstream.JetStream
+	// srv is the embedded NATS server; nil with --nats. token locks its
+	// client port.
+	srv   *natsserver.Server
+	token string
+	nc    *nats.Conn
+	js    jetstream.JetStream
 	// size is the number of nodes the configuration names (embedded),
 	// or the number of NATS servers known (--nats).
 	size     int
 	replicas int
+	// signer signs the calls this node sends the others and checks those
+	// it answers (sign.go).
+	signer *signer
 
 	closeOnce sync.Once
 	closers   []func()
@@ -69,7 +74,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeName)}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeName), signer: newSigner(cfg.ClusterSecret)}
 	var err error
 	if cfg.Embedded() {
 		err = n.startEmbedded()
@@ -108,7 +113,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	n.log.Info("joined the cluster", "embedded", cfg.Embedded(), "nodes", n.size, "replicas", n.replicas)
+	if !n.signer.enabled() && !cfg.Embedded() {
+		n.log.Warn("no --cluster-secret: calls between nodes are not signed, so any client of the NATS account can make a node act for any caller; give the relays an account of their own, and a cluster secret")
+	}
+	n.log.Info("joined the cluster", "embedded", cfg.Embedded(), "nodes", n.size, "replicas", n.replicas, "signed", n.signer.enabled())
 	return n, nil
 }
 
@@ -142,6 +150,7 @@ func (n *Node) startEmbedded() error {
 	// a call that arrives over NATS is trusted with its caller's
 	// identity, so no one else may publish.
 	token := rand.Text()
+	n.token = token
 	opts := &natsserver.Options{
 		ServerName:    n.cfg.NodeName,
 		Host:          "127.0.0.1",
