@@ -53,3 +53,7 @@ func (r *Registry) Answering() int {
 func (n *Node) Intruder() (*nats.Conn, error) {
 	return nats.Connect(n.srv.ClientURL(), nats.Token(n.token), nats.Name("intruder"))
 }
+
+// Routes is how many route connections the node's embedded NATS server
+// has to its peers.
+func (n *Node) Routes() int { return n.srv.NumRoutes() }
