@@ -54,26 +54,25 @@ func seedWorld(t *testing.T, dataDir, clientID string) {
 
 // clusterNode starts one relay of a cluster with its cluster
 // configuration and its own data directory.
-func clusterNode(t *testing.T, cc cluster.Config, demoWorld bool) *relaytest.Relay {
+func clusterNode(t *testing.T, cc cluster.Config, demoWorld bool, adjust ...func(*node.Config)) *relaytest.Relay {
 	t.Helper()
 	return relaytest.StartLogged(t, testLog(t).With("relay", cc.NodeName), func(c *node.Config) {
 		c.DataDir = cc.DataDir
 		c.Demo = demoWorld
 		c.Cluster = cc
+		for _, f := range adjust {
+			f(c)
+		}
 	})
 }
 
 // startCluster starts three relays as one cluster: n1 holds the demo
 // world, n2 the world "west", and n3 a second world "demo" of its own:
-// one of n1 and n3 must refuse to host its demo.
-func startCluster(t *testing.T, adjust ...func(*cluster.Config)) ([]*relaytest.Relay, []cluster.Config) {
+// one of n1 and n3 must refuse to host its demo. adjust changes each
+// node's configuration before it starts.
+func startCluster(t *testing.T, adjust ...func(*node.Config)) ([]*relaytest.Relay, []cluster.Config) {
 	t.Helper()
 	cfgs := clustertest.Configs(t, 3, clusterLease)
-	for i := range cfgs {
-		for _, f := range adjust {
-			f(&cfgs[i])
-		}
-	}
 	seedWorld(t, cfgs[1].DataDir, "west")
 	// A file of many chunks in west's file area, for downloads through
 	// other nodes.
@@ -90,7 +89,7 @@ func startCluster(t *testing.T, adjust ...func(*cluster.Config)) ([]*relaytest.R
 	// three are up, so they start together.
 	var wg sync.WaitGroup
 	for i := range 3 {
-		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], i == 0) })
+		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], i == 0, adjust...) })
 	}
 	wg.Wait()
 	if t.Failed() {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 )
 
@@ -19,10 +19,13 @@ func TestMain(m *testing.M) { relaytest.Main(m) }
 // 503 at once.
 func TestForwardedCallsFinishOnStop(t *testing.T) {
 	t.Parallel()
-	// The forward time-out is long enough for the script to finish on a
-	// loaded machine: the test is about the stop waiting for the call,
-	// not about the time-out.
-	nodes, _ := startCluster(t, func(c *cluster.Config) { c.ForwardTimeout = 30 * time.Second })
+	// The forward time-out and the script's time limit are long enough
+	// for the script to finish on a loaded machine: the test is about the
+	// stop waiting for the call, not about time-outs.
+	nodes, _ := startCluster(t, func(c *node.Config) {
+		c.Cluster.ForwardTimeout = 30 * time.Second
+		c.ScriptTimeout = 30 * time.Second
+	})
 	n1, n2 := nodes[0], nodes[1]
 	// A script that runs for a second and a half on west's host, n2.
 	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 1500) {} return 7;"}
@@ -30,8 +33,8 @@ func TestForwardedCallsFinishOnStop(t *testing.T) {
 	go func() {
 		answered <- n1.Do(http.MethodPost, "/execute-js", n1.AdminKey, relaytest.Q("clientId", "west"), slow)
 	}()
-	// The stop begins once n2 serves the call.
-	waitUntil(t, "the call to reach its host", func() bool { return n2.Registry().Answering() > 0 })
+	// The stop begins once the script runs on n2.
+	waitUntil(t, "the script to run on its host", func() bool { return n2.Scripts().Stats().Running > 0 })
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)

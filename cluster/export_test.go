@@ -39,14 +39,6 @@ func (r *Registry) JetStreamAPIRequests() uint64 {
 	return jsz.API.Total
 }
 
-// Answering is how many calls, streams and questions of other nodes the
-// registry is serving at the moment.
-func (r *Registry) Answering() int {
-	r.inflight.mu.Lock()
-	defer r.inflight.mu.Unlock()
-	return r.inflight.n
-}
-
 // Intruder connects to the node's embedded NATS server as a plain client
 // that got hold of its token: a client of the relays' NATS account that is
 // not a node, as a rogue with --nats would be.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -28,7 +28,7 @@ import (
 func TestRogueClientCannotActForCallers(t *testing.T) {
 	t.Parallel()
 	secret := strings.Repeat("7e1a", 16)
-	nodes, _ := startCluster(t, func(c *cluster.Config) { c.ClusterSecret = secret })
+	nodes, _ := startCluster(t, func(c *node.Config) { c.Cluster.ClusterSecret = secret })
 	n1 := nodes[0]
 	rogue, err := n1.Cluster().Intruder()
 	if err != nil {

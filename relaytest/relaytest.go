@@ -63,12 +63,12 @@ const DiceSeed = 20261122
 // Main runs a package's tests with the test binary able to serve as an
 // execute-js worker, as the relay binary does: the relays the tests start
 // run their scripts by starting the test binary again (see script.Pool).
-// Under the race detector, the binary first starts again with the
-// suppression of a known race inside nats-server (racesuppress). Call it
-// from TestMain.
+// Under the race detector, the test binary (not a worker) starts again
+// with the suppression of a known race inside nats-server (racesuppress).
+// Call it from TestMain.
 func Main(m *testing.M) {
-	racesuppress.Apply()
 	script.WorkerMain()
+	racesuppress.Apply()
 	os.Exit(m.Run())
 }
 
