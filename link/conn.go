@@ -108,6 +108,12 @@ type Conn struct {
 	cancel context.CancelFunc
 
 	lastSeen atomic.Int64 // Unix nanoseconds
+	// readerHeld is set while the socket's reader waits for the world's
+	// earlier events to be processed (see handEvent).
+	readerHeld atomic.Bool
+	// messagesRead counts the messages read from the socket, so that the
+	// ping loop can tell a silent peer from a busy one.
+	messagesRead atomic.Int64
 
 	mu      sync.Mutex
 	closed  bool
@@ -357,6 +363,7 @@ func (c *Conn) read() {
 			return
 		}
 		c.touch()
+		c.messagesRead.Add(1)
 		if typ != websocket.MessageText {
 			c.hub.stats.ignored.Add(1)
 			continue
@@ -450,7 +457,7 @@ func (c *Conn) dispatchDropped(head *chunks, size int64) {
 	case isEventType(typ):
 		c.hub.stats.events.Add(1)
 		if fn := c.hub.opts.OnEvent; fn != nil {
-			fn(c.clientID, Event{Type: typ, Size: size})
+			c.handEvent(fn, Event{Type: typ, Size: size})
 		}
 	case id != "" && typ != typeRemote && typ != typePlayerList:
 		c.refuseReply(id, size)
@@ -536,8 +543,20 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// handEvent passes an event message on. The receiver may hold the
+// socket's reader until the world's earlier events are processed
+// (back-pressure); meanwhile the reader reads no pong, so the ping loop
+// is told not to take the silence for a dead peer.
+func (c *Conn) handEvent(fn func(clientID string, ev Event), ev Event) {
+	c.readerHeld.Store(true)
+	defer c.readerHeld.Store(false)
+	fn(c.clientID, ev)
+}
+
 // pingLoop sends WebSocket pings; one without a pong within the interval
-// means the peer is gone.
+// means the peer is gone, unless a message from it arrived meanwhile or
+// the reader is held by back-pressure: a pong cannot be read then, and
+// the peer has just sent more than the relay could take.
 func (c *Conn) pingLoop() {
 	every := c.hub.opts.PingInterval
 	t := time.NewTicker(every)
@@ -548,8 +567,12 @@ func (c *Conn) pingLoop() {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(c.ctx, every)
+			readBefore := c.messagesRead.Load()
 			err := c.ws.Ping(ctx)
 			cancel()
+			if err != nil && (c.readerHeld.Load() || c.messagesRead.Load() != readBefore) {
+				continue
+			}
 			if err != nil {
 				c.shut(CloseGoingAway, "No answer to ping")
 				return
@@ -582,7 +605,7 @@ func (c *Conn) dispatch(data []byte) {
 	case isEventType(h.Type):
 		c.hub.stats.events.Add(1)
 		if fn := c.hub.opts.OnEvent; fn != nil {
-			fn(c.clientID, Event{Type: h.Type, Message: data})
+			c.handEvent(fn, Event{Type: h.Type, Message: data})
 		}
 	default:
 		if id := h.requestID(); id != "" {

@@ -639,6 +639,45 @@ func TestDeadPeerIsDetectedByPing(t *testing.T) {
 	}
 }
 
+// TestHeldReaderIsNotTakenForADeadPeer: while the world's events are
+// held back (the receiver of events takes longer than several ping
+// intervals, as back-pressure does when the relay processes a flood
+// slowly), the socket's reader cannot read pongs; the connection must stay
+// open, and the world online, once the events go through.
+func TestHeldReaderIsNotTakenForADeadPeer(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	e := newEnv(t, func(c *link.Config) {
+		c.Hub.PingInterval = 100 * time.Millisecond
+		c.Hub.OnEvent = func(_ string, ev link.Event) {
+			select {
+			case held <- struct{}{}:
+				<-release
+			default:
+			}
+		}
+	})
+	tt := e.connected()
+	clientID, _ := tt.Credentials()
+	if err := tt.Emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{}}); err != nil {
+		t.Fatal(err)
+	}
+	<-held
+	time.Sleep(time.Second) // ten ping intervals with the reader held
+	if !e.svc.Hub().Online(clientID) {
+		t.Fatal("the world went offline while its reader was held by back-pressure")
+	}
+	close(release)
+	if err := tt.Emit("hook-event", map[string]any{"hook": "updateActor", "args": []any{}}); err != nil {
+		t.Fatalf("the tabletop's connection did not survive: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if !e.svc.Hub().Online(clientID) {
+		t.Fatal("the world went offline after its reader was released")
+	}
+}
+
 func TestDisconnectFailsEveryPendingRequestAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *link.Config) { c.Hub.ReplyTimeout = time.Minute })
@@ -953,8 +992,9 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 		c.Hub.ReplyTimeout = time.Minute
 		c.Hub.PingInterval = time.Minute // the write time-out must do it alone
 		// Long enough for every request to be queued while the writer
-		// is stuck, so that the queue fills whatever the machine's pace.
-		c.Hub.WriteTimeout = 2 * time.Second
+		// is stuck, so that the queue fills whatever the machine's pace
+		// (with both cores busy, starting the callers took over 2 s).
+		c.Hub.WriteTimeout = 5 * time.Second
 		c.Hub.SendQueue = 1 // raised to the smallest queue that works
 	})
 	tt := e.connected(func(c *linktest.Config) { c.ReadBuffer = 64 << 10 })
@@ -986,7 +1026,7 @@ func TestSlowReaderIsCutOff(t *testing.T) {
 			default:
 				t.Fatalf("request to a world that does not read: %v", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(15 * time.Second):
 			t.Fatal("a request still waits on a world that does not read (reply time-out is a minute)")
 		}
 	}

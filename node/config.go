@@ -75,6 +75,9 @@ type Config struct {
 	// operator's may hold when its own quota does not say
 	// (--account-max-keys); 0 sets no limit.
 	AccountMaxKeys int
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created (--max-keys-per-creator); 0 sets no limit.
+	MaxKeysPerCreator int
 	// Hostile input: the per-key rate limit and its burst (--rate-limit,
 	// --rate-limit-burst; 0 turns the limit off).
 	RateLimit      int
@@ -199,6 +202,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerKey:    server.DefaultMaxStreamsPerKey,
 		MaxStreamsPerWorld:  server.DefaultMaxStreamsPerWorld,
 		AccountMaxKeys:      server.DefaultAccountMaxKeys,
+		MaxKeysPerCreator:   server.DefaultMaxKeysPerCreator,
 		AuthFailureLimit:    server.DefaultAuthFailuresPerMinute,
 		MaxQueryBytes:       gateway.DefaultMaxQueryBytes,
 		RequestTimeout:      30 * time.Second,

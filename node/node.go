@@ -341,16 +341,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		r.registry.Answer()
 	}
 	if r.grpc, err = server.New(server.Config{
-		Keys:           r.keys,
-		TicketStore:    ticketStore,
-		Worlds:         allWorlds,
-		Links:          worldLinks{r.links},
-		Owners:         worldOwners{r.links.Pairings()},
-		ReleaseAccount: r.releaseAccount,
-		AccountMaxKeys: cfg.AccountMaxKeys,
-		RequestIDs:     ids,
-		Log:            log,
-		ScriptTimeout:  cfg.ScriptTimeout,
+		Keys:              r.keys,
+		TicketStore:       ticketStore,
+		Worlds:            allWorlds,
+		Links:             worldLinks{r.links},
+		Owners:            worldOwners{r.links.Pairings()},
+		ReleaseAccount:    r.releaseAccount,
+		AccountMaxKeys:    cfg.AccountMaxKeys,
+		MaxKeysPerCreator: cfg.MaxKeysPerCreator,
+		RequestIDs:        ids,
+		Log:               log,
+		ScriptTimeout:     cfg.ScriptTimeout,
 		// One request size limit for both transports: the gateway bounds
 		// REST bodies with it, the gRPC server every message.
 		MaxMessageBytes: int(cfg.MaxBodyBytes),

@@ -30,6 +30,10 @@ type keyService struct {
 	// keys; defaultMaxKeys applies where an account's quota is 0.
 	accounts       keys.Accounts
 	defaultMaxKeys int64
+	// maxPerCreator bounds the unrevoked keys any one key has created,
+	// so that no key (the operator's included) can mint keys without
+	// end; 0 sets no bound.
+	maxPerCreator int
 	// chain tells which worlds the calling key's account owns.
 	chain *Chain
 }
@@ -38,6 +42,35 @@ type keyService struct {
 // the operator's may hold when neither its quota nor the relay's
 // configuration says otherwise.
 const DefaultAccountMaxKeys = 1000
+
+// DefaultMaxKeysPerCreator is how many unrevoked keys one key may have
+// created when the relay's configuration does not say.
+const DefaultMaxKeysPerCreator = 1000
+
+// checkCreatorQuota refuses a new key to a key that has already created
+// as many unrevoked keys as the relay allows one key. Revoking some of
+// them makes room again.
+func (s keyService) checkCreatorQuota(ctx context.Context, actor keys.Key) error {
+	if s.maxPerCreator <= 0 {
+		return nil
+	}
+	// Every key an actor created lies within its own bindings, so the
+	// actor's own listing holds them all.
+	list, err := s.store.ListAs(ctx, actor)
+	if err != nil {
+		return err
+	}
+	made := 0
+	for _, k := range list {
+		if k.CreatedBy == actor.ID && !k.Revoked() {
+			made++
+		}
+	}
+	if made >= s.maxPerCreator {
+		return status.Errorf(codes.PermissionDenied, "Key quota reached: one API key may have created at most %d unrevoked keys (--max-keys-per-creator); revoke some of them first", s.maxPerCreator)
+	}
+	return nil
+}
 
 // checkOwnWorlds refuses a key of an account other than the operator's
 // bound to a world its account does not own. A world of another account
@@ -111,6 +144,9 @@ func (s keyService) CreateKey(ctx context.Context, req *relayv1.CreateKeyRequest
 		spec.ExpiresAt = t
 	}
 	if err := s.checkKeyQuota(ctx, CallFrom(ctx).Key); err != nil {
+		return nil, err
+	}
+	if err := s.checkCreatorQuota(ctx, CallFrom(ctx).Key); err != nil {
 		return nil, err
 	}
 	if err := s.checkOwnWorlds(ctx, CallFrom(ctx).Key, req.GetClientIds()); err != nil {

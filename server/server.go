@@ -78,6 +78,9 @@ type Config struct {
 	// operator's may hold when its own quota does not say; 0 sets no
 	// limit.
 	AccountMaxKeys int
+	// MaxKeysPerCreator is how many unrevoked keys one key may have
+	// created, whatever its account (the operator's too); 0 sets no limit.
+	MaxKeysPerCreator int
 	// ReleaseAccount, when set, lets go of an account's worlds before the
 	// account is deleted: it revokes the tokens of the linked worlds the
 	// account owns.
@@ -220,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		folderService{},
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
-		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), chain: chain},
+		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), maxPerCreator: cfg.MaxKeysPerCreator, chain: chain},
 		accountService{store: cfg.Keys, release: cfg.ReleaseAccount},
 		clientService{worlds: cfg.Worlds, chain: chain},
 		linkService{links: cfg.Links, now: time.Now, chain: chain},

@@ -420,6 +420,59 @@ func TestAccountKeyQuota(t *testing.T) {
 	}
 }
 
+// TestKeysPerCreatorCap bounds the unrevoked keys one key may have
+// created (--max-keys-per-creator), the operator's bootstrap key too:
+// past it a new key is refused naming the limit and nothing is made;
+// revoking one makes room again; another key of the same account has its
+// own allowance; the same holds over gRPC.
+func TestKeysPerCreatorCap(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t, func(c *node.Config) { c.MaxKeysPerCreator = 2 })
+	newKey := func(key string, scopes ...string) relaytest.Response {
+		if len(scopes) == 0 {
+			scopes = []string{"entity:read"}
+		}
+		return tr.Do("POST", "/keys", key, nil, map[string]any{"name": "bot", "scopes": scopes})
+	}
+	count := func() int {
+		ks, _ := tr.Do("GET", "/keys", tr.AdminKey, nil, nil).Data(t)["keys"].([]any)
+		return len(ks)
+	}
+	first := newKey(tr.AdminKey, "admin", "entity:read")
+	if first.Status != http.StatusOK {
+		t.Fatalf("first key: %d %s", first.Status, first.Body)
+	}
+	if r := newKey(tr.AdminKey); r.Status != http.StatusOK {
+		t.Fatalf("second key: %d %s", r.Status, r.Body)
+	}
+	before := count()
+	refused := newKey(tr.AdminKey)
+	if refused.Status != http.StatusForbidden || !strings.Contains(refused.ErrorText(t), "--max-keys-per-creator") {
+		t.Fatalf("third key by the same key: %d %s; want 403 naming the limit", refused.Status, refused.Body)
+	}
+	if n := count(); n != before {
+		t.Fatalf("the refused creation made a key: %d keys, want %d", n, before)
+	}
+	// Over gRPC the same refusal.
+	_, err := relayv1.NewKeyServiceClient(tr.Conn).CreateKey(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey), &relayv1.CreateKeyRequest{Name: "bot", Scopes: []string{"entity:read"}})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "--max-keys-per-creator") {
+		t.Fatalf("third key over gRPC: %v", err)
+	}
+	// Another key of the operator's account has an allowance of its own.
+	child := first.Data(t)["key"].(string)
+	if r := newKey(child); r.Status != http.StatusOK {
+		t.Fatalf("a key made by the first key: %d %s", r.Status, r.Body)
+	}
+	// Revoking one of the bootstrap key's keys makes room again.
+	id := first.Data(t)["apiKey"].(map[string]any)["id"].(string)
+	if r := tr.Do("DELETE", "/keys/"+id, tr.AdminKey, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
+	}
+	if r := newKey(tr.AdminKey); r.Status != http.StatusOK {
+		t.Fatalf("a key after a revocation: %d %s", r.Status, r.Body)
+	}
+}
+
 // TestAccountApprovesPairRequest: a pair request approved with an
 // account's admin key links the world into that account, which lists
 // it, while another account does not see it.

@@ -59,6 +59,7 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventQueueSize, "event-queue-size", d.EventQueueSize, "`events` a stream may fall behind before it is closed with an overflow event (RELAY_EVENT_QUEUE_SIZE)")
 	fs.IntVar(&c.MaxStreamsPerKey, "max-streams-per-key", d.MaxStreamsPerKey, "open event streams allowed per API key; more get 429 (RELAY_MAX_STREAMS_PER_KEY)")
 	fs.IntVar(&c.AccountMaxKeys, "account-max-keys", d.AccountMaxKeys, "unrevoked `keys` an account may hold unless its quota says otherwise; the operator's account is not limited (RELAY_ACCOUNT_MAX_KEYS; 0: no limit)")
+	fs.IntVar(&c.MaxKeysPerCreator, "max-keys-per-creator", d.MaxKeysPerCreator, "unrevoked `keys` one API key may have created, whatever its account (the operator's too); more get 403 until some are revoked (RELAY_MAX_KEYS_PER_CREATOR; 0: no limit)")
 	fs.IntVar(&c.MaxStreamsPerWorld, "max-streams-per-world", d.MaxStreamsPerWorld, "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 	fs.IntVar(&c.RateLimit, "rate-limit", d.RateLimit, "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
 	fs.IntVar(&c.RateLimitBurst, "rate-limit-burst", d.RateLimitBurst, "`requests` a key may send at once before --rate-limit paces it; 0 means one minute's worth (RELAY_RATE_LIMIT_BURST)")
@@ -116,7 +117,7 @@ func (c *serveConfig) check() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"body-min-rate", c.BodyMinRate}, {"max-conns", c.MaxConns}, {"max-conns-per-ip", c.MaxConnsPerIP}} {
+	}{{"body-min-rate", c.BodyMinRate}, {"max-conns", c.MaxConns}, {"max-conns-per-ip", c.MaxConnsPerIP}, {"account-max-keys", c.AccountMaxKeys}, {"max-keys-per-creator", c.MaxKeysPerCreator}} {
 		if n.v < 0 {
 			return fmt.Errorf("--%s must not be negative (0 turns it off), not %d", n.flag, n.v)
 		}

