@@ -23,11 +23,11 @@ build: ## build bin/relay with its version, commit and build date
 	go build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)" -o bin/relay ./cmd/relay
 
 .PHONY: generate
-generate: ## regenerate gen/ from proto/ (buf lint included)
+generate: ## regenerate gen/ from proto/ (buf lint included) and the world mocks in gen/mock
 	./scripts/generate.sh
 
 .PHONY: check-generate
-check-generate: generate ## fail when gen/ is not what proto/ generates
+check-generate: generate ## fail when gen/ is not what proto/ and the mocked interfaces generate
 	@if [ -n "$$(git status --porcelain -- gen proto)" ]; then \
 		echo "gen/ or proto/ changed when regenerated: run 'make generate' and commit" >&2; \
 		git status --porcelain -- gen proto >&2; exit 1; fi

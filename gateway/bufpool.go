@@ -22,6 +22,9 @@ var bufferPool = sync.Pool{New: func() any { return new([]byte) }}
 // responseBuffer is one request's claim on a pooled buffer.
 type responseBuffer struct {
 	buf *[]byte // nil until the marshaler takes one
+	// operation is the operation of the request's route, for the
+	// envelope and the error body (see operationOf).
+	operation string
 }
 
 type responseBufferKey struct{}

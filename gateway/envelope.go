@@ -124,6 +124,9 @@ func (g *gateway) wrapResponse(ctx context.Context, resp proto.Message) (any, er
 
 // operationOf returns the operation of the RPC a request was routed to.
 func (g *gateway) operationOf(ctx context.Context) string {
+	if rb := responseBufferFrom(ctx); rb != nil && rb.operation != "" {
+		return rb.operation
+	}
 	if method, ok := runtime.RPCMethod(ctx); ok {
 		if op := g.routes.operation(method); op != "" {
 			return op

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
@@ -39,7 +40,9 @@ func TestMergeParams(t *testing.T) {
 		{"unknown parameters ignored", search, `{"nonsense":1}`, "other=2", `{}`, ""},
 		{"null is absent", search, `{"query":null}`, "query=Aria", `{"query":"Aria"}`, ""},
 		{"nested message checked", transfer, `{"currency":{"gp":"5"}}`, "", `{"currency":{"gp":5}}`, ""},
-		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'gp' must be a number"},
+		{"nested message member named", transfer, `{"currency":{"gp":"lots"}}`, "", "", "'currency.gp' must be a number"},
+		{"nested message member unknown", transfer, `{"currency":{"gold":5}}`, "", "", "'currency.gold' is not one of its members (pp, gp, ep, sp, cp)"},
+		{"nested message with known members", transfer, `{"currency":{"gp":5,"sp":1}}`, "", `{"currency":{"gp":5,"sp":1}}`, ""},
 		{"not a number", rest, `{"autoHDThreshold":"NaN"}`, "", "", "'autoHDThreshold' must be a number"},
 		{"infinity in a query", rest, "", "autoHDThreshold=Infinity", "", "'autoHDThreshold' must be a number"},
 		{"out of range", search, "", "limit=2147483648", "", "'limit' is out of range"},
@@ -97,5 +100,36 @@ func TestMergeParams(t *testing.T) {
 				t.Fatalf("got %s, want %s", text, tt.want)
 			}
 		})
+	}
+}
+
+// TestStringParamsAllocations: the plain string parameters of a call (its
+// world, user and uuid) are set on a generated request without boxing
+// them: what remains is the merging of the parameters and one string for
+// each value.
+func TestStringParamsAllocations(t *testing.T) {
+	query := url.Values{"clientId": {"demo"}, "userId": {"Alice"}, "uuid": {"Actor.ariaVale00000001"}}
+	var req relayv1.GetDocumentRequest
+	if err := decodeParams(&req, nil, query); err != nil {
+		t.Fatal(err)
+	}
+	if req.ClientId != "demo" || req.UserId != "Alice" || req.Uuid != "Actor.ariaVale00000001" {
+		t.Fatalf("decoded %v", &req)
+	}
+	// The same through a dynamic message, which protoreflect sets.
+	dyn := dynamicpb.NewMessage(req.ProtoReflect().Descriptor())
+	if err := decodeParams(dyn, nil, query); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(dyn, &req) {
+		t.Errorf("dynamic message decoded as %v, want %v", dyn, &req)
+	}
+	n := testing.AllocsPerRun(100, func() {
+		req.Reset()
+		_ = decodeParams(&req, nil, query)
+	})
+	// The merged map, a JSON string per value, a Go string per value.
+	if n > 10 {
+		t.Errorf("%v allocations to decode three string parameters, want at most 10", n)
 	}
 }

@@ -372,6 +372,10 @@ type conn struct {
 	holdMu sync.Mutex
 	hold   bool
 	held   []byte
+	// vec and bufs are writeWithHeld's vector, kept with the connection
+	// so that building it allocates nothing. Under holdMu.
+	vec  [2][]byte
+	bufs net.Buffers
 }
 
 // maxHeldWrite is the largest write a connection keeps back to send with
@@ -455,8 +459,11 @@ func (c *conn) writeWithHeld(p []byte) (int, error) {
 		}
 	}
 	// net.Buffers writes with writev when the connection is a socket.
-	bufs := net.Buffers{held, p}
-	n, err := bufs.WriteTo(c.Conn)
+	c.vec = [2][]byte{held, p}
+	c.bufs = c.vec[:]
+	n, err := c.bufs.WriteTo(c.Conn)
+	// The caller's buffer is not kept past its write.
+	c.vec, c.bufs = [2][]byte{}, nil
 	return int(max(0, n-int64(len(held)))), err
 }
 

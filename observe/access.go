@@ -86,6 +86,9 @@ func (o AccessOptions) label(path string) string {
 	return "other"
 }
 
+// maxAccessAttrs is the most attributes an access line has.
+const maxAccessAttrs = 14
+
 // writeAccessLine writes one request's line.
 func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, path string, aw *accessWriter, rec *RecordFields, status int, d time.Duration) {
 	level := slog.LevelInfo
@@ -105,9 +108,11 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, pat
 		requestID = aw.Header().Get("X-Request-Id")
 	}
 	// The record is built by hand, as the chain's rpc line is: it is
-	// written for every request.
-	line := slog.NewRecord(time.Now(), level, "http", 0)
-	line.AddAttrs(
+	// written for every request. The attributes are gathered first and
+	// added at once, so that the record grows its storage once rather
+	// than at each optional one.
+	var attrs [maxAccessAttrs]slog.Attr
+	a := append(attrs[:0],
 		slog.String("method", r.Method),
 		slog.String("path", path),
 		slog.String("route", rec.Route),
@@ -116,24 +121,26 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, r *http.Request, pat
 		slog.Float64("durationMs", Milliseconds(d)),
 	)
 	if requestID != "" {
-		line.AddAttrs(slog.String("requestId", requestID))
+		a = append(a, slog.String("requestId", requestID))
 	}
 	if rec.KeyID != "" {
-		line.AddAttrs(slog.String("keyId", rec.KeyID))
+		a = append(a, slog.String("keyId", rec.KeyID))
 	}
 	if rec.World != "" {
-		line.AddAttrs(slog.String("clientId", rec.World))
+		a = append(a, slog.String("clientId", rec.World))
 	}
 	if rec.User != "" {
-		line.AddAttrs(slog.String("user", rec.User))
+		a = append(a, slog.String("user", rec.User))
 	}
 	if rec.RPC != "" {
-		line.AddAttrs(slog.String("rpc", rec.RPC), slog.String("code", rec.Code))
+		a = append(a, slog.String("rpc", rec.RPC), slog.String("code", rec.Code))
 	}
 	if rec.Error != "" {
-		line.AddAttrs(slog.String("error", rec.Error))
+		a = append(a, slog.String("error", rec.Error))
 	}
-	line.AddAttrs(slog.String("remote", r.RemoteAddr))
+	a = append(a, slog.String("remote", r.RemoteAddr))
+	line := slog.NewRecord(time.Now(), level, "http", 0)
+	line.AddAttrs(a...)
 	_ = log.Handler().Handle(ctx, line)
 }
 

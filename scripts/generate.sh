@@ -38,3 +38,23 @@ import _ "embed"
 var JSON []byte
 GO
 gofmt -l gen/openapi >/dev/null
+
+# Strict mocks of the interfaces through which the services reach worlds,
+# for the server's tests: mockgen from go.uber.org/mock, pinned in
+# tools/go.mod, and the gomock package its mocks import, required by go.mod,
+# must be the same release.
+mock_tool=$(go list -modfile=tools/go.mod -m -f '{{.Version}}' go.uber.org/mock)
+mock_lib=$(go list -m -f '{{.Version}}' go.uber.org/mock)
+if [ "$mock_tool" != "$mock_lib" ]; then
+	echo "go.uber.org/mock is $mock_tool in tools/go.mod (mockgen) but $mock_lib in go.mod (gomock): pin one release in both" >&2
+	exit 1
+fi
+mockgen() { go tool -modfile=tools/go.mod mockgen -typed -write_generate_directive=false "$@"; }
+rm -rf gen/mock
+mkdir -p gen/mock/worldmock gen/mock/servermock
+mockgen -destination gen/mock/worldmock/worldmock.go -package worldmock \
+	github.com/tabletop-relay/relay/world \
+	World,Documents,DocumentSearch,Folders,Selection,Encounters,Files,Scripts,Events,EventSubscription,Dnd5e
+mockgen -destination gen/mock/servermock/servermock.go -package servermock \
+	github.com/tabletop-relay/relay/server \
+	Worlds,WorldLinks

@@ -219,7 +219,9 @@ func (c *Chain) requestIDUnary(ctx context.Context, req any, info *grpc.UnarySer
 	} else {
 		call = c.newCall(info.FullMethod)
 	}
-	md := metadata.Pairs(wire.RequestIDHeader, call.RequestID)
+	// The header's name is in lower case already: the metadata is built
+	// directly rather than through metadata.Pairs, which copies it.
+	md := metadata.MD{wire.RequestIDHeader: {call.RequestID}}
 	_ = grpc.SetHeader(ctx, md)
 	_ = grpc.SetTrailer(ctx, md)
 	return handler(withCall(ctx, call), req)

@@ -39,8 +39,10 @@ func NewRequestIDs(node int, clock func() time.Time) *RequestIDs {
 func (g *RequestIDs) New(operation string) string {
 	seq := g.seq.Add(1) % 100_000_000
 	ms := g.clock().UnixMilli()
-	buf := make([]byte, 0, len(operation)+1+28)
-	buf = append(buf, operation...)
+	// Room on the stack for any operation name of the contract: the id's
+	// only allocation is its string.
+	var room [64]byte
+	buf := append(room[:0], operation...)
 	buf = append(buf, '_')
 	buf = strconv.AppendInt(buf, ms, 10)
 	buf = appendPadded(buf, uint64(g.node), 6)

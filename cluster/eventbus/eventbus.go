@@ -160,6 +160,9 @@ type Bus struct {
 	opts Options
 
 	queue chan outgoing
+	// acks are the published events whose acknowledgements watchAcks
+	// awaits, in the order they were published.
+	acks chan pendingAck
 	// queued is the bytes of the records in queue.
 	queued  atomic.Int64
 	dropped atomic.Uint64
@@ -259,9 +262,11 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), stop: make(chan struct{}), feeds: map[string]*feed{}}
-	b.wg.Add(2)
+	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), acks: make(chan pendingAck, maxPendingAcks),
+		stop: make(chan struct{}), feeds: map[string]*feed{}}
+	b.wg.Add(3)
 	go b.publish()
+	go b.watchAcks()
 	go b.watchFeeds()
 	hub.OnPublish(func(clientID string, records []world.JournalRecord) { b.enqueue(subjectPrefix, clientID, records) })
 	return b, nil
@@ -492,43 +497,101 @@ const (
 // send publishes one event without waiting for its acknowledgement, and
 // sends it again when it is not acknowledged.
 func (b *Bus) send(o outgoing, attempt int) {
-	msg := eventMsg(o.subject, o.record)
-	retry := func(err error) {
-		if attempt+1 >= publishRetries {
-			b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
-			return
-		}
-		b.retries.Add(1)
-		go func() {
-			select {
-			case <-time.After(publishBackoff):
-				b.send(o, attempt+1)
-			case <-b.stop:
-			}
-		}()
-	}
-	ack, err := b.js.PublishMsgAsync(msg)
+	ack, err := b.js.PublishMsgAsync(eventMsg(o.subject, o.record))
 	if err != nil {
-		retry(err)
+		b.retry(o, attempt, err)
 		return
 	}
+	select {
+	case b.acks <- pendingAck{ack: ack, out: o, attempt: attempt, due: time.Now().Add(publishAckWait)}:
+	case <-b.stop:
+		// Stopping: the event went out, and Close waits a while for the
+		// acknowledgements of the last ones (a node that hosts the world
+		// again backfills what the stream lacks).
+	}
+}
+
+// retry sends an event again after publishBackoff, unless it was its
+// last attempt or the bus stops.
+func (b *Bus) retry(o outgoing, attempt int, err error) {
+	if attempt+1 >= publishRetries {
+		b.opts.Log.Warn("an event was not stored for the other nodes", "world", o.clientID, "seq", o.record.Seq, "error", err)
+		return
+	}
+	b.retries.Add(1)
 	go func() {
-		t := time.NewTimer(publishAckWait)
-		defer t.Stop()
 		select {
-		case pa := <-ack.Ok():
-			if pa != nil && pa.Duplicate && attempt == 0 {
-				// Not a retry of ours: another node numbered an event of
-				// this world the same, and this one was not stored.
-				b.opts.Log.Warn("an event's id was taken already; the other nodes do not get it", "subject", o.subject, "seq", o.record.Seq)
-			}
-		case err := <-ack.Err():
-			retry(err)
-		case <-t.C:
-			// A stream that lost its leader may never answer.
-			retry(errors.New("no acknowledgement"))
+		case <-time.After(publishBackoff):
+			b.send(o, attempt+1)
+		case <-b.stop:
 		}
 	}()
+}
+
+// maxPendingAcks bounds the acknowledgements awaited at once: more than
+// JetStream lets a connection leave unacknowledged by default (4,000).
+// When it is reached, publishing waits for the oldest.
+const maxPendingAcks = 1 << 13
+
+// pendingAck is a published event awaiting its acknowledgement until due.
+type pendingAck struct {
+	ack     jetstream.PubAckFuture
+	out     outgoing
+	attempt int
+	due     time.Time
+}
+
+// watchAcks awaits the acknowledgements of the published events, oldest
+// first, and sends again an event that was refused or not acknowledged
+// in time. One goroutine and one timer serve every event: a goroutine and
+// a timer for each, as there were, cost a write in a cluster more than
+// its publication did. The acknowledgements come in about the order of
+// the publications, and each event's time limit runs from its own
+// publication, so waiting for an old one does not delay the verdict on
+// later ones.
+func (b *Bus) watchAcks() {
+	defer b.wg.Done()
+	timer := time.NewTimer(publishAckWait)
+	defer timer.Stop()
+	for {
+		var p pendingAck
+		select {
+		case p = <-b.acks:
+		case <-b.stop:
+			return
+		}
+		select {
+		case pa := <-p.ack.Ok():
+			b.acknowledged(p, pa)
+			continue
+		case err := <-p.ack.Err():
+			b.retry(p.out, p.attempt, err)
+			continue
+		default:
+		}
+		timer.Reset(time.Until(p.due))
+		select {
+		case pa := <-p.ack.Ok():
+			b.acknowledged(p, pa)
+		case err := <-p.ack.Err():
+			b.retry(p.out, p.attempt, err)
+		case <-timer.C:
+			// A stream that lost its leader may never answer.
+			b.retry(p.out, p.attempt, errors.New("no acknowledgement"))
+		case <-b.stop:
+			return
+		}
+		timer.Stop()
+	}
+}
+
+// acknowledged notes a stored event's acknowledgement.
+func (b *Bus) acknowledged(p pendingAck, pa *jetstream.PubAck) {
+	if pa != nil && pa.Duplicate && p.attempt == 0 {
+		// Not a retry of ours: another node numbered an event of this
+		// world the same, and this one was not stored.
+		b.opts.Log.Warn("an event's id was taken already; the other nodes do not get it", "subject", p.out.subject, "seq", p.out.record.Seq)
+	}
 }
 
 // Close stops publishing and every feed; subscriptions fed by the bus get

@@ -203,6 +203,23 @@ func (s *KeyStore) Close() error {
 // key that is not there is read from the bucket once (a key just created
 // on another node).
 func (s *KeyStore) Authenticate(ctx context.Context, plaintext string) (keys.Key, error) {
+	k, err := s.usable(ctx, plaintext)
+	if err != nil {
+		return keys.Key{}, err
+	}
+	return k.Clone(), nil
+}
+
+// Check reports what Authenticate would, without handing out a copy of the
+// key: admission needs only the verdict.
+func (s *KeyStore) Check(ctx context.Context, plaintext string) error {
+	_, err := s.usable(ctx, plaintext)
+	return err
+}
+
+// usable returns the remembered record of the usable key presented; its
+// lists are the store's own, not to be handed out.
+func (s *KeyStore) usable(ctx context.Context, plaintext string) (keys.Key, error) {
 	h, err := keys.HashPresented(plaintext)
 	if err != nil {
 		return keys.Key{}, err
@@ -225,7 +242,7 @@ func (s *KeyStore) Authenticate(ctx context.Context, plaintext string) (keys.Key
 	if a, ok := (*s.suspended.Load())[k.Account()]; ok {
 		return keys.Key{}, keys.SuspendedError(a)
 	}
-	return k.Clone(), nil
+	return k, nil
 }
 
 // read reads the key with hash h from the bucket.

@@ -49,6 +49,9 @@ func TestKeysAcrossNodes(t *testing.T) {
 	}
 	// No wait: node B reads through to the bucket when the watcher has
 	// not brought the key yet.
+	if err := nodes[2].Check(ctx, plain); err != nil {
+		t.Fatalf("node C's check refused a key created on node A: %v", err)
+	}
 	got, err := b.Authenticate(ctx, plain)
 	if err != nil {
 		t.Fatalf("node B refused a key created on node A: %v", err)
@@ -73,6 +76,13 @@ func TestKeysAcrossNodes(t *testing.T) {
 	}
 	if _, err := b.Authenticate(ctx, plain); !errors.Is(err, keys.ErrRevoked) {
 		t.Fatalf("node B after its own revocation: %v, want ErrRevoked", err)
+	}
+	// Admission's check gives the same verdicts.
+	if err := b.Check(ctx, plain); !errors.Is(err, keys.ErrRevoked) {
+		t.Fatalf("node B's check after its own revocation: %v, want ErrRevoked", err)
+	}
+	if err := b.Check(ctx, "rk_"+strings.Repeat("A", 43)); !errors.Is(err, keys.ErrUnknown) {
+		t.Fatalf("node B's check of an unknown key: %v, want ErrUnknown", err)
 	}
 	var wg sync.WaitGroup
 	for i, n := range []*shared.KeyStore{a, nodes[2]} {

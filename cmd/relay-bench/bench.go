@@ -91,6 +91,11 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	if cfg.rate > 0 {
 		rep.RatePerSecond = cfg.rate
 	}
+	if cfg.settle {
+		if _, _, err := waitForQuiet(ctx, "the relay", defaultSettle(cfg.settleMax), progress); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.warmup > 0 {
 		fmt.Fprintf(progress, "warming up for %v ...\n", cfg.warmup)
 		runPhase(ctx, cfg, callers, cfg.mix, cfg.warmup)
@@ -115,9 +120,12 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	if t.pprof != "" {
 		profiled = profileCPU(t.pprof, cfg.duration, cfg.cpuProfile)
 	}
+	watch := startCPUWatch(t.pid)
 	genBefore := selfCPU()
 	phase := runPhase(ctx, cfg, callers, cfg.mix, cfg.duration)
 	genCPU := selfCPU() - genBefore
+	rep.OtherCPUCores = watch.otherCores(phase.elapsed)
+	warnQuietness(progress, "the relay's measurement", rep.LoadAverageBefore, rep.OtherCPUCores)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -151,7 +159,7 @@ func runBench(ctx context.Context, cfg config, progress io.Writer) (*report, err
 	}
 
 	if cfg.baseline {
-		if err := runBaseline(ctx, cfg, base, keys, rep, progress); err != nil {
+		if err := runBaseline(ctx, cfg, base, keys, t.pid, rep, progress); err != nil {
 			return nil, err
 		}
 	}
@@ -173,9 +181,8 @@ func runPhase(ctx context.Context, cfg config, callers []caller, mix []weighted,
 	return drive(ctx, callers, mix, d)
 }
 
-// loadAverageNow reads the one-minute load average and tells progress,
-// warning when it is above 1: figures taken on a busy machine say little
-// about the relay. It returns -1 when the system does not tell.
+// loadAverageNow reads the one-minute load average and tells progress.
+// It returns -1 when the system does not tell.
 func loadAverageNow(progress io.Writer, when string) float64 {
 	load, err := readLoadAverage()
 	if err != nil {
@@ -183,10 +190,17 @@ func loadAverageNow(progress io.Writer, when string) float64 {
 		return -1
 	}
 	fmt.Fprintf(progress, "one-minute load average %s: %.2f\n", when, load)
-	if load > busyLoad {
-		fmt.Fprintf(progress, "WARNING: the load average is above %g: other work is running, and the figures of this run are no evidence of the relay's speed\n", busyLoad)
-	}
 	return load
+}
+
+// warnQuietness tells progress how much CPU other processes used during a
+// measured phase, and warns when the phase's figures are no evidence (see
+// quietnessWarning).
+func warnQuietness(progress io.Writer, phase string, loadBefore, otherCores float64) {
+	fmt.Fprintf(progress, "other processes' CPU during %s: %s\n", phase, coresText(otherCores))
+	if w := quietnessWarning(loadBefore, otherCores); w != "" {
+		fmt.Fprintf(progress, "WARNING: %s: %s\n", phase, w)
+	}
 }
 
 // receivePool is the gRPC clients' pool of receive buffers: powers of two
@@ -201,7 +215,7 @@ var receivePool = func() mem.BufferPool {
 
 // runBaseline serves the relay's GET /get bytes from a bare handler and
 // drives it as the relay's get was driven.
-func runBaseline(ctx context.Context, cfg config, base string, keys benchKeys, rep *report, progress io.Writer) error {
+func runBaseline(ctx context.Context, cfg config, base string, keys benchKeys, relayPID int, rep *report, progress io.Writer) error {
 	body, contentType, err := fetchGet(ctx, base, keys)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
@@ -218,15 +232,28 @@ func runBaseline(ctx context.Context, cfg config, base string, keys benchKeys, r
 		callers = append(callers, c)
 	}
 	mix := []weighted{{"get", 1}}
+	if cfg.settle {
+		// The relay's phase just raised the load average by itself.
+		if _, _, err := waitForQuiet(ctx, "the baseline", defaultSettle(cfg.settleMax), progress); err != nil {
+			return err
+		}
+	}
 	if cfg.warmup > 0 {
 		fmt.Fprintf(progress, "warming up the baseline for %v ...\n", cfg.warmup)
 		runPhase(ctx, cfg, callers, mix, cfg.warmup)
 	}
+	loadBefore := loadAverageNow(progress, "before the baseline's measurement")
 	fmt.Fprintf(progress, "measuring the baseline (%d bytes per answer) for %v ...\n", len(body), cfg.duration)
+	// The relay idles meanwhile; its CPU still counts as its own.
+	watch := startCPUWatch(relayPID)
 	phase := runPhase(ctx, cfg, callers, mix, cfg.duration)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	rep.addBaseline(phase, len(body))
+	rep.BaselineLoadAverageBefore = &loadBefore
+	other := watch.otherCores(phase.elapsed)
+	rep.BaselineOtherCPUCores = &other
+	warnQuietness(progress, "the baseline's measurement", loadBefore, other)
 	return nil
 }

@@ -121,7 +121,7 @@ func TestFlags(t *testing.T) {
 	if _, err := parseConfig([]string{"-h"}, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "grpc-conns", "baseline", "rate", "json"} {
+	for _, name := range []string{"addr", "admin-key-file", "pid", "relay-bin", "relay-log", "concurrency", "duration", "warmup", "mix", "only", "subscribers", "grpc", "grpc-conns", "baseline", "rate", "settle", "settle-max", "json"} {
 		if !strings.Contains(out.String(), "-"+name) {
 			t.Errorf("-h does not document --%s", name)
 		}
@@ -136,6 +136,7 @@ func TestFlags(t *testing.T) {
 		{"--concurrency", "0"},
 		{"--grpc", "--grpc-conns", "0"},
 		{"--rate", "-1"},
+		{"--settle", "--settle-max", "0"},
 		{"--only", "nothing"},
 		{"extra"},
 	} {

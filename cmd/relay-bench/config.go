@@ -45,6 +45,11 @@ type config struct {
 	fsyncBytes    int
 	fsyncDir      string
 
+	// settle waits, before each measured phase, until the one-minute
+	// load average is under 1, for at most settleMax.
+	settle    bool
+	settleMax time.Duration
+
 	jsonPath string
 	// cpuProfile, when set, receives the started relay's CPU profile of
 	// the measured phase.
@@ -85,6 +90,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.fsyncBytes, "fsync-bytes", 4096, "`bytes` per write of --fsync-floor (one page of a SQLite WAL frame)")
 	fs.StringVar(&cfg.fsyncDir, "fsync-dir", "", "`directory` --fsync-floor writes in; empty: the system's temporary directory, where a started relay keeps its data")
 	fs.StringVar(&cfg.cpuProfile, "cpu-profile", "", "write the started relay's CPU profile of the measured phase to this `file` (go tool pprof FILE); not with --addr")
+	fs.BoolVar(&cfg.settle, "settle", false, "before each measured phase (the relay's, and the baseline's), wait until the one-minute load average is under 1, printing its progress, so that the minute before the measurement was quiet")
+	fs.DurationVar(&cfg.settleMax, "settle-max", 10*time.Minute, "the longest --settle waits before each phase; the run then goes on, and warns")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the report as JSON to this `file` (- for stdout)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: relay-bench [flags]\n\nDrives load against a relay (started here, or --addr) and reports per operation:\nrequests/s, p50/p90/p99/max latency, errors, and the relay's CPU seconds and peak RSS.\n\nFlags:")
@@ -113,6 +120,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("--warmup must not be negative")
 	case cfg.rate < 0 || cfg.rate > 1e6:
 		return cfg, errors.New("--rate must be between 0 (closed loop) and 1000000 requests per second")
+	case cfg.settleMax <= 0:
+		return cfg, errors.New("--settle-max must be positive")
 	case cfg.grpcConns < 1:
 		return cfg, errors.New("--grpc-conns must be at least 1")
 	case cfg.fsyncFloor && (cfg.fsyncDuration <= 0 || cfg.fsyncBytes < 1 || cfg.fsyncBytes > fsyncRegion/2):

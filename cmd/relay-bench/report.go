@@ -24,12 +24,24 @@ type report struct {
 	Missed int `json:"missed,omitempty"`
 	// LoadAverageBefore and LoadAverageAfter are the machine's one-minute
 	// load average before the measured phase and after the last one (-1:
-	// unknown). Above 1, other work ran and the figures are no evidence.
+	// unknown). Above 1 before, other work ran in the minute before and
+	// the figures are no evidence; the one after is raised by the run
+	// itself and tests nothing.
 	LoadAverageBefore float64 `json:"loadAverageBefore"`
 	LoadAverageAfter  float64 `json:"loadAverageAfter"`
-	Mix               string  `json:"mix"`
-	WarmupSeconds     float64 `json:"warmupSeconds"`
-	DurationSeconds   float64 `json:"durationSeconds"`
+	// OtherCPUCores is the CPU time that processes other than the relay
+	// and relay-bench used during the measured phase, as a share of one
+	// core (the machine's busy time from /proc/stat minus both processes'
+	// own); -1 when unknown (no relay process id). Above maxOtherCores,
+	// the figures are no evidence.
+	OtherCPUCores float64 `json:"otherCpuCores"`
+	// BaselineLoadAverageBefore and BaselineOtherCPUCores are the same
+	// for the baseline's measured phase, with --baseline.
+	BaselineLoadAverageBefore *float64 `json:"baselineLoadAverageBefore,omitempty"`
+	BaselineOtherCPUCores     *float64 `json:"baselineOtherCpuCores,omitempty"`
+	Mix                       string   `json:"mix"`
+	WarmupSeconds             float64  `json:"warmupSeconds"`
+	DurationSeconds           float64  `json:"durationSeconds"`
 	// ElapsedSeconds is the measured phase's real length (the requests
 	// under way at its end are waited for); rates are counted over it.
 	ElapsedSeconds float64    `json:"elapsedSeconds"`
@@ -143,9 +155,17 @@ func (r *report) writeTable(w io.Writer) {
 	if r.RatePerSecond > 0 {
 		fmt.Fprintf(w, "open loop: %g requests/s on a fixed schedule, latency counted from each request's scheduled start\n", r.RatePerSecond)
 	}
-	fmt.Fprintf(w, "one-minute load average: %s before, %s after\n", loadText(r.LoadAverageBefore), loadText(r.LoadAverageAfter))
-	if r.LoadAverageBefore > busyLoad || r.LoadAverageAfter > busyLoad {
-		fmt.Fprintf(w, "WARNING: the load average was above %g: other work was running, and these figures are no evidence of the relay's speed\n", busyLoad)
+	fmt.Fprintf(w, "one-minute load average: %s before, %s after (which the run itself raises); other processes' CPU during the measurement: %s\n",
+		loadText(r.LoadAverageBefore), loadText(r.LoadAverageAfter), coresText(r.OtherCPUCores))
+	if warning := quietnessWarning(r.LoadAverageBefore, r.OtherCPUCores); warning != "" {
+		fmt.Fprintf(w, "WARNING: the relay's measurement: %s\n", warning)
+	}
+	if r.BaselineLoadAverageBefore != nil && r.BaselineOtherCPUCores != nil {
+		fmt.Fprintf(w, "baseline's measurement: one-minute load average %s before; other processes' CPU: %s\n",
+			loadText(*r.BaselineLoadAverageBefore), coresText(*r.BaselineOtherCPUCores))
+		if warning := quietnessWarning(*r.BaselineLoadAverageBefore, *r.BaselineOtherCPUCores); warning != "" {
+			fmt.Fprintf(w, "WARNING: the baseline's measurement: %s\n", warning)
+		}
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -224,6 +244,14 @@ func loadText(load float64) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.2f", load)
+}
+
+// coresText formats a share of one core as a percentage, -1 as unknown.
+func coresText(cores float64) string {
+	if cores < 0 {
+		return "unknown (needs the relay's process id)"
+	}
+	return fmt.Sprintf("%.1f%% of one core", 100*cores)
 }
 
 // oneLine keeps an error text on one line of the report.

@@ -26,11 +26,16 @@ type listedPackage struct {
 
 // room names the part of the relay a package belongs to: its top folder,
 // or for cmd/ and world/ its second, since each of those is a room of its
-// own. Generated code is one room; the build scripts are left out.
+// own. Generated code is one room, except the generated mocks, which import
+// the interfaces they mock and are a room of their own for tests; the
+// build scripts are left out.
 func room(rel string) string {
 	parts := strings.Split(rel, "/")
 	switch parts[0] {
 	case "gen":
+		if len(parts) > 1 && parts[1] == "mock" {
+			return "gen/mock"
+		}
 		return "gen"
 	case "scripts":
 		return ""

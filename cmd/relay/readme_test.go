@@ -158,6 +158,11 @@ func TestReadmeBlocks(t *testing.T) {
 		`"execute-js-result"`,  // a script
 		`"ticket":"st_`,        // a stream ticket
 		`"apiKey":"rk_`,        // a key request's key, fetched once approved
+		// A game master's bot, with a key its account approved, sees only
+		// the account's linked world.
+		`"total":1,"clients":[{"clientId":"fvtt_`,
+		`"worldId":"alex-campaign"`,
+		`"type":"search-result"`,
 		"### done",
 	} {
 		if !strings.Contains(got, want) {

@@ -107,7 +107,10 @@ func HashPresented(plaintext string) ([sha256.Size]byte, error) {
 	if !wellFormed(plaintext) {
 		return [sha256.Size]byte{}, ErrUnknown
 	}
-	return sha256.Sum256([]byte(plaintext)), nil
+	// A well-formed key has keyLen bytes: copied to the stack, hashing it
+	// allocates nothing (converting it to a slice would).
+	var b [keyLen]byte
+	return sha256.Sum256(b[:copy(b[:], plaintext)]), nil
 }
 
 // Usable reports why the key may not be used at now: ErrRevoked,

@@ -411,23 +411,40 @@ func (s *Store) Count(ctx context.Context) (int, error) {
 // ErrExpired (checked in that order) for a key that exists but may not be
 // used; on failure the returned Key is the zero value.
 func (s *Store) Authenticate(ctx context.Context, plaintext string) (Key, error) {
-	h, err := HashPresented(plaintext)
+	k, err := s.usable(plaintext)
 	if err != nil {
 		return Key{}, err
+	}
+	return k.clone(), nil
+}
+
+// Check reports what Authenticate would, without handing out a copy of the
+// key: admission needs only the verdict.
+func (s *Store) Check(_ context.Context, plaintext string) error {
+	_, err := s.usable(plaintext)
+	return err
+}
+
+// usable returns the stored record of the usable key presented; its lists
+// are the store's own, not to be handed out.
+func (s *Store) usable(plaintext string) (*Key, error) {
+	h, err := HashPresented(plaintext)
+	if err != nil {
+		return nil, err
 	}
 	// Looking up the hash (not the key) leaks nothing useful through timing:
 	// an attacker would need a SHA-256 preimage to exploit it.
 	k, ok := s.idx.Load().byHash[h]
 	if !ok {
-		return Key{}, ErrUnknown
+		return nil, ErrUnknown
 	}
 	if err := k.Usable(s.clock()); err != nil {
-		return Key{}, err
+		return nil, err
 	}
 	if a, ok := (*s.suspended.Load())[k.Account()]; ok {
-		return Key{}, suspended(a)
+		return nil, suspended(a)
 	}
-	return k.clone(), nil
+	return k, nil
 }
 
 // wellFormed reports whether p has the shape of a relay key.

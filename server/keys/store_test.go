@@ -417,6 +417,10 @@ func TestAuthenticate(t *testing.T) {
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("Authenticate error = %v, want %v", err, tt.wantErr)
 			}
+			// Admission's check gives the same verdict.
+			if err := s.Check(ctx, tt.key); !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Check error = %v, want %v", err, tt.wantErr)
+			}
 			if err != nil {
 				if !reflect.DeepEqual(k, Key{}) {
 					t.Fatalf("Authenticate returned %+v with an error", k)
