@@ -54,19 +54,23 @@ func seedWorld(t *testing.T, dataDir, clientID string) {
 
 // clusterNode starts one relay of a cluster with its cluster
 // configuration and its own data directory.
-func clusterNode(t *testing.T, cc cluster.Config, demoWorld bool) *relaytest.Relay {
+func clusterNode(t *testing.T, cc cluster.Config, demoWorld bool, adjust ...func(*node.Config)) *relaytest.Relay {
 	t.Helper()
 	return relaytest.StartLogged(t, testLog(t).With("relay", cc.NodeName), func(c *node.Config) {
 		c.DataDir = cc.DataDir
 		c.Demo = demoWorld
 		c.Cluster = cc
+		for _, f := range adjust {
+			f(c)
+		}
 	})
 }
 
 // startCluster starts three relays as one cluster: n1 holds the demo
 // world, n2 the world "west", and n3 a second world "demo" of its own:
-// one of n1 and n3 must refuse to host its demo.
-func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
+// one of n1 and n3 must refuse to host its demo. adjust changes each
+// node's configuration before it starts.
+func startCluster(t *testing.T, adjust ...func(*node.Config)) ([]*relaytest.Relay, []cluster.Config) {
 	t.Helper()
 	cfgs := clustertest.Configs(t, 3, clusterLease)
 	seedWorld(t, cfgs[1].DataDir, "west")
@@ -85,7 +89,7 @@ func startCluster(t *testing.T) ([]*relaytest.Relay, []cluster.Config) {
 	// three are up, so they start together.
 	var wg sync.WaitGroup
 	for i := range 3 {
-		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], i == 0) })
+		wg.Go(func() { nodes[i] = clusterNode(t, cfgs[i], i == 0, adjust...) })
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -113,10 +117,11 @@ func shareAdminKey(nodes ...*relaytest.Relay) {
 	}
 }
 
-// waitUntil polls cond for up to ten seconds.
+// waitUntil polls cond for up to thirty seconds: long enough for a loaded
+// machine, and no longer than needed on a quiet one.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -418,8 +423,20 @@ func TestCluster(t *testing.T) {
 				}
 			}
 		}
-		if len(st.JetStream.Peers) != 3 || st.JetStream.MetaLeader == "" {
-			t.Fatalf("JetStream peers: %s", got.Body)
+		// Every node lists each JetStream peer once, itself among them,
+		// whether or not it leads the meta group: at least two of the
+		// three do not.
+		for i, n := range nodes {
+			got := n.Do(http.MethodGet, "/cluster", n.AdminKey, nil, nil)
+			var env struct {
+				Data cluster.Status `json:"data"`
+			}
+			if err := json.Unmarshal(got.Body, &env); err != nil {
+				t.Fatal(err)
+			}
+			if peers := strings.Join(env.Data.JetStream.Peers, ","); peers != "n1,n2,n3" || env.Data.JetStream.MetaLeader == "" {
+				t.Errorf("n%d's JetStream peers: %q, want n1,n2,n3 (leader %q)", i+1, peers, env.Data.JetStream.MetaLeader)
+			}
 		}
 		if len(st.Nodes) != 3 || hosts["west"] != "n2" || hosts["demo"] == "" {
 			t.Fatalf("nodes and worlds: %v\n%s", hosts, got.Body)

@@ -40,6 +40,19 @@ type Config struct {
 	// ClusterName is the NATS cluster's name; every node of a cluster
 	// must use the same one ("relay" when empty).
 	ClusterName string
+	// ClusterInsecure lets a node whose route port is open beyond
+	// loopback start without a cluster secret, on a network the operator
+	// trusts (--cluster-insecure); without it such a node refuses to
+	// start, since anyone who reaches the port could join and act for
+	// any caller.
+	ClusterInsecure bool
+	// ClusterTLSCert, ClusterTLSKey and ClusterTLSCA are PEM files that
+	// encrypt the routes between embedded NATS servers with mutual TLS:
+	// this node's certificate and key, used both to accept and to open
+	// routes, and the authorities that sign every node's certificate
+	// (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca). A peer
+	// without a certificate signed by ClusterTLSCA cannot join.
+	ClusterTLSCert, ClusterTLSKey, ClusterTLSCA string
 
 	// NATSURL connects to an existing NATS system instead of starting one
 	// (--nats): one or more comma-separated nats:// or tls:// URLs.
@@ -140,7 +153,24 @@ func (c *Config) Check() error {
 	if err := c.readSecret(); err != nil {
 		return err
 	}
+	if !c.Embedded() {
+		for _, f := range []struct{ flag, v string }{{"cluster-tls-cert", c.ClusterTLSCert}, {"cluster-tls-key", c.ClusterTLSKey}, {"cluster-tls-ca", c.ClusterTLSCA}} {
+			if f.v != "" {
+				return fmt.Errorf("--%s secures the routes of the embedded NATS server: it needs --cluster-listen, not --nats (use --nats-tls-* for an existing NATS system)", f.flag)
+			}
+		}
+	}
 	if c.Embedded() {
+		if c.ClusterTLSCert != "" || c.ClusterTLSKey != "" || c.ClusterTLSCA != "" {
+			if c.ClusterTLSCert == "" || c.ClusterTLSKey == "" || c.ClusterTLSCA == "" {
+				return errors.New("--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together: the routes use mutual TLS, so every node needs its certificate, its key and the authority that signs its peers'")
+			}
+			// Read the files now, so that a wrong one stops the start
+			// with the flag's name rather than a failed route later.
+			if _, err := routeTLSConfig(*c); err != nil {
+				return err
+			}
+		}
 		if c.ClusterListen == "" {
 			return errors.New("--cluster-peers needs --cluster-listen: the address where this node's peers reach it")
 		}
@@ -174,6 +204,12 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--cluster-forward-timeout must not be negative, not %v", c.ForwardTimeout)
 	case c.WorldReplicas < 0 || c.WorldReplicas > 4:
 		return fmt.Errorf("--world-replicas must be 0 to 4, not %d", c.WorldReplicas)
+	}
+	if c.Embedded() && c.ClusterSecret == "" && !c.ClusterInsecure {
+		host, _, _ := net.SplitHostPort(c.ClusterListen)
+		if !loopback(host) {
+			return fmt.Errorf("--cluster-listen %s is open beyond loopback, and no --cluster-secret (or --cluster-secret-file) is set: any host that reaches the port could join the cluster and act for any caller; set a secret, or pass --cluster-insecure on a network you trust", c.ClusterListen)
+		}
 	}
 	return nil
 }

@@ -74,7 +74,9 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 	var rep usersReply
 	var w world.World
 	err := world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s is starting", clientID, r.node.Name())
-	if r.answering.Load() {
+	if !r.signed(m) {
+		err = world.Errorf(world.ErrPermission, "The question was refused: only the nodes of the cluster, which know its secret, may ask about a world's users")
+	} else if r.answering.Load() {
 		w, err = r.World(ctx, clientID)
 	}
 	if err == nil {
@@ -133,6 +135,7 @@ func (w *remoteWorld) askUsers(ctx context.Context, name string, ask int) ([]wor
 		msg.Header.Set(hdrUsersPing, "1")
 	}
 	msg.Data = []byte(name)
+	w.reg.node.signer.sign(msg)
 	res, err := w.reg.node.nc.RequestMsgWithContext(actx, msg)
 	if err != nil {
 		return nil, w.forwardError(ctx, err, timeout)

@@ -1,6 +1,9 @@
 package cluster
 
-import natsserver "github.com/nats-io/nats-server/v2/server"
+import (
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
 
 // Crash stops the node's embedded NATS server at once, as a SIGKILL of its
 // process would for the other nodes: its routes drop, its subscriptions
@@ -39,3 +42,14 @@ func (r *Registry) JetStreamAPIRequests() uint64 {
 // HoldRenewals stops the registry's renewals of its leases, as a paused
 // process's would stop.
 func (r *Registry) HoldRenewals() { r.holdRenewals.Store(true) }
+
+// Intruder connects to the node's embedded NATS server as a plain client
+// that got hold of its token: a client of the relays' NATS account that is
+// not a node, as a rogue with --nats would be.
+func (n *Node) Intruder() (*nats.Conn, error) {
+	return nats.Connect(n.srv.ClientURL(), nats.Token(n.token), nats.Name("intruder"))
+}
+
+// Routes is how many route connections the node's embedded NATS server
+// has to its peers.
+func (n *Node) Routes() int { return n.srv.NumRoutes() }

@@ -34,7 +34,9 @@ import (
 // Whoever may publish on these subjects may act as any caller: the
 // embedded NATS server's client port is locked with a token only the
 // process knows, its routes with --cluster-secret, and with --nats the
-// relays must have a NATS account of their own.
+// relays must have a NATS account of their own. With a cluster secret,
+// every call is also signed, and a node answers only calls signed by a
+// node that knows the secret, once each (sign.go).
 
 // Headers of forwarded calls and their replies.
 const (
@@ -150,6 +152,10 @@ func forwardedCall(m *nats.Msg) (*server.ForwardedCall, error) {
 // answer serves one forwarded call and replies.
 func (r *Registry) answer(m *nats.Msg) {
 	reply := nats.NewMsg(m.Reply)
+	if !r.signed(m) {
+		r.reply(m, reply, failed(errUnsignedCall))
+		return
+	}
 	fc, err := forwardedCall(m)
 	if err != nil {
 		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
@@ -165,6 +171,19 @@ func (r *Registry) answer(m *nats.Msg) {
 		defer cancel()
 	}
 	r.reply(m, reply, r.opts.Serve(ctx, fc))
+}
+
+// errUnsignedCall answers a call that no node of the cluster signed.
+var errUnsignedCall = status.Error(codes.Unauthenticated, "The call was refused: only the nodes of the cluster, which know its secret, may forward calls")
+
+// signed reports whether a message another node sent carries a valid
+// signature (or whether the cluster signs nothing), and logs a refusal.
+func (r *Registry) signed(m *nats.Msg) bool {
+	err := r.node.signer.verify(m)
+	if err != nil {
+		r.log.Warn("refused a message on the nodes' subjects without a valid cluster signature", "subject", m.Subject, "reason", err)
+	}
+	return err == nil
 }
 
 // failed is the reply of a call that failed before it was served.
@@ -252,6 +271,7 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	if d, ok := fctx.Deadline(); ok {
 		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
 	}
+	w.reg.node.signer.sign(msg)
 	stopWatching := w.watchHost(fctx, lost)
 	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
 	stopWatching()
@@ -323,6 +343,7 @@ func (w *remoteWorld) openTransfer(ctx context.Context, subject string, fc *serv
 		return fail(err)
 	}
 	msg.Header.Set(hdrInbox, inbox.Subject)
+	w.reg.node.signer.sign(msg)
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	accept, err := nc.RequestMsgWithContext(actx, msg)
 	cancel()
@@ -364,6 +385,10 @@ func streamSubject(node string) string { return "relay.node." + node + ".stream"
 // answerStream serves one forwarded stream.
 func (r *Registry) answerStream(m *nats.Msg) {
 	nc := r.node.nc
+	if !r.signed(m) {
+		r.reply(m, nats.NewMsg(m.Reply), failed(errUnsignedCall))
+		return
+	}
 	inbox := m.Header.Get(hdrInbox)
 	fc, err := forwardedCall(m)
 	if err != nil || inbox == "" {
@@ -496,6 +521,10 @@ func uploadSubject(node string) string { return "relay.node." + node + ".upload"
 // answerUpload serves one forwarded upload.
 func (r *Registry) answerUpload(m *nats.Msg) {
 	nc := r.node.nc
+	if !r.signed(m) {
+		r.reply(m, nats.NewMsg(m.Reply), failed(errUnsignedCall))
+		return
+	}
 	inbox := m.Header.Get(hdrInbox)
 	fc, err := forwardedCall(m)
 	if err != nil || inbox == "" {

@@ -43,14 +43,19 @@ import (
 type Node struct {
 	cfg Config
 	log *slog.Logger
-	// srv is the embedded NATS server; nil with --nats.
-	srv *natsserver.Server
-	nc  *nats.Conn
-	js  jetstream.JetStream
+	// srv is the embedded NATS server; nil with --nats. token locks its
+	// client port.
+	srv   *natsserver.Server
+	token string
+	nc    *nats.Conn
+	js    jetstream.JetStream
 	// size is the number of nodes the configuration names (embedded),
 	// or the number of NATS servers known (--nats).
 	size     int
 	replicas int
+	// signer signs the calls this node sends the others and checks those
+	// it answers (sign.go).
+	signer *signer
 
 	closeOnce sync.Once
 	closers   []func()
@@ -69,7 +74,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg = cfg.withDefaults()
-	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeName)}
+	n := &Node{cfg: cfg, log: log.With("node", cfg.NodeName), signer: newSigner(cfg.ClusterSecret)}
 	var err error
 	if cfg.Embedded() {
 		err = n.startEmbedded()
@@ -108,7 +113,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	n.log.Info("joined the cluster", "embedded", cfg.Embedded(), "nodes", n.size, "replicas", n.replicas)
+	if !n.signer.enabled() && !cfg.Embedded() {
+		n.log.Warn("no --cluster-secret: calls between nodes are not signed, so any client of the NATS account can make a node act for any caller; give the relays an account of their own, and a cluster secret")
+	}
+	n.log.Info("joined the cluster", "embedded", cfg.Embedded(), "nodes", n.size, "replicas", n.replicas, "signed", n.signer.enabled())
 	return n, nil
 }
 
@@ -142,6 +150,7 @@ func (n *Node) startEmbedded() error {
 	// a call that arrives over NATS is trusted with its caller's
 	// identity, so no one else may publish.
 	token := rand.Text()
+	n.token = token
 	opts := &natsserver.Options{
 		ServerName:    n.cfg.NodeName,
 		Host:          "127.0.0.1",
@@ -172,6 +181,16 @@ func (n *Node) startEmbedded() error {
 			// per address.
 			opts.CustomRouterAuthentication = newRouteAuth(routeUser, n.cfg.ClusterSecret, n.log)
 		}
+		if n.cfg.ClusterTLSCert != "" {
+			tc, err := routeTLSConfig(n.cfg)
+			if err != nil {
+				return err
+			}
+			opts.Cluster.TLSConfig = tc
+			// A loaded machine may take a while to complete a handshake:
+			// the server's default of two seconds would drop good peers.
+			opts.Cluster.TLSTimeout = routeTLSTimeout.Seconds()
+		}
 	}
 	if n.cfg.ClusterSecret == "" && !loopback(host) {
 		n.log.Warn("the cluster's route port is open to the network without --cluster-secret: any host that reaches it can join the cluster and act for any caller", "addr", n.cfg.ClusterListen)
@@ -191,6 +210,37 @@ func (n *Node) startEmbedded() error {
 		return fmt.Errorf("cluster: connect to the embedded NATS server: %w", err)
 	}
 	return nil
+}
+
+// routeTLSTimeout bounds a route's TLS handshake.
+const routeTLSTimeout = 10 * time.Second
+
+// routeTLSConfig is the mutual TLS of the routes between embedded NATS
+// servers: the node presents its certificate when it accepts a route and
+// when it opens one, and both ends require a peer certificate signed by
+// --cluster-tls-ca. The server checks a solicited peer's certificate
+// against the host of its --cluster-peers address, so each certificate
+// must name its node's host or IP address.
+func routeTLSConfig(cfg Config) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(cfg.ClusterTLSCert, cfg.ClusterTLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-tls-cert/--cluster-tls-key: %w", err)
+	}
+	pem, err := os.ReadFile(cfg.ClusterTLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-tls-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--cluster-tls-ca: %s holds no PEM certificate", cfg.ClusterTLSCA)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}, nil
 }
 
 // loopback reports whether a listen host is a loopback address.

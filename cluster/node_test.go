@@ -50,7 +50,7 @@ func startNodes(t *testing.T, cfgs []cluster.Config) []*cluster.Node {
 // every node.
 func TestNodesShareJetStream(t *testing.T) {
 	nodes := startNodes(t, clustertest.Configs(t, 3, time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, n := range nodes {
 		if n.Replicas() != 3 {
@@ -119,6 +119,9 @@ func TestConfigCheck(t *testing.T) {
 		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecret: "hunter2hunter2"}, "--cluster-secret must be at least 32 bytes, not 14"},
 		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecret: strings.Repeat("s", 32), ClusterSecretFile: "f"}, "exclude each other"},
 		{cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecretFile: "/nonexistent/secret"}, "--cluster-secret-file"},
+		{cluster.Config{ClusterListen: "127.0.0.1:1", NodeName: "a", ClusterTLSCert: "c"}, "--cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca go together"},
+		{cluster.Config{ClusterListen: "127.0.0.1:1", NodeName: "a", ClusterTLSCert: "/nonexistent/c", ClusterTLSKey: "/nonexistent/k", ClusterTLSCA: "/nonexistent/ca"}, "--cluster-tls-cert/--cluster-tls-key"},
+		{cluster.Config{NATSURL: "nats://x", ClusterTLSCA: "ca"}, "--cluster-tls-ca secures the routes of the embedded NATS server"},
 	} {
 		err := tc.cfg.Check()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -142,6 +145,28 @@ func TestConfigCheck(t *testing.T) {
 		c := cluster.Config{ClusterListen: "a:1", NodeName: "a", ClusterSecretFile: filepath.Join(dir, name)}
 		if err := c.Check(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("secret file %s: %v, want %q", name, err, want)
+		}
+	}
+	// A route port open beyond loopback needs a secret, or an explicit
+	// --cluster-insecure.
+	for _, listen := range []string{"0.0.0.0:6222", ":6222", "10.0.0.5:6222", "[::]:6222", "relay-1.internal:6222"} {
+		c := cluster.Config{ClusterListen: listen, NodeName: "a"}
+		if err := c.Check(); err == nil || !strings.Contains(err.Error(), "--cluster-listen "+listen+" is open beyond loopback, and no --cluster-secret") || !strings.Contains(err.Error(), "--cluster-insecure") {
+			t.Errorf("%s without a secret: %v", listen, err)
+		}
+		c = cluster.Config{ClusterListen: listen, NodeName: "a", ClusterInsecure: true}
+		if err := c.Check(); err != nil {
+			t.Errorf("%s with --cluster-insecure: %v", listen, err)
+		}
+		c = cluster.Config{ClusterListen: listen, NodeName: "a", ClusterSecret: good}
+		if err := c.Check(); err != nil {
+			t.Errorf("%s with a secret: %v", listen, err)
+		}
+	}
+	for _, listen := range []string{"127.0.0.1:6222", "localhost:6222", "[::1]:6222"} {
+		c := cluster.Config{ClusterListen: listen, NodeName: "a"}
+		if err := c.Check(); err != nil {
+			t.Errorf("%s without a secret: %v", listen, err)
 		}
 	}
 	var off cluster.Config

@@ -3,11 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tabletop-relay/relay/cluster/internal/testports"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server"
 	"github.com/tabletop-relay/relay/world"
@@ -59,15 +59,7 @@ func (plainWorld) Can(*world.User, string) bool                { return true }
 func TestRegistryBetweenNodes(t *testing.T) {
 	const lease = 2 * time.Second
 	// (clustertest.Configs, which imports this package, in short.)
-	var addrs []string
-	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := testports.Addrs(t, 2)
 	cfgs := make([]Config, 2)
 	for i := range cfgs {
 		cfgs[i] = Config{NodeName: []string{"n1", "n2"}[i], DataDir: t.TempDir(), ClusterListen: addrs[i], ClusterPeers: addrs, LeaseTTL: lease, StartTimeout: 30 * time.Second}

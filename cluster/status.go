@@ -106,6 +106,29 @@ func (r *Registry) recordNode(ctx context.Context, stopped bool) {
 	}
 }
 
+// metaPeers lists the servers of the JetStream meta group once each:
+// the answering server itself and the others the server reports. The
+// server's replicas are every peer but itself, the leader among them when
+// another server leads; listing the leader besides them, as if it were
+// never a replica, named it twice and left out the answering server.
+func metaPeers(self string, replicas []*natsserver.PeerInfo) []string {
+	peers := []string{self}
+	seen := map[string]bool{self: true}
+	for _, p := range replicas {
+		if p == nil || seen[p.Name] {
+			continue
+		}
+		seen[p.Name] = true
+		name := p.Name
+		if p.Offline {
+			name += " (offline)"
+		}
+		peers = append(peers, name)
+	}
+	slices.Sort(peers)
+	return peers
+}
+
 // Status describes the cluster as this node sees it. It asks JetStream
 // for its health, within ctx.
 func (r *Registry) Status(ctx context.Context) Status {
@@ -119,17 +142,7 @@ func (r *Registry) Status(ctx context.Context) Status {
 		if r.node.srv.JetStreamIsClustered() {
 			if jsz, err := r.node.srv.Jsz(&natsserver.JSzOptions{}); err == nil && jsz.Meta != nil {
 				st.JetStream.MetaLeader = jsz.Meta.Leader
-				if jsz.Meta.Leader != "" {
-					st.JetStream.Peers = append(st.JetStream.Peers, jsz.Meta.Leader)
-				}
-				for _, p := range jsz.Meta.Replicas {
-					name := p.Name
-					if p.Offline {
-						name += " (offline)"
-					}
-					st.JetStream.Peers = append(st.JetStream.Peers, name)
-				}
-				slices.Sort(st.JetStream.Peers)
+				st.JetStream.Peers = metaPeers(r.node.srv.Name(), jsz.Meta.Replicas)
 			}
 		}
 	}

@@ -77,16 +77,25 @@ func TestNodeStops(t *testing.T) {
 	stopAll([]*relaytest.Relay{n2})
 	took := time.Since(began)
 	t.Logf("stopped with the cluster healthy in %v", took.Round(time.Millisecond))
-	if took > 3*time.Second {
+	// A stop takes a moment; the bound leaves room for a loaded machine
+	// and stays far below the time-outs a stop used to wait out.
+	if took > 8*time.Second {
 		t.Errorf("a node of a healthy cluster took %v to stop", took)
 	}
-	got := n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
-	if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "n2 stopped hosting it") {
-		t.Errorf("the stopped node's world: %d %s", got.Status, got.Body)
-	}
+	// The other nodes learn of the release through their watchers, a
+	// moment later on a loaded machine; until then they see a lease that
+	// is no longer renewed. Either way the answer is a 503 at once.
+	var got relaytest.Response
+	waitUntil(t, "the stopped node's release to reach n1", func() bool {
+		got = n1.Do(http.MethodGet, "/get", n1.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(got.ErrorText(t), "n2 stopped") {
+			t.Fatalf("the stopped node's world: %d %s", got.Status, got.Body)
+		}
+		return strings.Contains(got.ErrorText(t), "n2 stopped hosting it")
+	})
 	// Every stream the stopped node served has ended.
 	for i, s := range streams {
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(30 * time.Second)
 	drain:
 		for {
 			select {
@@ -95,7 +104,7 @@ func TestNodeStops(t *testing.T) {
 					break drain
 				}
 			case <-timeout:
-				t.Fatalf("stream %d of the stopped node still open after 10 s", i)
+				t.Fatalf("stream %d of the stopped node still open after 30 s", i)
 			}
 		}
 	}
@@ -111,7 +120,7 @@ func TestNodeStops(t *testing.T) {
 	stopAll([]*relaytest.Relay{n2})
 	took = time.Since(began)
 	t.Logf("stopped without a quorum in %v", took.Round(time.Millisecond))
-	if took > 5*time.Second {
+	if took > 10*time.Second {
 		t.Errorf("a node whose cluster lost its quorum took %v to stop", took)
 	}
 }

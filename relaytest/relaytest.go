@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"github.com/tabletop-relay/relay/internal/racesuppress"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/world/script"
 )
@@ -62,9 +63,12 @@ const DiceSeed = 20261122
 // Main runs a package's tests with the test binary able to serve as an
 // execute-js worker, as the relay binary does: the relays the tests start
 // run their scripts by starting the test binary again (see script.Pool).
+// Under the race detector, the test binary (not a worker) starts again
+// with the suppression of a known race inside nats-server (racesuppress).
 // Call it from TestMain.
 func Main(m *testing.M) {
 	script.WorkerMain()
+	racesuppress.Apply()
 	os.Exit(m.Run())
 }
 

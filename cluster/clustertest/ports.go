@@ -3,38 +3,28 @@
 package clustertest
 
 import (
-	"net"
 	"testing"
 	"time"
 
 	"github.com/tabletop-relay/relay/cluster"
+	"github.com/tabletop-relay/relay/cluster/internal/testports"
 )
 
-// FreeAddrs returns n loopback host:port addresses that were free a moment
-// ago, for the embedded NATS servers' route ports (which must be known to
-// every node before any starts).
+// FreeAddrs returns n loopback host:port addresses for the embedded NATS
+// servers' route ports (which must be known to every node before any
+// starts), each reserved for the test's life so that two test runs at
+// once never pick the same one (see testports.Addrs).
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
+	return testports.Addrs(t, n)
 }
 
 // Configs returns the cluster configurations of n embedded nodes named
 // n1, n2, ... that route to each other, each with a data directory of its
 // own under t.TempDir(), a short lease (lease) and a forward time-out of
-// two seconds, so that tests of lost hosts run fast.
+// two seconds, so that tests of lost hosts run fast. They allow a minute
+// to start, as a relay does: a loaded machine may take that long to
+// start three NATS servers with the race detector.
 func Configs(t testing.TB, n int, lease time.Duration) []cluster.Config {
 	t.Helper()
 	addrs := FreeAddrs(t, n)
@@ -47,7 +37,7 @@ func Configs(t testing.TB, n int, lease time.Duration) []cluster.Config {
 			ClusterPeers:   addrs,
 			LeaseTTL:       lease,
 			ForwardTimeout: 2 * time.Second,
-			StartTimeout:   30 * time.Second,
+			StartTimeout:   cluster.DefaultStartTimeout,
 		}
 	}
 	return out

@@ -28,7 +28,7 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		cfg.Shared = &node.SharedState{JetStream: c.JetStream(1), NodeName: "b"}
 		cfg.Demo = false
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
 	code := a.Do("POST", "/pairing-codes", a.AdminKey, nil, map[string]any{}).Data(t)["code"].(string)
@@ -52,7 +52,7 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 				t.Fatalf("%s: the stream ended", what)
 			}
 			return ev
-		case <-time.After(10 * time.Second):
+		case <-time.After(45 * time.Second):
 			t.Fatalf("%s: no event", what)
 		}
 		return relaytest.SSEEvent{}
@@ -90,7 +90,7 @@ func TestLinkedWorldEventsFollowTheTabletop(t *testing.T) {
 		if ev.ID != moved.ID || ev.Data != moved.Data {
 			t.Fatalf("resumed on node b with %d %s, want %d %s", ev.ID, ev.Data, moved.ID, moved.Data)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(45 * time.Second):
 		t.Fatal("nothing replayed on node b")
 	}
 }

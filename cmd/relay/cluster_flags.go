@@ -16,8 +16,12 @@ func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
 		cfg.ClusterPeers = cluster.ParsePeers(s)
 		return nil
 	})
-	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "`password` (at least 32 bytes) every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network (routes are not encrypted). Prefer --cluster-secret-file or the environment: the process list shows command lines (RELAY_CLUSTER_SECRET)")
+	fs.StringVar(&cfg.ClusterSecret, "cluster-secret", "", "`password` (at least 32 bytes) every node must present on the routes of the embedded NATS servers; without it any host that reaches --cluster-listen can join the cluster and act for any caller: set it, and keep the route ports on a private network, or encrypt the routes with --cluster-tls-*. Prefer --cluster-secret-file or the environment: the process list shows command lines (RELAY_CLUSTER_SECRET)")
 	fs.StringVar(&cfg.ClusterSecretFile, "cluster-secret-file", "", "`file` holding --cluster-secret, white space around it ignored (RELAY_CLUSTER_SECRET_FILE)")
+	fs.BoolVar(&cfg.ClusterInsecure, "cluster-insecure", false, "let a node whose --cluster-listen is open beyond loopback start without --cluster-secret, on a network you trust; without it such a node refuses to start (RELAY_CLUSTER_INSECURE)")
+	fs.StringVar(&cfg.ClusterTLSCert, "cluster-tls-cert", "", "PEM certificate `file` of this node for mutual TLS on the routes between embedded NATS servers, used to accept and to open routes; with --cluster-tls-key and --cluster-tls-ca (RELAY_CLUSTER_TLS_CERT)")
+	fs.StringVar(&cfg.ClusterTLSKey, "cluster-tls-key", "", "PEM key `file` of --cluster-tls-cert (RELAY_CLUSTER_TLS_KEY)")
+	fs.StringVar(&cfg.ClusterTLSCA, "cluster-tls-ca", "", "PEM `file` of the authorities that sign the nodes' route certificates: a peer without a certificate they signed cannot join (RELAY_CLUSTER_TLS_CA)")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "connect to an existing NATS system with JetStream at these comma-separated `URLs` (nats://host:4222, tls://...) instead of embedding a NATS server; off when empty (RELAY_NATS)")
 	fs.StringVar(&cfg.NATSCreds, "nats-creds", "", "NATS credentials `file` (JWT and NKey) for --nats (RELAY_NATS_CREDS)")
 	fs.StringVar(&cfg.NATSTLSCA, "nats-tls-ca", "", "PEM `file` of the authorities that sign the NATS servers' certificates, for --nats; the system's when empty (RELAY_NATS_TLS_CA)")

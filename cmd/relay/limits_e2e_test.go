@@ -532,3 +532,13 @@ func TestServeRefusesShortClusterSecret(t *testing.T) {
 		t.Errorf("a short secret in RELAY_CLUSTER_SECRET_FILE: %v", err)
 	}
 }
+
+// TestServeRefusesOpenRoutesWithoutSecret: `relay serve` whose route port
+// is open beyond loopback refuses to start without a cluster secret, and
+// says why and what to do.
+func TestServeRefusesOpenRoutesWithoutSecret(t *testing.T) {
+	_, _, err := cli(t, "serve", "--data", t.TempDir(), "--node-name", "n1", "--cluster-listen", "0.0.0.0:0")
+	if err == nil || !strings.Contains(err.Error(), "--cluster-listen 0.0.0.0:0 is open beyond loopback, and no --cluster-secret") || !strings.Contains(err.Error(), "--cluster-insecure") {
+		t.Fatalf("serve with an open route port and no secret: %v", err)
+	}
+}

@@ -212,7 +212,7 @@ func TestGRPCListen(t *testing.T) {
 		t.Fatalf("h2c REST on the gRPC port: %v %v", resp, err)
 	}
 	h2.CloseIdleConnections()
-	waitOpen(t, tr, 1, 5*time.Second) // the gRPC client's
+	waitOpen(t, tr, 1, 30*time.Second) // the gRPC client's
 	// One more connection on the shared port fills the address's two;
 	// the next, on either port, is refused.
 	held, err := net.Dial("tcp", tr.Addr())
@@ -220,7 +220,7 @@ func TestGRPCListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	waitOpen(t, tr, 2, 5*time.Second)
+	waitOpen(t, tr, 2, 30*time.Second)
 	before := tr.Conns().Stats().RefusedPerIP
 	other, err := grpc.NewClient(tr.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tabletop-relay/relay/cluster/internal/testports"
 )
 
 // Cluster is a set of running NATS servers that form one JetStream
@@ -115,20 +117,11 @@ func Start(t testing.TB, n int) *Cluster {
 	return c
 }
 
-// freeAddrs returns n different loopback addresses whose ports were free a
-// moment ago.
+// freeAddrs reserves n loopback addresses for the servers' client and
+// route ports, out of the way of other test runs (testports.Addrs).
 func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		out = append(out, ln.Addr().String())
-	}
-	return out
+	return testports.Addrs(t, n)
 }
 
 // splitAddr splits host:port.

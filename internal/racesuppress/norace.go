@@ -1,0 +1,5 @@
+//go:build !race
+
+package racesuppress
+
+const raceEnabled = false
