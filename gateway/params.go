@@ -108,11 +108,18 @@ func decodeFields(msg proto.Message, fields map[string]json.RawMessage) error {
 // otherwise be dropped without a word and leave the caller believing it
 // set.
 func unknownMember(md protoreflect.MessageDescriptor, fields map[string]json.RawMessage) error {
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
+	// Most calls have no object parameter: finding that allocates nothing.
+	var objects []string
+	for name := range fields {
 		fd := fieldByName(md, name)
 		if fd == nil || fd.IsList() || fd.IsMap() || scalarOf(fd) != 0 || fd.Message().ParentFile().Package() == "google.protobuf" {
 			continue
 		}
+		objects = append(objects, name)
+	}
+	slices.Sort(objects)
+	for _, name := range objects {
+		fd := fieldByName(md, name)
 		var members map[string]json.RawMessage
 		if json.Unmarshal(fields[name], &members) != nil {
 			continue // not an object: refused as such

@@ -633,6 +633,15 @@ type worldOwners struct {
 	embedded keys.WorldOwners
 }
 
+// EmbeddedOwner is the account that owns an embedded world: its record's,
+// else the operator's (worlds made before accounts had owners).
+func (o worldOwners) EmbeddedOwner(clientID string) string {
+	if a, ok := o.embedded.WorldOwner(clientID); ok {
+		return a
+	}
+	return keys.OperatorAccount
+}
+
 func (o worldOwners) Owner(ctx context.Context, clientID string) (string, error) {
 	if a, ok := o.embedded.WorldOwner(clientID); ok {
 		return a, nil
