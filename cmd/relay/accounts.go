@@ -117,13 +117,10 @@ func accountsByID(ctx context.Context, verb string, args []string, stdout, stder
 	fset.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
+	id, err := parseOneArg(fset, args, "account ID (see relay accounts list)")
+	if err != nil {
 		return err
 	}
-	if fset.NArg() != 1 {
-		return usageError{fmt.Sprintf("relay accounts %s needs exactly one account ID (see relay accounts list)", verb)}
-	}
-	id := fset.Arg(0)
 	ctx, conn, done, err := cf.dial(ctx)
 	if err != nil {
 		return err

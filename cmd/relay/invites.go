@@ -90,18 +90,16 @@ func invitesRevoke(ctx context.Context, args []string, _, stderr io.Writer) erro
 	fset.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
+	id, err := parseOneArg(fset, args, "invite ID (see relay invites list)")
+	if err != nil {
 		return err
-	}
-	if fset.NArg() != 1 {
-		return usageError{"relay invites revoke needs exactly one invite ID (see relay invites list)"}
 	}
 	ctx, conn, done, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	resp, err := relayv1.NewSigninServiceClient(conn).RevokeInvite(ctx, &relayv1.RevokeInviteRequest{Id: fset.Arg(0)})
+	resp, err := relayv1.NewSigninServiceClient(conn).RevokeInvite(ctx, &relayv1.RevokeInviteRequest{Id: id})
 	if err != nil {
 		return cf.callError(err)
 	}

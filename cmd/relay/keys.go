@@ -283,23 +283,34 @@ func orDash(s string) string {
 	return s
 }
 
+// parseOneArg parses a command's flags and its one argument; none or
+// more than one is refused saying that the command (the flag set's name)
+// needs exactly one of what needs names.
+func parseOneArg(fset *flag.FlagSet, args []string, needs string) (string, error) {
+	if err := fset.Parse(args); err != nil {
+		return "", err
+	}
+	if fset.NArg() != 1 {
+		return "", usageError{fset.Name() + " needs exactly one " + needs}
+	}
+	return fset.Arg(0), nil
+}
+
 func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fset := flag.NewFlagSet("relay keys revoke", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
+	id, err := parseOneArg(fset, args, "key ID (see relay keys list)")
+	if err != nil {
 		return err
-	}
-	if fset.NArg() != 1 {
-		return usageError{"relay keys revoke needs exactly one key ID (see relay keys list)"}
 	}
 	ctx, conn, done, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	resp, err := relayv1.NewKeyServiceClient(conn).RevokeKey(ctx, &relayv1.RevokeKeyRequest{Id: fset.Arg(0)})
+	resp, err := relayv1.NewKeyServiceClient(conn).RevokeKey(ctx, &relayv1.RevokeKeyRequest{Id: id})
 	if err != nil {
 		return cf.callError(err)
 	}

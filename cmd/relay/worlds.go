@@ -55,18 +55,16 @@ func worldsUnpair(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "Usage: relay worlds unpair [flags] CLIENT_ID\n\nUnpairs a linked world: its connection token is revoked and its connection\nclosed. The world keeps its clientId; a new pairing code restores it.\n\nFlags:")
 		fset.PrintDefaults()
 	}
-	if err := fset.Parse(args); err != nil {
+	clientID, err := parseOneArg(fset, args, "clientId")
+	if err != nil {
 		return err
-	}
-	if fset.NArg() != 1 {
-		return usageError{"relay worlds unpair needs exactly one clientId"}
 	}
 	ctx, conn, done, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	resp, err := relayv1.NewLinkServiceClient(conn).UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: fset.Arg(0)})
+	resp, err := relayv1.NewLinkServiceClient(conn).UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: clientID})
 	if err != nil {
 		return cf.callError(err)
 	}
@@ -126,18 +124,16 @@ func worldsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "Usage: relay worlds delete [flags] CLIENT_ID\n\nRemoves an embedded world with its documents, events and files, for good.\nOnly its account's keys and the operator's may. A linked world is unpaired\ninstead (relay worlds unpair).\n\nFlags:")
 		fset.PrintDefaults()
 	}
-	if err := fset.Parse(args); err != nil {
+	clientID, err := parseOneArg(fset, args, "clientId")
+	if err != nil {
 		return err
-	}
-	if fset.NArg() != 1 {
-		return usageError{"relay worlds delete needs exactly one clientId"}
 	}
 	ctx, conn, done, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	resp, err := relayv1.NewWorldServiceClient(conn).DeleteWorld(ctx, &relayv1.DeleteWorldRequest{ClientId: fset.Arg(0)})
+	resp, err := relayv1.NewWorldServiceClient(conn).DeleteWorld(ctx, &relayv1.DeleteWorldRequest{ClientId: clientID})
 	if err != nil {
 		return cf.callError(err)
 	}
