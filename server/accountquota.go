@@ -236,11 +236,10 @@ func (c *Chain) checkStoredBytes(ctx context.Context, call *Call, _ any) error {
 			return status.Errorf(codes.PermissionDenied, "World size limit reached: world '%s' holds %d bytes of documents and events, the most the relay keeps for one world (--world-memory-bytes less --event-ring-bytes: %d); remove documents first", clientID, n, max)
 		}
 	}
-	// Only embedded worlds count towards stored bytes; their owners are
-	// known in memory, so that a write asks the shared state nothing.
-	if !c.Quotas.worlds.Holds(ctx, clientID) {
-		return nil
-	}
+	// An embedded world's owner is known in memory, so that a write asks
+	// the shared state nothing. For a linked world the answer may be
+	// the operator's account, but such a world counts no stored bytes:
+	// it is told apart below, and only when a limit applies.
 	owner := keys.OperatorAccount
 	if eo, ok := c.Owners.(embeddedOwners); ok {
 		owner = eo.EmbeddedOwner(clientID)
@@ -255,7 +254,7 @@ func (c *Chain) checkStoredBytes(ctx context.Context, call *Call, _ any) error {
 	if err != nil {
 		return toStatus(ctx, c.Log, err)
 	}
-	if lim.StoredBytes <= 0 {
+	if lim.StoredBytes <= 0 || !c.Quotas.worlds.Holds(ctx, clientID) {
 		return nil
 	}
 	if c.Quotas.storedBytes(ctx, owner) >= lim.StoredBytes {
