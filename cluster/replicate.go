@@ -87,6 +87,8 @@ type Replication struct {
 	followers map[string]*follower // the worlds this node follows
 	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
 	watch     jetstream.KeyWatcher
+	// fileStores keeps the worlds' object stores (files.go), by client id.
+	fileStores sync.Map
 
 	stop chan struct{}
 	done chan struct{}
@@ -301,7 +303,9 @@ func (rp *Replication) hosted(clientID string) {
 	}
 	if err != nil {
 		rp.log.Warn("could not start replicating a world", "clientId", clientID, "error", err)
+		return
 	}
+	rp.syncFiles(clientID)
 }
 
 // followEvery is how often the node reviews the worlds it follows.
@@ -508,6 +512,7 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 	if rp.opts.TookOver != nil {
 		rp.opts.TookOver(ctx, clientID, eng)
 	}
+	go rp.syncFiles(clientID)
 	rp.log.Info("took over a world whose host is gone", "clientId", clientID, "formerHost", h.Node, "seq", seq)
 }
 
@@ -625,6 +630,11 @@ func (f *follower) consume() error {
 		seq := md.Sequence.Stream
 		if seq > f.rep.Seq()+1 {
 			return fmt.Errorf("the log skips from %d to %d: its records were trimmed", f.rep.Seq(), seq)
+		}
+		if seq > f.rep.Seq() {
+			if err := f.applyFiles(msg.Data()); err != nil {
+				return fmt.Errorf("apply the files of record %d: %w", seq, err)
+			}
 		}
 		if err := f.rep.Apply(seq, msg.Data()); err != nil {
 			return fmt.Errorf("apply record %d: %w", seq, err)

@@ -80,6 +80,14 @@ func (e embeddedWorlds) CreateWorld(ctx context.Context, account, clientID, titl
 		if err := copyFS(filesDir, demo.Files()); err != nil {
 			return world.Info{}, fmt.Errorf("write the demo files of world %s: %w", clientID, err)
 		}
+		if r.replication != nil {
+			// Written past the uploads' path: the cluster's copies of
+			// the world get them now (if this node serves it already;
+			// otherwise when it starts to).
+			if err := r.replication.SyncFiles(ctx, clientID); err != nil {
+				return world.Info{}, fmt.Errorf("replicate the demo files of world %s: %w", clientID, err)
+			}
+		}
 	}
 	r.log.Info("made an embedded world", "clientId", clientID, "account", account, "seed", seedName)
 	return eng.Info(), nil
@@ -96,6 +104,12 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 	// Its kept events and open streams go with it; a world made later
 	// under the same id starts afresh.
 	r.hub.Forget(clientID)
+	if r.replication != nil {
+		// So do the cluster's copies of its files.
+		if err := r.replication.ForgetFiles(context.WithoutCancel(ctx), clientID); err != nil {
+			r.log.Warn("could not delete the replicated files of a removed world", "clientId", clientID, "error", err)
+		}
+	}
 	if err := r.keys.ReleaseWorld(context.WithoutCancel(ctx), clientID); err != nil {
 		return err
 	}

@@ -291,6 +291,25 @@ func (e *Engine) replicateBase() error {
 		cur = &logRecord{kind: recordBase, base: base}
 		size = 0
 	}
+	// The file manifest may be long: its entries are spread over the
+	// base's records like documents.
+	manifest := map[string]string{}
+	for k, v := range meta {
+		if isFileKey(k) {
+			manifest[k] = v
+			delete(meta, k)
+		}
+	}
+	for k, v := range manifest {
+		if size > 0 && size+len(k)+len(v) > baseChunkBytes {
+			flush()
+		}
+		if cur.meta == nil {
+			cur.meta = map[string]string{}
+		}
+		cur.meta[k] = v
+		size += len(k) + len(v)
+	}
 	err = e.store.loadDocuments(ctx, func(collection, id string, data []byte) error {
 		if size > 0 && size+len(data) > baseChunkBytes {
 			flush()

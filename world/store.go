@@ -199,6 +199,13 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	for gi, req := range group {
 		for _, meta := range []map[string]string{req.meta, req.replMeta} {
 			for k, v := range meta {
+				if v == "" && isFileKey(k) {
+					// A file's removal from the manifest (filerepl.go).
+					if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key = ?", k); err != nil {
+						return err
+					}
+					continue
+				}
 				if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
 					return err
 				}

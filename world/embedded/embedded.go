@@ -218,7 +218,15 @@ func (w *World) WriteFile(ctx context.Context, _ *world.User, p world.WriteFileP
 	if err != nil {
 		return world.FileWritten{}, err
 	}
-	written, err := area.Write(ctx, p.Dir, p.Name, body, files.WriteOptions{Overwrite: p.Overwrite, MaxBytes: p.MaxBytes})
+	o := files.WriteOptions{Overwrite: p.Overwrite, MaxBytes: p.MaxBytes}
+	if w.ReplicatesFiles() {
+		// In a cluster the file is in the world's replicated log before
+		// it is in the area, and so before the upload is acknowledged.
+		o.Record = func(ctx context.Context, f files.Pending) error {
+			return w.RecordFile(ctx, f.Path, f.Digest, f.Size, f.Open)
+		}
+	}
+	written, err := area.Write(ctx, p.Dir, p.Name, body, o)
 	if err != nil {
 		return world.FileWritten{}, err
 	}

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/tabletop-relay/relay/world"
 )
 
 // RemoveTemporary removes the temporary files of writes that never
@@ -66,3 +69,59 @@ func RemoveTemporaryAll(dataDir string) (int, error) {
 	}
 	return total, errors.Join(errs...)
 }
+
+// Walk calls fn with the path (relative to the area's root) and size of
+// every regular file of the area, leaving out the temporary files of
+// writes; symbolic links are not followed. A missing area has no files.
+func (a *Area) Walk(fn func(p string, size int64) error) error {
+	err := filepath.WalkDir(a.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() || strings.HasPrefix(d.Name(), tempPrefix) {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(a.dir, p)
+		if err != nil {
+			return err
+		}
+		return fn(filepath.ToSlash(rel), info.Size())
+	})
+	return err
+}
+
+// Remove removes the file at p, if there is one, with the directories
+// above it that it leaves empty.
+func (a *Area) Remove(p string) error {
+	clean, err := Clean(p)
+	if err != nil {
+		return err
+	}
+	if clean == "" {
+		return world.Errorf(world.ErrInvalid, "'path' must name a file")
+	}
+	root, err := a.open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.Remove(clean); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fsError(err, clean)
+	}
+	for dir := path.Dir(clean); dir != "."; dir = path.Dir(dir) {
+		if root.Remove(dir) != nil {
+			break
+		}
+	}
+	return nil
+}
+
+// RemoveAll removes every file and directory of the area.
+func (a *Area) RemoveAll() error { return os.RemoveAll(a.dir) }

@@ -3,12 +3,15 @@ package files
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
 	"path"
+	"sync"
 
 	"github.com/tabletop-relay/relay/world"
 )
@@ -21,6 +24,27 @@ type WriteOptions struct {
 	// MaxBytes bounds the file's size; over it the write is ErrTooLarge and
 	// leaves nothing. Zero or less means no limit.
 	MaxBytes int64
+	// Record, when set, is called once the bytes are on disk and before the
+	// file takes its place (a replicated world records the file there);
+	// an error from it fails the write, which then leaves nothing. Writes
+	// of one area that have a Record run it and take their place one at a
+	// time, so that the order of the records is the order of the files.
+	Record func(ctx context.Context, p Pending) error
+	// Verify, when set, is called once the bytes are on disk and before the
+	// file takes its place, without the area's lock; an error from it
+	// fails the write, which then leaves nothing. It checks what arrived
+	// (the digest of a fetched copy, say).
+	Verify func(p Pending) error
+}
+
+// Pending is a written file about to take its place, as [WriteOptions.Record]
+// sees it.
+type Pending struct {
+	Path   string // relative to the area's root
+	Size   int64
+	Digest string // "sha256:" and the hex SHA-256 of the bytes
+	// Open opens the written bytes for reading (the caller closes them).
+	Open func() (io.ReadCloser, error)
 }
 
 // Written reports a finished write.
@@ -62,6 +86,11 @@ func (a *Area) Write(ctx context.Context, dir, name string, r io.Reader, o Write
 		return Written{}, err
 	}
 	w := &write{root: root, target: target, tmp: path.Join(cleanDir, tempName())}
+	if o.Record != nil {
+		// The record and the placing happen under the area's lock; the
+		// bytes arrive before it is taken.
+		w.lock = lockOf(a.dir)
+	}
 	n, err := w.run(ctx, r, o)
 	if err != nil {
 		_ = root.Remove(w.tmp)
@@ -168,6 +197,7 @@ type write struct {
 	root   *os.Root
 	target string
 	tmp    string
+	lock   *sync.Mutex // held while recording and placing, when set
 }
 
 // run copies r into the temporary file, flushes it to disk and moves it
@@ -177,7 +207,13 @@ func (w *write) run(ctx context.Context, r io.Reader, o WriteOptions) (int64, er
 	if err != nil {
 		return 0, fsError(err, w.target)
 	}
-	n, err := copyLimited(ctx, f, r, o.MaxBytes)
+	// Only a recorded write needs the digest.
+	var dst io.Writer = f
+	sum := sha256.New()
+	if o.Record != nil || o.Verify != nil {
+		dst = io.MultiWriter(f, sum)
+	}
+	n, err := copyLimited(ctx, dst, r, o.MaxBytes)
 	if err == nil {
 		if err = f.Sync(); err != nil {
 			err = fsError(err, w.target)
@@ -189,11 +225,51 @@ func (w *write) run(ctx context.Context, r io.Reader, o WriteOptions) (int64, er
 	if err != nil {
 		return 0, err
 	}
+	p := Pending{Path: w.target, Size: n, Digest: "sha256:" + hex.EncodeToString(sum.Sum(nil)), Open: func() (io.ReadCloser, error) {
+		return w.root.Open(w.tmp)
+	}}
+	if o.Verify != nil {
+		if err := o.Verify(p); err != nil {
+			return 0, err
+		}
+	}
+	if w.lock != nil {
+		w.lock.Lock()
+		defer w.lock.Unlock()
+		// Another write may have taken the name while the bytes arrived.
+		if err := checkTarget(w.root, w.target, o.Overwrite); err != nil {
+			return 0, err
+		}
+		if err := o.Record(ctx, p); err != nil {
+			return 0, err
+		}
+	}
 	if err := w.place(o.Overwrite); err != nil {
 		return 0, err
 	}
 	syncDir(w.root, path.Dir(w.target))
 	return n, nil
+}
+
+// areaLocks serialise the recorded writes of each area (see
+// WriteOptions.Record). A fixed set, shared by the areas whose directory
+// names hash alike, keeps them bounded however many worlds there are.
+var areaLocks [64]sync.Mutex
+
+// Locked runs fn under the lock that recorded writes of the area take, so
+// that no recorded write is under way while fn runs.
+func (a *Area) Locked(fn func() error) error {
+	l := lockOf(a.dir)
+	l.Lock()
+	defer l.Unlock()
+	return fn()
+}
+
+// lockOf is the lock of the area kept in dir.
+func lockOf(dir string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(dir))
+	return &areaLocks[h.Sum32()%uint32(len(areaLocks))]
 }
 
 // place moves the finished temporary file to the target. Without
@@ -226,7 +302,7 @@ func (w *write) place(overwrite bool) error {
 
 // copyLimited copies r to f, failing with ErrTooLarge as soon as more than
 // max bytes arrived (max <= 0: no limit) and stopping when ctx ends.
-func copyLimited(ctx context.Context, f *os.File, r io.Reader, max int64) (int64, error) {
+func copyLimited(ctx context.Context, f io.Writer, r io.Reader, max int64) (int64, error) {
 	buf := make([]byte, 256<<10)
 	var n int64
 	for {
