@@ -101,25 +101,6 @@ func (e *Engine) RecordFile(ctx context.Context, path, digest string, size int64
 	return nil
 }
 
-// RecordFileRemoval records that the file at path is gone from the file
-// area, and deletes its object. Without replication, or for a file the
-// manifest does not hold, it does nothing.
-func (e *Engine) RecordFileRemoval(ctx context.Context, path string) error {
-	fs := e.fileStore()
-	if fs == nil {
-		return nil
-	}
-	before, err := e.recordedFile(ctx, path)
-	if err != nil || before.Object == "" {
-		return err
-	}
-	if err := e.recordFiles(ctx, FileRecord{Path: path}); err != nil {
-		return err
-	}
-	_ = fs.DeleteFile(context.WithoutCancel(ctx), e.info.ClientID, before.Object)
-	return nil
-}
-
 // recordFiles commits manifest entries, which the committer replicates.
 func (e *Engine) recordFiles(ctx context.Context, recs ...FileRecord) error {
 	meta := make(map[string]string, len(recs))

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"hash/fnv"
 	"io"
 	"io/fs"
@@ -207,10 +208,11 @@ func (w *write) run(ctx context.Context, r io.Reader, o WriteOptions) (int64, er
 	if err != nil {
 		return 0, fsError(err, w.target)
 	}
-	// Only a recorded write needs the digest.
+	// Only a recorded or verified write needs the digest.
 	var dst io.Writer = f
-	sum := sha256.New()
+	var sum hash.Hash
 	if o.Record != nil || o.Verify != nil {
+		sum = sha256.New()
 		dst = io.MultiWriter(f, sum)
 	}
 	n, err := copyLimited(ctx, dst, r, o.MaxBytes)
@@ -224,6 +226,9 @@ func (w *write) run(ctx context.Context, r io.Reader, o WriteOptions) (int64, er
 	}
 	if err != nil {
 		return 0, err
+	}
+	if sum == nil {
+		return n, w.finish(o.Overwrite)
 	}
 	p := Pending{Path: w.target, Size: n, Digest: "sha256:" + hex.EncodeToString(sum.Sum(nil)), Open: func() (io.ReadCloser, error) {
 		return w.root.Open(w.tmp)
@@ -244,11 +249,16 @@ func (w *write) run(ctx context.Context, r io.Reader, o WriteOptions) (int64, er
 			return 0, err
 		}
 	}
-	if err := w.place(o.Overwrite); err != nil {
-		return 0, err
+	return n, w.finish(o.Overwrite)
+}
+
+// finish moves the written file into place and flushes its directory.
+func (w *write) finish(overwrite bool) error {
+	if err := w.place(overwrite); err != nil {
+		return err
 	}
 	syncDir(w.root, path.Dir(w.target))
-	return n, nil
+	return nil
 }
 
 // areaLocks serialise the recorded writes of each area (see
