@@ -91,6 +91,9 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 	}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
 	if err != nil {
+		// The store may be gone (its world was removed and made again):
+		// the next file looks it up afresh.
+		rp.fileStores.Delete(clientID)
 		return err
 	}
 	if int64(info.Size) != size {

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/metadata"
+
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
@@ -29,6 +32,29 @@ func uploadFile(via *relaytest.Relay, path string, data []byte, overwrite bool) 
 		"clientId": "west", "path": dir, "filename": name, "overwrite": overwrite,
 		"fileData": base64.StdEncoding.EncodeToString(data),
 	})
+}
+
+// grpcUpload uploads data as dir/name to west over gRPC through a node,
+// in messages of 32 KiB.
+func grpcUpload(via *relaytest.Relay, dir, name string, data []byte) error {
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", via.AdminKey), 20*time.Second)
+	defer cancel()
+	up, err := relayv1.NewFileServiceClient(via.Conn).UploadFile(ctx)
+	if err != nil {
+		return err
+	}
+	msg := &relayv1.UploadFileRequest{ClientId: "west", Path: dir, Filename: name}
+	for len(data) > 0 {
+		n := min(len(data), 32<<10)
+		msg.Chunk, data = data[:n], data[n:]
+		if err := up.Send(msg); err != nil {
+			// The server ended the call: its answer says why.
+			break
+		}
+		msg = &relayv1.UploadFileRequest{}
+	}
+	_, err = up.CloseAndRecv()
+	return err
 }
 
 // download reads a file of west through a node.
@@ -116,9 +142,10 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 	if got := uploadFile(n3, "maps/big.bin", second, true); got.Status != http.StatusOK {
 		t.Fatalf("overwrite through n3: %d %s", got.Status, got.Body)
 	}
-	note := []byte("a handout")
-	if got := uploadFile(n3, "notes/handout.txt", note, false); got.Status != http.StatusOK {
-		t.Fatalf("second upload through n3: %d %s", got.Status, got.Body)
+	// The second file over gRPC, in several messages.
+	note := bytes.Repeat([]byte("a handout. "), 20<<10)
+	if err := grpcUpload(n3, "notes", "handout.txt", note); err != nil {
+		t.Fatalf("gRPC upload through n3: %v", err)
 	}
 	for _, i := range []int{0, 2} {
 		waitFor(t, 15*time.Second, "the new file in the copy of "+cfgs[i].NodeName, func() bool {
