@@ -109,7 +109,8 @@ func randomBytes(n int) []byte {
 // TestReplicatedFilesOutliveTheirHost checks that a file uploaded to an
 // embedded world through a node that does not host it reaches the
 // followers' copies, that overwriting it replaces their copies and
-// deletes the replaced object, that once the host dies a download through
+// deletes the replaced object, that a new demo world's files reach its
+// followers, that once the host dies a download through
 // another node returns the same bytes from the new host, that the new host
 // records uploads in turn, and that removing the world removes its
 // object store.
@@ -154,6 +155,22 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 	}
 	if got := objectNames(t, n1); len(got) != 2 {
 		t.Fatalf("objects after an overwrite and a second file: %v", got)
+	}
+
+	// A demo world made through n1 comes with files written past the
+	// uploads' path: its followers get them too.
+	if got := n1.Do(http.MethodPost, "/worlds", n1.AdminKey, nil, map[string]any{"clientId": "east", "title": "East", "seed": "demo"}); got.Status != http.StatusOK {
+		t.Fatalf("make a demo world: %d %s", got.Status, got.Body)
+	}
+	welcome, err := os.ReadFile(filepath.Join("..", "world", "demo", "files", "handouts", "welcome.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 2} {
+		waitFor(t, 30*time.Second, "the demo world's files in the copy of "+cfgs[i].NodeName, func() bool {
+			got, err := os.ReadFile(filepath.Join(cfgs[i].DataDir, "replicas", "east", "files", "handouts", "welcome.md"))
+			return err == nil && bytes.Equal(got, welcome)
+		})
 	}
 
 	n2.Cluster().Crash()

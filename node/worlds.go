@@ -12,6 +12,7 @@ import (
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/demo"
+	"github.com/tabletop-relay/relay/world/files"
 )
 
 // embeddedWorlds makes and removes the node's embedded worlds for the
@@ -77,7 +78,9 @@ func (e embeddedWorlds) CreateWorld(ctx context.Context, account, clientID, titl
 	}
 	if seedName == server.SeedDemo {
 		filesDir := filepath.Join(r.dataDir, "worlds", clientID, "files")
-		if err := copyFS(filesDir, demo.Files()); err != nil {
+		// Under the area's lock: a cluster that starts replicating the
+		// world meanwhile sees each file whole or not at all.
+		if err := files.New(filesDir).Locked(func() error { return copyFS(filesDir, demo.Files()) }); err != nil {
 			return world.Info{}, fmt.Errorf("write the demo files of world %s: %w", clientID, err)
 		}
 		if r.replication != nil {
