@@ -19,7 +19,7 @@ import (
 
 // evRingBytes is --event-ring-bytes in TestEventStreamByteBudget: small,
 // so that a few dozen large events pass it.
-const evRingBytes = 2 << 20
+const evRingBytes = 1 << 20
 
 // streamState returns the events stream's stored bytes and how many
 // events it keeps of subject.
@@ -67,7 +67,7 @@ func increasing(t *testing.T, what string, evs []streamEvent) {
 
 // TestEventStreamByteBudget floods an embedded world (west, hosted by n2)
 // with large updates, and then a linked world with large events from its
-// tabletop, on a cluster whose worlds keep 2 MiB of events: in the
+// tabletop, on a cluster whose worlds keep 1 MiB of events: in the
 // cluster's events stream each world grows up to that budget and no
 // further, subscribers on other nodes still get every event, a resume
 // from before the world's kept events gets the reset, and the history of
@@ -99,7 +99,7 @@ func TestEventStreamByteBudget(t *testing.T) {
 	take(t, "west", westLive, 1)
 	before, _ := streamState(t, ctx, n1, "relay.events.west")
 	const large = 100_000
-	const updates = 50 // about 5 MB of events: more than twice the budget
+	const updates = 24 // about 4.8 MB of events in west, 2.4 MB in the linked world
 	for i := range updates {
 		bio := strings.Repeat(fmt.Sprintf("%07d", i), large/7)
 		if resp := n3.Do(http.MethodPut, "/update", n3.AdminKey, relaytest.Q("clientId", "west"), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"system.details.biography": bio}}); resp.Status != http.StatusOK {

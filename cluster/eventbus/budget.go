@@ -333,6 +333,8 @@ func (g *budget) load(ctx context.Context, stream jetstream.Stream, subject stri
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		HeadersOnly:    true,
+		// Gone by itself should its deletion below fail.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return nil, err
@@ -341,7 +343,16 @@ func (g *budget) load(ctx context.Context, stream jetstream.Stream, subject stri
 	if err != nil {
 		return nil, err
 	}
-	defer it.Stop()
+	defer func() {
+		it.Stop()
+		// The consumer is not needed any more: delete it rather than let
+		// it linger among the feeds' consumers.
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if info := cons.CachedInfo(); info != nil {
+			_ = stream.DeleteConsumer(dctx, info.Name)
+		}
+	}()
 	var kept []keptEvent
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
