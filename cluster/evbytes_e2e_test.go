@@ -91,7 +91,18 @@ func TestEventStreamByteBudget(t *testing.T) {
 	}
 	demoEvents := take(t, "demo", demoLive, demoUpdates)
 	increasing(t, "demo", demoEvents)
+	// Every channel's events of the updates are stored when the count
+	// stays the same a moment.
 	_, demoKept := streamState(t, ctx, n1, "relay.events.demo")
+	for settled := 0; settled < 3; {
+		time.Sleep(100 * time.Millisecond)
+		_, now := streamState(t, ctx, n1, "relay.events.demo")
+		if now == demoKept {
+			settled++
+		} else {
+			demoKept, settled = now, 0
+		}
+	}
 
 	// Large updates of west through n3 while n1 follows it.
 	const westPath = "/actor/subscribe?clientId=west"
@@ -139,6 +150,40 @@ func TestEventStreamByteBudget(t *testing.T) {
 	}
 	t.Run("demo's history is whole", func(t *testing.T) { demoWhole(t, n2) })
 
+	keptEvents := func(t *testing.T, subject string, want func(uint64) bool) {
+		t.Helper()
+		waitUntil(t, "the kept events of "+subject, func() bool {
+			_, kept := streamState(t, ctx, n1, subject)
+			return want(kept)
+		})
+	}
+
+	t.Run("a deleted embedded world leaves no events", func(t *testing.T) {
+		if r := n1.Do(http.MethodPost, "/worlds", n1.AdminKey, nil, map[string]any{"clientId": "east", "title": "East", "seed": "demo"}); r.Status != http.StatusOK {
+			t.Fatalf("make east: %d %s", r.Status, r.Body)
+		}
+		waitUntil(t, "n3 knowing that n1 hosts east", func() bool {
+			for _, h := range n3.Registry().Snapshot() {
+				if h.ClientID == "east" && h.Node == "n1" && h.Live {
+					return true
+				}
+			}
+			return false
+		})
+		for i := range 3 {
+			bio := strings.Repeat(fmt.Sprintf("%07d", i), large/7)
+			if resp := n3.Do(http.MethodPut, "/update", n3.AdminKey, relaytest.Q("clientId", "east"), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"system.details.biography": bio}}); resp.Status != http.StatusOK {
+				t.Fatalf("update east %d: %d %s", i, resp.Status, resp.Body)
+			}
+		}
+		keptEvents(t, "relay.events.east", func(n uint64) bool { return n >= 3 })
+		// Deleted on its host.
+		if r := n1.Do(http.MethodDelete, "/worlds/east", n1.AdminKey, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("delete east: %d %s", r.Status, r.Body)
+		}
+		keptEvents(t, "relay.events.east", func(n uint64) bool { return n == 0 })
+	})
+
 	t.Run("linked world", func(t *testing.T) {
 		tt, clientID := connectLinked(t, n1, "fp-evbytes", nil)
 		waitUntil(t, "n3 knowing that n1 hosts the linked world", func() bool {
@@ -176,5 +221,12 @@ func TestEventStreamByteBudget(t *testing.T) {
 			t.Fatalf("resume from %s on n2: %s %s, want the reset", after, resumed[1].Name, resumed[1].Data)
 		}
 		demoWhole(t, n2)
+
+		// Unpaired, it keeps only its last event, which its numbering
+		// goes on from.
+		if r := n2.Do(http.MethodDelete, "/linked-worlds/"+clientID, n2.AdminKey, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("unpair: %d %s", r.Status, r.Body)
+		}
+		keptEvents(t, subject, func(n uint64) bool { return n == 1 })
 	})
 }

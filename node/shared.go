@@ -171,6 +171,12 @@ func (r *Node) watchUnpaired(ctx context.Context) error {
 	}
 	return r.shared.DisconnectUnpaired(ctx, func(clientID string) {
 		r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
+		if r.shared.Events != nil {
+			// Its events leave the cluster's events stream, but the last,
+			// which the world's numbering goes on from should it be
+			// paired again.
+			r.shared.Events.ForgetLinked(clientID)
+		}
 	})
 }
 

@@ -3,6 +3,7 @@ package eventbus
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,12 @@ type budget struct {
 	mu     sync.Mutex
 	worlds map[string]*window // by subject
 	due    map[string]bool    // subjects waiting for the trimmer
-	wake   chan struct{}
+	// forgets are the subjects of worlds that are gone, waiting for the
+	// trimmer, with how many of their newest events to keep; forgotten
+	// are those done since the node last published them.
+	forgets   map[string]uint64
+	forgotten map[string]bool
+	wake      chan struct{}
 
 	stream  jetstream.Stream // opened once, again after an error
 	purges  atomic.Uint64
@@ -96,7 +102,7 @@ type keptEvent struct {
 
 func newBudget(js jetstream.JetStream, limit int64, ringSize int, log func(string, ...any)) *budget {
 	return &budget{js: js, limit: limit, ringSize: ringSize, log: log,
-		worlds: map[string]*window{}, due: map[string]bool{}, wake: make(chan struct{}, 1)}
+		worlds: map[string]*window{}, due: map[string]bool{}, forgets: map[string]uint64{}, forgotten: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // storedSize is what JetStream's file store counts for one event message
@@ -126,6 +132,7 @@ func (g *budget) stored(subject string, seq, streamSeq uint64, size int64) {
 	}
 	w.last = max(w.last, seq)
 	w.used = time.Now()
+	delete(g.forgotten, subject)
 	w.add(keptEvent{stream: streamSeq, size: size}, g.ringSize)
 	if !w.loaded || w.bytes > g.limit {
 		g.scheduleLocked(subject)
@@ -146,6 +153,21 @@ func (g *budget) check(subject string) {
 	w.loaded = false
 	w.used = time.Now()
 	g.scheduleLocked(subject)
+}
+
+// forget makes the trimmer remove a world's events from the stream but
+// the keep newest, once per world until the node publishes it again.
+func (g *budget) forget(subject string, keep uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.forgotten[subject] {
+		return
+	}
+	g.forgets[subject] = keep
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (g *budget) scheduleLocked(subject string) {
@@ -202,7 +224,15 @@ func (g *budget) run(stop <-chan struct{}) {
 			subjects = append(subjects, s)
 		}
 		clear(g.due)
+		forgets := maps.Clone(g.forgets)
+		clear(g.forgets)
 		g.mu.Unlock()
+		for subject, keep := range forgets {
+			if err := g.purgeAll(subject, keep); err != nil {
+				g.log("could not remove the events of a world that is gone from the events stream; trying again", "subject", subject, "error", err)
+				time.AfterFunc(publishBackoff, func() { g.forget(subject, keep) })
+			}
+		}
 		for _, subject := range subjects {
 			select {
 			case <-stop:
@@ -227,6 +257,30 @@ func (g *budget) run(stop <-chan struct{}) {
 			g.failing.Store(false)
 		}
 	}
+}
+
+// purgeAll removes a world's events from the stream but the keep newest,
+// and what the node knew of them.
+func (g *budget) purgeAll(subject string, keep uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), loadWait)
+	defer cancel()
+	stream, err := g.openStream(ctx)
+	if err != nil {
+		return err
+	}
+	opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSubject(subject)}
+	if keep > 0 {
+		opts = append(opts, jetstream.WithPurgeKeep(keep))
+	}
+	if err := stream.Purge(ctx, opts...); err != nil {
+		g.dropStream()
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.worlds, subject)
+	g.forgotten[subject] = true
+	return nil
 }
 
 // forgetIdle forgets the worlds this node has not published for a while.

@@ -443,6 +443,25 @@ func eventMsg(subject string, rec world.JournalRecord) *nats.Msg {
 	return msg
 }
 
+// Forget removes the events of an embedded world that was deleted from
+// the events stream, in the background: a world made later under the same
+// id numbers its events afresh, and a world that is gone keeps no storage.
+func (b *Bus) Forget(clientID string) {
+	if subjectToken(clientID) {
+		b.budget.forget(subjectPrefix+clientID, 0)
+	}
+}
+
+// ForgetLinked removes the events of a linked world that was unpaired
+// from the events stream, in the background, all but the last: the node a
+// world paired again connects to numbers on after it, so ids never
+// repeat.
+func (b *Bus) ForgetLinked(clientID string) {
+	if subjectToken(clientID) {
+		b.budget.forget(linkedSubjectPrefix+clientID, 1)
+	}
+}
+
 // Dropped counts the events that could not be queued for publishing.
 func (b *Bus) Dropped() uint64 { return b.dropped.Load() }
 
