@@ -73,10 +73,7 @@ type budget struct {
 	wake      chan struct{}
 
 	stream  jetstream.Stream // opened once, again after an error
-	purges  atomic.Uint64
-	purged  atomic.Int64 // bytes
-	loads   atomic.Uint64
-	failing atomic.Bool // the last purge failed (logged once a run of failures)
+	failing atomic.Bool      // the last purge failed (logged once a run of failures)
 }
 
 // window is what a node knows of one world's kept events.
@@ -207,6 +204,13 @@ func (w *window) drop(n int) {
 
 // run trims the worlds that need it until stop closes.
 func (g *budget) run(stop <-chan struct{}) {
+	// A stopping node does not wait for a stream that does not answer.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
 	tidy := time.NewTicker(idleWindow / 4)
 	defer tidy.Stop()
 	for {
@@ -228,7 +232,7 @@ func (g *budget) run(stop <-chan struct{}) {
 		clear(g.forgets)
 		g.mu.Unlock()
 		for subject, keep := range forgets {
-			if err := g.purgeAll(subject, keep); err != nil {
+			if err := g.purgeAll(ctx, subject, keep); err != nil {
 				g.log("could not remove the events of a world that is gone from the events stream; trying again", "subject", subject, "error", err)
 				time.AfterFunc(publishBackoff, func() { g.forget(subject, keep) })
 			}
@@ -239,7 +243,7 @@ func (g *budget) run(stop <-chan struct{}) {
 				return
 			default:
 			}
-			if err := g.trim(subject); err != nil {
+			if err := g.trim(ctx, subject); err != nil {
 				if g.failing.CompareAndSwap(false, true) {
 					g.log("could not keep a world's events in the events stream within their byte budget; trying again", "subject", subject, "error", err)
 				}
@@ -261,8 +265,8 @@ func (g *budget) run(stop <-chan struct{}) {
 
 // purgeAll removes a world's events from the stream but the keep newest,
 // and what the node knew of them.
-func (g *budget) purgeAll(subject string, keep uint64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), loadWait)
+func (g *budget) purgeAll(ctx context.Context, subject string, keep uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, loadWait)
 	defer cancel()
 	stream, err := g.openStream(ctx)
 	if err != nil {
@@ -296,8 +300,8 @@ func (g *budget) forgetIdle() {
 
 // trim reads a world's kept events when the node does not know them all,
 // and purges the oldest ones when they pass the budget.
-func (g *budget) trim(subject string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), loadWait)
+func (g *budget) trim(ctx context.Context, subject string) error {
+	ctx, cancel := context.WithTimeout(ctx, loadWait)
 	defer cancel()
 	stream, err := g.openStream(ctx)
 	if err != nil {
@@ -310,12 +314,16 @@ func (g *budget) trim(subject string) error {
 	if w == nil {
 		return nil
 	}
+	// When the kept events cannot be read, the node still trims what it
+	// knows (its own events), and reads them again later.
+	var loadErr error
+	var kept []keptEvent
 	if !loaded {
-		kept, err := g.load(ctx, stream, subject)
-		if err != nil {
+		if kept, loadErr = g.load(ctx, stream, subject); loadErr != nil {
 			g.dropStream()
-			return err
 		}
+	}
+	if !loaded && loadErr == nil {
 		g.mu.Lock()
 		// Events acknowledged while the stream was read are newer than
 		// the last one read; older ones that were not read are gone.
@@ -341,7 +349,7 @@ func (g *budget) trim(subject string) error {
 	g.mu.Lock()
 	if w.bytes <= g.limit || len(w.kept) < 2 {
 		g.mu.Unlock()
-		return nil
+		return loadErr
 	}
 	// The oldest events leave until the rest fit in seven eighths of the
 	// budget; the newest event stays even when it alone is larger.
@@ -355,27 +363,22 @@ func (g *budget) trim(subject string) error {
 	g.mu.Unlock()
 	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(below)); err != nil {
 		g.dropStream()
-		return err
+		return errors.Join(loadErr, err)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	// Forget what the purge removed (the window may have changed since).
 	n := 0
-	var freed int64
 	for n < len(w.kept) && w.kept[n].stream < below {
-		freed += w.kept[n].size
 		n++
 	}
 	w.drop(n)
-	g.purges.Add(1)
-	g.purged.Add(freed)
-	return nil
+	return loadErr
 }
 
 // load reads the stream sequence and size of each kept event of subject,
 // oldest first, with a headers-only consumer.
 func (g *budget) load(ctx context.Context, stream jetstream.Stream, subject string) ([]keptEvent, error) {
-	g.loads.Add(1)
 	last, err := stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
@@ -401,7 +404,7 @@ func (g *budget) load(ctx context.Context, stream jetstream.Stream, subject stri
 		it.Stop()
 		// The consumer is not needed any more: delete it rather than let
 		// it linger among the feeds' consumers.
-		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
 		if info := cons.CachedInfo(); info != nil {
 			_ = stream.DeleteConsumer(dctx, info.Name)
@@ -449,15 +452,4 @@ func (g *budget) dropStream() {
 	g.mu.Lock()
 	g.stream = nil
 	g.mu.Unlock()
-}
-
-// keptBytes is the stored bytes the node counts for a world's kept
-// events, and whether it read them from the stream.
-func (g *budget) keptBytes(subject string) (int64, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if w := g.worlds[subject]; w != nil {
-		return w.bytes, w.loaded
-	}
-	return 0, false
 }
