@@ -4,7 +4,9 @@
 // The host node of a world publishes each of the world's events once, as
 // its hub numbered and encoded them (events.Hub.OnPublish), to the subject
 // relay.events.<clientId> of one JetStream stream that keeps, per world,
-// as many events as a hub's ring (the newest ones). A node with
+// as many events as a hub's ring (the newest ones), and no more bytes of
+// them than a hub's ring: the publishing node purges a world's oldest
+// events past that budget (see budget.go). A node with
 // subscribers for a world hosted elsewhere runs one feed for that world:
 // an ordered consumer of its subject that first reads the kept events (so
 // that a subscriber arriving from another node can resume) and then
