@@ -107,8 +107,12 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 	// Its kept events and open streams go with it; a world made later
 	// under the same id starts afresh.
 	r.hub.Forget(clientID)
+	if r.shared != nil && r.shared.Events != nil {
+		// So do its events in the cluster's events stream.
+		r.shared.Events.Forget(clientID)
+	}
 	if r.replication != nil {
-		// So do the cluster's copies of its files.
+		// And the cluster's copies of its files.
 		if err := r.replication.ForgetFiles(context.WithoutCancel(ctx), clientID); err != nil {
 			r.log.Warn("could not delete the replicated files of a removed world", "clientId", clientID, "error", err)
 		}
