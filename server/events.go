@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -469,35 +470,76 @@ func connectedJSON(clientID string, channel world.EventChannel, filter []any) []
 // account.
 type streamLimits struct {
 	perKey, perWorld int
-	mu               sync.Mutex
-	byKey, byWorld   map[string]int
-	byAccount        map[string]int64
+	// tally, when set, shares the accounts' counts with the other nodes
+	// of a cluster: the quota of an account's open streams holds for its
+	// streams on every node together.
+	tally          StreamTally
+	mu             sync.Mutex
+	byKey, byWorld map[string]int
+	byAccount      map[string]int64
+}
+
+// StreamTally shares the number of open event streams of each account
+// among the nodes of a cluster. Elsewhere answers from memory (it runs
+// when a stream opens, and must make no request to the shared state);
+// Changed is told, without waiting, each time this node's counts change,
+// and the tally reads them with [Server.OpenStreams] to tell the others.
+type StreamTally interface {
+	// Elsewhere counts the account's open streams on the other live nodes,
+	// as last heard from them.
+	Elsewhere(account string) int64
+	// Changed tells that this node's counts changed.
+	Changed()
+}
+
+// elsewhere counts the account's streams on the other nodes (none on a
+// node alone).
+func (l *streamLimits) elsewhere(account string) int64 {
+	if l.tally == nil {
+		return 0
+	}
+	return l.tally.Elsewhere(account)
+}
+
+// changed tells the tally, if any, that the counts changed.
+func (l *streamLimits) changed() {
+	if l.tally != nil {
+		l.tally.Changed()
+	}
 }
 
 // acquire counts a new stream, or refuses it with RESOURCE_EXHAUSTED (HTTP
 // 429) past a limit of the key or the world, and with PERMISSION_DENIED
 // (HTTP 403) naming the quota past the account's limit of open streams
-// (accountLimit; 0 is none). The returned function releases it.
+// (accountLimit; 0 is none), counted on every node of a cluster. The
+// returned function releases it.
 func (l *streamLimits) acquire(keyID, clientID, account string, accountLimit int64) (func(), error) {
+	var elsewhere int64
+	if accountLimit > 0 {
+		elsewhere = l.elsewhere(account)
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.byKey[keyID] >= l.perKey {
+		l.mu.Unlock()
 		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), wire.ReasonRateLimited)
 	}
 	if l.byWorld[clientID] >= l.perWorld {
+		l.mu.Unlock()
 		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), wire.ReasonRateLimited)
 	}
-	if accountLimit > 0 && l.byAccount[account] >= accountLimit {
+	if accountLimit > 0 && l.byAccount[account]+elsewhere >= accountLimit {
+		l.mu.Unlock()
 		return nil, quotaReached("streams", accountLimit, "open event streams for the account's keys together; close one first")
 	}
 	l.byKey[keyID]++
 	l.byWorld[clientID]++
 	l.byAccount[account]++
+	l.mu.Unlock()
+	l.changed()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
-			defer l.mu.Unlock()
 			if l.byKey[keyID]--; l.byKey[keyID] == 0 {
 				delete(l.byKey, keyID)
 			}
@@ -507,15 +549,25 @@ func (l *streamLimits) acquire(keyID, clientID, account string, accountLimit int
 			if l.byAccount[account]--; l.byAccount[account] == 0 {
 				delete(l.byAccount, account)
 			}
+			l.mu.Unlock()
+			l.changed()
 		})
 	}, nil
 }
 
-// openBy counts the account's open streams.
+// openBy counts the account's open streams, on every node of a cluster.
 func (l *streamLimits) openBy(account string) int64 {
 	l.mu.Lock()
+	n := l.byAccount[account]
+	l.mu.Unlock()
+	return n + l.elsewhere(account)
+}
+
+// byAccounts copies this node's count of open streams of each account.
+func (l *streamLimits) byAccounts() map[string]int64 {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.byAccount[account]
+	return maps.Clone(l.byAccount)
 }
 
 // eventJSON encodes the payload of an event the stream itself sends (plain
