@@ -10,6 +10,7 @@ import (
 	"github.com/tabletop-relay/relay/cluster/internal/jstest"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // startPair starts two relay nodes, a and b, sharing one JetStream state,
@@ -164,4 +165,57 @@ func worldSuffix(r, a *relaytest.Relay) string {
 		return "a"
 	}
 	return "b"
+}
+
+// TestSignInLockoutsAcrossNodes: failed sign-ins for one name spread over
+// two nodes add up, so that the name is locked on both after
+// signin.LockoutFailures in all (even for the right password); and the
+// sign-ins of one address spread over both nodes are limited to
+// --signin-rate-limit in all, not that many on each.
+func TestSignInLockoutsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a, b := startPair(t, func(cfg *node.Config) { cfg.SignInRateLimit = 0 })
+	const password = "correct horse battery"
+	if r := a.Do("POST", "/accounts", a.AdminKey, nil, map[string]any{"name": "Guild", "password": password}); r.Status != http.StatusOK {
+		t.Fatalf("POST /accounts: %d %s", r.Status, r.Body)
+	}
+	signIn := func(r *relaytest.Relay, name, password string) relaytest.Response {
+		return r.Do("POST", signin.PathSession, "", nil, map[string]any{"name": name, "password": password})
+	}
+	for i := range signin.LockoutFailures {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		if r := signIn(node, "Guild", "a wrong password"); r.Status != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	for _, node := range []*relaytest.Relay{a, b} {
+		if r := signIn(node, "guild", password); r.Status != http.StatusTooManyRequests || !strings.Contains(r.ErrorText(t), "locked") {
+			t.Fatalf("the right password on %s after %d failures spread over two nodes: %d %s, want 429 locked", node.Base, signin.LockoutFailures, r.Status, r.Body)
+		}
+	}
+
+	// Per address: 4 sign-ins a minute in all.
+	a, b = startPair(t, func(cfg *node.Config) { cfg.SignInRateLimit = 4 })
+	tried, limited := 0, 0
+	for i := range 8 {
+		node := a
+		if i%2 == 1 {
+			node = b
+		}
+		r := signIn(node, "Nobody", "a wrong password")
+		switch {
+		case r.Status == http.StatusTooManyRequests && r.Header.Get("Retry-After") != "":
+			limited++
+		case r.Status == http.StatusUnauthorized:
+			tried++
+		default:
+			t.Fatalf("sign-in %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	if tried > 4 {
+		t.Fatalf("one address tried %d sign-ins over two nodes with --signin-rate-limit 4 (%d refused)", tried, limited)
+	}
 }
