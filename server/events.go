@@ -17,6 +17,7 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -55,7 +56,11 @@ type eventService struct {
 	// accounts, when set, ends the streams of suspended accounts, which
 	// suspensions watches.
 	accounts    interface{ Suspension(accountID string) error }
-	suspensions *suspensionWatch
+	suspensions *endWatch
+	// sessions, when set, ends the streams opened with a console session
+	// once the session ends (signed out, expired, ended with its
+	// account's password change).
+	sessions *endWatch
 	// quotas, when set, bounds the open streams of each account.
 	quotas *quotaPolicy
 }
@@ -79,7 +84,37 @@ func newEventService(cfg EventsConfig) *eventService {
 // setAccounts sets the accounts whose suspension ends their streams.
 func (s *eventService) setAccounts(accounts interface{ Suspension(accountID string) error }) {
 	s.accounts = accounts
-	s.suspensions = &suspensionWatch{accounts: accounts, every: suspensionCheckEvery}
+	s.suspensions = &endWatch{check: accounts.Suspension, every: suspensionCheckEvery}
+}
+
+// setSessions sets the console sessions whose end ends their streams.
+func (s *eventService) setSessions(sessions *signin.Service) {
+	s.sessions = &endWatch{every: suspensionCheckEvery, check: func(keyID string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), suspensionCheckEvery)
+		defer cancel()
+		if err := sessions.Ended(ctx, keyID); err != nil {
+			return status.Error(codes.Unauthenticated, err.Error())
+		}
+		return nil
+	}}
+}
+
+// watchEnds calls end once the key's account is suspended or, for a
+// console session's key, once the session ends; stop releases the
+// watches.
+func (s *eventService) watchEnds(key keys.Key, end func(error)) (stop func()) {
+	var stops []func()
+	if s.accounts != nil && !key.Operator() {
+		stops = append(stops, s.suspensions.watch(key.Account(), func(err error) { end(suspendedError(err)) }))
+	}
+	if s.sessions != nil && signin.IsSessionKey(key.ID) {
+		stops = append(stops, s.sessions.watch(key.ID, end))
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 func (s *eventService) SubscribeHooks(req *relayv1.SubscribeHooksRequest, stream grpc.ServerStreamingServer[relayv1.SubscribeHooksResponse]) error {
@@ -121,32 +156,30 @@ func (s *eventService) SubscribeScenes(req *relayv1.SubscribeScenesRequest, stre
 // caller goes away, the subscriber overflows or the relay stops. filter is
 // the channel's filter as a key, value pair for the `connected` event.
 func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEventID string, filter []any, send func(*relayv1.Event) error) error {
-	ctx, stop := s.endOnSuspension(ctx, CallFrom(ctx).Key)
+	ctx, stop := s.endWhenRefused(ctx, CallFrom(ctx).Key)
 	defer stop()
 	err := s.serveStream(ctx, req, lastEventID, filter, send)
-	if cause := context.Cause(ctx); ctx.Err() != nil && status.Code(cause) == codes.PermissionDenied {
-		return cause
+	if cause := context.Cause(ctx); ctx.Err() != nil {
+		if code := status.Code(cause); code == codes.PermissionDenied || code == codes.Unauthenticated {
+			return cause
+		}
 	}
 	return err
 }
 
 // suspensionCheckEvery is how often an open stream of an account other
-// than the operator's looks at its account's suspension: a suspension
-// ends the stream within this time, on whichever node serves it.
+// than the operator's looks at its account's suspension, and a stream of
+// a console session at its session: a suspension or a sign-out ends the
+// stream within this time, on whichever node serves it.
 const suspensionCheckEvery = 250 * time.Millisecond
 
-// endOnSuspension returns a context that ends, with the suspension's
-// refusal as its cause, once the account of key is suspended; stop
-// releases it. The operator's account is never suspended: its streams
-// are not watched.
-func (s *eventService) endOnSuspension(ctx context.Context, key keys.Key) (context.Context, func()) {
-	if s.accounts == nil || key.Operator() {
-		return ctx, func() {}
-	}
+// endWhenRefused returns a context that ends, with the refusal as its
+// cause, once the account of key is suspended or, for a console
+// session's key, once the session ends; stop releases it. The operator's
+// account is never suspended: its keys' streams are not watched for it.
+func (s *eventService) endWhenRefused(ctx context.Context, key keys.Key) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := s.suspensions.watch(key.Account(), func(err error) {
-		cancel(suspendedError(err))
-	})
+	stop := s.watchEnds(key, cancel)
 	return ctx, func() {
 		stop()
 		cancel(nil)
@@ -264,11 +297,7 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 			ds := &detachedStream{s: s, w: d, pusher: pusher, cleanups: cleanups}
 			if d.Detach(ds.gone) {
 				detached = true
-				if s.accounts != nil && !call.Key.Operator() {
-					ds.addCleanup(s.suspensions.watch(call.Key.Account(), func(err error) {
-						ds.end(suspendedError(err))
-					}))
-				}
+				ds.addCleanup(s.watchEnds(call.Key, ds.end))
 				pusher.Push(&pushWriter{w: fw, resume: pusher.Resume})
 				pusher.WhenDone(ds.ended)
 				return nil

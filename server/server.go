@@ -261,6 +261,9 @@ func New(cfg Config) (*Server, error) {
 	events.limits.tally = cfg.StreamTally
 	srv.streams = events.limits
 	events.setAccounts(cfg.Keys)
+	if cfg.Signin != nil {
+		events.setSessions(cfg.Signin)
+	}
 	events.quotas = quotas
 	files := newFileService(cfg.MaxUploadBytes)
 	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds

@@ -727,6 +727,32 @@ func (s *Service) check(ctx context.Context, sess session, rev uint64) (keys.Key
 	return sessionKey(sess, acct), nil
 }
 
+// IsSessionKey reports whether a key id is a console session's (see
+// sessionKey).
+func IsSessionKey(id string) bool { return strings.HasPrefix(id, sessionKeyID) }
+
+// Ended answers why the session whose key id is id has ended (signed out,
+// unused for the idle time, ended with its account's password change or
+// deletion), or nil while it lasts or cannot be read (the caller keeps
+// what it holds until it can tell). It records no use: an event stream
+// held open does not keep its session alive.
+func (s *Service) Ended(ctx context.Context, id string) error {
+	acct, sid, ok := strings.Cut(strings.TrimPrefix(id, sessionKeyID), ".")
+	if !ok {
+		return errSessionEnded
+	}
+	sess, _, err := s.readSession(ctx, acct, sid)
+	switch {
+	case errors.Is(err, ErrNoEntry):
+		return errSessionEnded
+	case err != nil:
+		return nil
+	case s.cfg.Now().Sub(sess.LastSeen) > s.cfg.IdleTimeout:
+		return sessionEnded{fmt.Sprintf("Session has ended after %s without use: sign in again", s.cfg.IdleTimeout)}
+	}
+	return nil
+}
+
 // KeyByID returns the key of the session whose key id is id (see
 // sessionKey), as Authenticate would.
 func (s *Service) KeyByID(ctx context.Context, id string) (keys.Key, error) {
