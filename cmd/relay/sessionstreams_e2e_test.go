@@ -135,3 +135,59 @@ func TestSessionEndEndsItsStreams(t *testing.T) {
 	sse, grpcEnd = sessionStreams(t, tr, c.token(), "guild-world")
 	waitStreamsEnd(t, "a second after the session's idle time", sse, grpcEnd, signedIn.Add(3*time.Second+time.Second))
 }
+
+// TestAccountFirstKeyCreatorHidden: an account's keys do not show the
+// operator's key that made the account's first key as its creator (the
+// operator still sees it), while a key the account made shows its maker.
+func TestAccountFirstKeyCreatorHidden(t *testing.T) {
+	t.Parallel()
+	tr := startTestRelay(t)
+	made := tr.Do(http.MethodPost, "/accounts", tr.AdminKey, nil, map[string]any{"name": "Guild"})
+	if made.Status != http.StatusOK {
+		t.Fatalf("create account: %d %s", made.Status, made.Body)
+	}
+	key := made.Data(t)["key"].(string)
+	if r := tr.Do(http.MethodPost, "/keys", key, nil, map[string]any{"name": "bot", "scopes": []string{"entity:read"}}); r.Status != http.StatusOK {
+		t.Fatalf("create key: %d %s", r.Status, r.Body)
+	}
+	creators := func(caller string) map[string]string {
+		t.Helper()
+		r := tr.Do(http.MethodGet, "/keys", caller, nil, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET /keys: %d %s", r.Status, r.Body)
+		}
+		out := map[string]string{}
+		for _, k := range r.Data(t)["keys"].([]any) {
+			k := k.(map[string]any)
+			by, _ := k["createdBy"].(string)
+			out[k["name"].(string)+"/"+k["id"].(string)] = by
+		}
+		return out
+	}
+	var adminID, operatorKeyID string
+	for name, by := range creators(key) {
+		switch {
+		case strings.HasPrefix(name, "admin/"):
+			adminID = strings.TrimPrefix(name, "admin/")
+			if by != "" {
+				t.Fatalf("the account sees its first key made by %q, want no creator", by)
+			}
+		case strings.HasPrefix(name, "bot/"):
+			if by == "" {
+				t.Fatal("the account's own key shows no creator")
+			}
+		}
+	}
+	for name, by := range creators(tr.AdminKey) {
+		if strings.HasSuffix(name, "/"+adminID) {
+			operatorKeyID = by
+		}
+	}
+	if operatorKeyID == "" {
+		t.Fatal("the operator does not see who made the account's first key")
+	}
+	// Revoking the first key answers it without its creator too.
+	if r := tr.Do(http.MethodDelete, "/keys/"+adminID, key, nil, nil); r.Status != http.StatusOK || strings.Contains(string(r.Body), operatorKeyID) {
+		t.Fatalf("revoke the first key: %d %s", r.Status, r.Body)
+	}
+}

@@ -727,6 +727,9 @@ func (s *Service) check(ctx context.Context, sess session, rev uint64) (keys.Key
 	return sessionKey(sess, acct), nil
 }
 
+// SessionKeyPrefix starts the key ids of the account's console sessions.
+func SessionKeyPrefix(accountID string) string { return sessionKeyID + accountID + "." }
+
 // IsSessionKey reports whether a key id is a console session's (see
 // sessionKey).
 func IsSessionKey(id string) bool { return strings.HasPrefix(id, sessionKeyID) }
