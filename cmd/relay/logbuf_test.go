@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
