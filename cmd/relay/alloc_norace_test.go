@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"runtime"
 	"strings"
@@ -39,7 +38,13 @@ func TestRESTGetAllocations(t *testing.T) {
 		cluster bool
 	}{{"alone", false}, {"cluster of one", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := relaytest.StartLogged(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), func(c *node.Config) {
+			// The logger `relay serve` writes JSON with, as a relay runs.
+			log, logBuf, err := newLogger("json", "info", io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = logBuf.Close() })
+			r := relaytest.StartLogged(t, log, func(c *node.Config) {
 				if tc.cluster {
 					c.Cluster.NodeName = "alloc"
 					c.Cluster.ClusterListen = freeLoopbackAddr(t)
