@@ -139,18 +139,22 @@ func TestAccessLineThroughRelayLogger(t *testing.T) {
 	if resp.Status != http.StatusOK {
 		t.Fatalf("GET /get: %d %s", resp.Status, resp.Body)
 	}
-	if err := buf.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	// The line is written once the answer has left, which may be after
+	// the client has read it.
 	var line map[string]any
-	for _, l := range strings.Split(out.String(), "\n") {
-		var v map[string]any
-		if json.Unmarshal([]byte(l), &v) == nil && v["msg"] == "http" && v["path"] == "/get" {
-			line = v
+	for deadline := time.Now().Add(10 * time.Second); line == nil; time.Sleep(5 * time.Millisecond) {
+		if err := buf.Flush(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if line == nil {
-		t.Fatalf("no access line for GET /get in %q", out.String())
+		for _, l := range strings.Split(out.String(), "\n") {
+			var v map[string]any
+			if json.Unmarshal([]byte(l), &v) == nil && v["msg"] == "http" && v["path"] == "/get" {
+				line = v
+			}
+		}
+		if line == nil && time.Now().After(deadline) {
+			t.Fatalf("no access line for GET /get in %q", out.String())
+		}
 	}
 	for key, want := range map[string]any{"level": "INFO", "method": "GET", "route": "/get", "status": 200.0,
 		"clientId": "demo", "rpc": "/relay.v1.DocumentService/GetDocument", "code": "OK", "requestId": resp.Header.Get("X-Request-Id")} {
