@@ -807,6 +807,22 @@ func (k Keys) Authenticate(ctx context.Context, plaintext string) (keys.Key, err
 	return k.Backend.Authenticate(ctx, plaintext)
 }
 
+// Check reports what Authenticate would, without copying the key's record
+// out when the backing store can judge a key in place (keys.Store and the
+// cluster's store): admission runs it on every request, before the
+// interceptor chain authenticates the same key again for its call.
+func (k Keys) Check(ctx context.Context, plaintext string) error {
+	if !IsToken(plaintext) {
+		if c, ok := k.Backend.(interface {
+			Check(ctx context.Context, plaintext string) error
+		}); ok {
+			return c.Check(ctx, plaintext)
+		}
+	}
+	_, err := k.Authenticate(ctx, plaintext)
+	return err
+}
+
 // Get returns a stored key, or the key of a session that is still open.
 func (k Keys) Get(ctx context.Context, id string) (keys.Key, error) {
 	if strings.HasPrefix(id, sessionKeyID) {
