@@ -250,7 +250,9 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body []byte
-	if r.Body != nil {
+	// A request without a body (most reads) skips the reader and the
+	// buffer that reading nothing would still allocate.
+	if r.Body != nil && r.Body != http.NoBody {
 		var err error
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 		if err != nil {

@@ -96,6 +96,11 @@ var eventStreams = map[string]bool{
 // host.
 func IsEventStream(method string) bool { return eventStreams[method] }
 
+// forwardedWorldless are the calls that resolve no world in the chain but
+// are about one world, whose host answers them: its handler forwards such
+// a call itself (the removal of an embedded world).
+var forwardedWorldless = map[string]bool{relayv1.WorldService_DeleteWorld_FullMethodName: true}
+
 // forwardedUploads are the client streams forwarded to a world's host.
 var forwardedUploads = map[string]bool{relayv1.FileService_UploadFile_FullMethodName: true}
 
@@ -419,7 +424,8 @@ func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *Forward
 	// Only calls for a world are ever forwarded: anything else that
 	// arrives here was not sent by an edge node's chain, and is refused
 	// before it runs with the identity it claims.
-	if policy := s.chain.Policies[fc.Method]; policy == nil || policy.GetWorldless() || fc.ClientID == "" {
+	policy := s.chain.Policies[fc.Method]
+	if policy == nil || (policy.GetWorldless() && !forwardedWorldless[fc.Method]) || fc.ClientID == "" {
 		return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes", fc.Method))
 	}
 	in, out, err := methodTypes(fc.Method)
@@ -429,6 +435,14 @@ func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *Forward
 	req := in.New().Interface()
 	if err := proto.Unmarshal(fc.Request, req); err != nil {
 		return FailedReply(status.Errorf(codes.InvalidArgument, "forwarded %s: bad request: %v", fc.Method, err))
+	}
+	if policy.GetWorldless() {
+		// A worldless call forwarded to a world's host is about that
+		// world only.
+		named, ok := req.(interface{ GetClientId() string })
+		if !ok || named.GetClientId() != fc.ClientID {
+			return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes for another world", fc.Method))
+		}
 	}
 	resp := out.New().Interface()
 	ctx = context.WithValue(ctx, forwardedKey{}, fc)

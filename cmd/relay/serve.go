@@ -219,7 +219,7 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 	if text {
 		h = slog.NewTextHandler(buf, opts)
 	}
-	return slog.New(flushingHandler{Handler: h, buf: buf}), buf, nil
+	return slog.New(flushingHandler{Handler: h, buf: buf, jsonLines: !text}), buf, nil
 }
 
 // defaultGOGC is the garbage collector's target when neither --gogc,
