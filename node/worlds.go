@@ -116,6 +116,10 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 		if err := r.replication.Forget(context.WithoutCancel(ctx), clientID); err != nil {
 			return err
 		}
+		// So do the cluster's copies of its files.
+		if err := r.replication.ForgetFiles(context.WithoutCancel(ctx), clientID); err != nil {
+			r.log.Warn("could not delete the replicated files of a removed world", "clientId", clientID, "error", err)
+		}
 	}
 	// Its kept events and open streams go with it; a world made later
 	// under the same id starts afresh.
@@ -123,12 +127,6 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 	if r.shared != nil && r.shared.Events != nil {
 		// So do its events in the cluster's events stream.
 		r.shared.Events.Forget(clientID)
-	}
-	if r.replication != nil {
-		// And the cluster's copies of its files.
-		if err := r.replication.ForgetFiles(context.WithoutCancel(ctx), clientID); err != nil {
-			r.log.Warn("could not delete the replicated files of a removed world", "clientId", clientID, "error", err)
-		}
 	}
 	if err := r.keys.ReleaseWorld(context.WithoutCancel(ctx), clientID); err != nil {
 		return err
