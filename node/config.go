@@ -101,6 +101,13 @@ type Config struct {
 	// (--audit-max-records).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// What the relay keeps of the writes sent with an idempotency key:
+	// for how long (--idempotency-ttl), how many keys per world at most
+	// (--idempotency-keys) and the largest answer it keeps
+	// (--idempotency-answer-bytes).
+	IdempotencyTTL         time.Duration
+	IdempotencyKeys        int
+	IdempotencyAnswerBytes int
 	// MaxKeysPerCreator is how many unrevoked keys one key may have
 	// created (--max-keys-per-creator); 0 sets no limit.
 	MaxKeysPerCreator int
@@ -280,6 +287,9 @@ func DefaultConfig() Config {
 		SignupRateLimit:          DefaultSignupRateLimit,
 		AuditRetention:           audit.DefaultRetention,
 		AuditMaxRecords:          audit.DefaultMaxRecords,
+		IdempotencyTTL:           server.DefaultIdempotencyTTL,
+		IdempotencyKeys:          server.DefaultIdempotencyKeys,
+		IdempotencyAnswerBytes:   server.DefaultIdempotencyAnswerBytes,
 		Build:                    ReadBuildInfo(),
 	}
 }

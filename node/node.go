@@ -453,6 +453,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			StoredBytes:       cfg.AccountMaxStoredBytes,
 		},
 		EmbeddedWorlds: embeddedWorlds{r},
+		Idempotency:    server.IdempotencyConfig{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyKeys, AnswerBytes: cfg.IdempotencyAnswerBytes},
 		RequestIDs:     ids,
 		Log:            log,
 		ScriptTimeout:  cfg.ScriptTimeout,

@@ -323,7 +323,7 @@ type ForwardedReply struct {
 
 // forwardedMetadata lists the incoming metadata a forwarded call carries:
 // what the chain after world resolution reads.
-var forwardedMetadata = []string{wire.InvalidParamsHeader}
+var forwardedMetadata = []string{wire.InvalidParamsHeader, wire.IdempotencyKeyHeader}
 
 // forwardedKey is the context key of the [ForwardedCall] a host serves.
 type forwardedKey struct{}

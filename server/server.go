@@ -147,6 +147,9 @@ type Config struct {
 	// AuditService lists it. Without it nothing is recorded and the
 	// listing is Unimplemented.
 	Audit AuditLog
+	// Idempotency bounds what is kept of the writes sent with an
+	// idempotency key (idempotency.go).
+	Idempotency IdempotencyConfig
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -205,6 +208,9 @@ func New(cfg Config) (*Server, error) {
 	defaults.Keys = int64(cfg.AccountMaxKeys)
 	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
 	chain.Quotas = quotas
+	if chain.idempotency, err = newIdempotency(cfg.Idempotency, cfg.Log); err != nil {
+		return nil, err
+	}
 	if cfg.Audit != nil {
 		chain.Audit = cfg.Audit
 	}
