@@ -367,3 +367,17 @@ func worldDocumentBytes(cfg Config) (int64, error) {
 	}
 	return cfg.WorldMemoryBytes - ring, nil
 }
+
+// checkIdempotency refuses bounds of idempotent writes below zero (zero
+// takes the default).
+func checkIdempotency(cfg Config) error {
+	switch {
+	case cfg.IdempotencyTTL < 0:
+		return &ConfigError{fmt.Errorf("idempotency-ttl must be 0 or more: %s", cfg.IdempotencyTTL)}
+	case cfg.IdempotencyKeys < 0:
+		return &ConfigError{fmt.Errorf("idempotency-keys must be 0 or more: %d", cfg.IdempotencyKeys)}
+	case cfg.IdempotencyAnswerBytes < 0:
+		return &ConfigError{fmt.Errorf("idempotency-answer-bytes must be 0 or more: %d", cfg.IdempotencyAnswerBytes)}
+	}
+	return nil
+}

@@ -428,6 +428,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkIdempotency(cfg); err != nil {
+		return fail(err)
+	}
 	if err := r.openAudit(ctx, cfg, log); err != nil {
 		return fail(err)
 	}

@@ -51,7 +51,7 @@ import (
 const (
 	DefaultIdempotencyTTL         = 24 * time.Hour
 	DefaultIdempotencyKeys        = 10000
-	DefaultIdempotencyAnswerBytes = 64 << 10
+	DefaultIdempotencyAnswerBytes = 16 << 10
 	// maxIdempotencyKeyLength is the longest key accepted.
 	maxIdempotencyKeyLength = 255
 )

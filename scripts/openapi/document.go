@@ -459,6 +459,16 @@ func (b *builder) unaryOperation(op *obj, md protoreflect.MethodDescriptor, poli
 		b.fail(fmt.Errorf("%s: body %q: only `*` is supported", md.FullName(), bind.body))
 		return
 	}
+	// A write on a world takes an idempotency key.
+	write := bind.method != http.MethodGet && !policy.GetWorldless()
+	if write {
+		params, _ := op.get("parameters").([]any)
+		op.set("parameters", append(params, newObj(
+			"name", "Idempotency-Key", "in", "header",
+			"description", "Makes the write safe to send again: a retry with the same key gets the first answer and is not applied again; 409 when the key was used for another request (see Using the API).",
+			"schema", newObj("type", "string", "minLength", 1, "maxLength", 255),
+		)))
+	}
 	var data *obj
 	if bind.responseBody != "" {
 		fd := md.Output().Fields().ByName(protoreflect.Name(bind.responseBody))
@@ -470,9 +480,15 @@ func (b *builder) unaryOperation(op *obj, md protoreflect.MethodDescriptor, poli
 	} else {
 		data = b.messageRef(md.Output(), output)
 	}
+	headers := newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId"))
+	if write {
+		headers.set("Idempotent-Replay", newObj(
+			"description", "Present when the answer is the one kept for the request's Idempotency-Key: the request id of the first request, whose answer (envelope and all) this is.",
+			"schema", newObj("type", "string")))
+	}
 	op.set("responses", b.responses(newObj(
 		"description", "Success: the envelope, with the answer in `data`.",
-		"headers", newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId")),
+		"headers", headers,
 		"content", newObj("application/json", newObj("schema", b.envelope(md, policy, data))),
 	)))
 }
