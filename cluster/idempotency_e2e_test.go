@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -87,6 +88,31 @@ func TestIdempotentRetryAcrossAFailover(t *testing.T) {
 	again := keyedIncrease(client, n3.Base, n3.AdminKey, "failover-1", 5)
 	if again.Status != http.StatusOK || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replay") == "" {
 		t.Fatalf("retry through another node: %d %s (replay %q); first %s", again.Status, again.Body, again.Header.Get("Idempotent-Replay"), first.Body)
+	}
+
+	// An upload (a client stream, forwarded to the host) with a key: the
+	// retry through another node, which without the key would be refused
+	// since the file exists, gets the first answer.
+	upload := func(via *relaytest.Relay) relaytest.Response {
+		body, _ := json.Marshal(map[string]any{"clientId": "west", "path": "idem", "filename": "a.txt", "fileData": base64.StdEncoding.EncodeToString([]byte("hello"))})
+		req, _ := http.NewRequest(http.MethodPost, via.Base+"/upload", bytes.NewReader(body))
+		req.Header.Set("x-api-key", via.AdminKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "upload-1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return relaytest.Response{Status: resp.StatusCode, Header: resp.Header, Body: out}
+	}
+	up := upload(n1)
+	if up.Status != http.StatusOK {
+		t.Fatalf("keyed upload: %d %s", up.Status, up.Body)
+	}
+	if again := upload(n3); again.Status != http.StatusOK || !bytes.Equal(again.Body, up.Body) || again.Header.Get("Idempotent-Replay") == "" {
+		t.Fatalf("retried upload through another node: %d %s (replay %q); first %s", again.Status, again.Body, again.Header.Get("Idempotent-Replay"), up.Body)
 	}
 
 	died := time.Now()

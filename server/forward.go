@@ -163,6 +163,7 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	if err != nil {
 		return err
 	}
+	withForwardedMetadata(ctx, fc)
 	in, out, err := methodTypes(call.Method)
 	if err != nil {
 		return err
@@ -179,6 +180,15 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	reply, err := fwd.ForwardUpload(ctx, fc, next)
 	if err != nil {
 		return err
+	}
+	if hdr := withoutRequestID(reply.Header); len(hdr) > 0 {
+		_ = call.stream.SetHeader(hdr)
+		// The REST gateway reads an upload's answer metadata from its
+		// trailer (see idempotency.go's uploads).
+		call.stream.SetTrailer(hdr)
+	}
+	if tr := withoutRequestID(reply.Trailer); len(tr) > 0 {
+		call.stream.SetTrailer(tr)
 	}
 	if reply.Status != nil {
 		return hostError(call.Method, reply.Status)
@@ -239,7 +249,10 @@ func (s *Server) ServeForwardedUpload(ctx context.Context, fc *ForwardedCall, ne
 	if err != nil {
 		return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
 	}
-	return &ForwardedReply{Response: b}
+	// The header and trailer the handler set (an answer given again for
+	// its idempotency key says so there).
+	hdr, _ := cs.Header()
+	return &ForwardedReply{Response: b, Header: hdr, Trailer: cs.Trailer()}
 }
 
 // ServeForwardedStream answers a server stream another node forwarded
@@ -342,14 +355,7 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range forwardedMetadata {
-		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
-			if fc.Metadata == nil {
-				fc.Metadata = map[string][]string{}
-			}
-			fc.Metadata[name] = v
-		}
-	}
+	withForwardedMetadata(ctx, fc)
 	reply, err := remote.Forward(ctx, fc)
 	if err != nil {
 		return nil, err
@@ -372,6 +378,19 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", method, err)
 	}
 	return resp, nil
+}
+
+// withForwardedMetadata copies into fc the incoming metadata of ctx that
+// the host's chain reads (forwardedMetadata).
+func withForwardedMetadata(ctx context.Context, fc *ForwardedCall) {
+	for _, name := range forwardedMetadata {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			if fc.Metadata == nil {
+				fc.Metadata = map[string][]string{}
+			}
+			fc.Metadata[name] = v
+		}
+	}
 }
 
 // newForwardedCall is call's request req, for method, as the host of

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -223,7 +226,7 @@ func (d *idempotency) serve(ctx context.Context, call *Call, req any, values []s
 		return nil, err
 	}
 	if found {
-		return d.replay(ctx, call, key, hash, rec)
+		return d.replay(call, key, hash, rec, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 	}
 	mark := &world.IdempotencyMark{Scope: scope, Key: key, Limits: d.limits,
 		Record: world.IdempotencyRecord{At: now, Hash: hash, State: world.IdempotencyApplied, RequestID: call.RequestID}}
@@ -248,7 +251,7 @@ func (d *idempotency) serve(ctx context.Context, call *Call, req any, values []s
 }
 
 // replay answers a request whose key was used before.
-func (d *idempotency) replay(ctx context.Context, call *Call, key, hash string, rec world.IdempotencyRecord) (any, error) {
+func (d *idempotency) replay(call *Call, key, hash string, rec world.IdempotencyRecord, setHeader func(metadata.MD) error) (any, error) {
 	if rec.Hash != hash {
 		return nil, status.Errorf(codes.AlreadyExists, "Idempotency-Key %q was used for a different request (another route or other parameters); nothing was changed: use a new key for a new request", key)
 	}
@@ -269,7 +272,7 @@ func (d *idempotency) replay(ctx context.Context, call *Call, key, hash string, 
 	}
 	// The caller learns that this is the first request's answer, and which
 	// request that was (REST answers carry its id in their envelope).
-	_ = grpc.SetHeader(ctx, metadata.MD{wire.IdempotentReplayHeader: {rec.RequestID}})
+	_ = setHeader(metadata.MD{wire.IdempotentReplayHeader: {rec.RequestID}})
 	return resp, nil
 }
 
@@ -315,4 +318,78 @@ func (l *memoryLedger) RecordIdempotent(_ context.Context, scope, key string, re
 		l.order = append([]string(nil), l.order...)
 	}
 	return nil
+}
+
+// uploadKey returns the idempotency key an upload carries, if any. Uploads
+// are client streams, served by the file service itself (serveUpload).
+func (d *idempotency) uploadKey(ctx context.Context, call *Call) ([]string, bool) {
+	if d == nil || call.World == nil {
+		return nil, false
+	}
+	v := metadata.ValueFromIncomingContext(ctx, wire.IdempotencyKeyHeader)
+	return v, v != nil
+}
+
+// serveUpload answers a keyed upload whose first message is first: with
+// the answer kept for its key, once the whole request is read and found
+// the same, or by running upload, which reads the file's bytes through
+// the reader it is given, and keeping its answer. The request's hash
+// covers the first message's parameters and the file's bytes, however
+// they were cut into chunks.
+func (d *idempotency) serveUpload(ctx context.Context, call *Call, values []string, first *relayv1.UploadFileRequest, rest io.Reader,
+	setHeader func(metadata.MD) error, upload func(body io.Reader) (*relayv1.UploadFileResponse, error)) (*relayv1.UploadFileResponse, error) {
+	key, err := checkIdempotencyKey(values)
+	if err != nil {
+		return nil, err
+	}
+	params := proto.Clone(first).(*relayv1.UploadFileRequest)
+	params.Chunk = nil
+	head, err := proto.MarshalOptions{Deterministic: true}.Marshal(params)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: %v", call.Method, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(call.Method))
+	h.Write([]byte{0})
+	h.Write(head)
+	h.Write([]byte{0})
+	h.Write(first.GetChunk())
+	sum := func() string { return hex.EncodeToString(h.Sum(nil)) }
+
+	clientID := call.World.Info().ClientID
+	scope := call.Key.Account()
+	flight := clientID + "\x00" + scope + "\x00" + key
+	if !d.begin(flight) {
+		return nil, status.Errorf(codes.AlreadyExists, "Idempotency-Key %q: a request with this key is still in progress; send it again once that one is answered", key)
+	}
+	defer d.end(flight)
+	ledger := d.ledger(call.World)
+	now := d.cfg.Now()
+	rec, found, err := ledger.LookupIdempotent(ctx, scope, key, now, d.limits)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		// The request is known only once it is read whole.
+		if _, err := io.Copy(h, rest); err != nil {
+			return nil, err
+		}
+		resp, err := d.replay(call, key, sum(), rec, setHeader)
+		if err != nil {
+			return nil, err
+		}
+		return resp.(*relayv1.UploadFileResponse), nil
+	}
+	resp, err := upload(io.MultiReader(bytes.NewReader(first.GetChunk()), io.TeeReader(rest, h)))
+	if err != nil {
+		return nil, err
+	}
+	kept := world.IdempotencyRecord{At: now, Hash: sum(), State: world.IdempotencyUnkept, RequestID: call.RequestID}
+	if out, err := proto.Marshal(resp); err == nil && len(out) <= d.cfg.AnswerBytes {
+		kept.State, kept.Answer = world.IdempotencyAnswered, out
+	}
+	if err := ledger.RecordIdempotent(context.WithoutCancel(ctx), scope, key, kept, d.limits); err != nil {
+		d.log.WarnContext(ctx, "could not keep the answer of an idempotent upload", "world", clientID, "error", err)
+	}
+	return resp, nil
 }

@@ -253,6 +253,7 @@ func New(cfg Config) (*Server, error) {
 	events.quotas = quotas
 	files := newFileService(cfg.MaxUploadBytes)
 	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds
+	files.idempotency = chain.idempotency
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},

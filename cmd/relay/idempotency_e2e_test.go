@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -256,5 +257,69 @@ func TestIdempotencyKeyGRPC(t *testing.T) {
 	}
 	if got := goldOf(t, r, r.AdminKey, "demo"); got != gold+9 {
 		t.Fatalf("gold after a burst with one key: %v, want %v", got, gold+9)
+	}
+}
+
+// TestIdempotencyKeyUpload sends an upload (a client stream) with an
+// Idempotency-Key, over REST and gRPC: a retry, which without a key would
+// be refused as the file exists, gets the first answer; the key with
+// other bytes is refused with 409 and the file keeps the first bytes.
+func TestIdempotencyKeyUpload(t *testing.T) {
+	t.Parallel()
+	r := relaytest.Start(t)
+	upload := func(name, content string, key *string) relaytest.Response {
+		return doKeyed(t, r, http.MethodPost, "/upload", r.AdminKey, key, map[string]any{
+			"clientId": "demo", "path": "idem", "filename": name, "fileData": base64.StdEncoding.EncodeToString([]byte(content))})
+	}
+	first := upload("a.txt", "first bytes", keyOf("upload-1"))
+	if first.Status != http.StatusOK {
+		t.Fatalf("keyed upload: %d %s", first.Status, first.Body)
+	}
+	again := upload("a.txt", "first bytes", keyOf("upload-1"))
+	if again.Status != http.StatusOK || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replay") != first.Header.Get("X-Request-Id") {
+		t.Fatalf("retried upload: %d %s (replay %q); first %s", again.Status, again.Body, again.Header.Get("Idempotent-Replay"), first.Body)
+	}
+	if other := upload("a.txt", "other bytes", keyOf("upload-1")); other.Status != http.StatusConflict || !strings.Contains(other.ErrorText(t), "different request") {
+		t.Fatalf("the key with other bytes: %d %s", other.Status, other.Body)
+	}
+	if without := upload("a.txt", "first bytes", nil); without.Status != http.StatusConflict {
+		t.Fatalf("the upload again without a key: %d %s", without.Status, without.Body)
+	}
+	if bad := upload("b.txt", "x", keyOf("é")); bad.Status != http.StatusBadRequest || !strings.Contains(bad.ErrorText(t), "Idempotency-Key") {
+		t.Fatalf("a malformed key on an upload: %d %s", bad.Status, bad.Body)
+	}
+	if got := r.Do(http.MethodGet, "/download", r.AdminKey, relaytest.Q("clientId", "demo", "path", "idem/a.txt"), nil); string(got.Body) != "first bytes" {
+		t.Fatalf("the file after a retry and a refused reuse: %d %q", got.Status, got.Body)
+	}
+
+	// gRPC, in chunks cut differently on the retry.
+	files := relayv1.NewFileServiceClient(r.Conn)
+	send := func(key string, chunks ...string) (*relayv1.UploadFileResponse, error) {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", r.AdminKey, "idempotency-key", key)
+		st, err := files.UploadFile(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i, c := range chunks {
+			msg := &relayv1.UploadFileRequest{Chunk: []byte(c)}
+			if i == 0 {
+				msg.ClientId, msg.Path, msg.Filename = "demo", "idem", "g.txt"
+			}
+			if err := st.Send(msg); err != nil {
+				return nil, err
+			}
+		}
+		return st.CloseAndRecv()
+	}
+	one, err := send("upload-grpc", "abc", "def")
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := send("upload-grpc", "ab", "cdef")
+	if err != nil || !proto.Equal(one, two) {
+		t.Fatalf("retried gRPC upload: %v %v; first %v", two, err, one)
+	}
+	if _, err := send("upload-grpc", "abc", "deg"); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the key with other bytes over gRPC: %v", err)
 	}
 }
