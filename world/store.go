@@ -125,9 +125,10 @@ func (s *store) migrate() error {
 	return nil
 }
 
-// loadMeta reads every setting.
+// loadMeta reads every setting, but not the idempotency records kept in
+// the same table (idempotency.go).
 func (s *store) loadMeta(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
+	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta WHERE key < ? OR key >= ?", metaIdempotencyPrefix, metaIdempotencyEnd)
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +200,9 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	for gi, req := range group {
 		for _, meta := range []map[string]string{req.meta, req.replMeta} {
 			for k, v := range meta {
-				if v == "" && isFileKey(k) {
-					// A file's removal from the manifest (filerepl.go).
+				if isIdempotencyDeletion(k, v) || v == "" && isFileKey(k) {
+					// An idempotency record's or a file's removal
+					// (filerepl.go), not a setting.
 					if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key = ?", k); err != nil {
 						return err
 					}
