@@ -85,9 +85,18 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 	}
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
+	// Making the store may time out while JetStream elects a leader or
+	// is busy: it is tried again for as long as an append would be.
 	obs, err := rp.objects(ctx, clientID, true)
-	if err != nil {
-		return err
+	for tries := time.Now(); err != nil; obs, err = rp.objects(ctx, clientID, true) {
+		if time.Since(tries) > appendTimeout || !reg.holds(clientID) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
 	if err != nil {
@@ -205,12 +214,25 @@ func (rp *Replication) SyncFiles(ctx context.Context, clientID string) error {
 }
 
 // syncFiles runs SyncFiles for a world this node just started serving,
-// with a time limit of its own.
+// with a time limit of its own, trying again after a failure (JetStream
+// busy or electing a leader) until the limit, or the world is no longer
+// this node's.
 func (rp *Replication) syncFiles(clientID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), fileTimeout)
 	defer cancel()
-	if err := rp.SyncFiles(ctx, clientID); err != nil {
-		rp.log.Warn("could not bring a world's replicated files in line with its log", "clientId", clientID, "error", err)
+	for {
+		err := rp.SyncFiles(ctx, clientID)
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			rp.log.Warn("could not bring a world's replicated files in line with its log", "clientId", clientID, "error", err)
+			return
+		case <-rp.stop:
+			return
+		case <-time.After(time.Second):
+		}
 	}
 }
 

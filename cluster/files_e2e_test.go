@@ -242,6 +242,10 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 	}
 	area := w.(world.Files)
 	if _, err := area.WriteFile(ctx, nil, world.WriteFileParams{Dir: "maps", Name: "before.txt"}, strings.NewReader("before")); err != nil {
+		var we *world.Error
+		if errors.As(err, &we) {
+			err = errors.Join(err, we.Cause)
+		}
 		t.Fatalf("a write on the host's own engine while it holds the lease: %v", err)
 	}
 

@@ -318,7 +318,6 @@ func (rp *Replication) hosted(clientID string) {
 	}
 	if err != nil {
 		rp.log.Warn("could not start replicating a world", "clientId", clientID, "error", err)
-		return
 	}
 	rp.syncFiles(clientID)
 }
