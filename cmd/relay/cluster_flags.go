@@ -34,7 +34,7 @@ func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
 	fs.IntVar(&cfg.WorldReplicas, "world-replicas", cluster.DefaultWorldReplicas, "how many other nodes keep a copy of each embedded world, applying its replicated log, and can take it over when its host is gone (capped by the number of nodes less one); 0 replicates nothing (RELAY_WORLD_REPLICAS)")
 	fs.IntVar(&cfg.SnapshotRecords, "world-snapshot-records", cluster.DefaultSnapshotRecords, "a follower of a replicated world stores a snapshot of its copy in the cluster's object store once this many `records` of the world's log were applied since the newest snapshot; the log is then trimmed below the older of the world's two kept snapshots; 0: the default (RELAY_WORLD_SNAPSHOT_RECORDS)")
 	cfg.SnapshotBytes = cluster.DefaultSnapshotBytes
-	fs.Var(mebibytes{&cfg.SnapshotBytes}, "world-snapshot-mib", "or once this many `MiB` of records were applied since the newest snapshot, whichever comes first; 0: the default (RELAY_WORLD_SNAPSHOT_MIB)")
+	fs.Var(mebibytes{&cfg.SnapshotBytes}, "world-snapshot-mib", "a follower of a replicated world also stores a snapshot of its copy once this many `MiB` of the log's records were applied since the newest snapshot, if --world-snapshot-records did not come first; 0: the default (RELAY_WORLD_SNAPSHOT_MIB)")
 	fs.DurationVar(&cfg.ForwardTimeout, "cluster-forward-timeout", cluster.DefaultForwardTimeout, "longest wait for the answer of a call forwarded to the node hosting its world, when the call has no earlier deadline; then 503 naming the world (RELAY_CLUSTER_FORWARD_TIMEOUT)")
 }
 
