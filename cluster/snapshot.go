@@ -90,6 +90,9 @@ type snapState struct {
 	retryAt atomic.Int64
 	// bg runs the uploads; the follower waits for it when it halts.
 	bg sync.WaitGroup
+	// restoreAt delays the next restore after a failed one; only the
+	// follower's goroutine uses it.
+	restoreAt time.Time
 }
 
 // logCreated identifies a world's log: its creation time.
@@ -402,7 +405,18 @@ func (f *follower) catchUp(info *jetstream.StreamInfo) error {
 	if !trimmed && (f.rep.Complete() || newest.seq <= f.rep.Seq()) {
 		return nil
 	}
-	return f.restore(obs, newest.slot, info)
+	if wait := time.Until(f.snap.restoreAt); wait > 0 {
+		return fmt.Errorf("the copy needs a snapshot: trying again in %v", wait.Round(time.Millisecond))
+	}
+	if err := f.restore(obs, newest.slot, info); err != nil {
+		if f.ctx.Err() != nil {
+			return err
+		}
+		f.snap.restoreAt = time.Now().Add(snapshotRetry / 2)
+		f.rp.log.Warn("could not restore a replicated world's copy from a snapshot; trying again shortly", "clientId", f.id, "error", err)
+		return err
+	}
+	return nil
 }
 
 // restore replaces the copy with the snapshot in slot, downloaded chunk
