@@ -22,14 +22,21 @@ const snapshotEvery = 10
 // snapshotEvery records.
 func withSnapshots(c *node.Config) { c.Cluster.SnapshotRecords = snapshotEvery }
 
+// withByteSnapshots makes the nodes snapshot replicated worlds every
+// 64 KiB of records (a few writes), and never by their count.
+func withByteSnapshots(c *node.Config) {
+	c.Cluster.SnapshotRecords = 1 << 30
+	c.Cluster.SnapshotBytes = 64 << 10
+}
+
 // restartNode starts a relay again on a node's configuration.
-func restartNode(t *testing.T, cfg cluster.Config, admin string) *relaytest.Relay {
+func restartNode(t *testing.T, cfg cluster.Config, admin string, mutate func(*node.Config)) *relaytest.Relay {
 	t.Helper()
 	r := relaytest.StartLogged(t, testLog(t).With("relay", cfg.NodeName), func(c *node.Config) {
 		c.DataDir = cfg.DataDir
 		c.Demo = false
 		c.Cluster = cfg
-		withSnapshots(c)
+		mutate(c)
 	})
 	r.AdminKey = admin
 	return r
@@ -142,7 +149,7 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 	t.Logf("n3's copy at record %d; the log holds %d to %d; snapshots %v", behind, first, last, westSnapshots(t, n1))
 
 	// n3 returns: it restores the newest snapshot and applies the tail.
-	n3 = restartNode(t, cfgs[2], n1.AdminKey)
+	n3 = restartNode(t, cfgs[2], n1.AdminKey, withSnapshots)
 	nodes[2] = n3
 	writeFlags(t, n1, "c", 3, acked)
 	waitFor(t, 60*time.Second, "n3's copy to hold the whole log", func() bool {
@@ -162,9 +169,10 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 // write once the host stops; and that a host that returns with an
 // unreplicated copy of the world (created afresh in an empty data
 // directory) never serves it, but sets it aside and follows the
-// cluster's world.
+// cluster's world. Here snapshots are taken by bytes of records, not by
+// their count.
 func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
-	nodes, cfgs := startReplicated(t, withSnapshots)
+	nodes, cfgs := startReplicated(t, withByteSnapshots)
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	acked := map[string]int{}
 	writeFlags(t, n1, "first", 1, acked)
@@ -181,7 +189,7 @@ func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
 	stopAll([]*relaytest.Relay{n3})
 	emptyDir(t, cfgs[2].DataDir)
 	writeFlags(t, n1, "b", 5, acked)
-	n3 = restartNode(t, cfgs[2], n1.AdminKey)
+	n3 = restartNode(t, cfgs[2], n1.AdminKey, withByteSnapshots)
 	nodes[2] = n3
 	writeFlags(t, n3, "c", 5, acked)
 	waitFor(t, 60*time.Second, "n3's copy to hold the whole log", func() bool {
@@ -212,7 +220,7 @@ func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
 	// created afresh: it must follow the cluster's west, not serve its own.
 	emptyDir(t, cfgs[1].DataDir)
 	seedWorld(t, cfgs[1].DataDir, "west")
-	n2 = restartNode(t, cfgs[1], n1.AdminKey)
+	n2 = restartNode(t, cfgs[1], n1.AdminKey, withByteSnapshots)
 	nodes[1] = n2
 	waitFor(t, 60*time.Second, "n2's copy to hold the whole log", func() bool {
 		seq, complete := copySeq(cfgs[1].DataDir)
