@@ -203,7 +203,7 @@ func (rp *Replication) Forget(ctx context.Context, clientID string) error {
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("cluster: remove the replicated log of world %s: %w", clientID, err)
 	}
-	return nil
+	return rp.forgetSnapshots(ctx, clientID)
 }
 
 // appendTimeout bounds one append, retries included: long enough for

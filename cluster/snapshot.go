@@ -121,6 +121,21 @@ func (rp *Replication) snapshotStore(ctx context.Context) (jetstream.ObjectStore
 	return obs, nil
 }
 
+// forgetSnapshots removes a deleted world's snapshots, so that worlds
+// made and deleted again and again leave nothing behind in the bucket.
+func (rp *Replication) forgetSnapshots(ctx context.Context, clientID string) error {
+	obs, err := rp.snapshotStore(ctx)
+	if err != nil {
+		return err
+	}
+	for _, slot := range snapshotSlots(clientID) {
+		if err := obs.Delete(ctx, slot); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("cluster: remove snapshot %s of a deleted world: %w", slot, err)
+		}
+	}
+	return nil
+}
+
 // worldSnapshots reads what the world's two slots hold, oldest first.
 func (rp *Replication) worldSnapshots(ctx context.Context, obs jetstream.ObjectStore, clientID string) ([]worldSnapshot, error) {
 	var out []worldSnapshot
