@@ -247,3 +247,38 @@ func scanNumber(b []byte, i int) (int, bool) {
 	}
 	return i, true
 }
+
+// hasMember reports whether doc, a JSON text already known to be valid,
+// is an object with a top-level member named key (written without
+// escapes). It does not check the text again: it only tells strings from
+// structure, and skips each string's run of plain characters at once.
+func hasMember(doc []byte, key string) bool {
+	i := skipSpace(doc, 0)
+	if i >= len(doc) || doc[i] != '{' {
+		return false
+	}
+	depth, wantKey := 0, true
+	for i++; i < len(doc); i++ {
+		switch doc[i] {
+		case '"':
+			end, _, ok := scanString(doc, i+1)
+			if !ok {
+				return false
+			}
+			if depth == 0 && wantKey && string(doc[i+1:end-1]) == key {
+				return true
+			}
+			wantKey = false
+			i = end - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth < 0 {
+				return false
+			}
+		case ',':
+			wantKey = wantKey || depth == 0
+		}
+	}
+	return false
+}

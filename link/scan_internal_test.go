@@ -12,7 +12,7 @@ var scanSamples = []string{
 	`{"a":1}`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `{"a":1}}`, `[1,2]`, `[1,]`, `[,1]`, `[1 2]`, `{"a":[{"b":{}}],"c":"d"}`,
 	`"\u00e9\n\"\\\/"`, `"\x"`, `"\u12"`, `"\u12G4"`, "\"tab\there\"", `"é"`, " \r\n\t{ \"k\" : [ ] , \"l\" : { } } \n",
 	`{"type":"entity-result","requestId":"entity_1","data":{"name":"Aria","system":{"hp":[1,2,{"x":null}]}}}`,
-	`{"\u0074ype":"x"}`, `[[[[]]]]`, `{"a":{"b":{"c":{}}}}`, `[}`, `{]`, `{"a":1]`,
+	`{"\u0074ype":"x"}`, `{"a":{"uuid":1},"b":["uuid"],"uuid":"x"}`, `{"a":"uuid","b":{"uuid":2}}`, `{"a":"x\"uuid"}`, `[[[[]]]]`, `{"a":{"b":{"c":{}}}}`, `[}`, `{]`, `{"a":1]`,
 }
 
 // TestScanJSON checks scanJSON against encoding/json: validity, the
@@ -54,6 +54,13 @@ func checkScan(t *testing.T, b []byte) {
 			t.Fatalf("scanJSON(%q) found members in a value that is no object", b)
 		}
 		return
+	}
+	hasUUID := false
+	for _, m := range members {
+		hasUUID = hasUUID || m.key == "uuid"
+	}
+	if got := hasMember(b, "uuid"); got != hasUUID {
+		t.Fatalf("hasMember(%q, uuid) = %v, want %v", b, got, hasUUID)
 	}
 	var want []field
 	_ = scanObject(&chunks{bufs: [][]byte{b}, n: int64(len(b))}, func(f field) bool {

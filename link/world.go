@@ -379,13 +379,10 @@ func (w *Linked) GetJSON(ctx context.Context, user *world.User, uuid string) ([]
 // the embedded world's documents carry theirs. A document that has one
 // keeps it.
 func withUUID(doc json.RawMessage, uuid string) json.RawMessage {
-	has := false
-	_, ok := scanJSON(doc, func(m member) bool {
-		has = m.key == "uuid"
-		return !has
-	})
+	// The document comes out of a reply the connection's reader checked,
+	// so looking for its uuid needs no second check of the JSON.
 	trimmed := bytes.TrimLeft(doc, " \t\r\n")
-	if !ok || has || len(trimmed) == 0 || trimmed[0] != '{' {
+	if len(trimmed) == 0 || trimmed[0] != '{' || hasMember(doc, "uuid") {
 		return doc
 	}
 	rest := trimmed[1:]
