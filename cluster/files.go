@@ -52,8 +52,8 @@ func fileBucket(clientID string) string { return fileBucketPrefix + clientID }
 // upload limits bound.
 const fileTimeout = 2 * time.Minute
 
-// objects returns the world's object store, made when create is set.
-func (rp *Replication) objects(ctx context.Context, clientID string, create bool) (jetstream.ObjectStore, error) {
+// fileObjects returns the world's object store, made when create is set.
+func (rp *Replication) fileObjects(ctx context.Context, clientID string, create bool) (jetstream.ObjectStore, error) {
 	if obs, ok := rp.fileStores.Load(clientID); ok {
 		return obs.(jetstream.ObjectStore), nil
 	}
@@ -87,8 +87,8 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 	defer cancel()
 	// Making the store may time out while JetStream elects a leader or
 	// is busy: it is tried again for as long as an append would be.
-	obs, err := rp.objects(ctx, clientID, true)
-	for tries := time.Now(); err != nil; obs, err = rp.objects(ctx, clientID, true) {
+	obs, err := rp.fileObjects(ctx, clientID, true)
+	for tries := time.Now(); err != nil; obs, err = rp.fileObjects(ctx, clientID, true) {
 		if time.Since(tries) > appendTimeout || !reg.holds(clientID) {
 			return err
 		}
@@ -118,7 +118,7 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 func (rp *Replication) DeleteFile(ctx context.Context, clientID, object string) error {
 	ctx, cancel := context.WithTimeout(ctx, appendTimeout)
 	defer cancel()
-	obs, err := rp.objects(ctx, clientID, false)
+	obs, err := rp.fileObjects(ctx, clientID, false)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
@@ -241,7 +241,7 @@ func (rp *Replication) syncFiles(clientID string) {
 // recording a file, or that died before deleting a replaced one. It runs
 // under the area's lock, while no upload is between the two steps.
 func (rp *Replication) sweepObjects(ctx context.Context, clientID string, eng *world.Engine) error {
-	obs, err := rp.objects(ctx, clientID, false)
+	obs, err := rp.fileObjects(ctx, clientID, false)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
 	}
@@ -296,7 +296,7 @@ var errFileSuperseded = errors.New("the object is gone: a later record replaced 
 func (rp *Replication) fetchFile(ctx context.Context, clientID string, area *files.Area, rec world.FileRecord) error {
 	ctx, cancel := context.WithTimeout(ctx, fileTimeout)
 	defer cancel()
-	obs, err := rp.objects(ctx, clientID, false)
+	obs, err := rp.fileObjects(ctx, clientID, false)
 	if err == nil {
 		var res jetstream.ObjectResult
 		res, err = obs.Get(ctx, rec.Object)
