@@ -525,6 +525,8 @@ type follower struct {
 	// upToDate is set while the last record the consumer delivered was
 	// the stream's last.
 	upToDate bool
+	// reported is set once the follower logged that it caught up.
+	reported bool
 }
 
 func (rp *Replication) newFollower(id string, rep *world.Replica) *follower {
@@ -576,9 +578,7 @@ func (f *follower) consume() error {
 		return err
 	}
 	if s.CachedInfo().State.LastSeq == f.rep.Seq() {
-		f.mu.Lock()
-		f.upToDate = true
-		f.mu.Unlock()
+		f.setUpToDate(true)
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if f.rep.Seq() > 0 {
@@ -629,9 +629,22 @@ func (f *follower) consume() error {
 		if err := f.rep.Apply(seq, msg.Data()); err != nil {
 			return fmt.Errorf("apply record %d: %w", seq, err)
 		}
-		f.mu.Lock()
-		f.upToDate = md.NumPending == 0
-		f.mu.Unlock()
+		f.setUpToDate(md.NumPending == 0)
 	}
 	return nil
+}
+
+// setUpToDate records whether the copy holds the whole stream, and logs
+// the first time it does: from then on the node can take the world over
+// (operators and the fault script read how long a returning node took to
+// follow again).
+func (f *follower) setUpToDate(up bool) {
+	f.mu.Lock()
+	first := up && !f.reported
+	f.upToDate = up
+	f.reported = f.reported || up
+	f.mu.Unlock()
+	if first {
+		f.rp.log.Info("following a world: the copy holds its whole log", "clientId", f.id, "seq", f.rep.Seq())
+	}
 }
