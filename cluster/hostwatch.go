@@ -133,6 +133,9 @@ func (w *remoteWorld) afterHostLoss(ctx context.Context, fc *server.ForwardedCal
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
+			if !underway {
+				return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s was lost, and no other node serves it yet; the call was not carried out: try again", w.id, w.entry.Node)
+			}
 			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s was lost, and no other node serves it yet", w.id, w.entry.Node)
 		case <-time.After(50 * time.Millisecond):
 		}

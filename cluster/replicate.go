@@ -54,6 +54,7 @@ type ReplicatedWorlds interface {
 	WorldPath(clientID string) string
 	Adopt(clientID, dir string) error
 	Evict(clientID, dir string) error
+	Handoff(clientID, reason string)
 }
 
 // ReplicationOptions configure a [Replication].
@@ -199,10 +200,15 @@ var errLeaseLost = errors.New("this node no longer holds the world's lease")
 // holds the world's lease. A request no server answered (the stream is
 // electing a leader) is sent again, with the same message id, so that it
 // is stored once.
+//
+// Its errors tell the caller what became of the record: a world.Error of
+// kind ErrUnavailable saying that the write was not applied (the lease was
+// gone before the append, or the stream refused it), or that whether it
+// was applied is unknown (the lease ran out while no answer came).
 func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint64, error) {
 	r := rp.reg.Load()
 	if r == nil || !r.holds(clientID) {
-		return 0, errLeaseLost
+		return 0, world.Wrapf(world.ErrUnavailable, errLeaseLost, "World %s is unavailable: node %s no longer hosts it, and the write was not applied: try again", clientID, rp.node.Name())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
@@ -221,15 +227,15 @@ func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
 				// The stream refused it (another node appended): final.
-				return 0, err
+				return 0, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: another node took it over from node %s, and the write was not applied: try again", clientID, rp.node.Name())
 			}
 		}
 		if !r.holds(clientID) {
-			return 0, errors.Join(errLeaseLost, err)
+			return 0, world.Wrapf(world.ErrUnavailable, errors.Join(errLeaseLost, err), "World %s: node %s lost its lease while the write was under way, so whether it was applied is unknown: read the world before trying again", clientID, rp.node.Name())
 		}
 		select {
 		case <-ctx.Done():
-			return 0, err
+			return 0, world.Wrapf(world.ErrUnavailable, err, "World %s: its replicated log did not answer in time, so whether the write was applied is unknown: read the world before trying again", clientID)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -556,6 +556,26 @@ func (h *Host) Evict(clientID, dir string) error {
 	return nil
 }
 
+// Handoff closes world clientID, if it is open, for another node to take
+// it over: the writes under way finish (their groups are committed, and
+// appended to the world's log, first), and the calls that reach the
+// engine afterwards fail with ErrUnavailable and the message reason,
+// which should tell the caller that the call was not carried out. A later
+// World opens the world again.
+func (h *Host) Handoff(clientID, reason string) {
+	h.mu.Lock()
+	w := h.worlds[clientID]
+	h.mu.Unlock()
+	if w == nil {
+		return
+	}
+	<-w.ready
+	if w.eng != nil {
+		w.eng.handedOff.Store(&reason)
+		_ = w.eng.Close()
+	}
+}
+
 // SetReplicator makes every world the host opens from now on replicate
 // its groups through rep (see Replicator). It is set before any world is
 // opened, when the node joins a cluster.
