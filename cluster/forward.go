@@ -216,6 +216,7 @@ var errUnsignedCall = status.Error(codes.Unauthenticated, "The call was refused:
 func (r *Registry) signed(m *nats.Msg) bool {
 	err := r.node.signer.verify(m)
 	if err != nil {
+		r.node.signer.refused[refusedCall].Add(1)
 		r.log.Warn("refused a message on the nodes' subjects without a valid cluster signature", "subject", m.Subject, "reason", err)
 	}
 	return err == nil

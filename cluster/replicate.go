@@ -213,6 +213,9 @@ func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	msg := &nats.Msg{Subject: worldSubject(clientID), Data: record}
+	if sig := rp.node.signer.signRecord(msg.Subject, last, record); sig != "" {
+		msg.Header = nats.Header{hdrSignature: []string{sig}}
+	}
 	id := fmt.Sprintf("%s-%s-%d", rp.node.Name(), rp.nonce, last)
 	for {
 		err := rp.ensureStream(ctx, clientID)
@@ -631,6 +634,19 @@ func (f *follower) consume() error {
 		seq := md.Sequence.Stream
 		if seq > f.rep.Seq()+1 {
 			return fmt.Errorf("the log skips from %d to %d: its records were trimmed", f.rep.Seq(), seq)
+		}
+		if seq <= f.rep.Seq() {
+			continue // applied before (a redelivery)
+		}
+		if err := f.rp.node.signer.verifyRecord(msg.Subject(), seq-1, msg.Data(), msg.Headers().Get(hdrSignature)); err != nil {
+			// Not written by a node of the cluster: passed over, so that
+			// the records after it still follow.
+			f.rp.log.Warn("skipped a record of a world's log without a valid cluster signature", "clientId", f.id, "seq", seq, "reason", err)
+			if err := f.rep.Skip(seq); err != nil {
+				return fmt.Errorf("skip record %d: %w", seq, err)
+			}
+			f.setUpToDate(md.NumPending == 0)
+			continue
 		}
 		if err := f.rep.Apply(seq, msg.Data()); err != nil {
 			return fmt.Errorf("apply record %d: %w", seq, err)

@@ -445,6 +445,20 @@ func (r *Replica) Apply(seq uint64, data []byte) error {
 	return nil
 }
 
+// Skip passes over record seq of the log without applying it (a record
+// the follower refused), so that the record after it follows the copy.
+func (r *Replica) Skip(seq uint64) error {
+	if seq <= r.seq {
+		return nil
+	}
+	req := &commitReq{meta: map[string]string{metaReplSeq: strconv.FormatUint(seq, 10)}}
+	if err := r.st.writeGroup(context.Background(), []*commitReq{req}); err != nil {
+		return err
+	}
+	r.seq = seq
+	return nil
+}
+
 // reset empties the copy before a new base.
 func (r *Replica) reset(ctx context.Context) error {
 	for _, q := range []string{"DELETE FROM documents", "DELETE FROM meta", "DELETE FROM journal"} {
