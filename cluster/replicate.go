@@ -310,7 +310,92 @@ func (rp *Replication) hosted(clientID string) {
 	}
 	if err != nil {
 		rp.log.Warn("could not start replicating a world", "clientId", clientID, "error", err)
+		return
 	}
+	rp.placeLeader(ctx, clientID)
+}
+
+// Stream leaders.
+//
+// JetStream elects a leader for each world's stream among the servers
+// that keep it, wherever it likes. A stream led by another node's server
+// stalls when that node dies: while its group elects a new leader (4 to
+// 9 s in nats-server), the host of a healthy world could not append. Once
+// a node serves a world (it claimed it, or took it over), it asks
+// JetStream to move the stream's leader to its own server (a stepdown with
+// a preferred placement), so that the death of a node stalls only the
+// streams of the worlds it hosted, which fail over anyway, and appends
+// need no hop to another server.
+
+// placeLeader asks JetStream to make the server this node is connected to
+// the leader of a world's stream, unless it leads it already.
+func (rp *Replication) placeLeader(ctx context.Context, clientID string) {
+	server := rp.node.nc.ConnectedServerName()
+	if server == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := rp.node.js.Stream(ctx, worldStream(clientID))
+	if err != nil {
+		rp.log.Debug("could not read a world's stream to place its leader", "clientId", clientID, "error", err)
+		return
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == server {
+		return
+	}
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
+	res, err := rp.node.nc.RequestWithContext(ctx, fmt.Sprintf("$JS.API.STREAM.LEADER.STEPDOWN.%s", worldStream(clientID)), req)
+	if err == nil {
+		var ans struct {
+			Success bool `json:"success"`
+			Error   *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err = json.Unmarshal(res.Data, &ans); err == nil && ans.Error != nil {
+			err = errors.New(ans.Error.Description)
+		}
+	}
+	if err != nil {
+		rp.log.Debug("could not move a world's stream leader to its host", "clientId", clientID, "from", info.Cluster.Leader, "error", err)
+		return
+	}
+	rp.log.Debug("moved a world's stream leader to its host", "clientId", clientID, "from", info.Cluster.Leader, "to", server)
+}
+
+// placeEvery is how often a node checks that it leads the streams of the
+// worlds it hosts (a leader can move when a server restarts), and
+// placeBatch how many worlds it checks each time, one after the other,
+// so that a node with many worlds spreads the checks out.
+const (
+	placeEvery = 5 * time.Second
+	placeBatch = 32
+)
+
+// placeLeaders checks the next placeBatch worlds this node hosts, from
+// after the one checked last, and moves their streams' leaders here.
+func (rp *Replication) placeLeaders(after string) string {
+	r := rp.reg.Load()
+	ids := r.HostedEmbedded()
+	start, _ := slices.BinarySearch(ids, after)
+	if start < len(ids) && ids[start] == after {
+		start++
+	}
+	ids = append(ids[start:], ids[:start]...)
+	ids = ids[:min(placeBatch, len(ids))]
+	last := after
+	for _, id := range ids {
+		select {
+		case <-rp.stop:
+			return last
+		default:
+		}
+		rp.placeLeader(context.Background(), id)
+		last = id
+	}
+	return last
 }
 
 // followEvery is how often the node reviews the worlds it follows.
@@ -322,13 +407,28 @@ func (rp *Replication) loop() {
 	defer close(rp.done)
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
+	placed := time.Now()
+	placing := make(chan string, 1)
+	placing <- ""
 	for {
 		select {
 		case <-rp.stop:
+			// Wait for the check of the leaders under way, if any.
+			<-placing
 			return
 		case <-t.C:
 		}
 		rp.review()
+		if time.Since(placed) < placeEvery {
+			continue
+		}
+		select {
+		case after := <-placing:
+			placed = time.Now()
+			go func() { placing <- rp.placeLeaders(after) }()
+		default:
+			// The last check is still under way.
+		}
 	}
 }
 
@@ -518,6 +618,7 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 		rp.opts.TookOver(ctx, clientID, eng)
 	}
 	rp.log.Info("took over a world whose host is gone", "clientId", clientID, "formerHost", h.Node, "seq", seq)
+	go rp.placeLeader(context.Background(), clientID)
 }
 
 // follower applies a world's stream to this node's copy.
