@@ -637,9 +637,19 @@ func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64
 				l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
 			}
 		case errors.Is(err, jetstream.ErrKeyExists):
-			// Someone else wrote the key: the world is theirs now.
+			// Someone else wrote the key: the world is theirs now. A
+			// replicated world's copy becomes a follower's.
 			if r.owned[id] == l {
 				delete(r.owned, id)
+				if rp := r.opts.Replication; rp != nil && l.kind == world.KindEmbedded {
+					rp.mu.Lock()
+					marked := !rp.demoting[id]
+					rp.demoting[id] = true // not followed before it moved aside
+					rp.mu.Unlock()
+					if marked {
+						go rp.demoteMarked(id)
+					}
+				}
 			}
 			r.log.Warn("lost the lease of a world to another node", "clientId", id)
 		default:

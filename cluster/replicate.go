@@ -68,6 +68,11 @@ type ReplicationOptions struct {
 	// over, before any call reaches it (the node publishes the events the
 	// former host journaled but could not publish).
 	TookOver func(ctx context.Context, clientID string, eng *world.Engine)
+	// Demoted, when set, is called once the node no longer serves a world
+	// it hosted (another node took it over): the node ends the event
+	// streams it fed from its own engine, whose subscribers then resume
+	// (with Last-Event-ID) from the events the cluster's bus brings.
+	Demoted func(clientID string)
 }
 
 // Replication replicates the node's embedded worlds and follows the other
@@ -86,6 +91,7 @@ type Replication struct {
 	mu        sync.Mutex
 	streams   map[string]bool      // the worlds whose stream this node made sure of
 	followers map[string]*follower // the worlds this node follows
+	demoting  map[string]bool      // the worlds whose copy is moving aside (demote)
 	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
 	watch     jetstream.KeyWatcher
 
@@ -103,7 +109,7 @@ func NewReplication(node *Node, opts ReplicationOptions) *Replication {
 	}
 	return &Replication{
 		node: node, log: node.log, opts: opts, copies: copies, nonce: rand.Text()[:10],
-		streams: map[string]bool{}, followers: map[string]*follower{}, nodes: map[string]time.Time{},
+		streams: map[string]bool{}, followers: map[string]*follower{}, demoting: map[string]bool{}, nodes: map[string]time.Time{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -254,7 +260,29 @@ func (rp *Replication) Fenced(clientID string, err error) {
 
 // demote stops hosting a world here and makes the node's copy a
 // follower's.
+//
+// It also serves a node that learns from a renewal that another node holds
+// the lease (it was paused or cut off past its lease): its engine may not
+// have been written since, so nothing fenced it. The world's copy is not
+// followed until it has moved aside.
 func (rp *Replication) demote(clientID string) {
+	rp.mu.Lock()
+	if rp.demoting[clientID] {
+		rp.mu.Unlock()
+		return
+	}
+	rp.demoting[clientID] = true
+	rp.mu.Unlock()
+	rp.demoteMarked(clientID)
+}
+
+// demoteMarked is demote for a world already marked as demoting.
+func (rp *Replication) demoteMarked(clientID string) {
+	defer func() {
+		rp.mu.Lock()
+		delete(rp.demoting, clientID)
+		rp.mu.Unlock()
+	}()
 	if r := rp.reg.Load(); r != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		r.Release(ctx, clientID)
@@ -262,6 +290,9 @@ func (rp *Replication) demote(clientID string) {
 	}
 	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
 		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
+	}
+	if rp.opts.Demoted != nil {
+		rp.opts.Demoted(clientID)
 	}
 }
 
@@ -447,6 +478,9 @@ func (rp *Replication) review() {
 		}
 	}
 	rp.mu.Lock()
+	for id := range rp.demoting {
+		delete(want, id)
+	}
 	var stale []*follower
 	for id, f := range rp.followers {
 		if _, ok := want[id]; !ok {
