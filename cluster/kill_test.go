@@ -599,10 +599,12 @@ type hostTracker struct {
 	hist map[string][]hostChange
 }
 
-// hostChange is a world's host from a moment on (-1: no live host).
+// hostChange is the node named by a world's lease from a moment on (-1:
+// none), and whether the lease held.
 type hostChange struct {
 	at   time.Time
 	node int
+	live bool
 }
 
 func newHostTracker() *hostTracker { return &hostTracker{hist: map[string][]hostChange{}} }
@@ -623,7 +625,8 @@ func (h *hostTracker) follow(ctx context.Context, c *killCluster, key string) {
 			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&st) == nil {
 				now := time.Now()
 				for _, w := range killWorlds {
-					h.record(w, now, hostOf(st.Data, w))
+					node, live := hostOf(st.Data, w)
+					h.record(w, now, node, live)
 				}
 			}
 			resp.Body.Close()
@@ -635,31 +638,36 @@ func (h *hostTracker) follow(ctx context.Context, c *killCluster, key string) {
 	}
 }
 
-// hostOf is the index of the node that holds a live lease of world, or
-// -1.
-func hostOf(st cluster.Status, world string) int {
+// hostOf is the index of the node whose lease of world was written last
+// (-1: none), and whether that lease holds.
+func hostOf(st cluster.Status, world string) (int, bool) {
+	node, live := -1, false
+	var expires time.Time
 	for _, n := range st.Nodes {
 		for _, w := range n.Worlds {
-			if w.ClientID == world && w.Live && !w.Refused {
-				if i, err := strconv.Atoi(strings.TrimPrefix(n.Name, "n")); err == nil {
-					return i - 1
-				}
+			if w.ClientID != world || w.Refused || w.Expires.Before(expires) {
+				continue
+			}
+			if i, err := strconv.Atoi(strings.TrimPrefix(n.Name, "n")); err == nil {
+				node, live, expires = i-1, w.Live, w.Expires
 			}
 		}
 	}
-	return -1
+	return node, live
 }
 
-func (h *hostTracker) record(world string, at time.Time, node int) {
+func (h *hostTracker) record(world string, at time.Time, node int, live bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	hist := h.hist[world]
-	if len(hist) == 0 || hist[len(hist)-1].node != node {
-		h.hist[world] = append(hist, hostChange{at: at, node: node})
+	if len(hist) == 0 || hist[len(hist)-1].node != node || hist[len(hist)-1].live != live {
+		h.hist[world] = append(hist, hostChange{at: at, node: node, live: live})
 	}
 }
 
-// at is the host of world at a moment, as last seen before it.
+// at is the node named by the lease of world at a moment, as last seen
+// before it, whether the lease held or not: the world's host, or the host
+// it waits for.
 func (h *hostTracker) at(world string, t time.Time) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -669,6 +677,23 @@ func (h *hostTracker) at(world string, t time.Time) int {
 			break
 		}
 		node = c.node
+	}
+	return node
+}
+
+// liveAt is the host of world at a moment (-1: none held a live lease).
+func (h *hostTracker) liveAt(world string, t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	node := -1
+	for _, c := range h.hist[world] {
+		if c.at.After(t) {
+			break
+		}
+		node = -1
+		if c.live {
+			node = c.node
+		}
 	}
 	return node
 }
@@ -688,7 +713,7 @@ func (h *hostTracker) all() map[string]int {
 func (h *hostTracker) wait(world string, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
 	for {
-		if n := h.at(world, time.Now()); n >= 0 {
+		if n := h.liveAt(world, time.Now()); n >= 0 {
 			return n
 		}
 		if time.Now().After(deadline) {
@@ -710,7 +735,7 @@ func (h *hostTracker) waitSince(world string, since time.Time, limit time.Durati
 			if i+1 < len(hist) {
 				end = hist[i+1].at
 			}
-			if c.node >= 0 && end.After(since) {
+			if c.node >= 0 && c.live && end.After(since) {
 				h.mu.Unlock()
 				if c.at.After(since) {
 					return c.at
