@@ -829,8 +829,6 @@ type killCluster struct {
 	waited []chan error
 	up     []bool
 	gen    []int
-	// changed is when each node was last killed or became ready.
-	changed []time.Time
 }
 
 // startKillCluster builds the relay and starts three nodes: n1 with a
@@ -850,7 +848,7 @@ func startKillCluster(t *testing.T, lease time.Duration) *killCluster {
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	c := &killCluster{bin: bin, listen: listen, lease: lease,
-		procs: make([]*exec.Cmd, 3), waited: make([]chan error, 3), up: make([]bool, 3), gen: make([]int, 3), changed: make([]time.Time, 3)}
+		procs: make([]*exec.Cmd, 3), waited: make([]chan error, 3), up: make([]bool, 3), gen: make([]int, 3)}
 	for i := range 3 {
 		dir := t.TempDir()
 		if i < len(killWorlds) {
@@ -933,7 +931,6 @@ func (c *killCluster) start(t *testing.T, i int) time.Duration {
 	}
 	c.mu.Lock()
 	c.up[i] = true
-	c.changed[i] = time.Now()
 	c.mu.Unlock()
 	return time.Since(began)
 }
@@ -942,7 +939,6 @@ func (c *killCluster) start(t *testing.T, i int) time.Duration {
 func (c *killCluster) kill(i int) {
 	c.mu.Lock()
 	c.up[i] = false
-	c.changed[i] = time.Now()
 	cmd, waited := c.procs[i], c.waited[i]
 	c.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGKILL)
@@ -965,7 +961,6 @@ func (c *killCluster) wipe(t *testing.T, i int) {
 func (c *killCluster) pause(i int) {
 	c.mu.Lock()
 	c.up[i] = false
-	c.changed[i] = time.Now()
 	cmd := c.procs[i]
 	c.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGSTOP)
@@ -979,7 +974,6 @@ func (c *killCluster) resume(i int) {
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	c.mu.Lock()
 	c.up[i] = true
-	c.changed[i] = time.Now()
 	c.mu.Unlock()
 }
 
@@ -989,7 +983,6 @@ func (c *killCluster) resume(i int) {
 func (c *killCluster) term(t *testing.T, i int) time.Duration {
 	c.mu.Lock()
 	c.up[i] = false
-	c.changed[i] = time.Now()
 	cmd, waited := c.procs[i], c.waited[i]
 	c.mu.Unlock()
 	began := time.Now()
@@ -1059,22 +1052,6 @@ func (c *killCluster) pick(not int) (int, int) {
 	}
 	i := live[mrand.IntN(len(live))]
 	return i, c.gen[i]
-}
-
-// generation is node i's number of starts so far.
-func (c *killCluster) generation(i int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen[i]
-}
-
-// disturbed tells whether node i, of generation gen when a call began at
-// began, was killed or restarted since, is down, or became ready less than
-// killSettle before the call began.
-func (c *killCluster) disturbed(i, gen int, began time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.up[i] || c.gen[i] != gen || c.changed[i].After(began.Add(-killSettle))
 }
 
 // base is node i's URL.
