@@ -260,7 +260,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if st := sharedState(cfg, r.cluster); st != nil {
 		// One of a cluster's nodes: the keys and the rest of the shared
 		// state are the cluster's (shared.go).
-		if r.shared, err = attachShared(ctx, st, r.hub, cfg.EventRingSize, keyStore, log); err != nil {
+		if r.shared, err = attachShared(ctx, st, r.hub, cfg.EventRingSize, cfg.EventRingBytes, keyStore, log); err != nil {
 			r.keys = nil // closed by attachShared
 			return fail(err)
 		}

@@ -39,14 +39,15 @@ type SharedState struct {
 // of relay.db come along when the cluster has none yet (the first node to
 // join brings its own); local is closed either way, since the node uses
 // the cluster's keys from now on.
-func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSize int, local *keys.Store, log *slog.Logger) (*shared.Attached, error) {
+func attachShared(ctx context.Context, st *SharedState, hub *events.Hub, ringSize int, ringBytes int64, local *keys.Store, log *slog.Logger) (*shared.Attached, error) {
 	defer local.Close()
 	a, err := shared.Attach(ctx, st.JetStream, shared.AttachConfig{
-		NodeName: st.NodeName,
-		Replicas: st.Replicas,
-		Hub:      hub,
-		RingSize: ringSize,
-		Log:      log,
+		NodeName:  st.NodeName,
+		Replicas:  st.Replicas,
+		Hub:       hub,
+		RingSize:  ringSize,
+		RingBytes: ringBytes,
+		Log:       log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("attach to the cluster's shared state: %w", err)
@@ -170,6 +171,12 @@ func (r *Node) watchUnpaired(ctx context.Context) error {
 	}
 	return r.shared.DisconnectUnpaired(ctx, func(clientID string) {
 		r.links.Hub().Disconnect(clientID, link.CloseAuthFailed, "Unpaired: the connection token was revoked")
+		if r.shared.Events != nil {
+			// Its events leave the cluster's events stream, but the last,
+			// which the world's numbering goes on from should it be
+			// paired again.
+			r.shared.Events.ForgetLinked(clientID)
+		}
 	})
 }
 

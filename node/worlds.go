@@ -96,6 +96,10 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 	// Its kept events and open streams go with it; a world made later
 	// under the same id starts afresh.
 	r.hub.Forget(clientID)
+	if r.shared != nil && r.shared.Events != nil {
+		// So do its events in the cluster's events stream.
+		r.shared.Events.Forget(clientID)
+	}
 	if err := r.keys.ReleaseWorld(context.WithoutCancel(ctx), clientID); err != nil {
 		return err
 	}

@@ -52,6 +52,8 @@ func (j *fakeJS) sent() []*fakeFuture {
 // ackBus is a bus that only publishes, to j.
 func ackBus(t *testing.T, j *fakeJS) *Bus {
 	b := &Bus{js: j, opts: Options{Log: slog.New(slog.DiscardHandler)}, acks: make(chan pendingAck, maxPendingAcks), stop: make(chan struct{})}
+	// The budget notes the acknowledged events; its trimmer does not run.
+	b.budget = newBudget(j, 1<<20, 8, b.opts.Log.Warn)
 	b.wg.Add(1)
 	go b.watchAcks()
 	t.Cleanup(func() { close(b.stop); b.wg.Wait() })

@@ -4,7 +4,9 @@
 // The host node of a world publishes each of the world's events once, as
 // its hub numbered and encoded them (events.Hub.OnPublish), to the subject
 // relay.events.<clientId> of one JetStream stream that keeps, per world,
-// as many events as a hub's ring (the newest ones). A node with
+// as many events as a hub's ring (the newest ones), and no more bytes of
+// them than a hub's ring: the publishing node purges a world's oldest
+// events past that budget (see budget.go). A node with
 // subscribers for a world hosted elsewhere runs one feed for that world:
 // an ordered consumer of its subject that first reads the kept events (so
 // that a subscriber arriving from another node can resume) and then
@@ -116,6 +118,11 @@ type Options struct {
 	// RingSize is how many events of each world the stream keeps, as a
 	// hub's ring does; events.DefaultRingSize when 0. Give the hub's.
 	RingSize int
+	// RingBytes bounds the stored bytes of each world's events in the
+	// stream (subject, headers and payload, as JetStream counts them), as
+	// a hub's ring bounds its memory; the oldest leave first.
+	// events.DefaultRingBytes when 0. Give the hub's (--event-ring-bytes).
+	RingBytes int64
 	// Linger is how long a feed keeps running after the last subscriber
 	// of its world on this node left, so that a reconnecting subscriber
 	// finds it running; DefaultLinger when 0.
@@ -167,8 +174,11 @@ type Bus struct {
 	queued  atomic.Int64
 	dropped atomic.Uint64
 	retries atomic.Uint64
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// budget keeps each world's events in the stream within
+	// Options.RingBytes.
+	budget *budget
+	stop   chan struct{}
+	wg     sync.WaitGroup
 
 	mu sync.Mutex
 	// linked is the node's linked worlds' events (AttachLinked).
@@ -206,6 +216,9 @@ func (h hubSink) SubscribeFed(_ context.Context, clientID string, user *world.Us
 func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Options) (*Bus, error) {
 	if opts.RingSize <= 0 {
 		opts.RingSize = events.DefaultRingSize
+	}
+	if opts.RingBytes <= 0 {
+		opts.RingBytes = events.DefaultRingBytes
 	}
 	if opts.Linger <= 0 {
 		opts.Linger = DefaultLinger
@@ -264,10 +277,15 @@ func New(ctx context.Context, js jetstream.JetStream, hub *events.Hub, opts Opti
 	}
 	b := &Bus{js: js, hub: hub, opts: opts, queue: make(chan outgoing, opts.PublishQueue), acks: make(chan pendingAck, maxPendingAcks),
 		stop: make(chan struct{}), feeds: map[string]*feed{}}
-	b.wg.Add(3)
+	b.budget = newBudget(js, opts.RingBytes, opts.RingSize, opts.Log.Warn)
+	b.wg.Add(4)
 	go b.publish()
 	go b.watchAcks()
 	go b.watchFeeds()
+	go func() {
+		defer b.wg.Done()
+		b.budget.run(b.stop)
+	}()
 	hub.OnPublish(func(clientID string, records []world.JournalRecord) { b.enqueue(subjectPrefix, clientID, records) })
 	return b, nil
 }
@@ -385,6 +403,9 @@ func (b *Bus) Backfill(ctx context.Context, clientID string, read func(ctx conte
 	if err != nil {
 		return 0, fmt.Errorf("eventbus: publish the missing events of world %s: %w", clientID, err)
 	}
+	// The stream may hold more of the world than its budget: events a
+	// relay without the budget kept, or those just published again.
+	b.budget.check(subject)
 	return len(acks), nil
 }
 
@@ -422,6 +443,25 @@ func eventMsg(subject string, rec world.JournalRecord) *nats.Msg {
 	msg.Header.Set(seqHeader, seq)
 	msg.Header.Set(jetstream.MsgIDHeader, subject+"."+seq)
 	return msg
+}
+
+// Forget removes the events of an embedded world that was deleted from
+// the events stream, in the background: a world made later under the same
+// id numbers its events afresh, and a world that is gone keeps no storage.
+func (b *Bus) Forget(clientID string) {
+	if subjectToken(clientID) {
+		b.budget.forget(subjectPrefix+clientID, 0)
+	}
+}
+
+// ForgetLinked removes the events of a linked world that was unpaired
+// from the events stream, in the background, all but the last: the node a
+// world paired again connects to numbers on after it, so ids never
+// repeat.
+func (b *Bus) ForgetLinked(clientID string) {
+	if subjectToken(clientID) {
+		b.budget.forget(linkedSubjectPrefix+clientID, 1)
+	}
 }
 
 // Dropped counts the events that could not be queued for publishing.
@@ -585,13 +625,21 @@ func (b *Bus) watchAcks() {
 	}
 }
 
-// acknowledged notes a stored event's acknowledgement.
+// acknowledged notes a stored event's acknowledgement, and counts the
+// event against its world's byte budget.
 func (b *Bus) acknowledged(p pendingAck, pa *jetstream.PubAck) {
-	if pa != nil && pa.Duplicate && p.attempt == 0 {
+	if pa == nil {
+		return
+	}
+	if pa.Duplicate && p.attempt == 0 {
 		// Not a retry of ours: another node numbered an event of this
 		// world the same, and this one was not stored.
 		b.opts.Log.Warn("an event's id was taken already; the other nodes do not get it", "subject", p.out.subject, "seq", p.out.record.Seq)
+		return
 	}
+	// A retry's duplicate is the first attempt, stored after all: its
+	// sequence is the stored copy's, counted once.
+	b.budget.stored(p.out.subject, p.out.record.Seq, pa.Sequence, storedSize(p.out.subject, p.out.record.Seq, len(p.out.record.Data)))
 }
 
 // Close stops publishing and every feed; subscriptions fed by the bus get

@@ -27,6 +27,9 @@ type AttachConfig struct {
 	// RingSize is the hub's ring size (--event-ring-size), which the
 	// events stream keeps per world too.
 	RingSize int
+	// RingBytes is the hub's byte budget per world (--event-ring-bytes),
+	// which the events stream keeps per world too.
+	RingBytes int64
 	// Log receives the event bus's warnings.
 	Log *slog.Logger
 }
@@ -111,7 +114,7 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 		return a, err
 	}
 	if cfg.Hub != nil {
-		if a.Events, err = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, Log: cfg.Log}); err != nil {
+		if a.Events, err = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, RingBytes: cfg.RingBytes, Log: cfg.Log}); err != nil {
 			return a, err
 		}
 	}
