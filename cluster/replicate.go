@@ -234,8 +234,10 @@ func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint
 				return ack.Sequence, nil
 			}
 			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) {
+			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 				// The stream refused it (another node appended): final.
+				// Any other refusal (the stream moving its leader, say)
+				// is tried again while the lease holds.
 				return 0, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: another node took it over from node %s, and the write was not applied: try again", clientID, rp.node.Name())
 			}
 		}
