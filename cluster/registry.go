@@ -528,6 +528,28 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 	}
 }
 
+// Forget removes a world this node held and has removed (an embedded world
+// deleted through the API): its lease ends and its entry leaves the
+// registry, so that the other nodes answer 404 for it and its followers
+// stop following it and drop their copies. The node's worlds must no
+// longer hold it, or the next round would claim it again.
+func (r *Registry) Forget(ctx context.Context, clientID string) error {
+	r.mu.Lock()
+	_, held := r.owned[clientID]
+	delete(r.owned, clientID)
+	delete(r.remotes, clientID)
+	r.mu.Unlock()
+	if !held {
+		return nil
+	}
+	// A renewal in flight for the old revision fails once the key is
+	// deleted (its revision is no longer the last).
+	if err := r.kv.Delete(ctx, clientID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("cluster: remove world %s from the registry: %w", clientID, err)
+	}
+	return nil
+}
+
 // renewLoop renews the leases every quarter of their length, and claims
 // embedded worlds created since the last round.
 //

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -189,6 +190,20 @@ func (rp *Replication) ensureStream(ctx context.Context, clientID string) error 
 	rp.mu.Lock()
 	rp.streams[clientID] = true
 	rp.mu.Unlock()
+	return nil
+}
+
+// Forget removes the replicated log of a world this node hosted and has
+// removed. The followers stop once the world leaves the registry (see
+// Registry.Forget), and remove their copies then.
+func (rp *Replication) Forget(ctx context.Context, clientID string) error {
+	rp.mu.Lock()
+	delete(rp.streams, clientID)
+	rp.mu.Unlock()
+	err := rp.node.js.DeleteStream(ctx, worldStream(clientID))
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("cluster: remove the replicated log of world %s: %w", clientID, err)
+	}
 	return nil
 }
 
@@ -471,7 +486,9 @@ func (rp *Replication) review() {
 	self := rp.node.Name()
 	live := rp.liveNodes()
 	want := map[string]Hosted{}
+	known := map[string]bool{}
 	for _, h := range r.Snapshot() {
+		known[h.ClientID] = true
 		if h.Refused || h.Kind != world.KindEmbedded || r.owns(h.ClientID) {
 			continue
 		}
@@ -500,6 +517,13 @@ func (rp *Replication) review() {
 	for _, f := range stale {
 		f.halt()
 		_ = f.rep.Close()
+		if !known[f.id] {
+			// The world left the registry: it was removed, and its copy
+			// goes too.
+			if err := os.RemoveAll(rp.copyDir(f.id)); err != nil {
+				rp.log.Warn("could not remove the copy of a removed world", "clientId", f.id, "error", err)
+			}
+		}
 	}
 	for _, id := range starts {
 		rep, err := world.OpenReplica(filepath.Join(rp.copyDir(id), "world.db"))
@@ -657,6 +681,10 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 	go rp.placeLeader(context.Background(), clientID)
 }
 
+// followResetAttempts bounds the attempts of a follower's consumer to
+// make itself again after a failure, about a second apart.
+const followResetAttempts = 2
+
 // follower applies a world's stream to this node's copy.
 type follower struct {
 	rp  *Replication
@@ -730,6 +758,11 @@ func (f *follower) consume() error {
 	if f.rep.Seq() > 0 {
 		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: f.rep.Seq() + 1}
 	}
+	// The consumer's own resets are bounded: one that cannot be made
+	// again (the stream was removed with its world) ends this consumer,
+	// and run makes a new one or stops; unbounded, they would hold Next
+	// and keep the follower from halting.
+	cfg.MaxResetAttempts = followResetAttempts
 	ctx, cancel = context.WithTimeout(f.ctx, 2*time.Second)
 	cons, err := s.OrderedConsumer(ctx, cfg)
 	cancel()
@@ -741,6 +774,16 @@ func (f *follower) consume() error {
 		return err
 	}
 	defer it.Stop()
+	// A halt stops the iterator, which ends a wait in Next.
+	consumed := make(chan struct{})
+	defer close(consumed)
+	go func() {
+		select {
+		case <-f.ctx.Done():
+			it.Stop()
+		case <-consumed:
+		}
+	}()
 	quiet := 0
 	for f.ctx.Err() == nil {
 		msg, err := it.Next(jetstream.NextMaxWait(time.Second))

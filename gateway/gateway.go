@@ -180,20 +180,25 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
-// incomingHeader forwards the API key into gRPC metadata, and nothing else
-// the caller could use to impersonate the gateway.
+// incomingHeader forwards the API key and a write's idempotency key into
+// gRPC metadata, and nothing else the caller could use to impersonate the
+// gateway.
 func incomingHeader(key string) (string, bool) {
 	if strings.EqualFold(key, wire.APIKeyHeader) {
 		return wire.APIKeyHeader, true
 	}
+	if strings.EqualFold(key, wire.IdempotencyKeyHeader) {
+		return wire.IdempotencyKeyHeader, true
+	}
 	return "", false
 }
 
-// outgoingHeader passes the request id back as a plain HTTP header and keeps
-// other gRPC metadata out of responses.
+// outgoingHeader passes the request id, and the mark of an answer given
+// again for an idempotency key, back as plain HTTP headers and keeps other
+// gRPC metadata out of responses.
 func outgoingHeader(key string) (string, bool) {
-	if key == wire.RequestIDHeader {
-		return wire.RequestIDHeader, true
+	if key == wire.RequestIDHeader || key == wire.IdempotentReplayHeader {
+		return key, true
 	}
 	return "", false
 }
@@ -250,7 +255,9 @@ func (g *gateway) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body []byte
-	if r.Body != nil {
+	// A request without a body (most reads) skips the reader and the
+	// buffer that reading nothing would still allocate.
+	if r.Body != nil && r.Body != http.NoBody {
 		var err error
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
 		if err != nil {
@@ -379,6 +386,20 @@ func (g *gateway) annotate(ctx context.Context, r *http.Request, rt *route) (con
 		}
 		md["authorization"] = append(md["authorization"], v)
 	}
+	for _, v := range r.Header[idempotencyKeyHeaderKey] {
+		if md == nil {
+			md = make(metadata.MD, 2)
+		}
+		if !printableASCII(v) {
+			// A key metadata cannot carry is refused by the server's
+			// chain, in its turn, as an unreadable parameter.
+			if _, deferred := ctx.Value(invalidParamsKey{}).(string); !deferred {
+				md[wire.InvalidParamsHeader] = []string{"Invalid Idempotency-Key: it must be printable ASCII characters only"}
+			}
+			continue
+		}
+		md[wire.IdempotencyKeyHeader] = append(md[wire.IdempotencyKeyHeader], v)
+	}
 	if msg, ok := ctx.Value(invalidParamsKey{}).(string); ok {
 		if md == nil {
 			md = make(metadata.MD, 1)
@@ -397,6 +418,8 @@ var (
 	grpcTimeoutHeader      = http.CanonicalHeaderKey("Grpc-Timeout")
 	apiKeyHeaderKey        = http.CanonicalHeaderKey(wire.APIKeyHeader)
 	authorizationHeaderKey = http.CanonicalHeaderKey("Authorization")
+	// idempotencyKeyHeaderKey is the write's Idempotency-Key.
+	idempotencyKeyHeaderKey = http.CanonicalHeaderKey(wire.IdempotencyKeyHeader)
 )
 
 // printableASCII reports whether s is a valid gRPC metadata text value:

@@ -431,11 +431,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkIdempotency(cfg); err != nil {
+		return fail(err)
+	}
 	if err := r.openAudit(ctx, cfg, log); err != nil {
 		return fail(err)
 	}
+	var liveNodes func() int
+	var streamTally server.StreamTally
+	if r.shared != nil {
+		liveNodes = r.shared.Presence.Count
+		streamTally = r.shared.Streams
+	}
 	if r.grpc, err = server.New(server.Config{
-		Audit:              r.audit,
+		Audit: r.audit,
+		// In a cluster an account's requests a minute and open streams
+		// are counted across the nodes.
+		LiveNodes:          liveNodes,
+		StreamTally:        streamTally,
 		WorldDocumentBytes: worldBytes,
 		// API keys, and the console's session tokens as the keys their
 		// sessions stand for.
@@ -456,6 +469,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			StoredBytes:       cfg.AccountMaxStoredBytes,
 		},
 		EmbeddedWorlds: embeddedWorlds{r},
+		Idempotency:    server.IdempotencyConfig{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyKeys, AnswerBytes: cfg.IdempotencyAnswerBytes},
 		RequestIDs:     ids,
 		Log:            log,
 		ScriptTimeout:  cfg.ScriptTimeout,
@@ -480,6 +494,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		},
 	}); err != nil {
 		return fail(err)
+	}
+	if r.shared != nil {
+		r.shared.Streams.SetSource(r.grpc.OpenStreams)
 	}
 	corsOrigins, err := gateway.ParseCORSOrigins(cfg.CORSOrigins)
 	if err != nil {

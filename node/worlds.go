@@ -93,6 +93,19 @@ func (e embeddedWorlds) DeleteWorld(ctx context.Context, clientID string) error 
 	if err := r.worlds.Delete(ctx, clientID); err != nil {
 		return err
 	}
+	// In a cluster the world leaves the registry, and its replicated log
+	// goes: its followers stop and remove their copies, and no node can
+	// take it over and bring it back.
+	if r.registry != nil {
+		if err := r.registry.Forget(context.WithoutCancel(ctx), clientID); err != nil {
+			return err
+		}
+	}
+	if r.replication != nil {
+		if err := r.replication.Forget(context.WithoutCancel(ctx), clientID); err != nil {
+			return err
+		}
+	}
 	// Its kept events and open streams go with it; a world made later
 	// under the same id starts afresh.
 	r.hub.Forget(clientID)

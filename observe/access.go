@@ -175,7 +175,24 @@ func writeAccessLine(ctx context.Context, log *slog.Logger, l *accessLine, path 
 		a = append(a, slog.String("error", rec.Error))
 	}
 	a = append(a, slog.String("remote", l.remote))
-	line := slog.NewRecord(time.Now(), level, "http", 0)
+	now := time.Now()
+	if w := jsonLineWriter(log); w != nil {
+		// The relay's own JSON logger: the line is encoded here, in a
+		// recycled buffer, exactly as slog would encode it.
+		bp := lineBuffers.Get().(*[]byte)
+		buf, ok := AppendJSONRecord((*bp)[:0], now, level, "http", a)
+		if ok {
+			_ = w.WriteJSONLine(level, buf)
+		}
+		if cap(buf) <= maxPooledLine {
+			*bp = buf[:0]
+			lineBuffers.Put(bp)
+		}
+		if ok {
+			return
+		}
+	}
+	line := slog.NewRecord(now, level, "http", 0)
 	line.AddAttrs(a...)
 	_ = log.Handler().Handle(ctx, line)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -66,10 +67,36 @@ func (p *quotaPolicy) forget(id string) {
 
 // accountRates limits the calls of each account, all its keys together,
 // with a token bucket per account that holds a minute's worth and refills
-// at the account's rate. Each node counts the calls it serves.
+// at the account's rate. Each node counts the calls it serves; in a
+// cluster each node takes its share of the live nodes, as the per-key
+// limiter does (see [RateLimiter.ShareWith]): a call costs as many tokens
+// as there are live nodes, so that the nodes together allow about the
+// account's rate.
 type accountRates struct {
+	// nodes, when set, counts the live nodes that share the quota; it is
+	// read from memory on every call.
+	nodes atomic.Pointer[func() int]
+
 	mu      sync.Mutex
 	buckets map[string]*accountBucket
+}
+
+// shareWith makes the rates one node's share of a cluster's (see
+// accountRates).
+func (r *accountRates) shareWith(nodes func() int) {
+	if nodes != nil {
+		r.nodes.Store(&nodes)
+	}
+}
+
+// cost is the tokens one call takes: the number of live nodes (one on a
+// node alone).
+func (r *accountRates) cost() float64 {
+	f := r.nodes.Load()
+	if f == nil {
+		return 1
+	}
+	return float64(max((*f)(), 1))
 }
 
 // accountBucket is one account's tokens as of last, and the calls it
@@ -86,7 +113,10 @@ type accountBucket struct {
 // is one.
 func (r *accountRates) allow(account string, perMinute int64, now time.Time) (bool, time.Duration) {
 	perToken := time.Minute / time.Duration(perMinute)
-	capacity := float64(perMinute)
+	cost := r.cost()
+	// The bucket can always hold one call's cost, so that a quota smaller
+	// than the number of nodes still lets calls through, slowly.
+	capacity := math.Max(float64(perMinute), cost)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.buckets == nil {
@@ -104,12 +134,12 @@ func (r *accountRates) allow(account string, perMinute int64, now time.Time) (bo
 	if now.Sub(b.minute) >= time.Minute {
 		b.minute, b.calls = now, 0
 	}
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.tokens >= cost {
+		b.tokens -= cost
 		b.calls++
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) * float64(perToken))
+	return false, time.Duration((cost - b.tokens) * float64(perToken))
 }
 
 // thisMinute counts the calls the account made in its current minute.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/jsonvalue"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 	"github.com/tabletop-relay/relay/wire"
 	"github.com/tabletop-relay/relay/world"
 )
@@ -54,7 +56,11 @@ type eventService struct {
 	// accounts, when set, ends the streams of suspended accounts, which
 	// suspensions watches.
 	accounts    interface{ Suspension(accountID string) error }
-	suspensions *suspensionWatch
+	suspensions *endWatch
+	// sessions, when set, ends the streams opened with a console session
+	// once the session ends (signed out, expired, ended with its
+	// account's password change).
+	sessions *endWatch
 	// quotas, when set, bounds the open streams of each account.
 	quotas *quotaPolicy
 }
@@ -78,7 +84,37 @@ func newEventService(cfg EventsConfig) *eventService {
 // setAccounts sets the accounts whose suspension ends their streams.
 func (s *eventService) setAccounts(accounts interface{ Suspension(accountID string) error }) {
 	s.accounts = accounts
-	s.suspensions = &suspensionWatch{accounts: accounts, every: suspensionCheckEvery}
+	s.suspensions = &endWatch{check: accounts.Suspension, every: suspensionCheckEvery}
+}
+
+// setSessions sets the console sessions whose end ends their streams.
+func (s *eventService) setSessions(sessions *signin.Service) {
+	s.sessions = &endWatch{every: suspensionCheckEvery, check: func(keyID string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), suspensionCheckEvery)
+		defer cancel()
+		if err := sessions.Ended(ctx, keyID); err != nil {
+			return status.Error(codes.Unauthenticated, err.Error())
+		}
+		return nil
+	}}
+}
+
+// watchEnds calls end once the key's account is suspended or, for a
+// console session's key, once the session ends; stop releases the
+// watches.
+func (s *eventService) watchEnds(key keys.Key, end func(error)) (stop func()) {
+	var stops []func()
+	if s.accounts != nil && !key.Operator() {
+		stops = append(stops, s.suspensions.watch(key.Account(), func(err error) { end(suspendedError(err)) }))
+	}
+	if s.sessions != nil && signin.IsSessionKey(key.ID) {
+		stops = append(stops, s.sessions.watch(key.ID, end))
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
 }
 
 func (s *eventService) SubscribeHooks(req *relayv1.SubscribeHooksRequest, stream grpc.ServerStreamingServer[relayv1.SubscribeHooksResponse]) error {
@@ -120,32 +156,30 @@ func (s *eventService) SubscribeScenes(req *relayv1.SubscribeScenesRequest, stre
 // caller goes away, the subscriber overflows or the relay stops. filter is
 // the channel's filter as a key, value pair for the `connected` event.
 func (s *eventService) serve(ctx context.Context, req world.EventRequest, lastEventID string, filter []any, send func(*relayv1.Event) error) error {
-	ctx, stop := s.endOnSuspension(ctx, CallFrom(ctx).Key)
+	ctx, stop := s.endWhenRefused(ctx, CallFrom(ctx).Key)
 	defer stop()
 	err := s.serveStream(ctx, req, lastEventID, filter, send)
-	if cause := context.Cause(ctx); ctx.Err() != nil && status.Code(cause) == codes.PermissionDenied {
-		return cause
+	if cause := context.Cause(ctx); ctx.Err() != nil {
+		if code := status.Code(cause); code == codes.PermissionDenied || code == codes.Unauthenticated {
+			return cause
+		}
 	}
 	return err
 }
 
 // suspensionCheckEvery is how often an open stream of an account other
-// than the operator's looks at its account's suspension: a suspension
-// ends the stream within this time, on whichever node serves it.
+// than the operator's looks at its account's suspension, and a stream of
+// a console session at its session: a suspension or a sign-out ends the
+// stream within this time, on whichever node serves it.
 const suspensionCheckEvery = 250 * time.Millisecond
 
-// endOnSuspension returns a context that ends, with the suspension's
-// refusal as its cause, once the account of key is suspended; stop
-// releases it. The operator's account is never suspended: its streams
-// are not watched.
-func (s *eventService) endOnSuspension(ctx context.Context, key keys.Key) (context.Context, func()) {
-	if s.accounts == nil || key.Operator() {
-		return ctx, func() {}
-	}
+// endWhenRefused returns a context that ends, with the refusal as its
+// cause, once the account of key is suspended or, for a console
+// session's key, once the session ends; stop releases it. The operator's
+// account is never suspended: its keys' streams are not watched for it.
+func (s *eventService) endWhenRefused(ctx context.Context, key keys.Key) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := s.suspensions.watch(key.Account(), func(err error) {
-		cancel(suspendedError(err))
-	})
+	stop := s.watchEnds(key, cancel)
 	return ctx, func() {
 		stop()
 		cancel(nil)
@@ -263,11 +297,7 @@ func (s *eventService) serveStream(ctx context.Context, req world.EventRequest, 
 			ds := &detachedStream{s: s, w: d, pusher: pusher, cleanups: cleanups}
 			if d.Detach(ds.gone) {
 				detached = true
-				if s.accounts != nil && !call.Key.Operator() {
-					ds.addCleanup(s.suspensions.watch(call.Key.Account(), func(err error) {
-						ds.end(suspendedError(err))
-					}))
-				}
+				ds.addCleanup(s.watchEnds(call.Key, ds.end))
 				pusher.Push(&pushWriter{w: fw, resume: pusher.Resume})
 				pusher.WhenDone(ds.ended)
 				return nil
@@ -469,35 +499,76 @@ func connectedJSON(clientID string, channel world.EventChannel, filter []any) []
 // account.
 type streamLimits struct {
 	perKey, perWorld int
-	mu               sync.Mutex
-	byKey, byWorld   map[string]int
-	byAccount        map[string]int64
+	// tally, when set, shares the accounts' counts with the other nodes
+	// of a cluster: the quota of an account's open streams holds for its
+	// streams on every node together.
+	tally          StreamTally
+	mu             sync.Mutex
+	byKey, byWorld map[string]int
+	byAccount      map[string]int64
+}
+
+// StreamTally shares the number of open event streams of each account
+// among the nodes of a cluster. Elsewhere answers from memory (it runs
+// when a stream opens, and must make no request to the shared state);
+// Changed is told, without waiting, each time this node's counts change,
+// and the tally reads them with [Server.OpenStreams] to tell the others.
+type StreamTally interface {
+	// Elsewhere counts the account's open streams on the other live nodes,
+	// as last heard from them.
+	Elsewhere(account string) int64
+	// Changed tells that this node's counts changed.
+	Changed()
+}
+
+// elsewhere counts the account's streams on the other nodes (none on a
+// node alone).
+func (l *streamLimits) elsewhere(account string) int64 {
+	if l.tally == nil {
+		return 0
+	}
+	return l.tally.Elsewhere(account)
+}
+
+// changed tells the tally, if any, that the counts changed.
+func (l *streamLimits) changed() {
+	if l.tally != nil {
+		l.tally.Changed()
+	}
 }
 
 // acquire counts a new stream, or refuses it with RESOURCE_EXHAUSTED (HTTP
 // 429) past a limit of the key or the world, and with PERMISSION_DENIED
 // (HTTP 403) naming the quota past the account's limit of open streams
-// (accountLimit; 0 is none). The returned function releases it.
+// (accountLimit; 0 is none), counted on every node of a cluster. The
+// returned function releases it.
 func (l *streamLimits) acquire(keyID, clientID, account string, accountLimit int64) (func(), error) {
+	var elsewhere int64
+	if accountLimit > 0 {
+		elsewhere = l.elsewhere(account)
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.byKey[keyID] >= l.perKey {
+		l.mu.Unlock()
 		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams for this API key: at most %d may be open at once", l.perKey), wire.ReasonRateLimited)
 	}
 	if l.byWorld[clientID] >= l.perWorld {
+		l.mu.Unlock()
 		return nil, withReason(codes.ResourceExhausted, fmt.Sprintf("Too many event streams on world '%s': at most %d may be open at once", clientID, l.perWorld), wire.ReasonRateLimited)
 	}
-	if accountLimit > 0 && l.byAccount[account] >= accountLimit {
+	if accountLimit > 0 && l.byAccount[account]+elsewhere >= accountLimit {
+		l.mu.Unlock()
 		return nil, quotaReached("streams", accountLimit, "open event streams for the account's keys together; close one first")
 	}
 	l.byKey[keyID]++
 	l.byWorld[clientID]++
 	l.byAccount[account]++
+	l.mu.Unlock()
+	l.changed()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
-			defer l.mu.Unlock()
 			if l.byKey[keyID]--; l.byKey[keyID] == 0 {
 				delete(l.byKey, keyID)
 			}
@@ -507,15 +578,25 @@ func (l *streamLimits) acquire(keyID, clientID, account string, accountLimit int
 			if l.byAccount[account]--; l.byAccount[account] == 0 {
 				delete(l.byAccount, account)
 			}
+			l.mu.Unlock()
+			l.changed()
 		})
 	}, nil
 }
 
-// openBy counts the account's open streams.
+// openBy counts the account's open streams, on every node of a cluster.
 func (l *streamLimits) openBy(account string) int64 {
 	l.mu.Lock()
+	n := l.byAccount[account]
+	l.mu.Unlock()
+	return n + l.elsewhere(account)
+}
+
+// byAccounts copies this node's count of open streams of each account.
+func (l *streamLimits) byAccounts() map[string]int64 {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.byAccount[account]
+	return maps.Clone(l.byAccount)
 }
 
 // eventJSON encodes the payload of an event the stream itself sends (plain

@@ -96,6 +96,11 @@ var eventStreams = map[string]bool{
 // host.
 func IsEventStream(method string) bool { return eventStreams[method] }
 
+// forwardedWorldless are the calls that resolve no world in the chain but
+// are about one world, whose host answers them: its handler forwards such
+// a call itself (the removal of an embedded world).
+var forwardedWorldless = map[string]bool{relayv1.WorldService_DeleteWorld_FullMethodName: true}
+
 // forwardedUploads are the client streams forwarded to a world's host.
 var forwardedUploads = map[string]bool{relayv1.FileService_UploadFile_FullMethodName: true}
 
@@ -163,6 +168,7 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	if err != nil {
 		return err
 	}
+	withForwardedMetadata(ctx, fc)
 	in, out, err := methodTypes(call.Method)
 	if err != nil {
 		return err
@@ -179,6 +185,15 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	reply, err := fwd.ForwardUpload(ctx, fc, next)
 	if err != nil {
 		return err
+	}
+	if hdr := withoutRequestID(reply.Header); len(hdr) > 0 {
+		_ = call.stream.SetHeader(hdr)
+		// The REST gateway reads an upload's answer metadata from its
+		// trailer (see idempotency.go's uploads).
+		call.stream.SetTrailer(hdr)
+	}
+	if tr := withoutRequestID(reply.Trailer); len(tr) > 0 {
+		call.stream.SetTrailer(tr)
 	}
 	if reply.Status != nil {
 		return hostError(call.Method, reply.Status)
@@ -239,7 +254,10 @@ func (s *Server) ServeForwardedUpload(ctx context.Context, fc *ForwardedCall, ne
 	if err != nil {
 		return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
 	}
-	return &ForwardedReply{Response: b}
+	// The header and trailer the handler set (an answer given again for
+	// its idempotency key says so there).
+	hdr, _ := cs.Header()
+	return &ForwardedReply{Response: b, Header: hdr, Trailer: cs.Trailer()}
 }
 
 // ServeForwardedStream answers a server stream another node forwarded
@@ -323,7 +341,7 @@ type ForwardedReply struct {
 
 // forwardedMetadata lists the incoming metadata a forwarded call carries:
 // what the chain after world resolution reads.
-var forwardedMetadata = []string{wire.InvalidParamsHeader}
+var forwardedMetadata = []string{wire.InvalidParamsHeader, wire.IdempotencyKeyHeader}
 
 // forwardedKey is the context key of the [ForwardedCall] a host serves.
 type forwardedKey struct{}
@@ -342,14 +360,7 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range forwardedMetadata {
-		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
-			if fc.Metadata == nil {
-				fc.Metadata = map[string][]string{}
-			}
-			fc.Metadata[name] = v
-		}
-	}
+	withForwardedMetadata(ctx, fc)
 	reply, err := remote.Forward(ctx, fc)
 	if err != nil {
 		return nil, err
@@ -372,6 +383,19 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", method, err)
 	}
 	return resp, nil
+}
+
+// withForwardedMetadata copies into fc the incoming metadata of ctx that
+// the host's chain reads (forwardedMetadata).
+func withForwardedMetadata(ctx context.Context, fc *ForwardedCall) {
+	for _, name := range forwardedMetadata {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			if fc.Metadata == nil {
+				fc.Metadata = map[string][]string{}
+			}
+			fc.Metadata[name] = v
+		}
+	}
 }
 
 // newForwardedCall is call's request req, for method, as the host of
@@ -419,7 +443,8 @@ func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *Forward
 	// Only calls for a world are ever forwarded: anything else that
 	// arrives here was not sent by an edge node's chain, and is refused
 	// before it runs with the identity it claims.
-	if policy := s.chain.Policies[fc.Method]; policy == nil || policy.GetWorldless() || fc.ClientID == "" {
+	policy := s.chain.Policies[fc.Method]
+	if policy == nil || (policy.GetWorldless() && !forwardedWorldless[fc.Method]) || fc.ClientID == "" {
 		return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes", fc.Method))
 	}
 	in, out, err := methodTypes(fc.Method)
@@ -429,6 +454,14 @@ func (s *Server) ServeForwarded(ctx context.Context, fc *ForwardedCall) *Forward
 	req := in.New().Interface()
 	if err := proto.Unmarshal(fc.Request, req); err != nil {
 		return FailedReply(status.Errorf(codes.InvalidArgument, "forwarded %s: bad request: %v", fc.Method, err))
+	}
+	if policy.GetWorldless() {
+		// A worldless call forwarded to a world's host is about that
+		// world only.
+		named, ok := req.(interface{ GetClientId() string })
+		if !ok || named.GetClientId() != fc.ClientID {
+			return FailedReply(status.Errorf(codes.PermissionDenied, "Method %s is not forwarded between nodes for another world", fc.Method))
+		}
 	}
 	resp := out.New().Interface()
 	ctx = context.WithValue(ctx, forwardedKey{}, fc)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -10,6 +11,7 @@ import (
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
+	"github.com/tabletop-relay/relay/server/signin"
 )
 
 // KeyAdmin is what the key service needs of the key store. Every method acts
@@ -164,22 +166,54 @@ func (s keyService) ListKeys(ctx context.Context, _ *relayv1.ListKeysRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	caller := CallFrom(ctx).Key
 	out := make([]*relayv1.ApiKey, 0, len(list))
 	for _, k := range list {
 		out = append(out, keyToProto(k))
 	}
+	hideForeignCreators(caller, out, list)
 	return &relayv1.ListKeysResponse{Keys: out}, nil
+}
+
+// hideForeignCreators blanks, for a caller of an account other than the
+// operator's, the creator of each described key that is not one of own
+// (the account's keys) nor one of the account's console sessions: the
+// operator's key that made an account's first key is the operator's
+// business, and its id is not shown to the account.
+func hideForeignCreators(caller keys.Key, described []*relayv1.ApiKey, own []keys.Key) {
+	if caller.Operator() {
+		return
+	}
+	ids := make(map[string]bool, len(own))
+	for _, k := range own {
+		ids[k.ID] = true
+	}
+	sessions := signin.SessionKeyPrefix(caller.Account())
+	for _, d := range described {
+		if by := d.GetCreatedBy(); by != "" && !ids[by] && !strings.HasPrefix(by, sessions) {
+			d.CreatedBy = ""
+		}
+	}
 }
 
 func (s keyService) RevokeKey(ctx context.Context, req *relayv1.RevokeKeyRequest) (*relayv1.RevokeKeyResponse, error) {
 	if req.GetId() == "" {
 		return nil, fmt.Errorf("%w: 'id' is required", keys.ErrInvalid)
 	}
-	k, err := s.store.RevokeAs(ctx, CallFrom(ctx).Key, req.GetId())
+	caller := CallFrom(ctx).Key
+	k, err := s.store.RevokeAs(ctx, caller, req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	return &relayv1.RevokeKeyResponse{ApiKey: keyToProto(k)}, nil
+	described := keyToProto(k)
+	if !caller.Operator() && k.CreatedBy != caller.ID {
+		own, err := s.store.ListAs(ctx, caller)
+		if err != nil {
+			own = nil // the key is revoked: at worst its creator is not shown
+		}
+		hideForeignCreators(caller, []*relayv1.ApiKey{described}, own)
+	}
+	return &relayv1.RevokeKeyResponse{ApiKey: described}, nil
 }
 
 // keyToProto describes a key without its secret.

@@ -147,6 +147,17 @@ type Config struct {
 	// AuditService lists it. Without it nothing is recorded and the
 	// listing is Unimplemented.
 	Audit AuditLog
+	// LiveNodes, on a node of a cluster, counts the live nodes (itself
+	// included) from memory: each node then allows its share of an
+	// account's requests a minute. Nil on a node alone.
+	LiveNodes func() int
+	// StreamTally, on a node of a cluster, shares the accounts' open
+	// event streams with the other nodes, so that an account's quota of
+	// open streams holds for all of them together. Nil on a node alone.
+	StreamTally StreamTally
+	// Idempotency bounds what is kept of the writes sent with an
+	// idempotency key (idempotency.go).
+	Idempotency IdempotencyConfig
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -168,7 +179,13 @@ type Server struct {
 	authFailures    *RateLimiter
 	maxMessageBytes int
 	log             *slog.Logger
+	// streams counts the open event streams.
+	streams *streamLimits
 }
+
+// OpenStreams counts this node's open event streams of each account with
+// any open (a copy: the tally of a cluster publishes it).
+func (s *Server) OpenStreams() map[string]int64 { return s.streams.byAccounts() }
 
 // New builds the gRPC server with every relay service, the interceptor
 // chain, the standard health service and server reflection.
@@ -204,7 +221,11 @@ func New(cfg Config) (*Server, error) {
 	defaults := cfg.AccountDefaults
 	defaults.Keys = int64(cfg.AccountMaxKeys)
 	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
+	quotas.rates.shareWith(cfg.LiveNodes)
 	chain.Quotas = quotas
+	if chain.idempotency, err = newIdempotency(cfg.Idempotency, cfg.Log); err != nil {
+		return nil, err
+	}
 	if cfg.Audit != nil {
 		chain.Audit = cfg.Audit
 	}
@@ -243,10 +264,16 @@ func New(cfg Config) (*Server, error) {
 	srv.Local = newLocalConn(unary, stream)
 	both := registrars{network, srv.Local}
 	events := newEventService(cfg.Events)
+	events.limits.tally = cfg.StreamTally
+	srv.streams = events.limits
 	events.setAccounts(cfg.Keys)
+	if cfg.Signin != nil {
+		events.setSessions(cfg.Signin)
+	}
 	events.quotas = quotas
 	files := newFileService(cfg.MaxUploadBytes)
 	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds
+	files.idempotency = chain.idempotency
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},

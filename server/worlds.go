@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"sync"
 	"unicode"
@@ -199,6 +200,21 @@ func (s worldService) DeleteWorld(ctx context.Context, req *relayv1.DeleteWorldR
 	}
 	if s.worlds == nil {
 		return nil, status.Error(codes.Unavailable, "Embedded worlds cannot be removed on this relay")
+	}
+	// In a cluster the world's host removes it: the call goes there as
+	// the calls for a world do, with the key resolved here.
+	if call := CallFrom(ctx); !call.forwarded && s.chain.Worlds != nil {
+		w, err := s.chain.Worlds.World(ctx, clientID)
+		if remote, ok := w.(RemoteWorld); err == nil && ok {
+			resp, err := s.chain.forward(ctx, call, remote, req, relayv1.WorldService_DeleteWorld_FullMethodName)
+			if err != nil {
+				return nil, err
+			}
+			return resp.(*relayv1.DeleteWorldResponse), nil
+		}
+		if err != nil && !errors.Is(err, world.ErrNotFound) {
+			return nil, err
+		}
 	}
 	if err := s.worlds.DeleteWorld(ctx, clientID); err != nil {
 		return nil, err

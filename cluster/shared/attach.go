@@ -50,6 +50,10 @@ type Attached struct {
 	Signin *SigninStore
 	// Presence counts the live nodes.
 	Presence *Presence
+	// Streams shares the accounts' open event streams among the nodes
+	// (server.Config.StreamTally); give it the server's counts with
+	// SetSource.
+	Streams *StreamTally
 	// Events carries the worlds' events between the nodes; a world hosted
 	// elsewhere serves its streams here with Events.Events(clientID).
 	Events *eventbus.Bus
@@ -113,6 +117,9 @@ func Attach(ctx context.Context, js jetstream.JetStream, cfg AttachConfig) (a *A
 	if a.Presence, err = StartPresence(ctx, js, cfg.NodeName, opts, PresenceOptions{}); err != nil {
 		return a, err
 	}
+	if a.Streams, err = StartStreamTally(ctx, js, cfg.NodeName, opts); err != nil {
+		return a, err
+	}
 	if cfg.Hub != nil {
 		if a.Events, err = eventbus.New(ctx, js, cfg.Hub, eventbus.Options{Replicas: cfg.Replicas, RingSize: cfg.RingSize, RingBytes: cfg.RingBytes, Log: cfg.Log}); err != nil {
 			return a, err
@@ -146,6 +153,9 @@ func (a *Attached) Close() error {
 	}
 	if a.Presence != nil {
 		wg.Go(func() { presenceErr = a.Presence.Stop() })
+	}
+	if a.Streams != nil {
+		wg.Go(a.Streams.Stop)
 	}
 	if a.Keys != nil {
 		wg.Go(func() { keysErr = a.Keys.Close() })

@@ -83,10 +83,14 @@ func (b *logBuffer) Close() error {
 }
 
 // flushingHandler writes records at Warn and above through at once, so
-// that problems are never held back in the buffer.
+// that problems are never held back in the buffer. When it writes JSON
+// with no attributes or groups of its own (jsonLines), it also takes lines
+// the access log encodes by hand (observe.JSONLineWriter), which are then
+// buffered and flushed as its own records are.
 type flushingHandler struct {
 	slog.Handler
-	buf *logBuffer
+	buf       *logBuffer
+	jsonLines bool
 }
 
 func (h flushingHandler) Handle(ctx context.Context, r slog.Record) error {
@@ -97,6 +101,24 @@ func (h flushingHandler) Handle(ctx context.Context, r slog.Record) error {
 	return err
 }
 
+// WritesJSONLines reports whether lines encoded as slog.JSONHandler
+// encodes them are what this handler would write.
+func (h flushingHandler) WritesJSONLines() bool { return h.jsonLines }
+
+// WriteJSONLine buffers one hand-encoded line, written at once (with what
+// waited before it) at Warn and above.
+func (h flushingHandler) WriteJSONLine(level slog.Level, line []byte) error {
+	_, err := h.buf.Write(line)
+	if level >= slog.LevelWarn {
+		if ferr := h.buf.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// WithAttrs and WithGroup return handlers that write their records
+// through slog only: a hand-encoded line would lack their attributes.
 func (h flushingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return flushingHandler{Handler: h.Handler.WithAttrs(attrs), buf: h.buf}
 }

@@ -67,6 +67,9 @@ func (c *serveConfig) flags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.AccountMaxStoredBytes, "account-max-stored-bytes", d.AccountMaxStoredBytes, "`bytes` an account's embedded worlds may hold on disk together unless its quota says otherwise; past it, new worlds and uploads get 403 (RELAY_ACCOUNT_MAX_STORED_BYTES; 0: no limit)")
 	fs.DurationVar(&c.AuditRetention, "audit-retention", d.AuditRetention, "how long the audit log keeps its records of account, key, pairing, request and sign-in actions; older ones are pruned in the background (RELAY_AUDIT_RETENTION)")
 	fs.IntVar(&c.AuditMaxRecords, "audit-max-records", d.AuditMaxRecords, "most `records` the audit log keeps, besides --audit-retention; the oldest leave first (RELAY_AUDIT_MAX_RECORDS)")
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", d.IdempotencyTTL, "how long a write's Idempotency-Key is remembered: a retry with the key within this time gets the first answer and is not applied again (RELAY_IDEMPOTENCY_TTL)")
+	fs.IntVar(&c.IdempotencyKeys, "idempotency-keys", d.IdempotencyKeys, "most idempotency `keys` remembered per world, besides --idempotency-ttl; the oldest leave first (RELAY_IDEMPOTENCY_KEYS)")
+	fs.IntVar(&c.IdempotencyAnswerBytes, "idempotency-answer-bytes", d.IdempotencyAnswerBytes, "largest answer in `bytes` kept for an idempotency key; a retry of a write with a larger answer gets 409 saying it was applied (RELAY_IDEMPOTENCY_ANSWER_BYTES)")
 	fs.IntVar(&c.MaxKeysPerCreator, "max-keys-per-creator", d.MaxKeysPerCreator, "unrevoked `keys` one API key may have created, whatever its account (the operator's too); more get 403 until some are revoked (RELAY_MAX_KEYS_PER_CREATOR; 0: no limit)")
 	fs.IntVar(&c.MaxStreamsPerWorld, "max-streams-per-world", d.MaxStreamsPerWorld, "open event streams allowed per world; more get 429 (RELAY_MAX_STREAMS_PER_WORLD)")
 	fs.IntVar(&c.RateLimit, "rate-limit", d.RateLimit, "`requests` per minute per API key (a stream counts once, when opened); more get 429 with Retry-After; 0 turns the limit off (RELAY_RATE_LIMIT)")
@@ -219,7 +222,7 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, *logBuffer, err
 	if text {
 		h = slog.NewTextHandler(buf, opts)
 	}
-	return slog.New(flushingHandler{Handler: h, buf: buf}), buf, nil
+	return slog.New(flushingHandler{Handler: h, buf: buf, jsonLines: !text}), buf, nil
 }
 
 // defaultGOGC is the garbage collector's target when neither --gogc,

@@ -203,14 +203,21 @@
     $("tabs").hidden = false;
     $("who").hidden = false;
     $("who-name").textContent = who;
-    // The accounts are the operator's: the tab shows when they can be
-    // listed.
-    $("tab-accounts").hidden = true;
-    try {
-      renderAccounts((await api("GET", "/accounts")).accounts || []);
-      $("tab-accounts").hidden = false;
-    } catch (e) {
-      // Not the operator.
+    // The accounts are the operator's: the tab shows to the operator's
+    // session, and to a key that may manage them (the bootstrap key, or a
+    // key with the scope `accounts`, which only the operator's keys hold).
+    // The console decides from what it knows already, so that nobody
+    // else's sign-in makes a refused call.
+    const managesAccounts = state.session
+      ? !!(state.session.account && state.session.account.operator)
+      : !!(state.self && (state.self.createdBy === "bootstrap" || (state.self.scopes || []).includes("accounts")));
+    $("tab-accounts").hidden = !managesAccounts;
+    if (managesAccounts) {
+      try {
+        renderAccounts((await api("GET", "/accounts")).accounts || []);
+      } catch (e) {
+        $("tab-accounts").hidden = true;
+      }
     }
     renderKeyForm();
     const request = pendingRequest();
@@ -388,18 +395,6 @@
   }
 
   // ---- accounts (the operator only) ----------------------------------------
-
-  // loadAccounts lists the accounts when the signed-in key may manage
-  // them, and shows the Accounts tab only then.
-  async function loadAccounts() {
-    try {
-      const data = await api("GET", "/accounts");
-      $("tab-accounts").hidden = false;
-      renderAccounts(data.accounts || []);
-    } catch (e) {
-      $("tab-accounts").hidden = true;
-    }
-  }
 
   async function refreshAccounts() {
     showError("accounts-error", null);

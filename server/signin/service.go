@@ -32,7 +32,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -116,15 +116,12 @@ type Limiter interface {
 type Service struct {
 	cfg Config
 
-	mu       sync.Mutex
-	failures map[string]*nameFailures
-}
-
-// nameFailures are the recent failed sign-ins for one account name.
-type nameFailures struct {
-	count       int
-	first       time.Time
-	lockedUntil time.Time
+	// tracked counts the names with failures that still count, as of the
+	// last sweep and the names added since (roughly, in a cluster: each
+	// node counts those it added).
+	tracked atomic.Int64
+	// lastSweep is when failures were last swept (Unix nanoseconds).
+	lastSweep atomic.Int64
 }
 
 // New returns the service of cfg.
@@ -148,7 +145,7 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, failures: map[string]*nameFailures{}}, nil
+	return &Service{cfg: cfg}, nil
 }
 
 // Signup is the sign-up mode.
@@ -304,51 +301,126 @@ func lockedOut(until, now time.Time) error {
 		"Too many failed sign-ins for this account name: it is locked for %d more minute(s)", minutes)
 }
 
+// failureRecord is the recent failed sign-ins for one account name,
+// kept in the KV so that every node of a cluster counts them together: a
+// guesser gains nothing by spreading attempts over the nodes.
+type failureRecord struct {
+	Count       int       `json:"count"`
+	First       time.Time `json:"first"`
+	LockedUntil time.Time `json:"lockedUntil,omitzero"`
+}
+
+// failureKey is the entry of a name's failures: the SHA-256 of the
+// folded name (a name may hold characters a key may not, and the store
+// need not keep the names tried).
+func failureKey(folded string) string { return "f." + hashHex(folded)[:40] }
+
+// stale reports whether the record no longer counts at now: its window
+// and its lock-out are both over.
+func (f failureRecord) stale(now time.Time) bool {
+	return now.Sub(f.First) > LockoutWindow && !now.Before(f.LockedUntil)
+}
+
 // locked reports the lock-out of name, if any.
-func (s *Service) locked(name string, now time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if f := s.failures[name]; f != nil && now.Before(f.lockedUntil) {
-		return lockedOut(f.lockedUntil, now)
+func (s *Service) locked(ctx context.Context, name string, now time.Time) error {
+	data, _, err := s.cfg.KV.Get(ctx, failureKey(name))
+	if errors.Is(err, ErrNoEntry) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var f failureRecord
+	if json.Unmarshal(data, &f) == nil && now.Before(f.LockedUntil) {
+		return lockedOut(f.LockedUntil, now)
 	}
 	return nil
 }
 
 // failed counts a failed sign-in for name, locking it out after
-// LockoutFailures within LockoutWindow.
-func (s *Service) failed(name string, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f := s.failures[name]
-	if f == nil {
-		if len(s.failures) >= maxTrackedNames {
-			s.sweepFailures(now)
+// LockoutFailures within LockoutWindow. The count is a compare-and-set on
+// the name's entry, so that failures on several nodes at once all count.
+func (s *Service) failed(ctx context.Context, name string, now time.Time) error {
+	key := failureKey(name)
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		data, rev, err := s.cfg.KV.Get(ctx, key)
+		var f failureRecord
+		switch {
+		case errors.Is(err, ErrNoEntry):
+			if s.tracked.Load() >= maxTrackedNames {
+				// Full of recent failures: the name is not tracked, but
+				// the per-address limit still holds.
+				s.sweepFailures(ctx, now)
+				return nil
+			}
+		case err != nil:
+			return err
+		default:
+			if json.Unmarshal(data, &f) != nil {
+				f = failureRecord{}
+			}
 		}
-		if len(s.failures) >= maxTrackedNames {
-			// Full of recent failures: the name is not tracked, but the
-			// per-address limit still holds.
-			return
+		if f.Count == 0 || now.Sub(f.First) > LockoutWindow {
+			f.Count, f.First = 0, now.UTC()
 		}
-		f = &nameFailures{first: now}
-		s.failures[name] = f
+		f.Count++
+		if f.Count >= LockoutFailures {
+			f.LockedUntil = now.Add(LockoutDuration).UTC()
+			f.Count, f.First = 0, now.UTC()
+		}
+		next, _ := json.Marshal(f)
+		if rev == 0 {
+			err = s.cfg.KV.Create(ctx, key, next)
+			if errors.Is(err, ErrEntryExists) {
+				continue
+			}
+			if err == nil && s.tracked.Add(1)%sweepFailuresEvery == 0 {
+				s.sweepFailures(ctx, now)
+			}
+		} else {
+			err = s.cfg.KV.Update(ctx, key, next, rev)
+			if errors.Is(err, ErrChanged) {
+				continue
+			}
+		}
+		return err
 	}
-	if now.Sub(f.first) > LockoutWindow {
-		f.count, f.first = 0, now
-	}
-	f.count++
-	if f.count >= LockoutFailures {
-		f.lockedUntil = now.Add(LockoutDuration)
-		f.count, f.first = 0, now
-	}
+	return errBusy
 }
 
-// sweepFailures forgets the names whose failures no longer count.
-func (s *Service) sweepFailures(now time.Time) {
-	for name, f := range s.failures {
-		if now.Sub(f.first) > LockoutWindow && !now.Before(f.lockedUntil) {
-			delete(s.failures, name)
-		}
+// sweepFailuresEvery is how many names' first failures pass between
+// sweeps of the failures that no longer count; a sweep runs at most once
+// every sweepFailuresGap however many names fail.
+const (
+	sweepFailuresEvery = 256
+	sweepFailuresGap   = 10 * time.Second
+)
+
+// sweepFailures forgets the names whose failures no longer count, and
+// counts those that do.
+func (s *Service) sweepFailures(ctx context.Context, now time.Time) {
+	last := s.lastSweep.Load()
+	if now.UnixNano()-last < int64(sweepFailuresGap) || !s.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
 	}
+	names, err := s.cfg.KV.Keys(ctx, "f.")
+	if err != nil {
+		return
+	}
+	kept := int64(0)
+	for _, n := range names {
+		data, _, err := s.cfg.KV.Get(ctx, n)
+		if err != nil {
+			continue
+		}
+		var f failureRecord
+		if json.Unmarshal(data, &f) != nil || f.stale(now) {
+			_ = s.cfg.KV.Delete(ctx, n)
+			continue
+		}
+		kept++
+	}
+	s.tracked.Store(kept)
 }
 
 // SignIn checks an account name and password and opens a session of the
@@ -371,7 +443,7 @@ func (s *Service) SignIn(ctx context.Context, name, password, addr string) (stri
 	}
 	folded := strings.ToLower(name)
 	now := s.cfg.Now()
-	if err := s.locked(folded, now); err != nil {
+	if err := s.locked(ctx, folded, now); err != nil {
 		return "", keys.Account{}, err
 	}
 	acct, found, err := s.accountNamed(ctx, name)
@@ -397,7 +469,9 @@ func (s *Service) SignIn(ctx context.Context, name, password, addr string) (stri
 		return "", keys.Account{}, err
 	}
 	if !ok || !found {
-		s.failed(folded, now)
+		if err := s.failed(ctx, folded, now); err != nil {
+			s.cfg.Log.Warn("a failed sign-in could not be counted", "err", err)
+		}
 		s.cfg.Log.Info("sign-in refused", "addr", addr)
 		return "", keys.Account{}, errBadSignIn
 	}
@@ -653,6 +727,35 @@ func (s *Service) check(ctx context.Context, sess session, rev uint64) (keys.Key
 	return sessionKey(sess, acct), nil
 }
 
+// SessionKeyPrefix starts the key ids of the account's console sessions.
+func SessionKeyPrefix(accountID string) string { return sessionKeyID + accountID + "." }
+
+// IsSessionKey reports whether a key id is a console session's (see
+// sessionKey).
+func IsSessionKey(id string) bool { return strings.HasPrefix(id, sessionKeyID) }
+
+// Ended answers why the session whose key id is id has ended (signed out,
+// unused for the idle time, ended with its account's password change or
+// deletion), or nil while it lasts or cannot be read (the caller keeps
+// what it holds until it can tell). It records no use: an event stream
+// held open does not keep its session alive.
+func (s *Service) Ended(ctx context.Context, id string) error {
+	acct, sid, ok := strings.Cut(strings.TrimPrefix(id, sessionKeyID), ".")
+	if !ok {
+		return errSessionEnded
+	}
+	sess, _, err := s.readSession(ctx, acct, sid)
+	switch {
+	case errors.Is(err, ErrNoEntry):
+		return errSessionEnded
+	case err != nil:
+		return nil
+	case s.cfg.Now().Sub(sess.LastSeen) > s.cfg.IdleTimeout:
+		return sessionEnded{fmt.Sprintf("Session has ended after %s without use: sign in again", s.cfg.IdleTimeout)}
+	}
+	return nil
+}
+
 // KeyByID returns the key of the session whose key id is id (see
 // sessionKey), as Authenticate would.
 func (s *Service) KeyByID(ctx context.Context, id string) (keys.Key, error) {
@@ -702,6 +805,22 @@ func (k Keys) Authenticate(ctx context.Context, plaintext string) (keys.Key, err
 		return k.Sessions.Authenticate(ctx, plaintext)
 	}
 	return k.Backend.Authenticate(ctx, plaintext)
+}
+
+// Check reports what Authenticate would, without copying the key's record
+// out when the backing store can judge a key in place (keys.Store and the
+// cluster's store): admission runs it on every request, before the
+// interceptor chain authenticates the same key again for its call.
+func (k Keys) Check(ctx context.Context, plaintext string) error {
+	if !IsToken(plaintext) {
+		if c, ok := k.Backend.(interface {
+			Check(ctx context.Context, plaintext string) error
+		}); ok {
+			return c.Check(ctx, plaintext)
+		}
+	}
+	_, err := k.Authenticate(ctx, plaintext)
+	return err
 }
 
 // Get returns a stored key, or the key of a session that is still open.

@@ -195,3 +195,67 @@ func TestVerifyPasswordRefusesMalformedHashes(t *testing.T) {
 		t.Fatal("a wrong password matched")
 	}
 }
+
+// TestKeysCheck: Keys.Check gives Authenticate's verdict for an API key, a
+// revoked one, an unknown one and a session token, and judges a stored key
+// without copying its record (admission checks every request's key).
+func TestKeysCheck(t *testing.T) {
+	// Not parallel: AllocsPerRun counts the whole process's allocations.
+	path := filepath.Join(t.TempDir(), "relay.db")
+	c := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	store, err := keys.Open(path, c.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	kv, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kv.Close() })
+	s, err := New(Config{KV: kv, Accounts: store, Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, _, _, err := store.CreateAccount(ctx, "test", "Guild", keys.Quotas{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPassword(ctx, a.ID, "correct horse battery"); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := s.SignIn(ctx, "Guild", "correct horse battery", "192.0.2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, _, err := store.Create(ctx, keys.Spec{Name: "reader", Scopes: []string{"entity:read"}, ClientIDs: []string{"w1", "w2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, k, err := store.Create(ctx, keys.Spec{Name: "gone", Scopes: []string{"entity:read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	unknown := live[:len(live)-4] + "AAAA"
+	if unknown == live {
+		unknown = live[:len(live)-4] + "BBBB"
+	}
+	ks := Keys{Backend: store, Sessions: s}
+	for _, presented := range []string{live, revoked, unknown, token, "not a key"} {
+		_, authErr := ks.Authenticate(ctx, presented)
+		checkErr := ks.Check(ctx, presented)
+		if (authErr == nil) != (checkErr == nil) || authErr != nil && authErr.Error() != checkErr.Error() {
+			t.Errorf("%.12s...: Authenticate says %v, Check says %v", presented, authErr, checkErr)
+		}
+	}
+	if err := ks.Check(ctx, live); err != nil {
+		t.Fatalf("a live key: %v", err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = ks.Check(ctx, live) }); allocs > 0 {
+		t.Errorf("Check of a stored key allocates %.0f times a call, want none (no copy of its record)", allocs)
+	}
+}
