@@ -30,6 +30,10 @@ import (
 // APIKeyHeader is the metadata key that carries the API key.
 const APIKeyHeader = "x-api-key"
 
+// IdempotencyKeyHeader is the metadata key that carries a write's
+// idempotency key (see CallWithIdempotencyKey).
+const IdempotencyKeyHeader = "idempotency-key"
+
 // Client is a connection to a relay with its default key, world and user.
 // It is safe for concurrent use.
 type Client struct {
@@ -164,6 +168,8 @@ type callKey struct{}
 // field keeps the default.
 type overrides struct {
 	apiKey, clientID, userID *string
+	// idempotencyKey is sent with the call; it has no client default.
+	idempotencyKey *string
 }
 
 func withOverride(ctx context.Context, set func(*overrides)) context.Context {
@@ -191,6 +197,16 @@ func CallWithUser(ctx context.Context, userID string) context.Context {
 	return withOverride(ctx, func(o *overrides) { o.userID = &userID })
 }
 
+// CallWithIdempotencyKey returns a context whose write carries key as its
+// idempotency key: sent again with the same key (after a time-out or a
+// lost connection, for example), the write is not applied twice and the
+// retry gets the first answer. Use a new key for each new write: the
+// relay refuses a key used before for another request with AlreadyExists.
+// Keys are 1 to 255 printable ASCII characters.
+func CallWithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return withOverride(ctx, func(o *overrides) { o.idempotencyKey = &key })
+}
+
 // resolve returns the key, world and user of a call: the context's
 // overrides, else the client's defaults.
 func (c *Client) resolve(ctx context.Context) (key, clientID, userID string) {
@@ -209,10 +225,14 @@ func (c *Client) resolve(ctx context.Context) (key, clientID, userID string) {
 	return key, clientID, userID
 }
 
-// withKey returns ctx with the call's API key in its outgoing metadata.
+// withKey returns ctx with the call's API key, and its idempotency key if
+// it has one, in its outgoing metadata.
 func (c *Client) withKey(ctx context.Context) context.Context {
 	if key, _, _ := c.resolve(ctx); key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, APIKeyHeader, key)
+	}
+	if o, ok := ctx.Value(callKey{}).(overrides); ok && o.idempotencyKey != nil {
+		ctx = metadata.AppendToOutgoingContext(ctx, IdempotencyKeyHeader, *o.idempotencyKey)
 	}
 	return ctx
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tabletop-relay/relay/client"
@@ -390,4 +391,32 @@ func TestAuditClient(t *testing.T) {
 		}
 	}
 	t.Fatalf("the key made is not on record: %v", list.GetRecords())
+}
+
+// TestCallWithIdempotencyKey sends one write three times with one
+// idempotency key: it is applied once, every call gets the first answer,
+// and the key used for another write is refused.
+func TestCallWithIdempotencyKey(t *testing.T) {
+	ctx := testContext(t)
+	c := newClient(t, client.WithAPIKey(adminKey), client.WithWorld("demo"))
+	keyed := client.CallWithIdempotencyKey(ctx, "sdk-"+t.Name())
+	req := &relayv1.IncreaseAttributeRequest{Uuid: bromUUID, Attribute: "system.currency.cp", Amount: proto.Float64(3)}
+	first, err := c.Documents.IncreaseAttribute(keyed, req)
+	if err != nil {
+		t.Fatalf("keyed write: %v", err)
+	}
+	for range 2 {
+		again, err := c.Documents.IncreaseAttribute(keyed, req)
+		if err != nil || !proto.Equal(again, first) {
+			t.Fatalf("retry: %v %v; first %v", again, err, first)
+		}
+	}
+	after, err := c.Documents.IncreaseAttribute(ctx, &relayv1.IncreaseAttributeRequest{Uuid: bromUUID, Attribute: "system.currency.cp", Amount: proto.Float64(0)})
+	if err != nil || after.GetNewValue() != first.GetNewValue() {
+		t.Fatalf("the write was applied more than once: %v after %v (%v)", after, first, err)
+	}
+	other := &relayv1.IncreaseAttributeRequest{Uuid: bromUUID, Attribute: "system.currency.cp", Amount: proto.Float64(4)}
+	if _, err := c.Documents.IncreaseAttribute(keyed, other); status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("the key used for another write: %v", err)
+	}
 }

@@ -83,6 +83,14 @@ type Config struct {
 	// nodes less one). 0 replicates nothing: a world is unavailable while
 	// its host is down, as in a relay alone.
 	WorldReplicas int
+	// SnapshotRecords and SnapshotBytes decide when a replicated world's
+	// copy is snapshotted into the object store, after which its log is
+	// trimmed: once this many records, or this many bytes of records,
+	// were applied since the world's newest snapshot
+	// (--world-snapshot-records, --world-snapshot-mib).
+	// DefaultSnapshotRecords and DefaultSnapshotBytes when 0.
+	SnapshotRecords int
+	SnapshotBytes   int64
 	// StartTimeout bounds how long the node waits for NATS and JetStream
 	// to be ready at start (DefaultStartTimeout when 0).
 	StartTimeout time.Duration
@@ -93,8 +101,12 @@ const (
 	DefaultLeaseTTL       = 15 * time.Second
 	DefaultForwardTimeout = 30 * time.Second
 	DefaultWorldReplicas  = 2
-	DefaultStartTimeout   = 60 * time.Second
-	DefaultClusterName    = "relay"
+	// DefaultSnapshotRecords and DefaultSnapshotBytes: a snapshot every
+	// 10,000 records or 64 MiB of records, whichever comes first.
+	DefaultSnapshotRecords       = 10000
+	DefaultSnapshotBytes   int64 = 64 << 20
+	DefaultStartTimeout          = 60 * time.Second
+	DefaultClusterName           = "relay"
 )
 
 // MinClusterSecretBytes is the shortest cluster secret a node accepts:
@@ -204,6 +216,10 @@ func (c *Config) Check() error {
 		return fmt.Errorf("--cluster-forward-timeout must not be negative, not %v", c.ForwardTimeout)
 	case c.WorldReplicas < 0 || c.WorldReplicas > 4:
 		return fmt.Errorf("--world-replicas must be 0 to 4, not %d", c.WorldReplicas)
+	case c.SnapshotRecords < 0:
+		return fmt.Errorf("--world-snapshot-records must not be negative, not %d", c.SnapshotRecords)
+	case c.SnapshotBytes < 0:
+		return fmt.Errorf("--world-snapshot-mib must not be negative, not %d", c.SnapshotBytes>>20)
 	}
 	if c.Embedded() && c.ClusterSecret == "" && !c.ClusterInsecure {
 		host, _, _ := net.SplitHostPort(c.ClusterListen)
@@ -260,6 +276,12 @@ func nodeNamePattern(s string) bool {
 
 // withDefaults fills in the defaults of the zero fields.
 func (c Config) withDefaults() Config {
+	if c.SnapshotRecords == 0 {
+		c.SnapshotRecords = DefaultSnapshotRecords
+	}
+	if c.SnapshotBytes == 0 {
+		c.SnapshotBytes = DefaultSnapshotBytes
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = DefaultLeaseTTL
 	}

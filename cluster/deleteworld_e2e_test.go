@@ -19,9 +19,9 @@ import (
 // not host it: the call reaches the host, which removes the world; every
 // node then answers 404 for it, its replicated log is gone, the
 // followers' copies are removed, and no node brings the world back once
-// its lease would have run out.
+// its lease would have run out. Its snapshots are removed too.
 func TestDeleteWorldThroughAnyNode(t *testing.T) {
-	nodes, cfgs := startReplicated(t, nil)
+	nodes, cfgs := startReplicated(t, withSnapshots)
 	n1, n2 := nodes[0], nodes[1]
 	client := &http.Client{Timeout: 20 * time.Second}
 	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
@@ -30,6 +30,8 @@ func TestDeleteWorldThroughAnyNode(t *testing.T) {
 	for _, i := range []int{0, 2} {
 		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
+	writeFlags(t, n1, "a", snapshotEvery+2, map[string]int{})
+	waitFor(t, 30*time.Second, "a snapshot of west", func() bool { return len(westSnapshots(t, n1)) > 0 })
 
 	if r := n1.Do(http.MethodDelete, "/worlds/west", n1.AdminKey, nil, nil); r.Status != http.StatusOK {
 		t.Fatalf("DELETE /worlds/west through %s (west is on %s): %d %s", cfgs[0].NodeName, cfgs[1].NodeName, r.Status, r.Body)
@@ -46,6 +48,9 @@ func TestDeleteWorldThroughAnyNode(t *testing.T) {
 	defer cancel()
 	if _, err := n2.Cluster().JetStream().Stream(ctx, "RELAY_WORLD_west"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("west's replicated log after the removal: %v, want no such stream", err)
+	}
+	if seqs := westSnapshots(t, n2); len(seqs) != 0 {
+		t.Fatalf("west's snapshots after the removal: %v, want none", seqs)
 	}
 	for _, i := range []int{0, 2} {
 		waitFor(t, 5*time.Second, "the removal of west's copy on "+cfgs[i].NodeName, func() bool {

@@ -1,8 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"errors"
+
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Crash stops the node's embedded NATS server at once, as a SIGKILL of its
@@ -53,3 +57,41 @@ func (n *Node) Intruder() (*nats.Conn, error) {
 // Routes is how many route connections the node's embedded NATS server
 // has to its peers.
 func (n *Node) Routes() int { return n.srv.NumRoutes() }
+
+// HoldTakeOvers keeps the node from taking over the worlds it follows.
+func (r *Registry) HoldTakeOvers() { r.opts.Replication.holdTakeOvers.Store(true) }
+
+// Restores is how many of its copies the node restored from a snapshot.
+func (r *Registry) Restores() int64 { return r.opts.Replication.restores.Load() }
+
+// WorldLog reads the first and last sequences of a world's log.
+func (n *Node) WorldLog(ctx context.Context, clientID string) (first, last uint64, err error) {
+	s, err := n.js.Stream(ctx, worldStream(clientID))
+	if err != nil {
+		return 0, 0, err
+	}
+	st := s.CachedInfo().State
+	return st.FirstSeq, st.LastSeq, nil
+}
+
+// WorldSnapshots lists the records a world's stored snapshots hold,
+// oldest first.
+func (n *Node) WorldSnapshots(ctx context.Context, clientID string) ([]uint64, error) {
+	obs, err := n.js.ObjectStore(ctx, snapshotBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rp := &Replication{node: n}
+	snaps, err := rp.worldSnapshots(ctx, obs, clientID)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, s := range snaps {
+		out = append(out, s.seq)
+	}
+	return out, nil
+}

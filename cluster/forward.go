@@ -135,7 +135,7 @@ func (f *inflight) wait(ctx context.Context) {
 }
 
 // forwardedCall reads the call a forwarding message carries: the method,
-// request id, world and request, and the key the edge resolved.
+// request id, world, request and metadata, and the key the edge resolved.
 func forwardedCall(m *nats.Msg) (*server.ForwardedCall, error) {
 	fc := &server.ForwardedCall{
 		Method:    m.Header.Get(hdrMethod),
@@ -145,6 +145,9 @@ func forwardedCall(m *nats.Msg) (*server.ForwardedCall, error) {
 	}
 	if err := json.Unmarshal([]byte(m.Header.Get(hdrKey)), &fc.Key); err != nil {
 		return nil, err
+	}
+	if md := m.Header.Get(hdrMetadata); md != "" {
+		_ = json.Unmarshal([]byte(md), &fc.Metadata)
 	}
 	return fc, nil
 }
@@ -160,9 +163,6 @@ func (r *Registry) answer(m *nats.Msg) {
 	if err != nil {
 		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
 		return
-	}
-	if md := m.Header.Get(hdrMetadata); md != "" {
-		_ = json.Unmarshal([]byte(md), &fc.Metadata)
 	}
 	ctx := context.Background()
 	if d, err := strconv.ParseInt(m.Header.Get(hdrDeadline), 10, 64); err == nil {
@@ -264,10 +264,6 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	if err != nil {
 		return nil, err
 	}
-	if len(fc.Metadata) > 0 {
-		b, _ := json.Marshal(fc.Metadata)
-		msg.Header.Set(hdrMetadata, string(b))
-	}
 	if d, ok := fctx.Deadline(); ok {
 		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
 	}
@@ -316,6 +312,12 @@ func callMessage(subject string, fc *server.ForwardedCall) (*nats.Msg, error) {
 		return nil, status.Errorf(codes.Internal, "forward: %v", err)
 	}
 	msg.Header.Set(hdrKey, string(key))
+	// The metadata the host's chain reads (an idempotency key, a deferred
+	// parameter error), for unary calls and transfers alike.
+	if len(fc.Metadata) > 0 {
+		b, _ := json.Marshal(fc.Metadata)
+		msg.Header.Set(hdrMetadata, string(b))
+	}
 	return msg, nil
 }
 
@@ -570,7 +572,32 @@ func (r *Registry) answerUpload(m *nats.Msg) {
 	} else {
 		end.Data = rep.Response
 	}
+	setReplyMetadata(end, rep)
 	_ = nc.PublishMsg(end)
+}
+
+// setReplyMetadata puts the header and trailer of a forwarded call's
+// answer on the message that carries it.
+func setReplyMetadata(out *nats.Msg, rep *server.ForwardedReply) {
+	if len(rep.Header) > 0 {
+		b, _ := json.Marshal(rep.Header)
+		out.Header.Set(hdrHeader, string(b))
+	}
+	if len(rep.Trailer) > 0 {
+		b, _ := json.Marshal(rep.Trailer)
+		out.Header.Set(hdrTrailer, string(b))
+	}
+}
+
+// replyMetadata reads the header and trailer setReplyMetadata put on a
+// message into rep.
+func replyMetadata(m *nats.Msg, rep *server.ForwardedReply) {
+	if h := m.Header.Get(hdrHeader); h != "" {
+		_ = json.Unmarshal([]byte(h), &rep.Header)
+	}
+	if t := m.Header.Get(hdrTrailer); t != "" {
+		_ = json.Unmarshal([]byte(t), &rep.Trailer)
+	}
 }
 
 var _ server.UploadForwarder = (*remoteWorld)(nil)
@@ -605,6 +632,7 @@ func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCal
 			rep.Status, _ = base64.StdEncoding.DecodeString(s)
 			rep.Response = nil
 		}
+		replyMetadata(m, rep)
 		return rep
 	}
 	wait := func() (*server.ForwardedReply, error) {

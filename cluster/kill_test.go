@@ -596,12 +596,14 @@ func (c *killCluster) disturbed(i, gen int, began time.Time) bool {
 func (c *killCluster) base(i int) string { return "http://" + c.listen[i] }
 
 // killPut sets a document's name through a node and returns the answer's
-// status (0 when none came) and body.
+// status (0 when none came) and body. Each write carries an idempotency
+// key of its own (names are unique), as a client that retries would send.
 func killPut(client *http.Client, base, key, world, uuid, name string) (int, string) {
 	body := fmt.Sprintf(`{"data":{"name":%q}}`, name)
 	req, _ := http.NewRequest(http.MethodPut, base+"/update?"+relaytest.Q("clientId", world, "uuid", uuid).Encode(), strings.NewReader(body))
 	req.Header.Set("x-api-key", key)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "kill/"+world+"/"+uuid+"/"+name)
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0, err.Error()

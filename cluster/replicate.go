@@ -88,6 +88,12 @@ type Replication struct {
 	followers map[string]*follower // the worlds this node follows
 	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
 	watch     jetstream.KeyWatcher
+	objects   jetstream.ObjectStore // the snapshots' bucket, once made (snapshot.go)
+	// restores counts the copies restored from a snapshot.
+	restores atomic.Int64
+	// holdTakeOvers, set by tests, keeps this node from taking worlds
+	// over, so that another follower does.
+	holdTakeOvers atomic.Bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -197,7 +203,7 @@ func (rp *Replication) Forget(ctx context.Context, clientID string) error {
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("cluster: remove the replicated log of world %s: %w", clientID, err)
 	}
-	return nil
+	return rp.forgetSnapshots(ctx, clientID)
 }
 
 // appendTimeout bounds one append, retries included: long enough for
@@ -284,7 +290,7 @@ func (rp *Replication) copyDir(clientID string) string {
 // claimed, as without replication.
 func (rp *Replication) prepareHost(ctx context.Context, clientID string) bool {
 	_, base, _, err := world.ReplicaState(rp.opts.Worlds.WorldPath(clientID))
-	if err != nil || base == "" {
+	if err != nil {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -293,8 +299,18 @@ func (rp *Replication) prepareHost(ctx context.Context, clientID string) bool {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return true
 	}
-	if err != nil || s.CachedInfo().State.Msgs == 0 {
+	// A log that ever held a record keeps its last sequence when it is
+	// trimmed, so LastSeq (not the count of records) tells a world never
+	// replicated.
+	if err != nil || s.CachedInfo().State.LastSeq == 0 {
 		return err == nil
+	}
+	if base == "" {
+		// A world that was never replicated, while the cluster holds a log
+		// of that client id: a world created afresh (the demo world of a
+		// node that returned with an empty data directory) or copied in.
+		// The cluster's world wins; the local one is set aside, untouched.
+		return !rp.setAside(clientID)
 	}
 	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
 		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
@@ -302,6 +318,19 @@ func (rp *Replication) prepareHost(ctx context.Context, clientID string) bool {
 	}
 	rp.log.Info("following a world of the data directory, which its replicated log may have moved past", "clientId", clientID)
 	return false
+}
+
+// setAside moves a world of the data directory that the cluster's log of
+// its client id does not know out of the node's worlds, into
+// <data>/set-aside, and reports whether it did.
+func (rp *Replication) setAside(clientID string) bool {
+	dir := filepath.Join(rp.opts.DataDir, "set-aside", fmt.Sprintf("%s-%d", clientID, time.Now().UnixNano()))
+	if err := rp.opts.Worlds.Evict(clientID, dir); err != nil {
+		rp.log.Warn("could not set aside a world the cluster holds another copy of", "clientId", clientID, "error", err)
+		return false
+	}
+	rp.log.Warn("set aside a world of the data directory that was never replicated, since the cluster holds a replicated world of that client id; following the cluster's", "clientId", clientID, "dir", dir)
+	return true
 }
 
 // hosted starts the replication of a world this node just claimed: its
@@ -392,6 +421,15 @@ func (rp *Replication) review() {
 		rp.mu.Unlock()
 		go f.run()
 	}
+	// The first live follower by rank snapshots a world whose host is
+	// live (snapshot.go).
+	rp.mu.Lock()
+	for id, f := range rp.followers {
+		h := want[id]
+		ranked := rp.ranked(h, live)
+		f.snap.taker.Store(h.Live && h.Node != self && len(ranked) > 0 && ranked[0] == self)
+	}
+	rp.mu.Unlock()
 	for id, h := range want {
 		if h.Node == self || !h.Live {
 			rp.takeOver(id, h)
@@ -426,6 +464,19 @@ func (rp *Replication) chosen(h Hosted, live []string) bool {
 		// and takes the world back once its copy is up to date.
 		return true
 	}
+	candidates := rp.ranked(h, live)
+	n := rp.copies
+	if !h.Live {
+		// The host is gone: every follower may take over, the host too
+		// when it returns.
+		n++
+	}
+	return slices.Contains(candidates[:min(n, len(candidates))], rp.node.Name())
+}
+
+// ranked lists the live nodes that may follow a world, other than its
+// live host, in the order of a hash of the world's and the node's names.
+func (rp *Replication) ranked(h Hosted, live []string) []string {
 	rank := func(name string) uint64 {
 		f := fnv.New64a()
 		f.Write([]byte(h.ClientID + "/" + name))
@@ -448,13 +499,7 @@ func (rp *Replication) chosen(h Hosted, live []string) bool {
 		}
 		return 0
 	})
-	n := rp.copies
-	if !h.Live {
-		// The host is gone: every follower may take over, the host too
-		// when it returns.
-		n++
-	}
-	return slices.Contains(candidates[:min(n, len(candidates))], rp.node.Name())
+	return candidates
 }
 
 // takeOver serves a world whose host is gone, if this node's copy holds
@@ -464,7 +509,7 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 	rp.mu.Lock()
 	f := rp.followers[clientID]
 	rp.mu.Unlock()
-	if f == nil || !f.caughtUp() {
+	if f == nil || !f.caughtUp() || rp.holdTakeOvers.Load() {
 		return
 	}
 	// The copy is this goroutine's from here on: the follower stops
@@ -553,6 +598,8 @@ type follower struct {
 	// upToDate is set while the last record the consumer delivered was
 	// the stream's last.
 	upToDate bool
+
+	snap snapState
 }
 
 func (rp *Replication) newFollower(id string, rep *world.Replica) *follower {
@@ -560,10 +607,12 @@ func (rp *Replication) newFollower(id string, rep *world.Replica) *follower {
 	return &follower{rp: rp, id: id, rep: rep, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
-// halt stops the follower and waits for it; its copy stays open.
+// halt stops the follower, and a snapshot it is storing, and waits for
+// them; its copy stays open.
 func (f *follower) halt() {
 	f.cancel()
 	<-f.done
+	f.snap.bg.Wait()
 }
 
 // caughtUp reports whether the follower applied every record its
@@ -601,6 +650,9 @@ func (f *follower) consume() error {
 	s, err := f.rp.node.js.Stream(ctx, worldStream(f.id))
 	cancel()
 	if err != nil {
+		return err
+	}
+	if err := f.catchUp(s.CachedInfo()); err != nil {
 		return err
 	}
 	if s.CachedInfo().State.LastSeq == f.rep.Seq() {
@@ -675,6 +727,7 @@ func (f *follower) consume() error {
 		f.mu.Lock()
 		f.upToDate = md.NumPending == 0
 		f.mu.Unlock()
+		f.afterApply(len(msg.Data()))
 	}
 	return nil
 }

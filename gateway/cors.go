@@ -22,13 +22,15 @@ import (
 // out, and a preflight is refused with 403 naming the setting.
 
 // corsAllowHeaders are the request headers a page may send: the API key,
-// JSON and multipart bodies, and an event stream's resume point.
-const corsAllowHeaders = "X-Api-Key, Content-Type, Last-Event-ID"
+// JSON and multipart bodies, an event stream's resume point, and a write's
+// idempotency key.
+const corsAllowHeaders = "X-Api-Key, Content-Type, Last-Event-ID, Idempotency-Key"
 
 // corsExposeHeaders are the response headers a page may read besides the
-// always readable ones: the request id, the wait after a 429 or 503, and a
-// download's file name.
-const corsExposeHeaders = "X-Request-Id, Retry-After, Content-Disposition"
+// always readable ones: the request id, the wait after a 429 or 503, a
+// download's file name, and the mark of a write answered again for its
+// idempotency key.
+const corsExposeHeaders = "X-Request-Id, Retry-After, Content-Disposition, Idempotent-Replay"
 
 // corsMaxAge is how long, in seconds, a browser may reuse a preflight's
 // answer.

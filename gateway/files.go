@@ -72,10 +72,20 @@ func (g *gateway) serveFile(w http.ResponseWriter, r *http.Request, rt *route) {
 	g.serveUpload(w, r, g.maxUpload)
 }
 
-// withKey forwards the caller's API key to the gRPC call.
+// withKey forwards the caller's API key, and an upload's idempotency key,
+// to the gRPC call.
 func withKey(ctx context.Context, r *http.Request) context.Context {
 	if key := r.Header.Get(wire.APIKeyHeader); key != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, wire.APIKeyHeader, key)
+	}
+	for _, v := range r.Header[idempotencyKeyHeaderKey] {
+		if !printableASCII(v) {
+			// Metadata cannot carry it: the server's chain refuses the
+			// call, in its turn, as an unreadable parameter.
+			ctx = metadata.AppendToOutgoingContext(ctx, wire.InvalidParamsHeader, "Invalid Idempotency-Key: it must be printable ASCII characters only")
+			continue
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, wire.IdempotencyKeyHeader, v)
 	}
 	return ctx
 }
@@ -276,7 +286,17 @@ func (g *gateway) serveUpload(w http.ResponseWriter, r *http.Request, maxUpload 
 		return
 	}
 	requestID := g.callRequestID(op, md...)
-	out, err := newJSONMarshaler().Marshal(&envelope{Type: op + wire.ResultSuffix, RequestID: requestID, Data: resp})
+	envelopeID := requestID
+	for _, m := range md {
+		// An upload answered again for its idempotency key: the first
+		// request's answer, envelope and all.
+		if first := firstValue(m, wire.IdempotentReplayHeader); first != "" {
+			envelopeID = first
+			w.Header().Set(wire.IdempotentReplayHeader, first)
+			break
+		}
+	}
+	out, err := newJSONMarshaler().Marshal(&envelope{Type: op + wire.ResultSuffix, RequestID: envelopeID, Data: resp})
 	if err != nil {
 		g.writeError(w, http.StatusInternalServerError, op, requestID, "Internal error")
 		return

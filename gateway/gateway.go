@@ -180,20 +180,25 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, opts Options) (http
 	return http.HandlerFunc(g.serveHTTP), nil
 }
 
-// incomingHeader forwards the API key into gRPC metadata, and nothing else
-// the caller could use to impersonate the gateway.
+// incomingHeader forwards the API key and a write's idempotency key into
+// gRPC metadata, and nothing else the caller could use to impersonate the
+// gateway.
 func incomingHeader(key string) (string, bool) {
 	if strings.EqualFold(key, wire.APIKeyHeader) {
 		return wire.APIKeyHeader, true
 	}
+	if strings.EqualFold(key, wire.IdempotencyKeyHeader) {
+		return wire.IdempotencyKeyHeader, true
+	}
 	return "", false
 }
 
-// outgoingHeader passes the request id back as a plain HTTP header and keeps
-// other gRPC metadata out of responses.
+// outgoingHeader passes the request id, and the mark of an answer given
+// again for an idempotency key, back as plain HTTP headers and keeps other
+// gRPC metadata out of responses.
 func outgoingHeader(key string) (string, bool) {
-	if key == wire.RequestIDHeader {
-		return wire.RequestIDHeader, true
+	if key == wire.RequestIDHeader || key == wire.IdempotentReplayHeader {
+		return key, true
 	}
 	return "", false
 }
@@ -381,6 +386,20 @@ func (g *gateway) annotate(ctx context.Context, r *http.Request, rt *route) (con
 		}
 		md["authorization"] = append(md["authorization"], v)
 	}
+	for _, v := range r.Header[idempotencyKeyHeaderKey] {
+		if md == nil {
+			md = make(metadata.MD, 2)
+		}
+		if !printableASCII(v) {
+			// A key metadata cannot carry is refused by the server's
+			// chain, in its turn, as an unreadable parameter.
+			if _, deferred := ctx.Value(invalidParamsKey{}).(string); !deferred {
+				md[wire.InvalidParamsHeader] = []string{"Invalid Idempotency-Key: it must be printable ASCII characters only"}
+			}
+			continue
+		}
+		md[wire.IdempotencyKeyHeader] = append(md[wire.IdempotencyKeyHeader], v)
+	}
 	if msg, ok := ctx.Value(invalidParamsKey{}).(string); ok {
 		if md == nil {
 			md = make(metadata.MD, 1)
@@ -399,6 +418,8 @@ var (
 	grpcTimeoutHeader      = http.CanonicalHeaderKey("Grpc-Timeout")
 	apiKeyHeaderKey        = http.CanonicalHeaderKey(wire.APIKeyHeader)
 	authorizationHeaderKey = http.CanonicalHeaderKey("Authorization")
+	// idempotencyKeyHeaderKey is the write's Idempotency-Key.
+	idempotencyKeyHeaderKey = http.CanonicalHeaderKey(wire.IdempotencyKeyHeader)
 )
 
 // printableASCII reports whether s is a valid gRPC metadata text value:

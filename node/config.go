@@ -101,6 +101,13 @@ type Config struct {
 	// (--audit-max-records).
 	AuditRetention  time.Duration
 	AuditMaxRecords int
+	// What the relay keeps of the writes sent with an idempotency key:
+	// for how long (--idempotency-ttl), how many keys per world at most
+	// (--idempotency-keys) and the largest answer it keeps
+	// (--idempotency-answer-bytes).
+	IdempotencyTTL         time.Duration
+	IdempotencyKeys        int
+	IdempotencyAnswerBytes int
 	// MaxKeysPerCreator is how many unrevoked keys one key may have
 	// created (--max-keys-per-creator); 0 sets no limit.
 	MaxKeysPerCreator int
@@ -280,6 +287,9 @@ func DefaultConfig() Config {
 		SignupRateLimit:          DefaultSignupRateLimit,
 		AuditRetention:           audit.DefaultRetention,
 		AuditMaxRecords:          audit.DefaultMaxRecords,
+		IdempotencyTTL:           server.DefaultIdempotencyTTL,
+		IdempotencyKeys:          server.DefaultIdempotencyKeys,
+		IdempotencyAnswerBytes:   server.DefaultIdempotencyAnswerBytes,
 		Build:                    ReadBuildInfo(),
 	}
 }
@@ -356,4 +366,18 @@ func worldDocumentBytes(cfg Config) (int64, error) {
 		return 0, &ConfigError{fmt.Errorf("world-memory-bytes (%d) must be larger than event-ring-bytes (%d): the kept events are part of it", cfg.WorldMemoryBytes, ring)}
 	}
 	return cfg.WorldMemoryBytes - ring, nil
+}
+
+// checkIdempotency refuses bounds of idempotent writes below zero (zero
+// takes the default).
+func checkIdempotency(cfg Config) error {
+	switch {
+	case cfg.IdempotencyTTL < 0:
+		return &ConfigError{fmt.Errorf("idempotency-ttl must be 0 or more: %s", cfg.IdempotencyTTL)}
+	case cfg.IdempotencyKeys < 0:
+		return &ConfigError{fmt.Errorf("idempotency-keys must be 0 or more: %d", cfg.IdempotencyKeys)}
+	case cfg.IdempotencyAnswerBytes < 0:
+		return &ConfigError{fmt.Errorf("idempotency-answer-bytes must be 0 or more: %d", cfg.IdempotencyAnswerBytes)}
+	}
+	return nil
 }

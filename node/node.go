@@ -428,6 +428,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkIdempotency(cfg); err != nil {
+		return fail(err)
+	}
 	if err := r.openAudit(ctx, cfg, log); err != nil {
 		return fail(err)
 	}
@@ -463,6 +466,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 			StoredBytes:       cfg.AccountMaxStoredBytes,
 		},
 		EmbeddedWorlds: embeddedWorlds{r},
+		Idempotency:    server.IdempotencyConfig{TTL: cfg.IdempotencyTTL, MaxKeys: cfg.IdempotencyKeys, AnswerBytes: cfg.IdempotencyAnswerBytes},
 		RequestIDs:     ids,
 		Log:            log,
 		ScriptTimeout:  cfg.ScriptTimeout,

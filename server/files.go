@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/world"
@@ -28,6 +29,9 @@ type fileService struct {
 	// quotas and worlds, when set, bound the uploads of each account.
 	quotas *quotaPolicy
 	worlds EmbeddedWorlds
+	// idempotency serves the uploads sent with an idempotency key; nil
+	// ignores the key.
+	idempotency *idempotency
 }
 
 // newFileService returns the file service; maxUpload bounds an uploaded
@@ -130,20 +134,38 @@ func (s fileService) UploadFile(stream grpc.ClientStreamingServer[relayv1.Upload
 	if err != nil {
 		return err
 	}
-	body := &uploadReader{stream: stream, pending: first.GetChunk()}
-	w, err := area.WriteFile(stream.Context(), call.User, world.WriteFileParams{
-		Dir:       first.GetPath(),
-		Name:      first.GetFilename(),
-		Overwrite: first.GetOverwrite(),
-		MaxBytes:  limit,
-	}, body)
-	if err != nil {
-		if quotaErr != nil && errors.Is(err, world.ErrTooLarge) {
-			return quotaErr
+	upload := func(body io.Reader) (*relayv1.UploadFileResponse, error) {
+		w, err := area.WriteFile(stream.Context(), call.User, world.WriteFileParams{
+			Dir:       first.GetPath(),
+			Name:      first.GetFilename(),
+			Overwrite: first.GetOverwrite(),
+			MaxBytes:  limit,
+		}, body)
+		if err != nil {
+			if quotaErr != nil && errors.Is(err, world.ErrTooLarge) {
+				return nil, quotaErr
+			}
+			return nil, err
 		}
+		return &relayv1.UploadFileResponse{Path: w.Path, Size: float64(w.Size)}, nil
+	}
+	var resp *relayv1.UploadFileResponse
+	if key, ok := s.idempotency.uploadKey(stream.Context(), call); ok {
+		// A keyed upload (idempotency.go): the chunks after the first
+		// are read through the ledger, which hashes them.
+		resp, err = s.idempotency.serveUpload(stream.Context(), call, key, first, &uploadReader{stream: stream}, func(md metadata.MD) error {
+			// In the trailer too, which the REST gateway reads as the
+			// header of an upload.
+			stream.SetTrailer(md)
+			return stream.SetHeader(md)
+		}, upload)
+	} else {
+		resp, err = upload(&uploadReader{stream: stream, pending: first.GetChunk()})
+	}
+	if err != nil {
 		return err
 	}
-	return stream.SendAndClose(&relayv1.UploadFileResponse{Path: w.Path, Size: float64(w.Size)})
+	return stream.SendAndClose(resp)
 }
 
 // uploadLimit is the largest file the call may upload: the relay's

@@ -168,6 +168,7 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	if err != nil {
 		return err
 	}
+	withForwardedMetadata(ctx, fc)
 	in, out, err := methodTypes(call.Method)
 	if err != nil {
 		return err
@@ -184,6 +185,15 @@ func (c *Chain) forwardUpload(ctx context.Context, call *Call, fwd UploadForward
 	reply, err := fwd.ForwardUpload(ctx, fc, next)
 	if err != nil {
 		return err
+	}
+	if hdr := withoutRequestID(reply.Header); len(hdr) > 0 {
+		_ = call.stream.SetHeader(hdr)
+		// The REST gateway reads an upload's answer metadata from its
+		// trailer (see idempotency.go's uploads).
+		call.stream.SetTrailer(hdr)
+	}
+	if tr := withoutRequestID(reply.Trailer); len(tr) > 0 {
+		call.stream.SetTrailer(tr)
 	}
 	if reply.Status != nil {
 		return hostError(call.Method, reply.Status)
@@ -244,7 +254,10 @@ func (s *Server) ServeForwardedUpload(ctx context.Context, fc *ForwardedCall, ne
 	if err != nil {
 		return FailedReply(status.Errorf(codes.Internal, "forwarded %s: %v", fc.Method, err))
 	}
-	return &ForwardedReply{Response: b}
+	// The header and trailer the handler set (an answer given again for
+	// its idempotency key says so there).
+	hdr, _ := cs.Header()
+	return &ForwardedReply{Response: b, Header: hdr, Trailer: cs.Trailer()}
 }
 
 // ServeForwardedStream answers a server stream another node forwarded
@@ -328,7 +341,7 @@ type ForwardedReply struct {
 
 // forwardedMetadata lists the incoming metadata a forwarded call carries:
 // what the chain after world resolution reads.
-var forwardedMetadata = []string{wire.InvalidParamsHeader}
+var forwardedMetadata = []string{wire.InvalidParamsHeader, wire.IdempotencyKeyHeader}
 
 // forwardedKey is the context key of the [ForwardedCall] a host serves.
 type forwardedKey struct{}
@@ -347,14 +360,7 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 	if err != nil {
 		return nil, err
 	}
-	for _, name := range forwardedMetadata {
-		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
-			if fc.Metadata == nil {
-				fc.Metadata = map[string][]string{}
-			}
-			fc.Metadata[name] = v
-		}
-	}
+	withForwardedMetadata(ctx, fc)
 	reply, err := remote.Forward(ctx, fc)
 	if err != nil {
 		return nil, err
@@ -377,6 +383,19 @@ func (c *Chain) forward(ctx context.Context, call *Call, remote RemoteWorld, req
 		return nil, status.Errorf(codes.Internal, "forward %s: bad response from the host: %v", method, err)
 	}
 	return resp, nil
+}
+
+// withForwardedMetadata copies into fc the incoming metadata of ctx that
+// the host's chain reads (forwardedMetadata).
+func withForwardedMetadata(ctx context.Context, fc *ForwardedCall) {
+	for _, name := range forwardedMetadata {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
+			if fc.Metadata == nil {
+				fc.Metadata = map[string][]string{}
+			}
+			fc.Metadata[name] = v
+		}
+	}
 }
 
 // newForwardedCall is call's request req, for method, as the host of

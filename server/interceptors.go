@@ -101,6 +101,9 @@ type Chain struct {
 	Quotas *quotaPolicy
 	// Audit records the calls of the audited methods; nil records none.
 	Audit audit.Recorder
+	// idempotency serves the writes that carry an idempotency key
+	// (idempotency.go); nil ignores the key.
+	idempotency *idempotency
 }
 
 // WorldOwners tells which account owns a world. Keys of the operator's
@@ -571,6 +574,9 @@ func (c *Chain) unaryStepsForwarding(before, after []step) grpc.UnaryServerInter
 			if err := s(ctx, call, req); err != nil {
 				return nil, err
 			}
+		}
+		if key, ok := c.idempotency.keyOf(ctx, call); ok {
+			return c.idempotency.serve(ctx, call, req, key, handler)
 		}
 		return handler(ctx, req)
 	}

@@ -155,6 +155,9 @@ type Config struct {
 	// event streams with the other nodes, so that an account's quota of
 	// open streams holds for all of them together. Nil on a node alone.
 	StreamTally StreamTally
+	// Idempotency bounds what is kept of the writes sent with an
+	// idempotency key (idempotency.go).
+	Idempotency IdempotencyConfig
 }
 
 // DefaultMaxMessageBytes is the request size limit when Config leaves it
@@ -220,6 +223,9 @@ func New(cfg Config) (*Server, error) {
 	quotas := &quotaPolicy{accounts: cfg.Keys, defaults: defaults, worlds: cfg.EmbeddedWorlds, worldBytes: cfg.WorldDocumentBytes}
 	quotas.rates.shareWith(cfg.LiveNodes)
 	chain.Quotas = quotas
+	if chain.idempotency, err = newIdempotency(cfg.Idempotency, cfg.Log); err != nil {
+		return nil, err
+	}
 	if cfg.Audit != nil {
 		chain.Audit = cfg.Audit
 	}
@@ -267,6 +273,7 @@ func New(cfg Config) (*Server, error) {
 	events.quotas = quotas
 	files := newFileService(cfg.MaxUploadBytes)
 	files.quotas, files.worlds = quotas, cfg.EmbeddedWorlds
+	files.idempotency = chain.idempotency
 	if err := registerServices(both, []any{
 		documentService{},
 		folderService{},

@@ -28,6 +28,15 @@ const (
 	// LastEventIDHeader is the HTTP header in which an EventSource names
 	// the last event it received when it reconnects.
 	LastEventIDHeader = "Last-Event-ID"
+	// IdempotencyKeyHeader carries a write's idempotency key: an HTTP
+	// header (Idempotency-Key), forwarded by the gateway as gRPC metadata
+	// of the same name.
+	IdempotencyKeyHeader = "idempotency-key"
+	// IdempotentReplayHeader marks the answer to a write whose idempotency
+	// key was used before: response header metadata, and an HTTP response
+	// header, holding the request id of the first request, whose answer
+	// this is.
+	IdempotentReplayHeader = "idempotent-replay"
 )
 
 // TicketParam is the query parameter of an event stream that carries a

@@ -71,6 +71,8 @@ type Engine struct {
 	sizes map[docKey]sizeMemo
 	// onClose, set by the host, forgets the world once it is closed.
 	onClose func()
+	// idem knows the idempotency keys the world keeps (idempotency.go).
+	idem idempotencyIndex
 }
 
 var _ World = (*Engine)(nil)

@@ -340,6 +340,7 @@ func (e *Engine) fence(err error) {
 // log, record by record, in order, to a SQLite file in the world's format,
 // which an engine can open once the node takes the world over.
 type Replica struct {
+	path     string
 	st       *store
 	seq      uint64
 	base     string
@@ -361,7 +362,7 @@ func OpenReplica(path string) (*Replica, error) {
 		return nil, err
 	}
 	seq, _ := strconv.ParseUint(meta[metaReplSeq], 10, 64)
-	return &Replica{st: st, seq: seq, base: meta[metaReplBase], complete: meta[metaReplComplete] == "1"}, nil
+	return &Replica{path: path, st: st, seq: seq, base: meta[metaReplBase], complete: meta[metaReplComplete] == "1"}, nil
 }
 
 // ReplicaState reads the replication state of the world file at path
@@ -458,6 +459,70 @@ func (r *Replica) reset(ctx context.Context) error {
 
 // Close closes the copy.
 func (r *Replica) Close() error { return r.st.close() }
+
+// Snapshot writes a consistent copy of the replica, as of its last
+// applied record (Seq), to a new database file at path (VACUUM INTO,
+// which copies page by page and never holds the database in memory). It
+// must not run while a record is being applied; a cancelled ctx
+// interrupts it.
+func (r *Replica) Snapshot(ctx context.Context, path string) error {
+	if !r.complete {
+		return fmt.Errorf("the copy at %s holds no whole base to snapshot", r.path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if _, err := r.st.db.ExecContext(ctx, "VACUUM INTO ?", path); err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("snapshot of %s: %w", r.path, err)
+	}
+	return nil
+}
+
+// Restore replaces the copy with the world database at path, a snapshot
+// of the world's copy that holds the log up to record seq: the file must
+// hold a whole base and name seq as its last record. The file is moved
+// into the copy's place; the copy then continues from seq.
+func (r *Replica) Restore(path string, seq uint64) error {
+	got, base, complete, err := ReplicaState(path)
+	if err != nil {
+		return fmt.Errorf("the snapshot cannot be read: %w", err)
+	}
+	if !complete || got != seq {
+		return fmt.Errorf("the snapshot holds record %d (whole: %v), not record %d", got, complete, seq)
+	}
+	if err := r.st.close(); err != nil {
+		return err
+	}
+	// The copy's own write-ahead log belongs to the file being replaced:
+	// SQLite would apply it to the snapshot otherwise.
+	moveErr := errors.Join(removeIfExists(r.path+"-wal"), removeIfExists(r.path+"-shm"))
+	if moveErr == nil {
+		moveErr = os.Rename(path, r.path)
+	}
+	if moveErr == nil {
+		moveErr = syncDir(filepath.Dir(r.path))
+	}
+	// Open the copy again whatever happened, so that the replica stays
+	// usable: the snapshot on success, the former copy otherwise.
+	st, err := openStore(r.path, true)
+	if err != nil {
+		return errors.Join(moveErr, err)
+	}
+	r.st = st
+	if moveErr != nil {
+		return moveErr
+	}
+	r.seq, r.base, r.complete = seq, base, true
+	return nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // errFenced is the answer of an engine that stopped serving its world.
 func errFenced(clientID string) error {

@@ -186,3 +186,97 @@ func TestEngineFencedByTheLog(t *testing.T) {
 		t.Fatalf("name on disk %v, want Before", got)
 	}
 }
+
+// TestReplicaSnapshotAndRestore checks that a snapshot of a copy holds
+// the world as of the copy's last record, that another copy restored
+// from it continues with the log's later records and ends equal to the
+// engine, and that a snapshot naming another record, or a copy without
+// a whole base, is refused without touching the copy.
+func TestReplicaSnapshotAndRestore(t *testing.T) {
+	ctx := context.Background()
+	log := &memLog{}
+	opts := testOptions()
+	opts.Replicator = log
+	h, err := OpenHost(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	w, err := h.Create(ctx, "test", testSeed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StartReplication(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string) {
+		t.Helper()
+		if _, err := w.Update(ctx, nil, actorOwner, Document{"name": name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("before the snapshot")
+	dir := t.TempDir()
+	src, err := OpenReplica(filepath.Join(dir, "src", "world.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	empty, err := OpenReplica(filepath.Join(dir, "empty", "world.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if err := empty.Snapshot(ctx, filepath.Join(dir, "nothing.db")); err == nil {
+		t.Fatal("a copy without a base made a snapshot")
+	}
+	applyAll(t, src, log.snapshot())
+	at := src.Seq()
+	snap := filepath.Join(dir, "snap.db")
+	if err := src.Snapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	write("after the snapshot")
+
+	// A follower with an empty copy: a snapshot that does not hold the
+	// record it is said to hold is refused, and the copy stays empty.
+	dst, err := OpenReplica(filepath.Join(dir, "dst", "world.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Restore(snap, at+1); err == nil {
+		t.Fatal("a snapshot restored as a later record")
+	}
+	if dst.Seq() != 0 || dst.Complete() {
+		t.Fatalf("refused restore changed the copy: seq %d, whole %v", dst.Seq(), dst.Complete())
+	}
+	if err := dst.Restore(snap, at); err != nil {
+		t.Fatal(err)
+	}
+	if dst.Seq() != at || !dst.Complete() {
+		t.Fatalf("restored copy at %d (whole %v), want %d", dst.Seq(), dst.Complete(), at)
+	}
+	// Only the tail after the snapshot is applied.
+	applyAll(t, dst, log.snapshot())
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := OpenHost(t.TempDir(), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	if err := h2.Adopt("test", filepath.Join(dir, "dst")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := h2.World(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, c, actorOwner)["name"]; got != "after the snapshot" {
+		t.Fatalf("restored copy's actor name %v", got)
+	}
+	if !reflect.DeepEqual(mustGet(t, w, sceneUUID), mustGet(t, c, sceneUUID)) {
+		t.Fatal("the scene differs on the restored copy")
+	}
+}

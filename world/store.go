@@ -125,9 +125,10 @@ func (s *store) migrate() error {
 	return nil
 }
 
-// loadMeta reads every setting.
+// loadMeta reads every setting, but not the idempotency records kept in
+// the same table (idempotency.go).
 func (s *store) loadMeta(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta")
+	rows, err := s.db.QueryContext(ctx, "SELECT key, value FROM meta WHERE key < ? OR key >= ?", metaIdempotencyPrefix, metaIdempotencyEnd)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +200,12 @@ func (s *store) writeGroup(ctx context.Context, group []*commitReq) (err error) 
 	for gi, req := range group {
 		for _, meta := range []map[string]string{req.meta, req.replMeta} {
 			for k, v := range meta {
+				if isIdempotencyDeletion(k, v) {
+					if _, err := tx.ExecContext(ctx, "DELETE FROM meta WHERE key = ?", k); err != nil {
+						return err
+					}
+					continue
+				}
 				if _, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", k, v); err != nil {
 					return err
 				}

@@ -161,6 +161,9 @@ func (e *Engine) run(ctx context.Context, meta map[string]string, fn func(tx *Tx
 	if err != nil {
 		return nil, err
 	}
+	// A keyed write records its idempotency key with its first
+	// transaction (idempotency.go).
+	meta = e.idempotentMeta(ctx, meta)
 	req = &commitReq{meta: meta, prepared: make(chan struct{}), done: make(chan struct{})}
 	var changed []docKey
 	for _, k := range tx.order {

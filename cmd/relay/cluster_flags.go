@@ -2,6 +2,8 @@ package main
 
 import (
 	"flag"
+	"fmt"
+	"strconv"
 
 	"github.com/tabletop-relay/relay/cluster"
 )
@@ -30,5 +32,27 @@ func clusterFlags(fs *flag.FlagSet, cfg *cluster.Config) {
 	fs.IntVar(&cfg.Replicas, "cluster-replicas", 0, "copies JetStream keeps of the shared state (keys, world registry); 0: min(3, the number of nodes) (RELAY_CLUSTER_REPLICAS)")
 	fs.DurationVar(&cfg.LeaseTTL, "cluster-lease", cluster.DefaultLeaseTTL, "how long a node's hold on a world lasts without renewal (renewed every quarter of it): a world whose host died is unavailable (503) for at most this long, and a node cut off from the cluster stops serving its worlds after it (RELAY_CLUSTER_LEASE)")
 	fs.IntVar(&cfg.WorldReplicas, "world-replicas", cluster.DefaultWorldReplicas, "how many other nodes keep a copy of each embedded world, applying its replicated log, and can take it over when its host is gone (capped by the number of nodes less one); 0 replicates nothing (RELAY_WORLD_REPLICAS)")
+	fs.IntVar(&cfg.SnapshotRecords, "world-snapshot-records", cluster.DefaultSnapshotRecords, "a follower of a replicated world stores a snapshot of its copy in the cluster's object store once this many `records` of the world's log were applied since the newest snapshot; the log is then trimmed below the older of the world's two kept snapshots; 0: the default (RELAY_WORLD_SNAPSHOT_RECORDS)")
+	cfg.SnapshotBytes = cluster.DefaultSnapshotBytes
+	fs.Var(mebibytes{&cfg.SnapshotBytes}, "world-snapshot-mib", "a follower of a replicated world also stores a snapshot of its copy once this many `MiB` of the log's records were applied since the newest snapshot, if --world-snapshot-records did not come first; 0: the default (RELAY_WORLD_SNAPSHOT_MIB)")
 	fs.DurationVar(&cfg.ForwardTimeout, "cluster-forward-timeout", cluster.DefaultForwardTimeout, "longest wait for the answer of a call forwarded to the node hosting its world, when the call has no earlier deadline; then 503 naming the world (RELAY_CLUSTER_FORWARD_TIMEOUT)")
+}
+
+// mebibytes is a flag given in MiB and kept in bytes.
+type mebibytes struct{ bytes *int64 }
+
+func (m mebibytes) String() string {
+	if m.bytes == nil {
+		return "0"
+	}
+	return strconv.FormatInt(*m.bytes>>20, 10)
+}
+
+func (m mebibytes) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 1<<20 {
+		return fmt.Errorf("want a whole number of MiB from 0 to %d, not %q", 1<<20, s)
+	}
+	*m.bytes = n << 20
+	return nil
 }

@@ -90,7 +90,7 @@ func TestCORS(t *testing.T) {
 			r := tr.sendWith("OPTIONS", d.path, h, "")
 			if r.Status != http.StatusNoContent || r.Header.Get("Access-Control-Allow-Origin") != origin ||
 				r.Header.Get("Access-Control-Allow-Methods") != "DELETE, GET, PATCH, POST, PUT" ||
-				r.Header.Get("Access-Control-Allow-Headers") != "X-Api-Key, Content-Type, Last-Event-ID" ||
+				r.Header.Get("Access-Control-Allow-Headers") != "X-Api-Key, Content-Type, Last-Event-ID, Idempotency-Key" ||
 				r.Header.Get("Access-Control-Max-Age") != "600" || r.Header.Get("Access-Control-Allow-Credentials") != "" ||
 				!strings.Contains(strings.Join(r.Header.Values("Vary"), ","), "Origin") {
 				t.Fatalf("preflight of %s %s from %s: %d %v %s", d.method, d.path, origin, r.Status, r.Header, r.Body)
@@ -108,7 +108,7 @@ func TestCORS(t *testing.T) {
 	readable := func(what string, r relaytest.Response, status int) {
 		t.Helper()
 		if r.Status != status || r.Header.Get("Access-Control-Allow-Origin") != app ||
-			r.Header.Get("Access-Control-Expose-Headers") != "X-Request-Id, Retry-After, Content-Disposition" {
+			r.Header.Get("Access-Control-Expose-Headers") != "X-Request-Id, Retry-After, Content-Disposition, Idempotent-Replay" {
 			t.Fatalf("%s: %d %v %s", what, r.Status, r.Header, r.Body)
 		}
 	}

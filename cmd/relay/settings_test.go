@@ -34,6 +34,8 @@ func TestMalformedEnvironmentIsRefused(t *testing.T) {
 		{"RELAY_IDLE_TIMEOUT", "5", "idle-timeout"},
 		{"RELAY_DICE_SEED", "-1", "dice-seed"},
 		{"RELAY_CLUSTER_LEASE", "soon", "cluster-lease"},
+		{"RELAY_WORLD_SNAPSHOT_MIB", "64MB", "world-snapshot-mib"},
+		{"RELAY_WORLD_SNAPSHOT_MIB", "-1", "world-snapshot-mib"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv(c.name, c.value)
@@ -166,5 +168,27 @@ func TestServeBindsBeforeItCreates(t *testing.T) {
 		if _, err := os.Stat(data); !os.IsNotExist(err) {
 			t.Fatalf("%v: the failed start left its data directory behind (%v)", args, err)
 		}
+	}
+}
+
+// TestSnapshotFlags: the snapshot interval is given in records and in
+// MiB, kept in bytes, with documented defaults; a negative count of
+// records is refused naming its flag.
+func TestSnapshotFlags(t *testing.T) {
+	def := defaultServeConfig(t)
+	if def.Cluster.SnapshotRecords != 10000 || def.Cluster.SnapshotBytes != 64<<20 {
+		t.Fatalf("defaults: %d records, %d bytes", def.Cluster.SnapshotRecords, def.Cluster.SnapshotBytes)
+	}
+	cfg, err := loadServeConfig([]string{"--world-snapshot-records", "500", "--world-snapshot-mib", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster.SnapshotRecords != 500 || cfg.Cluster.SnapshotBytes != 3<<20 {
+		t.Fatalf("set: %d records, %d bytes", cfg.Cluster.SnapshotRecords, cfg.Cluster.SnapshotBytes)
+	}
+	cfg.Cluster.ClusterListen = "127.0.0.1:6222"
+	cfg.Cluster.SnapshotRecords = -5
+	if err := cfg.Cluster.Check(); err == nil || !strings.Contains(err.Error(), "--world-snapshot-records") {
+		t.Fatalf("negative records: %v", err)
 	}
 }

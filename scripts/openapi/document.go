@@ -459,6 +459,11 @@ func (b *builder) unaryOperation(op *obj, md protoreflect.MethodDescriptor, poli
 		b.fail(fmt.Errorf("%s: body %q: only `*` is supported", md.FullName(), bind.body))
 		return
 	}
+	// A write on a world takes an idempotency key.
+	write := bind.method != http.MethodGet && !policy.GetWorldless()
+	if write {
+		addIdempotencyKey(op)
+	}
 	var data *obj
 	if bind.responseBody != "" {
 		fd := md.Output().Fields().ByName(protoreflect.Name(bind.responseBody))
@@ -470,11 +475,34 @@ func (b *builder) unaryOperation(op *obj, md protoreflect.MethodDescriptor, poli
 	} else {
 		data = b.messageRef(md.Output(), output)
 	}
+	headers := newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId"))
+	if write {
+		headers.set("Idempotent-Replay", idempotentReplayHeader())
+	}
 	op.set("responses", b.responses(newObj(
 		"description", "Success: the envelope, with the answer in `data`.",
-		"headers", newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId")),
+		"headers", headers,
 		"content", newObj("application/json", newObj("schema", b.envelope(md, policy, data))),
 	)))
+}
+
+// addIdempotencyKey adds the Idempotency-Key header to a write's
+// parameters.
+func addIdempotencyKey(op *obj) {
+	params, _ := op.get("parameters").([]any)
+	op.set("parameters", append(params, newObj(
+		"name", "Idempotency-Key", "in", "header",
+		"description", "Makes the write safe to send again: a retry with the same key gets the first answer and is not applied again; 409 when the key was used for another request (see Using the API).",
+		"schema", newObj("type", "string", "minLength", 1, "maxLength", 255),
+	)))
+}
+
+// idempotentReplayHeader describes the header of an answer given again
+// for an idempotency key.
+func idempotentReplayHeader() *obj {
+	return newObj(
+		"description", "Present when the answer is the one kept for the request's Idempotency-Key: the request id of the first request, whose answer (envelope and all) this is.",
+		"schema", newObj("type", "string"))
 }
 
 // envelope names the success body of an RPC, `<Method>Result`, and writes
@@ -683,6 +711,7 @@ func (b *builder) uploadOperation(op *obj, md protoreflect.MethodDescriptor, pat
 	if len(pathParams) > 0 {
 		op.set("parameters", pathParams)
 	}
+	addIdempotencyKey(op)
 	fields := func() (*obj, []any) {
 		props := newObj()
 		var required []any
@@ -715,7 +744,7 @@ func (b *builder) uploadOperation(op *obj, md protoreflect.MethodDescriptor, pat
 	policy, _ := proto.GetExtension(md.Options(), relayv1.E_Policy).(*relayv1.Policy)
 	op.set("responses", b.responses(newObj(
 		"description", "The file was written.",
-		"headers", newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId")),
+		"headers", newObj("X-Request-Id", newObj("$ref", "#/components/headers/RequestId"), "Idempotent-Replay", idempotentReplayHeader()),
 		"content", newObj("application/json", newObj("schema", b.envelope(md, policy, b.messageRef(md.Output(), output)))),
 	)))
 }

@@ -77,27 +77,36 @@ class RelayClient:
 
     # Generic calls.
 
-    def call(self, method: str, path: str, **params: Any) -> Dict[str, Any]:
+    def call(self, method: str, path: str, idempotency_key: Optional[str] = None,
+             **params: Any) -> Dict[str, Any]:
         """Calls an operation and returns its envelope's ``data``.
 
         Parameters go in the query string for GET and DELETE (strings as they
         are, anything else as JSON text), in a JSON body otherwise.
+
+        ``idempotency_key`` is a write's idempotency key (the
+        ``Idempotency-Key`` header): sent again with the same key, after a
+        time-out or a lost connection, the write is applied once and the
+        retry gets the first answer. Use a new key for each new write (1 to
+        255 printable ASCII characters); the relay answers 409 when a key
+        comes back with another request.
         """
-        response = self.request(method, path, params)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        response = self.request(method, path, params, headers=headers)
         body = response.json()
         return body.get("data", {}) if isinstance(body, dict) else body
 
     def get(self, path: str, **params: Any) -> Dict[str, Any]:
         return self.call("GET", path, **params)
 
-    def post(self, path: str, **params: Any) -> Dict[str, Any]:
-        return self.call("POST", path, **params)
+    def post(self, path: str, idempotency_key: Optional[str] = None, **params: Any) -> Dict[str, Any]:
+        return self.call("POST", path, idempotency_key=idempotency_key, **params)
 
-    def put(self, path: str, **params: Any) -> Dict[str, Any]:
-        return self.call("PUT", path, **params)
+    def put(self, path: str, idempotency_key: Optional[str] = None, **params: Any) -> Dict[str, Any]:
+        return self.call("PUT", path, idempotency_key=idempotency_key, **params)
 
-    def delete(self, path: str, **params: Any) -> Dict[str, Any]:
-        return self.call("DELETE", path, **params)
+    def delete(self, path: str, idempotency_key: Optional[str] = None, **params: Any) -> Dict[str, Any]:
+        return self.call("DELETE", path, idempotency_key=idempotency_key, **params)
 
     def request(self, method: str, path: str, params: Optional[Dict[str, Any]] = None,
                 headers: Optional[Dict[str, str]] = None, stream: bool = False,
@@ -134,9 +143,10 @@ class RelayClient:
         """GET /get: a document (an actor, an item, a scene...) by its uuid."""
         return self.get("/get", uuid=uuid, **params)
 
-    def update(self, uuid: str, data: Dict[str, Any], **params: Any) -> Dict[str, Any]:
+    def update(self, uuid: str, data: Dict[str, Any], idempotency_key: Optional[str] = None,
+               **params: Any) -> Dict[str, Any]:
         """PUT /update: changes a document; ``data`` may use dotted keys."""
-        return self.put("/update", uuid=uuid, data=data, **params)
+        return self.put("/update", idempotency_key=idempotency_key, uuid=uuid, data=data, **params)
 
     def skill_check(self, actor_uuid: str, skill: str, **params: Any) -> SkillCheck:
         """POST /dnd5e/skill-check: rolls an actor's skill check (``skill`` is

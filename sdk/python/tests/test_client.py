@@ -177,3 +177,17 @@ def test_refused_stream_is_raised(relay):
     with pytest.raises(RelayError) as refused:
         next(iter(RelayClient(relay.base_url, api_key="rk_" + "x" * 43).subscribe("/hooks/subscribe")))
     assert refused.value.status == 401
+
+
+def test_idempotency_key_applies_a_write_once(relay):
+    admin = RelayClient(relay.base_url, api_key=relay.admin_key, client_id="demo")
+    params = {"uuid": BROM, "attribute": "system.currency.sp", "amount": 2}
+    first = admin.post("/increase", idempotency_key="py-once", **params)
+    again = admin.post("/increase", idempotency_key="py-once", **params)
+    assert again == first
+    assert admin.get_document(BROM)["system"]["currency"]["sp"] == first["newValue"]
+    with pytest.raises(RelayError) as reused:
+        admin.post("/increase", idempotency_key="py-once", **dict(params, amount=3))
+    assert reused.value.status == 409
+    assert "py-once" in reused.value.message
+    assert admin.get_document(BROM)["system"]["currency"]["sp"] == first["newValue"]

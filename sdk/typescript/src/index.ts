@@ -80,6 +80,14 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** More request headers. */
   headers?: Record<string, string>;
+  /**
+   * The write's idempotency key (the `Idempotency-Key` header): sent again
+   * with the same key, after a time-out or a lost connection, the write is
+   * applied once and the retry gets the first answer. Use a new key for
+   * each new write (1 to 255 printable ASCII characters); the relay answers
+   * 409 when a key comes back with another request.
+   */
+  idempotencyKey?: string;
 }
 
 /** How a stream reconnects. */
@@ -179,6 +187,7 @@ export class RelayClient {
     const headers: Record<string, string> = { Accept: "application/json", ...options.headers };
     const apiKey = options.apiKey ?? this.#options.apiKey;
     if (apiKey) headers["x-api-key"] = apiKey;
+    if (options.idempotencyKey !== undefined) headers["Idempotency-Key"] = options.idempotencyKey;
     let url = this.#options.baseUrl + path;
     let body: string | undefined;
     if (method === "get" || method === "delete") {

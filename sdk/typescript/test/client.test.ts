@@ -107,6 +107,20 @@ test("defaults for key, world and user, overridden per call", async () => {
   await assert.rejects(client.get("/get", { uuid: guard }, { apiKey: "not-a-key" }), (e: unknown) => e instanceof RelayError && e.status === 401);
 });
 
+test("an idempotency key applies a write once and answers a retry with the first answer", async () => {
+  const client = new RelayClient({ baseUrl: relay.baseUrl, apiKey: relay.adminKey, clientId: "demo" });
+  const params = { uuid: brom, attribute: "system.currency.ep", amount: 2 };
+  const first = await client.post("/increase", params, { idempotencyKey: "ts-once" });
+  const again = await client.post("/increase", params, { idempotencyKey: "ts-once" });
+  assert.deepEqual(again, first);
+  const read = await client.get("/get", { uuid: brom });
+  assert.equal((read.data as { system: { currency: { ep: number } } }).system.currency.ep, first.data.newValue);
+  await assert.rejects(
+    client.post("/increase", { ...params, amount: 3 }, { idempotencyKey: "ts-once" }),
+    (e: unknown) => e instanceof RelayError && e.status === 409 && /ts-once/.test(e.message),
+  );
+});
+
 test("errors carry the status, the message naming the parameter and the request id", async () => {
   const client = new RelayClient({ baseUrl: relay.baseUrl, apiKey: aliceKey });
   await assert.rejects(
