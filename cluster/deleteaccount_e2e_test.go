@@ -22,10 +22,10 @@ import (
 // three and which has a linked world connected to one of them: each
 // embedded world is removed by its host, so that every node answers 404
 // for it, its replicated log and its events are gone, the followers'
-// copies are removed, and no node brings it back once its lease would have
+// copies and its snapshots are removed, and no node brings it back once its lease would have
 // run out; the linked world's token is refused on every node.
 func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
-	nodes, cfgs := startReplicated(t, nil)
+	nodes, cfgs := startReplicated(t, withSnapshots)
 	n3 := nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -52,11 +52,14 @@ func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
 			}
 			return false
 		})
-		// A write through the third node: the world has events, and its
-		// followers a copy.
-		if r := n3.Do(http.MethodPut, "/update", key, relaytest.Q("clientId", id), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"system.attributes.hp.value": 3}}); r.Status != http.StatusOK {
-			t.Fatalf("update %s through %s: %d %s", id, cfgs[2].NodeName, r.Status, r.Body)
+		// Writes through the third node: the world has events, a snapshot,
+		// and its followers a copy.
+		for hp := range snapshotEvery + 2 {
+			if r := n3.Do(http.MethodPut, "/update", key, relaytest.Q("clientId", id), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"system.attributes.hp.value": hp}}); r.Status != http.StatusOK {
+				t.Fatalf("update %s through %s: %d %s", id, cfgs[2].NodeName, r.Status, r.Body)
+			}
 		}
+		waitFor(t, 30*time.Second, "a snapshot of "+id, func() bool { return len(worldSnapshots(t, ctx, n3, id)) > 0 })
 		for j := range nodes {
 			if j != i {
 				waitFor(t, 15*time.Second, "the copy of "+id+" on "+cfgs[j].NodeName, func() bool { return copyComplete(cfgs[j].DataDir, id, 0) })
@@ -106,6 +109,9 @@ func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
 		if _, err := n3.Cluster().JetStream().Stream(ctx, "RELAY_WORLD_"+id); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Errorf("%s's replicated log after the account's removal: %v, want no such stream", id, err)
 		}
+		if seqs := worldSnapshots(t, ctx, n3, id); len(seqs) != 0 {
+			t.Errorf("%s's snapshots after the account's removal: %v, want none", id, seqs)
+		}
 		waitUntil(t, "the removal of "+id+"'s events", func() bool {
 			_, kept := streamState(t, ctx, n3, "relay.events."+id)
 			return kept == 0
@@ -131,4 +137,14 @@ func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// worldSnapshots lists the snapshots the cluster keeps of a world.
+func worldSnapshots(t *testing.T, ctx context.Context, via *relaytest.Relay, clientID string) []uint64 {
+	t.Helper()
+	seqs, err := via.Cluster().WorldSnapshots(ctx, clientID)
+	if err != nil {
+		t.Logf("%s's snapshots: %v", clientID, err)
+	}
+	return seqs
 }
