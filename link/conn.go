@@ -56,6 +56,11 @@ type reply struct {
 	msg   json.RawMessage
 	large *chunks
 	err   error
+	// fields are msg's top-level members and depth its nesting, when the
+	// reader scanned it (see Conn.dispatch); nil for a large reply, which
+	// is read in pieces and scanned by its caller.
+	fields moduleReply
+	depth  int
 	// held is what the reply holds of its connection's reply budget,
 	// given back by release.
 	held *budgetHold
@@ -248,8 +253,11 @@ func (c *Conn) forget(id string) bool {
 	return true
 }
 
-// deliver hands a reply to its waiting request, or counts it as late.
-func (c *Conn) deliver(id string, msg json.RawMessage) { c.deliverReply(id, reply{msg: msg}) }
+// deliver hands a reply the reader scanned to its waiting request, or
+// counts it as late.
+func (c *Conn) deliver(id string, msg json.RawMessage, fields moduleReply, depth int) {
+	c.deliverReply(id, reply{msg: msg, fields: fields, depth: depth})
+}
 
 // deliverReply hands any reply to its waiting request, or counts it as
 // late.
@@ -283,13 +291,18 @@ func (c *Conn) bound(p pendingCall, r reply) reply {
 		return c.tooLarge(p, n)
 	}
 	msg := r.joined()
-	if limit := opts.MaxDepth + envelopeDepth; tooDeep(msg, limit) {
+	limit := opts.MaxDepth + envelopeDepth
+	deep := r.depth > limit
+	if r.fields == nil {
+		deep = tooDeep(msg, limit)
+	}
+	if deep {
 		c.hub.stats.refused.Add(1)
 		c.hub.opts.Log.Warn("refused a linked world's reply nested deeper than the limit", "clientId", c.clientID, "request", p.requestType, "limit", limit)
 		return reply{err: newCallError(ErrReplyRefused, c.clientID, p.requestType, fmt.Sprintf("nested deeper than the limit of %d levels", limit))}
 	}
 	held := c.replies.acquire(int64(len(msg)))
-	return reply{msg: msg, held: held}
+	return reply{msg: msg, fields: r.fields, held: held}
 }
 
 // tooLarge is the failure of a request whose reply had size bytes, over
@@ -585,10 +598,23 @@ func (c *Conn) pingLoop() {
 // pongMessage answers the module's JSON ping.
 var pongMessage = []byte(`{"type":"pong"}`)
 
-// dispatch handles one message from the module.
+// dispatch handles one message from the module. One pass over the
+// message checks that it is JSON, measures its nesting and splits it into
+// its top-level fields; a reply is handed over with them, so that neither
+// the reply limits nor its caller read the message again.
 func (c *Conn) dispatch(data []byte) {
-	var h header
-	if err := json.Unmarshal(data, &h); err != nil || h.Type == "" {
+	fields := moduleReply{}
+	depth, ok := scanJSON(data, func(m member) bool {
+		if m.key != "" {
+			fields[m.key] = m.value
+		}
+		return true
+	})
+	h, isObject := header{RequestID: fields["requestId"]}, len(fields) > 0
+	if ok && isObject {
+		h.Type, ok = fields.text("type")
+	}
+	if !ok || h.Type == "" {
 		c.hub.stats.ignored.Add(1)
 		return
 	}
@@ -609,7 +635,7 @@ func (c *Conn) dispatch(data []byte) {
 		}
 	default:
 		if id := h.requestID(); id != "" {
-			c.deliver(id, data)
+			c.deliver(id, data, fields, depth)
 			return
 		}
 		c.hub.stats.ignored.Add(1)

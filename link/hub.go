@@ -301,15 +301,17 @@ func (h *Hub) Connected() []ConnInfo {
 // Stats.LateReplies. ctx ends the wait early with its own error. Each of
 // these errors is a *CallError.
 func (h *Hub) Call(ctx context.Context, clientID, requestType string, params any) (json.RawMessage, error) {
-	raw, release, err := h.callHeld(ctx, clientID, requestType, params)
+	raw, _, release, err := h.callHeld(ctx, clientID, requestType, params)
 	release()
 	return raw, err
 }
 
 // callHeld is Call for a caller that decodes the reply before it lets go
 // of the world's reply budget (HubOptions.ReplyBudget): it calls release
-// once done with raw (release is never nil).
-func (h *Hub) callHeld(ctx context.Context, clientID, requestType string, params any) (raw json.RawMessage, release func(), err error) {
+// once done with raw (release is never nil). fields are raw's top-level
+// members when the connection's reader already split them (nil for a
+// reply read in pieces).
+func (h *Hub) callHeld(ctx context.Context, clientID, requestType string, params any) (raw json.RawMessage, fields moduleReply, release func(), err error) {
 	h.stats.calls.Add(1)
 	// A connection found just as a newer one replaced it refuses the
 	// request before sending it; the newer one then takes it.
@@ -321,13 +323,13 @@ func (h *Hub) callHeld(ctx context.Context, clientID, requestType string, params
 		r := c.callWith(ctx, requestType, params, "", nil, false)
 		if !errors.Is(r.err, errConnClosed) {
 			if r.err != nil {
-				return nil, r.release, r.err
+				return nil, nil, r.release, r.err
 			}
-			return r.joined(), r.release, nil
+			return r.joined(), r.fields, r.release, nil
 		}
 	}
 	h.stats.failed.Add(1)
-	return nil, func() {}, newCallError(ErrNotConnected, clientID, requestType, "")
+	return nil, nil, func() {}, newCallError(ErrNotConnected, clientID, requestType, "")
 }
 
 // callLarge is Call for the requests and replies that carry files. value,

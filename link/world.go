@@ -159,12 +159,15 @@ func sortUsers(us []world.User) {
 // moduleReply with an `error` is returned as the world error its text
 // stands for (see [moduleError]).
 func (w *Linked) request(ctx context.Context, user *world.User, requestType string, params map[string]any) (moduleReply, error) {
-	raw, release, err := w.hub.callHeld(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
+	raw, fields, release, err := w.hub.callHeld(ctx, w.clientID, requestType, w.prepare(ctx, user, params))
 	// The reply's bytes count against the world's reply budget until it
 	// is decoded.
 	defer release()
 	if err != nil {
 		return nil, err
+	}
+	if fields != nil {
+		return w.checkFields(fields)
 	}
 	return w.check(requestType, raw)
 }
@@ -194,6 +197,11 @@ func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, er
 	if !ok {
 		return nil, badReply(w.clientID, requestType, "not a JSON object")
 	}
+	return w.checkFields(r)
+}
+
+// checkFields is check for a reply already split into its fields.
+func (w *Linked) checkFields(r moduleReply) (moduleReply, error) {
 	if msg, failed := r.errorText(); failed {
 		return nil, moduleError(msg)
 	}
@@ -203,26 +211,37 @@ func (w *Linked) check(requestType string, raw json.RawMessage) (moduleReply, er
 // moduleReply is a module's moduleReply, field by field.
 type moduleReply map[string]json.RawMessage
 
-// readReply splits a reply into its top-level fields, each value the
-// slice of raw that holds it, in one pass that does not decode the values:
-// a document of many kilobytes is looked at once, never decoded or copied.
-// A reply up to chunkMax bytes was parsed whole by the connection's reader
-// before it was handed over (Conn.dispatch decodes every such message), so
-// it is known to be valid JSON; a larger one is checked here first. The
-// values must stay valid JSON: a document is passed on as it is.
+// readReply checks that a reply is a JSON object and splits it into its
+// top-level fields, each value the slice of raw that holds it, in one pass
+// that does not decode the values: a document of many kilobytes is looked
+// at once, never decoded or copied. The values stay valid JSON: a document
+// is passed on as it is. The connection's reader splits most replies so
+// itself (Conn.dispatch); this is for those read in pieces.
 func readReply(raw json.RawMessage) (moduleReply, bool) {
-	if len(raw) > chunkMax && !json.Valid(raw) {
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return nil, false
 	}
 	r := moduleReply{}
-	c := &chunks{bufs: [][]byte{raw}, n: int64(len(raw))}
-	err := scanObject(c, func(f field) bool {
-		if f.key != "" { // no field the relay reads has an empty or escaped name
-			r[f.key] = raw[f.off : f.off+f.n : f.off+f.n]
+	_, ok := scanJSON(raw, func(m member) bool {
+		if m.key != "" { // no field the relay reads has an empty or escaped name
+			r[m.key] = m.value
 		}
 		return true
 	})
-	return r, err == nil
+	return r, ok
+}
+
+// text returns the field's value when it is a JSON string.
+func (r moduleReply) text(field string) (string, bool) {
+	raw := r[field]
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	return s, json.Unmarshal(raw, &s) == nil
 }
 
 // errorText returns the moduleReply's `error` when it has one that is not null
@@ -360,15 +379,13 @@ func (w *Linked) GetJSON(ctx context.Context, user *world.User, uuid string) ([]
 // the embedded world's documents carry theirs. A document that has one
 // keeps it.
 func withUUID(doc json.RawMessage, uuid string) json.RawMessage {
-	has := false
-	err := scanObject(&chunks{bufs: [][]byte{doc}, n: int64(len(doc))}, func(f field) bool {
-		has = f.key == "uuid"
-		return !has
-	})
-	if err != nil || has {
+	// The document comes out of a reply the connection's reader checked,
+	// so looking for its uuid needs no second check of the JSON.
+	trimmed := bytes.TrimLeft(doc, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '{' || hasMember(doc, "uuid") {
 		return doc
 	}
-	rest := bytes.TrimLeft(doc, " \t\r\n")[1:]
+	rest := trimmed[1:]
 	out := make([]byte, 0, len(doc)+len(uuid)+16)
 	out = append(out, `{"uuid":`...)
 	quoted, _ := json.Marshal(uuid)

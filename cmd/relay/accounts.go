@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"google.golang.org/grpc"
 )
 
 // accountsCommand manages the accounts of a running relay, with the
@@ -87,28 +88,15 @@ func accountsCreate(ctx context.Context, args []string, stdout, stderr io.Writer
 }
 
 func accountsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay accounts list", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewAccountServiceClient(conn).ListAccounts(ctx, &relayv1.ListAccountsRequest{})
-	if err != nil {
-		return cf.callError(err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tKEYS\tCREATED")
-	for _, a := range resp.GetAccounts() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", a.GetId(), a.GetName(), accountState(a), a.GetUsage().GetKeys(), orDash(a.GetCreatedAt()))
-	}
-	return tw.Flush()
+	return listCommand(ctx, "relay accounts list", args, stdout, stderr,
+		func(ctx context.Context, conn *grpc.ClientConn) ([]*relayv1.Account, error) {
+			resp, err := relayv1.NewAccountServiceClient(conn).ListAccounts(ctx, &relayv1.ListAccountsRequest{})
+			return resp.GetAccounts(), err
+		},
+		[]string{"ID", "NAME", "STATE", "KEYS", "CREATED"},
+		func(a *relayv1.Account) []string {
+			return []string{a.GetId(), a.GetName(), accountState(a), strconv.FormatInt(int64(a.GetUsage().GetKeys()), 10), orDash(a.GetCreatedAt())}
+		})
 }
 
 // accountsByID runs the subcommands that take one account id.

@@ -267,6 +267,18 @@ func TestWorldsCLI(t *testing.T) {
 	if got := tr.clientIDs(key); !slices.Equal(got, []string{"cli-world"}) {
 		t.Fatalf("the account's worlds: %v", got)
 	}
+	// The list is an aligned table, header first.
+	out, errOut, err = cli(t, append([]string{"worlds", "list"}, common...)...)
+	if want := "CLIENT ID  TITLE            SYSTEM\ncli-world  Made by the CLI  dnd5e\n"; err != nil || out != want {
+		t.Fatalf("worlds list: %v %s\n%q, want\n%q", err, errOut, out, want)
+	}
+	// A list command takes no arguments: one given is refused, not ignored.
+	for _, cmd := range [][]string{{"worlds", "list"}, {"keys", "list"}, {"invites", "list"}, {"accounts", "list"}} {
+		args := append(append(cmd, common...), "cli-world")
+		if out, _, err := cli(t, args...); err == nil || !strings.Contains(err.Error(), "relay "+strings.Join(cmd, " ")+" takes no arguments") || out != "" {
+			t.Fatalf("%v with an argument: %v %q", cmd, err, out)
+		}
+	}
 	if _, _, err := cli(t, append([]string{"worlds", "create", "--title", "Again", "--client", "cli-world"}, common...)...); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("a taken id: %v", err)
 	}

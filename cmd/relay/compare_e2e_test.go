@@ -181,12 +181,16 @@ func normalise(v any, ignore []string) any {
 // BenchmarkLinkedGet measures GET /get of an actor as a player on the
 // embedded demo world and on a copy of it linked through the simulator
 // (over a loopback WebSocket, answered by an embedded engine), one request
-// at a time, so that the difference is the latency a link adds.
+// at a time, so that the difference is the latency a link adds. The third
+// world is linked through a simulator that answers with a reply prepared
+// once (the same document), so that it measures the relay and the
+// WebSocket round trip without the module's own work.
 func BenchmarkLinkedGet(b *testing.B) {
 	r, key := benchRelay(b)
 	linked := linkDemoCopy(b, r)
+	canned := linkCanned(b, r)
 	c := benchClient()
-	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}} {
+	for _, w := range []struct{ name, clientID string }{{"embedded", demo.ClientID}, {"linked", linked}, {"linked-canned", canned}} {
 		b.Run(w.name, func(b *testing.B) {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr()+"/get?uuid="+relaytest.AriaUUID+"&userId=Alice&clientId="+w.clientID, nil)
 			req.Header.Set("x-api-key", key)
@@ -195,4 +199,68 @@ func BenchmarkLinkedGet(b *testing.B) {
 			}
 		})
 	}
+}
+
+// linkCanned links to r a simulated tabletop that answers every `entity`
+// request with the demo world's wizard, encoded once as the module sends
+// it (source data without a uuid), and returns its clientId.
+func linkCanned(b *testing.B, r *node.Node) string {
+	b.Helper()
+	ctx := context.Background()
+	host, err := world.OpenHost(b.TempDir(), world.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { host.Close() })
+	seed, err := demo.Seed()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := host.Create(ctx, demo.ClientID, seed); err != nil {
+		b.Fatal(err)
+	}
+	w, err := embedded.NewRegistry(host, embedded.Options{}).World(ctx, demo.ClientID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := w.(world.Documents).GetJSON(ctx, nil, relaytest.AriaUUID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		b.Fatal(err)
+	}
+	delete(doc, "uuid")
+	answer, _ := json.Marshal(map[string]any{"data": doc})
+	players, err := linktest.Players(ctx, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	code, _, err := r.Links().CreatePairingCode(ctx, "", "test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	tt := linktest.New(linktest.Config{RelayURL: "http://" + r.Addr(), WorldID: "demo-canned", WorldTitle: "Canned",
+		FoundryVersion: "13.345", SystemID: "dnd5e", SystemVersion: "5.0.4", ServerFingerprint: "fp-demo-canned",
+		Players: players, Handler: linktest.ByType(map[string]linktest.Handler{
+			"entity": func(context.Context, linktest.Request) (any, bool) { return linktest.RawReply(answer), true },
+		})})
+	if _, err := tt.Pair(ctx, code); err != nil {
+		b.Fatal(err)
+	}
+	if err := tt.Connect(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(tt.Drop)
+	clientID, _ := tt.Credentials()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if info, _ := r.Links().Hub().Info(clientID); len(info.Players) == len(players) {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("timed out waiting for the player list")
+		}
+	}
+	return clientID
 }

@@ -5,10 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
+	"google.golang.org/grpc"
 )
 
 // invitesCommand manages the invites to sign up of a running relay
@@ -61,28 +61,15 @@ func invitesCreate(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func invitesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay invites list", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewSigninServiceClient(conn).ListInvites(ctx, &relayv1.ListInvitesRequest{})
-	if err != nil {
-		return cf.callError(err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATUS\tCREATED\tEXPIRES\tACCOUNT")
-	for _, inv := range resp.GetInvites() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", inv.GetId(), inv.GetStatus(), inv.GetCreatedAt(), inv.GetExpiresAt(), orDash(inv.GetAccountId()))
-	}
-	return tw.Flush()
+	return listCommand(ctx, "relay invites list", args, stdout, stderr,
+		func(ctx context.Context, conn *grpc.ClientConn) ([]*relayv1.Invite, error) {
+			resp, err := relayv1.NewSigninServiceClient(conn).ListInvites(ctx, &relayv1.ListInvitesRequest{})
+			return resp.GetInvites(), err
+		},
+		[]string{"ID", "STATUS", "CREATED", "EXPIRES", "ACCOUNT"},
+		func(inv *relayv1.Invite) []string {
+			return []string{inv.GetId(), inv.GetStatus(), inv.GetCreatedAt(), inv.GetExpiresAt(), orDash(inv.GetAccountId())}
+		})
 }
 
 func invitesRevoke(ctx context.Context, args []string, _, stderr io.Writer) error {

@@ -228,30 +228,17 @@ func parseExpiry(v string, now time.Time) (time.Time, error) {
 }
 
 func keysList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay keys list", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	if err := fset.Parse(args); err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewKeyServiceClient(conn).ListKeys(ctx, &relayv1.ListKeysRequest{})
-	if err != nil {
-		return cf.callError(err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tPREFIX\tSCOPES\tCLIENTS\tUSER\tSTATE\tEXPIRES\tCREATED BY")
-	for _, k := range resp.GetKeys() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetId(), k.GetName(), k.GetPrefix(),
-			strings.Join(k.GetScopes(), ","), orDash(strings.Join(k.GetClientIds(), ",")),
-			orDash(keyUsers(k)), keyState(k), orDash(k.GetExpiresAt()), orDash(k.GetCreatedBy()))
-	}
-	return tw.Flush()
+	return listCommand(ctx, "relay keys list", args, stdout, stderr,
+		func(ctx context.Context, conn *grpc.ClientConn) ([]*relayv1.ApiKey, error) {
+			resp, err := relayv1.NewKeyServiceClient(conn).ListKeys(ctx, &relayv1.ListKeysRequest{})
+			return resp.GetKeys(), err
+		},
+		[]string{"ID", "NAME", "PREFIX", "SCOPES", "CLIENTS", "USER", "STATE", "EXPIRES", "CREATED BY"},
+		func(k *relayv1.ApiKey) []string {
+			return []string{k.GetId(), k.GetName(), k.GetPrefix(),
+				strings.Join(k.GetScopes(), ","), orDash(strings.Join(k.GetClientIds(), ",")),
+				orDash(keyUsers(k)), keyState(k), orDash(k.GetExpiresAt()), orDash(k.GetCreatedBy())}
+		})
 }
 
 // keyUsers describes the users a key acts as.
@@ -294,6 +281,39 @@ func parseOneArg(fset *flag.FlagSet, args []string, needs string) (string, error
 		return "", usageError{fset.Name() + " needs exactly one " + needs}
 	}
 	return fset.Arg(0), nil
+}
+
+// listCommand runs a list command (the flag set's name): it parses the
+// client flags, refuses arguments, asks the relay for the items with
+// fetch, and prints them as an aligned table, one row of cells per item
+// under the header.
+func listCommand[T any](ctx context.Context, name string, args []string, stdout, stderr io.Writer,
+	fetch func(context.Context, *grpc.ClientConn) ([]T, error), header []string, cells func(T) []string) error {
+	fset := flag.NewFlagSet(name, flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 {
+		return usageError{name + " takes no arguments"}
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	items, err := fetch(ctx, conn)
+	if err != nil {
+		return cf.callError(err)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, item := range items {
+		fmt.Fprintln(tw, strings.Join(cells(item), "\t"))
+	}
+	return tw.Flush()
 }
 
 func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -342,26 +362,11 @@ func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return usageError{fmt.Sprintf("unknown worlds command %q (list, pair-code, unpair, create or delete)", args[0])}
 	}
-	fset := flag.NewFlagSet("relay worlds list", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	if err := fset.Parse(args[1:]); err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewClientServiceClient(conn).ListClients(ctx, &relayv1.ListClientsRequest{})
-	if err != nil {
-		return cf.callError(err)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLIENT ID\tTITLE\tSYSTEM")
-	for _, c := range resp.GetClients() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.GetClientId(), c.GetTitle(), c.GetSystem())
-	}
-	return tw.Flush()
+	return listCommand(ctx, "relay worlds list", args[1:], stdout, stderr,
+		func(ctx context.Context, conn *grpc.ClientConn) ([]*relayv1.Client, error) {
+			resp, err := relayv1.NewClientServiceClient(conn).ListClients(ctx, &relayv1.ListClientsRequest{})
+			return resp.GetClients(), err
+		},
+		[]string{"CLIENT ID", "TITLE", "SYSTEM"},
+		func(c *relayv1.Client) []string { return []string{c.GetClientId(), c.GetTitle(), c.GetSystem()} })
 }

@@ -20,7 +20,8 @@
 // of the demo world kept in that directory (created on the first run), in
 // the module's reply shapes and error texts, with the demo world's users,
 // and sends the world's events in the module's shapes on the channels the
-// relay turns on.
+// relay turns on; the world then carries the demo world's title unless
+// --title names another.
 package main
 
 import (
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		code      = fset.String("code", "", "a pairing `code` from `relay worlds pair-code`; without one, the simulator connects with the token in --state")
 		stateFile = fset.String("state", "tabletop-sim.json", "`file` keeping the clientId, token and server fingerprint between runs (mode 0600)")
 		worldID   = fset.String("world-id", "sim-world", "the tabletop's id of the world")
-		title     = fset.String("title", "Simulated World", "the world's title")
+		title     = fset.String("title", "Simulated World", "the world's title (with --world, the demo world's title unless this is given)")
 		system    = fset.String("system", "dnd5e", "the game system's id")
 		logLevel  = fset.String("log-level", "info", "`level`: debug, info, warn or error")
 		request   = fset.Bool("pair-request", false, "pair by approval in the browser: open a pair request, print the page to approve it at, and wait for the approval")
@@ -83,6 +84,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
+	titleGiven := false
+	fset.Visit(func(f *flag.Flag) { titleGiven = titleGiven || f.Name == "title" })
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
 		return err
@@ -125,7 +128,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		if cfg.Players, err = linktest.Players(ctx, w); err != nil {
 			return err
 		}
-		cfg.WorldTitle = w.Info().Title
+		// The copy of the demo world lends its title only when the
+		// operator named none: an explicit --title is what they want the
+		// relay to show.
+		if !titleGiven {
+			cfg.WorldTitle = w.Info().Title
+		}
 		cfg.Handler = linktest.WorldHandler(w)
 		mirrored = w
 	}

@@ -553,9 +553,32 @@ func (t *Tabletop) handle(ctx context.Context, data []byte) {
 	}()
 }
 
+// RawReply is a handler's reply given as the JSON text of its fields, an
+// object without `type` and `requestId`: it is sent as it is after those
+// two, never decoded or encoded again (a reply prepared once, for
+// benchmarks of the relay alone).
+type RawReply []byte
+
 // replyMessage adds the reply's type and requestId to the handler's
-// fields, unless it set them.
+// fields, unless it set them. They come first, as in the module's
+// messages. A map without them (every operation's reply) is encoded once
+// and the two are written in front of it; any other value is encoded,
+// looked at and encoded again.
 func replyMessage(req Request, out any) ([]byte, error) {
+	switch v := out.(type) {
+	case RawReply:
+		return withHeader(req, v), nil
+	case map[string]any:
+		_, hasType := v["type"]
+		_, hasID := v["requestId"]
+		if !hasType && !hasID {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			return withHeader(req, b), nil
+		}
+	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return nil, err
@@ -574,6 +597,29 @@ func replyMessage(req Request, out any) ([]byte, error) {
 		fields["requestId"], _ = json.Marshal(req.RequestID)
 	}
 	return json.Marshal(fields)
+}
+
+// withHeader writes the reply's type and requestId in front of the
+// fields of obj, a JSON object that has neither.
+func withHeader(req Request, obj []byte) []byte {
+	typ, _ := json.Marshal(req.Type + "-result")
+	id, _ := json.Marshal(req.RequestID)
+	rest := bytes.TrimSpace(obj)
+	if len(rest) > 0 {
+		rest = bytes.TrimSpace(rest[1:]) // past the opening brace
+	}
+	out := make([]byte, 0, len(obj)+len(typ)+len(id)+24)
+	out = append(out, `{"type":`...)
+	out = append(out, typ...)
+	out = append(out, `,"requestId":`...)
+	out = append(out, id...)
+	switch {
+	case len(rest) == 0:
+		return append(out, '}')
+	case rest[0] != '}':
+		out = append(out, ',')
+	}
+	return append(out, rest...)
 }
 
 // pingLoop sends the module's JSON ping every PingInterval.
