@@ -49,6 +49,10 @@ const (
 	hdrStatus    = "Relay-Status"
 	hdrHeader    = "Relay-Header"
 	hdrTrailer   = "Relay-Trailer"
+	// hdrNotTaken marks the answer of a host that did not carry the call
+	// out because it is stopping or handing the call's world over: the
+	// edge may send the call to the world's next host.
+	hdrNotTaken = "Relay-Not-Taken"
 )
 
 // callSubject is the subject on which a node answers forwarded calls.
@@ -82,13 +86,23 @@ func (r *Registry) serveSubject(subject string, answer func(*nats.Msg)) error {
 // answer sent after the NATS connection closed would be lost, and the
 // caller would wait out its forward time-out. Calls sent afterwards find
 // no one listening, which the edge answers with a 503 at once.
+//
+// Forwarded unary calls are an exception: their subscription stays until
+// the node leaves NATS, and answers each call at once with a 503 marked as
+// not carried out, which the edge of a replicated world sends on to the
+// world's next host. An unsubscription takes a moment to reach the other
+// NATS servers, and a call routed here meanwhile would find no one and
+// leave its edge unsure whether it was carried out.
 func (r *Registry) StopAnswering(ctx context.Context) {
+	r.declining.Store(true)
 	r.mu.Lock()
 	subs := r.answerSubs
 	r.answerSubs = nil
 	r.mu.Unlock()
 	for _, sub := range subs {
-		_ = sub.Unsubscribe()
+		if sub.Subject != callSubject(r.node.Name()) {
+			_ = sub.Unsubscribe()
+		}
 	}
 	r.inflight.wait(ctx)
 }
@@ -164,6 +178,11 @@ func (r *Registry) answer(m *nats.Msg) {
 		r.reply(m, reply, failed(status.Error(codes.Internal, "Internal error: a forwarded call came without its key")))
 		return
 	}
+	if r.declines(fc.ClientID) {
+		reply.Header.Set(hdrNotTaken, "1")
+		r.reply(m, reply, failed(status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s is stopping; the call was not carried out: try again in a moment", fc.ClientID, r.node.Name())))
+		return
+	}
 	ctx := context.Background()
 	if d, err := strconv.ParseInt(m.Header.Get(hdrDeadline), 10, 64); err == nil {
 		var cancel context.CancelFunc
@@ -171,6 +190,22 @@ func (r *Registry) answer(m *nats.Msg) {
 		defer cancel()
 	}
 	r.reply(m, reply, r.opts.Serve(ctx, fc))
+}
+
+// declines reports whether this node passes a forwarded call for world
+// clientID back to its edge instead of serving it: the node stopped taking
+// calls (StopAnswering), or it is handing the world over to another node.
+func (r *Registry) declines(clientID string) bool {
+	if r.declining.Load() {
+		return true
+	}
+	if !r.handingOff.Load() {
+		return false
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owned[clientID]
+	return l == nil || l.kind == world.KindEmbedded
 }
 
 // errUnsignedCall answers a call that no node of the cluster signed.
@@ -181,6 +216,7 @@ var errUnsignedCall = status.Error(codes.Unauthenticated, "The call was refused:
 func (r *Registry) signed(m *nats.Msg) bool {
 	err := r.node.signer.verify(m)
 	if err != nil {
+		r.node.signer.refused[refusedCall].Add(1)
 		r.log.Warn("refused a message on the nodes' subjects without a valid cluster signature", "subject", m.Subject, "reason", err)
 	}
 	return err == nil
@@ -271,6 +307,11 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	stopWatching := w.watchHost(fctx, lost)
 	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
 	stopWatching()
+	if err == nil && res.Header.Get(hdrNotTaken) != "" && w.reg.opts.Replication != nil && w.entry.Kind == world.KindEmbedded {
+		// The host is stopping and did not carry the call out: the
+		// world's next host may, read or write.
+		return w.afterHostLoss(ctx, fc, false)
+	}
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(context.Cause(wctx), errHostGone) {
 			return w.afterHostLoss(ctx, fc, true)

@@ -1,14 +1,17 @@
 package cluster_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -122,5 +125,116 @@ func TestRogueClientCannotActForCallers(t *testing.T) {
 	// The nodes' own calls are served as before.
 	if got := get(); got.Status != http.StatusOK {
 		t.Fatalf("a forwarded read after the rogue's attempts: %d %s", got.Status, got.Body)
+	}
+}
+
+// TestRogueClientCannotWriteAWorldsLog: with a cluster secret, a plain
+// NATS client inside the nodes' account that appends to a replicated
+// world's log (a record it saw go by, without its signature or with it,
+// at another place in the log) changes no follower's copy: the followers
+// skip the records and count them, and the world taken over after the
+// host's next append was refused holds only the nodes' writes. The
+// rogue's liveness pings go unanswered.
+func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
+	secret := strings.Repeat("5b0c", 16)
+	nodes, cfgs := startReplicated(t, func(c *node.Config) { c.Cluster.ClusterSecret = secret })
+	n1 := nodes[0]
+	client := &http.Client{Timeout: 20 * time.Second}
+	rogue, err := n1.Cluster().Intruder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	// The first write may meet the world's claim under way on a loaded
+	// machine: it is retried.
+	waitFor(t, 30*time.Second, "a first write", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "first", 1) == http.StatusOK
+	})
+	for _, i := range []int{0, 2} {
+		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+
+	// The rogue sees the record of a write setting rogue=1 go by; the
+	// nodes then set rogue=2.
+	sniff, err := rogue.SubscribeSync("relay.world.west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the write rogue=1", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "rogue", 1) == http.StatusOK
+	})
+	// Every record of that write (its group, and the group that records
+	// its answer).
+	var records []*nats.Msg
+	for {
+		m, err := sniff.NextMsg(2 * time.Second)
+		if err != nil {
+			break
+		}
+		if m.Header.Get("Relay-Signature") == "" {
+			t.Fatalf("a record went unsigned: %v", m.Header)
+		}
+		records = append(records, m)
+	}
+	if len(records) == 0 {
+		t.Fatal("the rogue saw no record")
+	}
+	_ = sniff.Unsubscribe()
+	waitFor(t, 30*time.Second, "the write rogue=2", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "rogue", 2) == http.StatusOK
+	})
+
+	// It appends the records again: as seen (signed for another place in
+	// the log), without their signature, and with a made-up one.
+	js, err := jetstream.New(rogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, seen := range records {
+		for _, sig := range []string{seen.Header.Get("Relay-Signature"), "", strings.Repeat("ab", 32)} {
+			m := nats.NewMsg("relay.world.west")
+			m.Data = seen.Data
+			if sig != "" {
+				m.Header.Set("Relay-Signature", sig)
+			}
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatalf("the rogue's append: %v", err)
+			}
+		}
+	}
+	appended := int64(3 * len(records))
+	// The followers skip the records and count them.
+	waitFor(t, 15*time.Second, "the followers to skip the rogue's records", func() bool {
+		r1, _, _ := nodes[0].Cluster().Refused()
+		r3, _, _ := nodes[2].Cluster().Refused()
+		return r1 == appended && r3 == appended
+	})
+	// The host's next append is refused (the log moved on without it):
+	// a follower takes the world over, and writes go on.
+	waitFor(t, 30*time.Second, "a write after the rogue's appends", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "after", 1) == http.StatusOK
+	})
+	var flags map[string]any
+	waitFor(t, 15*time.Second, "a read of west", func() bool {
+		var st int
+		flags, st = ariaFlags(t, n1)
+		return st == http.StatusOK
+	})
+	if flags["rogue"] != float64(2) || flags["after"] != float64(1) || flags["first"] != float64(1) {
+		t.Fatalf("west after the rogue's appends: %v, want first=1, rogue=2, after=1", flags)
+	}
+
+	// An unsigned ping gets no answer (a node's pings are answered, or the
+	// writes above would not have gone through).
+	if _, err := rogue.Request("relay.node.n2.ping", nil, 500*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("an unsigned ping: %v, want no answer", err)
+	}
+	if _, pings, _ := nodes[1].Cluster().Refused(); pings != 1 {
+		t.Fatalf("n2 counted %d refused pings, want 1", pings)
 	}
 }

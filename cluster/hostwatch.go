@@ -48,7 +48,18 @@ var errHostGone = errors.New("the host node is gone")
 // the forwarded calls, also while the node stops, so that calls it still
 // answers are not taken for lost.
 func (r *Registry) answerPings() error {
-	sub, err := r.node.nc.Subscribe(pingSubject(r.node.Name()), func(m *nats.Msg) { _ = m.Respond(nil) })
+	signer := r.node.signer
+	sub, err := r.node.nc.Subscribe(pingSubject(r.node.Name()), func(m *nats.Msg) {
+		if signer.verify(m) != nil {
+			// Not a node of the cluster: no answer, so that no one
+			// learns from this node's pings more than NATS tells.
+			signer.refused[refusedPing].Add(1)
+			return
+		}
+		reply := nats.NewMsg(m.Reply)
+		signer.sign(reply)
+		_ = m.RespondMsg(reply)
+	})
 	if err != nil {
 		return err
 	}
@@ -96,8 +107,26 @@ func (w *remoteWorld) hostGone(ctx context.Context) bool {
 	moved := !known || e.Node != w.entry.Node
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	_, err := r.node.nc.RequestWithContext(pctx, pingSubject(w.entry.Node), nil)
+	err := r.ping(pctx, w.entry.Node)
 	return errors.Is(err, nats.ErrNoResponders) || moved && err != nil && ctx.Err() == nil
+}
+
+// ping asks node whether it is there: a signed question, and an answer
+// that only counts when its signature is valid (with a cluster secret), so
+// that a client of the NATS account that is not a node cannot answer for
+// a node that is gone.
+func (r *Registry) ping(ctx context.Context, node string) error {
+	msg := nats.NewMsg(pingSubject(node))
+	r.node.signer.sign(msg)
+	res, err := r.node.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return err
+	}
+	if err := r.node.signer.verify(res); err != nil {
+		r.node.signer.refused[refusedPing].Add(1)
+		return err
+	}
+	return nil
 }
 
 // afterHostLoss answers a call whose host was taken for dead: with
@@ -132,6 +161,9 @@ func (w *remoteWorld) afterHostLoss(ctx context.Context, fc *server.ForwardedCal
 		case <-wait.Done():
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			if !underway {
+				return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s was lost, and no other node serves it yet; the call was not carried out: try again", w.id, w.entry.Node)
 			}
 			return nil, status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s was lost, and no other node serves it yet", w.id, w.entry.Node)
 		case <-time.After(50 * time.Millisecond):

@@ -28,45 +28,79 @@ import (
 	"github.com/tabletop-relay/relay/relaytest"
 )
 
-// The SIGKILL fault script: three `relay serve` processes form a cluster
-// of embedded NATS servers, and one of them a round is killed with
-// SIGKILL under load and started again on its data directory.
+// The failover fault script: three `relay serve` processes form a
+// cluster of embedded NATS servers with replicated worlds, and each round
+// one world's host (wherever the world lives by then: it moves on
+// failover) is killed with SIGKILL and started again, on its data
+// directory or on an empty one, or paused with SIGSTOP for twice the
+// lease and resumed, while writers update the worlds through every node
+// and a subscriber per world follows its events.
 
 const (
-	// killSettle is how long after a node is ready again its failures (as
-	// host or as edge) are still put down to its kill: the other nodes
-	// learn its new lease and see its NATS routes come back.
+	// killSettle is how long after a disturbed node is back (ready again,
+	// or resumed) and its world is served again failures are still put
+	// down to the round: the other nodes learn the new leases and see
+	// the node's NATS routes come back.
 	killSettle = 2 * time.Second
 	// killReadyLimit is the longest a (re)started node may take to answer
 	// /readyz.
 	killReadyLimit = 90 * time.Second
 	// killTermLimit is the longest a node may take to exit after SIGTERM,
 	// alone under load or with the other two at once (when the cluster
-	// loses its quorum under it). It stops in about two seconds; it used
-	// to take more than ten.
+	// loses its quorum under it).
 	killTermLimit = 5 * time.Second
+	// killKeyLimit is how soon after a node's death a key must be
+	// creatable through another node: the shared state stays writable.
+	killKeyLimit = 12 * time.Second
 )
 
-// TestClusterKill kills nodes of a three-node cluster of real relay
-// processes with SIGKILL while writers update documents of the worlds of
-// two nodes through random live nodes and an event subscriber per world
-// follows its hook events, reconnecting through other nodes with
-// Last-Event-ID when its stream breaks. It checks that:
-//   - every acknowledged write is in its world at the end;
-//   - every acknowledged write's event reached the subscriber once, with
-//     event ids increasing across reconnections (except after a
-//     documented reset event);
-//   - calls fail only around a kill: when the world's host or the node
-//     called was down or came back less than killSettle ago.
+// The kinds of round.
+const (
+	roundKill  = "SIGKILL"
+	roundWipe  = "SIGKILL, data directory deleted"
+	roundPause = "SIGSTOP for twice the lease, then SIGCONT"
+)
+
+// killWorlds are the worlds written: east starts on n1, west on n2; n3
+// starts with none.
+var killWorlds = []string{"east", "west"}
+
+// TestClusterKill runs the failover fault script. Each round takes the
+// current host of one of the two worlds (alternately) and, in turn, kills
+// it with SIGKILL and restarts it on its data directory, kills it and
+// restarts it on an empty data directory, or pauses it with SIGSTOP for
+// twice the lease and resumes it. Writers update two documents of each
+// world, each write with a value of its own, through random live nodes;
+// a subscriber per world follows its hook events through random live
+// nodes, resuming with Last-Event-ID. Per round it reports and checks:
+//   - acknowledged writes lost (0): each document read after the round
+//     holds at least the last value acknowledged before the read;
+//   - writes applied twice (0): no write's value reaches a subscriber
+//     twice;
+//   - the longest window of failing calls per node (as the edge);
+//   - the subscribers' gaps (acknowledged writes whose event never came)
+//     and resets (0);
+//   - how long the old host takes to follow the world again after its
+//     restart or resumption (its copy holds the whole log);
+//   - the failover time: from the signal to the first acknowledged write
+//     of the world through another node;
+//   - how long after the signal a key can first be created through
+//     another node (at most killKeyLimit after a SIGKILL).
+//
+// It also fails on calls that failed though the round's node was neither
+// their edge nor their world's host. It ends with the failover times'
+// distribution (min, median, max) per kind of round.
 //
 // It runs only with RELAY_CLUSTER_KILL set to the number of rounds
-// (RELAY_CLUSTER_KILL=5 go test ./cluster -run TestClusterKill -v);
-// RELAY_CLUSTER_KILL_LEASE sets the world lease (the relay's default,
-// 15s, otherwise) and RELAY_CLUSTER_KILL_SEED replays the kills' choices.
+// (RELAY_CLUSTER_KILL=6 RELAY_CLUSTER_KILL_LEASE=5s go test ./cluster -run
+// TestClusterKill -v -timeout 30m); RELAY_CLUSTER_KILL_LEASE sets the
+// world lease (the relay's default, 15s, otherwise),
+// RELAY_CLUSTER_KILL_WRITERS the writers per document (1) and
+// RELAY_CLUSTER_KILL_SEED replays the rounds' random choices.
 func TestClusterKill(t *testing.T) {
 	v := os.Getenv("RELAY_CLUSTER_KILL")
 	if v == "" {
-		t.Skip("set RELAY_CLUSTER_KILL=<rounds> to run the SIGKILL fault script")
+		t.Skip("set RELAY_CLUSTER_KILL=<rounds> to run the failover fault script")
 	}
 	rounds, err := strconv.Atoi(v)
 	if err != nil || rounds < 1 {
@@ -78,12 +112,15 @@ func TestClusterKill(t *testing.T) {
 			t.Fatalf("RELAY_CLUSTER_KILL_SEED=%q: want a number", s)
 		}
 	}
+	perDoc := 1
+	if s := os.Getenv("RELAY_CLUSTER_KILL_WRITERS"); s != "" {
+		if perDoc, err = strconv.Atoi(s); err != nil || perDoc < 1 {
+			t.Fatalf("RELAY_CLUSTER_KILL_WRITERS=%q: want a positive number", s)
+		}
+	}
 	t.Logf("%d rounds, RELAY_CLUSTER_KILL_SEED=%d", rounds, seed)
 	rng := mrand.New(mrand.NewPCG(seed, 15))
 
-	// The world lease: a killed host's worlds are unavailable for at most
-	// this long after it died. The relay's default unless
-	// RELAY_CLUSTER_KILL_LEASE says otherwise.
 	lease := cluster.DefaultLeaseTTL
 	if s := os.Getenv("RELAY_CLUSTER_KILL_LEASE"); s != "" {
 		if lease, err = time.ParseDuration(s); err != nil || lease <= 0 {
@@ -92,33 +129,44 @@ func TestClusterKill(t *testing.T) {
 	}
 	c := startKillCluster(t, lease)
 	key := c.adminKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hosts := newHostTracker()
+	go hosts.follow(ctx, c, key)
+	for _, w := range killWorlds {
+		if hosts.wait(w, 30*time.Second) < 0 {
+			t.Fatalf("world %s has no host 30 s after the start", w)
+		}
+	}
 
-	// Worlds on two different nodes: demo on n1, west on n2. n3 hosts
-	// nothing and is only an edge.
-	type target struct {
-		world, uuid string
-		host        int
-	}
+	// Two documents per world; each is written by its own writers, whose
+	// values carry the writer and its sequence, so that a document's
+	// value tells which acknowledged writes it holds.
+	type target struct{ world, uuid string }
 	targets := []target{
-		{"demo", relaytest.MaraUUID, 0}, {"demo", relaytest.GuardUUID, 0},
-		{"west", relaytest.AriaUUID, 1}, {"west", relaytest.BromUUID, 1},
+		{"east", relaytest.MaraUUID}, {"east", relaytest.GuardUUID},
+		{"west", relaytest.AriaUUID}, {"west", relaytest.BromUUID},
 	}
-	acked := make([]atomic.Int64, len(targets))
-	// ackedNames holds every acknowledged write's name, per target (each
-	// written by its writer alone, read after the writers stopped).
-	ackedNames := make([][]string, len(targets))
-	var ok, excused atomic.Int64
-	var unexpectedMu sync.Mutex
-	var unexpected []killFailure
+	log := &killCalls{}
+	type writer struct {
+		target target
+		acked  atomic.Int64 // the last sequence acknowledged
+	}
+	var ws []*writer
+	for _, tg := range targets {
+		for range perDoc {
+			ws = append(ws, &writer{target: tg})
+		}
+	}
 	stop := make(chan struct{})
 	var readers, writers sync.WaitGroup
 
 	// The subscribers are connected before the first write, so that they
 	// must see every write's event.
-	subs := []*killSubscriber{newKillSubscriber("demo"), newKillSubscriber("west")}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for _, s := range subs {
+	subs := map[string]*killSubscriber{}
+	for _, w := range killWorlds {
+		s := newKillSubscriber(w)
+		subs[w] = s
 		readers.Go(func() { s.follow(ctx, c, key) })
 	}
 	for _, s := range subs {
@@ -130,7 +178,8 @@ func TestClusterKill(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for w, tg := range targets {
+	began := time.Now()
+	for n, wr := range ws {
 		writers.Go(func() {
 			client := &http.Client{Timeout: 10 * time.Second}
 			for seq := int64(1); ; seq++ {
@@ -139,97 +188,118 @@ func TestClusterKill(t *testing.T) {
 					return
 				default:
 				}
-				edge, edgeGen := c.pick(-1)
-				hostGen := c.generation(tg.host)
-				began := time.Now()
-				name := fmt.Sprintf("w%d-%d", w, seq)
-				status, body := killPut(client, c.base(edge), key, tg.world, tg.uuid, name)
-				if status == http.StatusOK {
-					acked[w].Store(seq)
-					ackedNames[w] = append(ackedNames[w], name)
-					ok.Add(1)
+				edge, _ := c.pick(-1)
+				name := fmt.Sprintf("w%d-%d", n, seq)
+				call := killCall{world: wr.target.world, writer: n, name: name, edge: edge, began: time.Now()}
+				call.status, call.body = killPut(client, c.base(edge), key, wr.target.world, wr.target.uuid, name)
+				call.ended = time.Now()
+				log.add(call)
+				if call.status == http.StatusOK {
+					wr.acked.Store(seq)
 					continue
-				}
-				// A failure is put down to a kill when the world's host or
-				// the node called was killed or restarted around it.
-				if c.disturbed(tg.host, hostGen, began) || c.disturbed(edge, edgeGen, began) {
-					excused.Add(1)
-				} else {
-					unexpectedMu.Lock()
-					unexpected = append(unexpected, killFailure{at: began, what: fmt.Sprintf("%s via n%d: %d %s", tg.world, edge+1, status, body)})
-					unexpectedMu.Unlock()
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
 
-	var readies, terms []time.Duration
-	var kills []killRound
-	countUnexpected := func() int {
-		unexpectedMu.Lock()
-		defer unexpectedMu.Unlock()
-		return len(unexpected)
+	// lost reads every document and counts those that hold an older value
+	// than the last one acknowledged before the read.
+	lost := func() (int, []string) {
+		client := &http.Client{Timeout: 10 * time.Second}
+		n := 0
+		var notes []string
+		for i, wr := range ws {
+			if perDoc > 1 {
+				// Several writers share the document: the value read
+				// says nothing of the others' writes (the events do).
+				break
+			}
+			want := wr.acked.Load()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				edge, _ := c.pick(-1)
+				status, name := killGetName(client, c.base(edge), key, wr.target.world, wr.target.uuid)
+				if status == http.StatusOK {
+					got, err := strconv.ParseInt(strings.TrimPrefix(name, fmt.Sprintf("w%d-", i)), 10, 64)
+					if err != nil || got < want {
+						n++
+						notes = append(notes, fmt.Sprintf("%s %s holds %q, but w%d-%d was acknowledged", wr.target.world, wr.target.uuid, name, i, want))
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					n++
+					notes = append(notes, fmt.Sprintf("%s %s not readable for 30 s: %d %s", wr.target.world, wr.target.uuid, status, name))
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		return n, notes
 	}
+
+	var results []*killRound
+	kinds := []string{roundKill, roundWipe, roundPause}
 	for r := 1; r <= rounds; r++ {
 		time.Sleep(time.Duration(2000+rng.IntN(2000)) * time.Millisecond)
-		i := rng.IntN(3)
-		killed := time.Now()
-		// One round in three stops the node gracefully instead, under
-		// the same load.
-		how := "killed"
-		if rng.IntN(3) == 0 {
-			how = "stopped (SIGTERM)"
-			terms = append(terms, c.term(t, i))
-		} else {
-			c.kill(i)
+		w := killWorlds[(r-1)%len(killWorlds)]
+		kind := kinds[(r-1)%len(kinds)]
+		host := hosts.wait(w, 30*time.Second)
+		if host < 0 {
+			t.Fatalf("round %d: world %s has no host", r, w)
 		}
-		down := time.Duration(500+rng.IntN(2500)) * time.Millisecond
-		time.Sleep(down)
-		ready := c.start(t, i)
-		readies = append(readies, ready)
-		kills = append(kills, killRound{node: i, killed: killed, back: time.Now()})
-		t.Logf("round %d (at %s): n%d %s, down %v, ready again %v after its restart; so far %d writes acknowledged, %d failed around a kill, %d failed otherwise",
-			r, killed.Format("15:04:05.000"), i+1, how, down, ready.Round(time.Millisecond), ok.Load(), excused.Load(), countUnexpected())
+		rd := &killRound{n: r, world: w, kind: kind, node: host, hostsBefore: hosts.all()}
+		// A key created through another node, from the signal on.
+		keyDone := make(chan time.Duration, 1)
+		rd.signalled = time.Now()
+		go func() { keyDone <- c.createKeyAfter(key, host, rd.signalled) }()
+		switch kind {
+		case roundKill, roundWipe:
+			c.kill(host)
+			if kind == roundWipe {
+				c.wipe(t, host)
+			}
+			time.Sleep(time.Duration(500+rng.IntN(2500)) * time.Millisecond)
+			rd.restarted = time.Now()
+			rd.ready = c.start(t, host)
+		case roundPause:
+			c.pause(host)
+			time.Sleep(2 * lease)
+			rd.restarted = time.Now()
+			c.resume(host)
+		}
+		rd.back = time.Now()
+		rd.keyAfter = <-keyDone
+		rd.servedAgain = hosts.waitSince(w, rd.back, 30*time.Second)
+		rd.lost, rd.lostNotes = lost()
+		results = append(results, rd)
+		t.Logf("round %d (at %s): world %s's host n%d %s; back after %v; writes so far %d acknowledged, %d failed",
+			r, rd.signalled.Format("15:04:05.000"), w, host+1, kind, rd.back.Sub(rd.signalled).Round(time.Millisecond), log.count(true), log.count(false))
 	}
 	time.Sleep(2 * time.Second)
 	close(stop)
 	writers.Wait()
+	ended := time.Now()
 
-	// Every acknowledged write is in its world.
+	// A last write to each world must reach its subscriber: the streams
+	// caught up after the last round.
 	client := &http.Client{Timeout: 10 * time.Second}
-	for w, tg := range targets {
-		edge, _ := c.pick(-1)
-		var name string
+	for _, s := range subs {
+		mark := "final-" + s.world
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			status, data := killGetName(client, c.base(edge), key, tg.world, tg.uuid)
+			edge, _ := c.pick(-1)
+			status, body := killPut(client, c.base(edge), key, s.world, relaytest.AriaUUID, mark)
 			if status == http.StatusOK {
-				name = data
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s %s: not readable at the end: %d %s", tg.world, tg.uuid, status, data)
+				t.Fatalf("final write to %s: %d %s", s.world, status, body)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		seq, err := strconv.ParseInt(strings.TrimPrefix(name, fmt.Sprintf("w%d-", w)), 10, 64)
-		if err != nil || seq < acked[w].Load() {
-			t.Errorf("%s %s: name %q, but write %d was acknowledged: an acknowledged write is lost", tg.world, tg.uuid, name, acked[w].Load())
-		}
-	}
-
-	// A last write to each world must reach its subscriber: the streams
-	// caught up after the last kill.
-	for _, s := range subs {
-		mark := "final-" + s.world
-		edge, _ := c.pick(-1)
-		// Aria: the demo world's writers used Mara and the guard, and
-		// west's Aria was checked above.
-		if status, body := killPut(client, c.base(edge), key, s.world, relaytest.AriaUUID, mark); status != http.StatusOK {
-			t.Fatalf("final write to %s: %d %s", s.world, status, body)
-		}
-		deadline := time.Now().Add(30 * time.Second)
+		deadline = time.Now().Add(30 * time.Second)
 		for !s.saw(mark) {
 			if time.Now().After(deadline) {
 				t.Errorf("%s: the subscriber did not receive the final write's event within 30 s", s.world)
@@ -241,34 +311,59 @@ func TestClusterKill(t *testing.T) {
 	cancel()
 	readers.Wait()
 
-	// Every acknowledged write's event reached its world's subscriber.
-	for w, tg := range targets {
-		s := subs[slices.IndexFunc(subs, func(s *killSubscriber) bool { return s.world == tg.world })]
-		var missing []string
-		for _, name := range ackedNames[w] {
-			if !s.saw(name) {
-				missing = append(missing, name)
+	calls := log.all()
+	ok := 0
+	for _, call := range calls {
+		if call.status == http.StatusOK {
+			ok++
+		}
+	}
+	secs := ended.Sub(began).Seconds()
+	t.Logf("%d writes acknowledged in %.0f s (%.0f a second, %d writers), %d failed; lease %v",
+		ok, secs, float64(ok)/secs, len(ws), len(calls)-ok, c.lease)
+	for i, rd := range results {
+		next := ended
+		if i+1 < len(results) {
+			next = results[i+1].signalled
+		}
+		rd.measure(calls, subs, c, next)
+	}
+	for _, rd := range results {
+		rd.report(t, lease)
+	}
+	for _, kind := range kinds {
+		var fo []time.Duration
+		for _, rd := range results {
+			if rd.kind == kind && rd.failover > 0 {
+				fo = append(fo, rd.failover)
 			}
 		}
-		switch {
-		case len(missing) > 0 && s.resetCount() > 0:
-			// The subscriber was told its resume point was no longer kept:
-			// the documented loss.
-			t.Logf("%s %s: %d of %d acknowledged writes' events lost to the subscriber's reset", tg.world, tg.uuid, len(missing), len(ackedNames[w]))
-		case len(missing) > 0:
-			t.Errorf("%s %s: the subscriber missed the events of %d of %d acknowledged writes: %v", tg.world, tg.uuid, len(missing), len(ackedNames[w]), missing[:min(10, len(missing))])
+		if len(fo) > 0 {
+			t.Logf("failover (signal to the first acknowledged write through another node), %s: %s over %d rounds", kind, distribution(fo), len(fo))
 		}
 	}
-
-	t.Logf("%d rounds, lease %v: %d writes acknowledged, none lost; %d failed around a kill (the world's host or the node called was down or had restarted less than %v ago), %d failed otherwise",
-		rounds, c.lease, ok.Load(), excused.Load(), killSettle, len(unexpected))
-	// Calls for worlds whose host lives must keep succeeding, whichever
-	// node they reach, while another node is killed and comes back.
-	for _, b := range killBursts(unexpected, kills) {
-		t.Errorf("failed though neither the world's host nor the node called was killed: %s", b)
+	var keys []time.Duration
+	for _, rd := range results {
+		if rd.kind != roundPause && rd.keyAfter > 0 {
+			keys = append(keys, rd.keyAfter)
+		}
 	}
-	t.Logf("restarts ready (/readyz 200) after: %v", roundAll(readies))
-	t.Logf("graceful stops (SIGTERM to exit) under load: %v", roundAll(terms))
+	if len(keys) > 0 {
+		t.Logf("first key created through another node after a SIGKILL: %s", distribution(keys))
+	}
+
+	// Failures the rounds do not explain: the call's edge and its world's
+	// host were not the round's node.
+	var unexplained []string
+	for _, call := range calls {
+		if call.status == http.StatusOK || explained(call, results, hosts) {
+			continue
+		}
+		unexplained = append(unexplained, fmt.Sprintf("%s %s via n%d: %d %s", call.began.Format("15:04:05.000"), call.world, call.edge+1, call.status, call.body))
+	}
+	if len(unexplained) > 0 {
+		t.Errorf("%d calls failed though neither their edge nor their world's host was disturbed; first: %v", len(unexplained), unexplained[:min(5, len(unexplained))])
+	}
 	for _, s := range subs {
 		s.report(t)
 	}
@@ -276,50 +371,406 @@ func TestClusterKill(t *testing.T) {
 		for _, line := range killLogProblems(path) {
 			t.Logf("n%d logged %s", i+1, line)
 		}
-		for _, line := range killPhases(path) {
-			t.Logf("n%d %s", i+1, line)
-		}
 	}
 }
 
-// killPhases lists how long each start and stop of a node took, phase by
-// phase, from its "relay ready" and "relay stopped" log lines.
-func killPhases(path string) []string {
+// killCall is one write of the script: where it went and how it ended.
+type killCall struct {
+	world        string
+	writer       int
+	name         string
+	edge         int
+	began, ended time.Time
+	status       int
+	body         string
+}
+
+// killCalls is the log of every write.
+type killCalls struct {
+	mu    sync.Mutex
+	calls []killCall
+}
+
+func (l *killCalls) add(c killCall) {
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+// count counts the writes acknowledged (ok) or failed so far.
+func (l *killCalls) count(ok bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.calls {
+		if (c.status == http.StatusOK) == ok {
+			n++
+		}
+	}
+	return n
+}
+
+// all returns the writes in the order they began.
+func (l *killCalls) all() []killCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.calls)
+	slices.SortFunc(out, func(a, b killCall) int { return a.began.Compare(b.began) })
+	return out
+}
+
+// killRound is one round: what it did to which node, and what it measured.
+type killRound struct {
+	n           int
+	world, kind string
+	node        int
+	// hostsBefore are the worlds' hosts when the round began.
+	hostsBefore map[string]int
+	// signalled is when the node was killed or paused, restarted when it
+	// was started again or resumed, back when it was ready again.
+	signalled, restarted, back time.Time
+	ready                      time.Duration
+	// servedAgain is when the world had a live host again after back.
+	servedAgain time.Time
+	keyAfter    time.Duration
+
+	lost      int
+	lostNotes []string
+	// failover is from the signal to the first write of the world
+	// acknowledged through a node other than the round's.
+	failover time.Duration
+	// windows is, per node (as edge), the longest run of failing calls.
+	windows [3]time.Duration
+	// failed counts the round's failed writes by status.
+	failed      map[int]int
+	gaps, dupes int
+	resets      []string
+	// followed is from the restart (or resumption) to the old host's
+	// copy of the world holding its whole log; 0 when it did not.
+	followed time.Duration
+	// afterResume counts the paused node's answers to writes of its
+	// world that it gave after it resumed, by status.
+	afterResume map[int]int
+}
+
+// measure works out the round's figures from the writes made between its
+// signal and the next round's.
+func (rd *killRound) measure(calls []killCall, subs map[string]*killSubscriber, c *killCluster, next time.Time) {
+	rd.failed = map[int]int{}
+	rd.afterResume = map[int]int{}
+	var failing [3]time.Time
+	for _, call := range calls {
+		if call.began.Before(rd.signalled) || !call.began.Before(next) {
+			continue
+		}
+		okCall := call.status == http.StatusOK
+		if okCall && call.world == rd.world && rd.failover == 0 && call.edge != rd.node {
+			rd.failover = call.ended.Sub(rd.signalled)
+		}
+		if !okCall {
+			rd.failed[call.status]++
+		}
+		if rd.kind == roundPause && call.edge == rd.node && call.world == rd.world && call.ended.After(rd.restarted) && call.began.Before(rd.restarted) {
+			rd.afterResume[call.status]++
+		}
+		e := call.edge
+		switch {
+		case !okCall && failing[e].IsZero():
+			failing[e] = call.began
+		case okCall && !failing[e].IsZero():
+			rd.windows[e] = max(rd.windows[e], call.began.Sub(failing[e]))
+			failing[e] = time.Time{}
+		}
+		if !okCall && !failing[e].IsZero() {
+			rd.windows[e] = max(rd.windows[e], call.ended.Sub(failing[e]))
+		}
+		if okCall {
+			s := subs[call.world]
+			if !s.saw(call.name) {
+				rd.gaps++
+			}
+			if s.times(call.name) > 1 {
+				rd.dupes++
+			}
+		}
+	}
+	for _, s := range subs {
+		rd.resets = append(rd.resets, s.resetsBetween(rd.signalled, next)...)
+	}
+	if at, ok := killFollowed(c.logs[rd.node], rd.world, rd.restarted); ok {
+		rd.followed = at.Sub(rd.restarted)
+	}
+}
+
+// report logs the round's figures and fails the test on a lost or
+// doubled write, a gap or reset, a key created late, and an old host
+// that did not follow again.
+func (rd *killRound) report(t *testing.T, lease time.Duration) {
+	t.Helper()
+	windows := make([]string, 3)
+	for i, d := range rd.windows {
+		windows[i] = fmt.Sprintf("n%d %v", i+1, d.Round(time.Millisecond))
+	}
+	followed := "did not follow"
+	if rd.followed > 0 {
+		followed = rd.followed.Round(time.Millisecond).String()
+	}
+	t.Logf("round %d: %s's host n%d %s: failover %v; lost %d, applied twice %d; longest failing window per edge: %s; failed writes by status %v; subscribers' gaps %d, resets %d; old host follows again %s after its %s; key created after %v",
+		rd.n, rd.world, rd.node+1, rd.kind, rd.failover.Round(time.Millisecond), rd.lost, rd.dupes, strings.Join(windows, ", "), rd.failed,
+		rd.gaps, len(rd.resets), followed, map[bool]string{true: "resumption", false: "restart"}[rd.kind == roundPause], rd.keyAfter.Round(time.Millisecond))
+	if rd.kind == roundPause {
+		t.Logf("round %d: writes the paused node had taken answered after it resumed, by status: %v", rd.n, rd.afterResume)
+	}
+	for _, note := range rd.lostNotes {
+		t.Errorf("round %d: acknowledged write lost: %s", rd.n, note)
+	}
+	for _, note := range rd.resets {
+		t.Errorf("round %d: subscriber reset: %s", rd.n, note)
+	}
+	if rd.dupes > 0 {
+		t.Errorf("round %d: %d writes applied (or delivered) twice", rd.n, rd.dupes)
+	}
+	if rd.gaps > 0 {
+		t.Errorf("round %d: %d acknowledged writes' events never reached their subscriber", rd.n, rd.gaps)
+	}
+	if rd.followed == 0 {
+		t.Errorf("round %d: n%d did not follow %s again after its %s", rd.n, rd.node+1, rd.world, rd.kind)
+	}
+	if rd.failover == 0 {
+		t.Errorf("round %d: no write of %s was acknowledged after the signal", rd.n, rd.world)
+	}
+	if rd.kind != roundPause && (rd.keyAfter <= 0 || rd.keyAfter > killKeyLimit) {
+		t.Errorf("round %d: a key could be created through another node only %v after the SIGKILL (limit %v; 0: never)", rd.n, rd.keyAfter, killKeyLimit)
+	}
+}
+
+// explained reports whether a failed call falls in a round that disturbed
+// its edge or its world's host: from the signal until killSettle after
+// the node was back and the world served again.
+func explained(call killCall, rounds []*killRound, hosts *hostTracker) bool {
+	for _, rd := range rounds {
+		until := rd.back
+		if rd.servedAgain.After(until) {
+			until = rd.servedAgain
+		}
+		until = until.Add(killSettle)
+		if call.ended.Before(rd.signalled) || call.began.After(until) {
+			continue
+		}
+		if call.edge == rd.node || rd.hostsBefore[call.world] == rd.node || hosts.at(call.world, call.began) == rd.node {
+			return true
+		}
+	}
+	return false
+}
+
+// killFollowed finds, in a node's log, when it first logged after since
+// that its copy of world holds the whole log.
+func killFollowed(path, world string, since time.Time) (time.Time, bool) {
 	data, _ := os.ReadFile(path)
-	var out []string
 	sc := bufio.NewScanner(strings.NewReader(string(data)))
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		var line struct {
-			Msg   string                   `json:"msg"`
-			Start map[string]time.Duration `json:"start"`
-			Stop  map[string]time.Duration `json:"stop"`
+			Time     time.Time `json:"time"`
+			Msg      string    `json:"msg"`
+			ClientID string    `json:"clientId"`
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil {
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.ClientID != world || !strings.HasPrefix(line.Msg, "following a world: the copy holds its whole log") {
 			continue
 		}
-		phases := line.Start
-		switch {
-		case line.Msg == "relay stopped":
-			phases = line.Stop
-		case strings.HasPrefix(line.Msg, "published the events"):
-			out = append(out, strings.TrimSpace(sc.Text()))
-			continue
-		case line.Msg != "relay ready":
-			continue
+		if line.Time.After(since) {
+			return line.Time, true
 		}
-		names := make([]string, 0, len(phases))
-		for name := range phases {
-			names = append(names, name)
+	}
+	return time.Time{}, false
+}
+
+// distribution is "min, median, max" of ds.
+func distribution(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return fmt.Sprintf("min %v, median %v, max %v", s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond))
+}
+
+// hostTracker follows which node hosts each world, from GET /cluster.
+type hostTracker struct {
+	mu   sync.Mutex
+	hist map[string][]hostChange
+}
+
+// hostChange is the node named by a world's lease from a moment on (-1:
+// none), and whether the lease held.
+type hostChange struct {
+	at   time.Time
+	node int
+	live bool
+}
+
+func newHostTracker() *hostTracker { return &hostTracker{hist: map[string][]hostChange{}} }
+
+// follow asks a live node for the cluster's status every 100 ms until ctx
+// ends.
+func (h *hostTracker) follow(ctx context.Context, c *killCluster, key string) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	for ctx.Err() == nil {
+		edge, _ := c.pick(-1)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.base(edge)+"/cluster", nil)
+		req.Header.Set("x-api-key", key)
+		resp, err := client.Do(req)
+		if err == nil {
+			var st struct {
+				Data cluster.Status `json:"data"`
+			}
+			if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&st) == nil {
+				now := time.Now()
+				for _, w := range killWorlds {
+					node, live := hostOf(st.Data, w)
+					h.record(w, now, node, live)
+				}
+			}
+			resp.Body.Close()
 		}
-		slices.Sort(names)
-		var parts []string
-		for _, name := range names {
-			parts = append(parts, fmt.Sprintf("%s %v", name, phases[name].Round(time.Millisecond)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
-		out = append(out, line.Msg+": "+strings.Join(parts, ", "))
+	}
+}
+
+// hostOf is the index of the node whose lease of world was written last
+// (-1: none), and whether that lease holds.
+func hostOf(st cluster.Status, world string) (int, bool) {
+	node, live := -1, false
+	var expires time.Time
+	for _, n := range st.Nodes {
+		for _, w := range n.Worlds {
+			if w.ClientID != world || w.Refused || w.Expires.Before(expires) {
+				continue
+			}
+			if i, err := strconv.Atoi(strings.TrimPrefix(n.Name, "n")); err == nil {
+				node, live, expires = i-1, w.Live, w.Expires
+			}
+		}
+	}
+	return node, live
+}
+
+func (h *hostTracker) record(world string, at time.Time, node int, live bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hist := h.hist[world]
+	if len(hist) == 0 || hist[len(hist)-1].node != node || hist[len(hist)-1].live != live {
+		h.hist[world] = append(hist, hostChange{at: at, node: node, live: live})
+	}
+}
+
+// at is the node named by the lease of world at a moment, as last seen
+// before it, whether the lease held or not: the world's host, or the host
+// it waits for.
+func (h *hostTracker) at(world string, t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	node := -1
+	for _, c := range h.hist[world] {
+		if c.at.After(t) {
+			break
+		}
+		node = c.node
+	}
+	return node
+}
+
+// liveAt is the host of world at a moment (-1: none held a live lease).
+func (h *hostTracker) liveAt(world string, t time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	node := -1
+	for _, c := range h.hist[world] {
+		if c.at.After(t) {
+			break
+		}
+		node = -1
+		if c.live {
+			node = c.node
+		}
+	}
+	return node
+}
+
+// all is every world's current host.
+func (h *hostTracker) all() map[string]int {
+	now := time.Now()
+	out := map[string]int{}
+	for _, w := range killWorlds {
+		out[w] = h.at(w, now)
 	}
 	return out
+}
+
+// wait waits until world has a live host and returns it (-1 after
+// limit).
+func (h *hostTracker) wait(world string, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for {
+		if n := h.liveAt(world, time.Now()); n >= 0 {
+			return n
+		}
+		if time.Now().After(deadline) {
+			return -1
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitSince waits until world has a live host seen after since, and
+// returns when it was first seen so (since after limit).
+func (h *hostTracker) waitSince(world string, since time.Time, limit time.Duration) time.Time {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		hist := h.hist[world]
+		for i, c := range hist {
+			end := time.Now()
+			if i+1 < len(hist) {
+				end = hist[i+1].at
+			}
+			if c.node >= 0 && c.live && end.After(since) {
+				h.mu.Unlock()
+				if c.at.After(since) {
+					return c.at
+				}
+				return since
+			}
+		}
+		h.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+	return since
+}
+
+// createKeyAfter creates keys through the live nodes other than not until
+// one is created, and returns how long after since that was (0: not
+// within 30 s).
+func (c *killCluster) createKeyAfter(key string, not int, since time.Time) time.Duration {
+	client := &http.Client{Timeout: 5 * time.Second}
+	for n := 0; time.Since(since) < 30*time.Second; n++ {
+		edge, _ := c.pick(not)
+		body := fmt.Sprintf(`{"name":"probe-%d-%d","scopes":["all"]}`, since.UnixNano(), n)
+		req, _ := http.NewRequest(http.MethodPost, c.base(edge)+"/keys", strings.NewReader(body))
+		req.Header.Set("x-api-key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(since)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return 0
 }
 
 // killLogProblems summarizes a node's log lines at level WARN and above:
@@ -378,13 +829,12 @@ type killCluster struct {
 	waited []chan error
 	up     []bool
 	gen    []int
-	// changed is when each node was last killed or became ready.
-	changed []time.Time
 }
 
-// startKillCluster builds the relay and starts three nodes: n1 with the
-// demo world, n2 with a world "west" seeded into its data directory, n3
-// with none.
+// startKillCluster builds the relay and starts three nodes: n1 with a
+// world "east" seeded into its data directory, n2 with a world "west", n3
+// with none. None has the demo world: a node restarted on an empty data
+// directory must not make a new one.
 func startKillCluster(t *testing.T, lease time.Duration) *killCluster {
 	t.Helper()
 	tmp := t.TempDir()
@@ -398,11 +848,11 @@ func startKillCluster(t *testing.T, lease time.Duration) *killCluster {
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	c := &killCluster{bin: bin, listen: listen, lease: lease,
-		procs: make([]*exec.Cmd, 3), waited: make([]chan error, 3), up: make([]bool, 3), gen: make([]int, 3), changed: make([]time.Time, 3)}
+		procs: make([]*exec.Cmd, 3), waited: make([]chan error, 3), up: make([]bool, 3), gen: make([]int, 3)}
 	for i := range 3 {
 		dir := t.TempDir()
-		if i == 1 {
-			seedWorld(t, dir, "west")
+		if i < len(killWorlds) {
+			seedWorld(t, dir, killWorlds[i])
 		}
 		c.dirs = append(c.dirs, dir)
 		c.logs = append(c.logs, filepath.Join(tmp, fmt.Sprintf("n%d.log", i+1)))
@@ -410,7 +860,7 @@ func startKillCluster(t *testing.T, lease time.Duration) *killCluster {
 			"--node-name", fmt.Sprintf("n%d", i+1),
 			"--listen", listen[i],
 			"--data", dir,
-			"--demo=" + strconv.FormatBool(i == 0),
+			"--demo=false",
 			"--cluster-listen", routes[i],
 			"--cluster-peers", strings.Join(routes, ","),
 			"--cluster-secret", hex.EncodeToString(secret),
@@ -481,7 +931,6 @@ func (c *killCluster) start(t *testing.T, i int) time.Duration {
 	}
 	c.mu.Lock()
 	c.up[i] = true
-	c.changed[i] = time.Now()
 	c.mu.Unlock()
 	return time.Since(began)
 }
@@ -490,12 +939,42 @@ func (c *killCluster) start(t *testing.T, i int) time.Duration {
 func (c *killCluster) kill(i int) {
 	c.mu.Lock()
 	c.up[i] = false
-	c.changed[i] = time.Now()
 	cmd, waited := c.procs[i], c.waited[i]
 	c.mu.Unlock()
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	err := <-waited
 	waited <- err
+}
+
+// wipe deletes node i's data directory (the node is down).
+func (c *killCluster) wipe(t *testing.T, i int) {
+	if err := os.RemoveAll(c.dirs[i]); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(c.dirs[i], 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pause stops node i with SIGSTOP; the test takes it for down until
+// resume.
+func (c *killCluster) pause(i int) {
+	c.mu.Lock()
+	c.up[i] = false
+	cmd := c.procs[i]
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// resume continues node i with SIGCONT.
+func (c *killCluster) resume(i int) {
+	c.mu.Lock()
+	cmd := c.procs[i]
+	c.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	c.mu.Lock()
+	c.up[i] = true
+	c.mu.Unlock()
 }
 
 // term stops node i with SIGTERM and returns how long it took to exit; a
@@ -504,7 +983,6 @@ func (c *killCluster) kill(i int) {
 func (c *killCluster) term(t *testing.T, i int) time.Duration {
 	c.mu.Lock()
 	c.up[i] = false
-	c.changed[i] = time.Now()
 	cmd, waited := c.procs[i], c.waited[i]
 	c.mu.Unlock()
 	began := time.Now()
@@ -576,22 +1054,6 @@ func (c *killCluster) pick(not int) (int, int) {
 	return i, c.gen[i]
 }
 
-// generation is node i's number of starts so far.
-func (c *killCluster) generation(i int) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.gen[i]
-}
-
-// disturbed tells whether node i, of generation gen when a call began at
-// began, was killed or restarted since, is down, or became ready less than
-// killSettle before the call began.
-func (c *killCluster) disturbed(i, gen int, began time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.up[i] || c.gen[i] != gen || c.changed[i].After(began.Add(-killSettle))
-}
-
 // base is node i's URL.
 func (c *killCluster) base(i int) string { return "http://" + c.listen[i] }
 
@@ -657,13 +1119,14 @@ type killSubscriber struct {
 	opened     int         // streams opened
 	refused    map[int]int // failed (re)connections by status; 0: no answer
 	longest    time.Duration
-	seen       map[string]bool // the names written that events carried
-	node       int             // the node of the stream being read
-	resetNotes []string        // when, where and what each reset said
+	seen       map[string]int // the names written that events carried, and how often
+	node       int            // the node of the stream being read
+	resetNotes []string       // when, where and what each reset said
+	resetAt    []time.Time
 }
 
 func newKillSubscriber(world string) *killSubscriber {
-	return &killSubscriber{world: world, refused: map[int]int{}, seen: map[string]bool{}}
+	return &killSubscriber{world: world, refused: map[int]int{}, seen: map[string]int{}}
 }
 
 // follow opens the stream and, each time it ends, opens it again through
@@ -744,6 +1207,7 @@ func (s *killSubscriber) frame(id, event, data string) {
 		s.resets++
 		s.reset = true // any next id is accepted
 		s.resetNotes = append(s.resetNotes, fmt.Sprintf("%s on n%d: %s", time.Now().Format("15:04:05.000"), s.node+1, data))
+		s.resetAt = append(s.resetAt, time.Now())
 		return
 	}
 	if id == "" {
@@ -768,10 +1232,10 @@ func (s *killSubscriber) frame(id, event, data string) {
 	s.events++
 	if event == "updateActor" {
 		if name := killEventName.FindStringSubmatch(data); name != nil {
-			if s.seen[name[1]] {
+			if s.seen[name[1]] > 0 {
 				s.dupes++
 			}
-			s.seen[name[1]] = true
+			s.seen[name[1]]++
 		}
 	}
 }
@@ -779,13 +1243,6 @@ func (s *killSubscriber) frame(id, event, data string) {
 // killEventName finds the name a write of the test set in an event's
 // payload.
 var killEventName = regexp.MustCompile(`"name":"(w[0-9]+-[0-9]+|final-[a-z]+)"`)
-
-// resetCount is the number of reset events received.
-func (s *killSubscriber) resetCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.resets
-}
 
 // connected tells whether a stream was opened.
 func (s *killSubscriber) connected() bool {
@@ -798,7 +1255,27 @@ func (s *killSubscriber) connected() bool {
 func (s *killSubscriber) saw(mark string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.seen[mark] > 0
+}
+
+// times is how many update events set the name mark.
+func (s *killSubscriber) times(mark string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.seen[mark]
+}
+
+// resetsBetween describes the resets received from one moment to another.
+func (s *killSubscriber) resetsBetween(from, to time.Time) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for i, at := range s.resetAt {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, s.world+": "+s.resetNotes[i])
+		}
+	}
+	return out
 }
 
 // report logs what the subscriber saw and fails the test on a gap.
@@ -816,52 +1293,6 @@ func (s *killSubscriber) report(t *testing.T) {
 	if s.dupes > 0 {
 		t.Errorf("subscriber of %s: %d events came twice", s.world, s.dupes)
 	}
-}
-
-// killFailure is a call that failed, and when.
-type killFailure struct {
-	at   time.Time
-	what string
-}
-
-// killRound is one kill: of which node, when, and when it was ready again.
-type killRound struct {
-	node         int
-	killed, back time.Time
-}
-
-// killBursts groups failures into bursts (less than a second apart, after
-// the same kill) and describes each: when it began and ended after the
-// last kill before it, how many calls failed, and the first failure.
-func killBursts(failures []killFailure, rounds []killRound) []string {
-	slices.SortFunc(failures, func(a, b killFailure) int { return a.at.Compare(b.at) })
-	after := func(f killFailure) int {
-		r := -1
-		for k, round := range rounds {
-			if !round.killed.After(f.at) {
-				r = k
-			}
-		}
-		return r
-	}
-	var out []string
-	for i := 0; i < len(failures); {
-		r := after(failures[i])
-		j := i + 1
-		for j < len(failures) && failures[j].at.Sub(failures[j-1].at) < time.Second && after(failures[j]) == r {
-			j++
-		}
-		if r < 0 {
-			out = append(out, fmt.Sprintf("%d calls before the first kill; first: %s", j-i, failures[i].what))
-		} else {
-			k := rounds[r]
-			out = append(out, fmt.Sprintf("round %d (n%d killed, ready again at +%v): %d calls from +%v to +%v; first: %s",
-				r+1, k.node+1, k.back.Sub(k.killed).Round(time.Millisecond), j-i,
-				failures[i].at.Sub(k.killed).Round(time.Millisecond), failures[j-1].at.Sub(k.killed).Round(time.Millisecond), failures[i].what))
-		}
-		i = j
-	}
-	return out
 }
 
 // withoutRelayEnv is the environment without RELAY_* settings, so the

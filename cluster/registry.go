@@ -171,6 +171,12 @@ type Registry struct {
 	// takingOver holds the worlds this node is taking over from a host
 	// that is gone (replicate.go): they answer 503 until they are ready.
 	takingOver map[string]bool
+	// handingOff is set while a stopping node lets the writes under way
+	// on its replicated worlds finish before it releases them (handOff).
+	handingOff atomic.Bool
+	// declining is set once a stopping node takes no more forwarded
+	// calls (StopAnswering).
+	declining atomic.Bool
 }
 
 // lease is a world this node holds.
@@ -653,9 +659,19 @@ func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64
 				l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
 			}
 		case errors.Is(err, jetstream.ErrKeyExists):
-			// Someone else wrote the key: the world is theirs now.
+			// Someone else wrote the key: the world is theirs now. A
+			// replicated world's copy becomes a follower's.
 			if r.owned[id] == l {
 				delete(r.owned, id)
+				if rp := r.opts.Replication; rp != nil && l.kind == world.KindEmbedded {
+					rp.mu.Lock()
+					marked := !rp.demoting[id]
+					rp.demoting[id] = true // not followed before it moved aside
+					rp.mu.Unlock()
+					if marked {
+						go rp.demoteMarked(id)
+					}
+				}
 			}
 			r.log.Warn("lost the lease of a world to another node", "clientId", id)
 		default:
@@ -685,6 +701,7 @@ func (r *Registry) Close(ctx context.Context) {
 	r.cancel()
 	<-r.done
 	if r.opts.Replication != nil {
+		r.handOff(ctx)
 		r.opts.Replication.Close()
 	}
 	// A cluster that lost its quorum cannot take the releases: the leases
@@ -733,6 +750,56 @@ func (r *Registry) Close(ctx context.Context) {
 	}
 }
 
+// handOffMessage answers the calls that reach a stopping node's
+// replicated world once it hands the world over (its client id, then the
+// node's name).
+const handOffMessage = "World %s is unavailable: node %s is stopping and hands it over to another node; the call was not carried out: try again in a moment"
+
+// handOffLimit bounds how long a stopping node waits for the writes under
+// way on its replicated worlds; a write still waiting for its append
+// afterwards (a log without a leader) is answered by the append's own
+// error, which says whether it was applied.
+const handOffLimit = 2 * time.Second
+
+// handOff lets the writes under way on the node's replicated worlds
+// finish before a stop releases them: were the lease released first, a
+// follower would take the world over at once and the log would refuse
+// those writes' appends. New calls for these worlds are answered with a
+// 503 saying that they were not carried out, and each world's engine
+// closes once its writes under way are committed (and appended).
+func (r *Registry) handOff(ctx context.Context) {
+	r.handingOff.Store(true)
+	r.mu.RLock()
+	var ids []string
+	for id, l := range r.owned {
+		if l.kind == world.KindEmbedded {
+			ids = append(ids, id)
+		}
+	}
+	r.mu.RUnlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, handOffLimit)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Go(func() {
+				r.opts.Replication.opts.Worlds.Handoff(id, fmt.Sprintf(handOffMessage, id, r.node.Name()))
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.log.Warn("stopping with writes still under way on a replicated world", "limit", handOffLimit)
+	}
+}
+
 // World implements server.Worlds.
 func (r *Registry) World(ctx context.Context, clientID string) (world.World, error) {
 	self := r.node.Name()
@@ -766,7 +833,13 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		if now.After(validUntil) {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
 		}
+		if r.handingOff.Load() && l.kind == world.KindEmbedded && r.opts.Replication != nil {
+			return nil, world.Errorf(world.ErrUnavailable, handOffMessage, clientID, self)
+		}
 		return r.opts.Local.World(ctx, clientID)
+	case r.handingOff.Load() && known && e.Node == self && r.opts.Replication != nil:
+		// Released by this stopping node: another node takes it over.
+		return nil, world.Errorf(world.ErrUnavailable, handOffMessage, clientID, self)
 	case known && e.Node != self:
 		if e.live(r.ttl) {
 			if rw != nil {

@@ -55,6 +55,7 @@ type ReplicatedWorlds interface {
 	WorldPath(clientID string) string
 	Adopt(clientID, dir string) error
 	Evict(clientID, dir string) error
+	Handoff(clientID, reason string)
 }
 
 // ReplicationOptions configure a [Replication].
@@ -68,6 +69,11 @@ type ReplicationOptions struct {
 	// over, before any call reaches it (the node publishes the events the
 	// former host journaled but could not publish).
 	TookOver func(ctx context.Context, clientID string, eng *world.Engine)
+	// Demoted, when set, is called once the node no longer serves a world
+	// it hosted (another node took it over): the node ends the event
+	// streams it fed from its own engine, whose subscribers then resume
+	// (with Last-Event-ID) from the events the cluster's bus brings.
+	Demoted func(clientID string)
 }
 
 // Replication replicates the node's embedded worlds and follows the other
@@ -86,6 +92,7 @@ type Replication struct {
 	mu        sync.Mutex
 	streams   map[string]bool      // the worlds whose stream this node made sure of
 	followers map[string]*follower // the worlds this node follows
+	demoting  map[string]bool      // the worlds whose copy is moving aside (demote)
 	nodes     map[string]time.Time // node name -> when its record was last written (as seen here)
 	watch     jetstream.KeyWatcher
 	objects   jetstream.ObjectStore // the snapshots' bucket, once made (snapshot.go)
@@ -111,7 +118,7 @@ func NewReplication(node *Node, opts ReplicationOptions) *Replication {
 	}
 	return &Replication{
 		node: node, log: node.log, opts: opts, copies: copies, nonce: rand.Text()[:10],
-		streams: map[string]bool{}, followers: map[string]*follower{}, nodes: map[string]time.Time{},
+		streams: map[string]bool{}, followers: map[string]*follower{}, demoting: map[string]bool{}, nodes: map[string]time.Time{},
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -222,14 +229,22 @@ var errLeaseLost = errors.New("this node no longer holds the world's lease")
 // holds the world's lease. A request no server answered (the stream is
 // electing a leader) is sent again, with the same message id, so that it
 // is stored once.
+//
+// Its errors tell the caller what became of the record: a world.Error of
+// kind ErrUnavailable saying that the write was not applied (the lease was
+// gone before the append, or the stream refused it), or that whether it
+// was applied is unknown (the lease ran out while no answer came).
 func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint64, error) {
 	r := rp.reg.Load()
 	if r == nil || !r.holds(clientID) {
-		return 0, errLeaseLost
+		return 0, world.Wrapf(world.ErrUnavailable, errLeaseLost, "World %s is unavailable: node %s no longer hosts it, and the write was not applied: try again", clientID, rp.node.Name())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	msg := &nats.Msg{Subject: worldSubject(clientID), Data: record}
+	if sig := rp.node.signer.signRecord(msg.Subject, last, record); sig != "" {
+		msg.Header = nats.Header{hdrSignature: []string{sig}}
+	}
 	id := fmt.Sprintf("%s-%s-%d", rp.node.Name(), rp.nonce, last)
 	for {
 		err := rp.ensureStream(ctx, clientID)
@@ -242,17 +257,19 @@ func (rp *Replication) Append(clientID string, last uint64, record []byte) (uint
 				return ack.Sequence, nil
 			}
 			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) {
+			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 				// The stream refused it (another node appended): final.
-				return 0, err
+				// Any other refusal (the stream moving its leader, say)
+				// is tried again while the lease holds.
+				return 0, world.Wrapf(world.ErrUnavailable, err, "World %s is unavailable: another node took it over from node %s, and the write was not applied: try again", clientID, rp.node.Name())
 			}
 		}
 		if !r.holds(clientID) {
-			return 0, errors.Join(errLeaseLost, err)
+			return 0, world.Wrapf(world.ErrUnavailable, errors.Join(errLeaseLost, err), "World %s: node %s lost its lease while the write was under way, so whether it was applied is unknown: read the world before trying again", clientID, rp.node.Name())
 		}
 		select {
 		case <-ctx.Done():
-			return 0, err
+			return 0, world.Wrapf(world.ErrUnavailable, err, "World %s: its replicated log did not answer in time, so whether the write was applied is unknown: read the world before trying again", clientID)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -268,7 +285,29 @@ func (rp *Replication) Fenced(clientID string, err error) {
 
 // demote stops hosting a world here and makes the node's copy a
 // follower's.
+//
+// It also serves a node that learns from a renewal that another node holds
+// the lease (it was paused or cut off past its lease): its engine may not
+// have been written since, so nothing fenced it. The world's copy is not
+// followed until it has moved aside.
 func (rp *Replication) demote(clientID string) {
+	rp.mu.Lock()
+	if rp.demoting[clientID] {
+		rp.mu.Unlock()
+		return
+	}
+	rp.demoting[clientID] = true
+	rp.mu.Unlock()
+	rp.demoteMarked(clientID)
+}
+
+// demoteMarked is demote for a world already marked as demoting.
+func (rp *Replication) demoteMarked(clientID string) {
+	defer func() {
+		rp.mu.Lock()
+		delete(rp.demoting, clientID)
+		rp.mu.Unlock()
+	}()
 	if r := rp.reg.Load(); r != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		r.Release(ctx, clientID)
@@ -276,6 +315,9 @@ func (rp *Replication) demote(clientID string) {
 	}
 	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
 		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
+	}
+	if rp.opts.Demoted != nil {
+		rp.opts.Demoted(clientID)
 	}
 }
 
@@ -347,8 +389,93 @@ func (rp *Replication) hosted(clientID string) {
 	}
 	if err != nil {
 		rp.log.Warn("could not start replicating a world", "clientId", clientID, "error", err)
+		return
 	}
+	rp.placeLeader(ctx, clientID)
 	rp.syncFiles(clientID)
+}
+
+// Stream leaders.
+//
+// JetStream elects a leader for each world's stream among the servers
+// that keep it, wherever it likes. A stream led by another node's server
+// stalls when that node dies: while its group elects a new leader (4 to
+// 9 s in nats-server), the host of a healthy world could not append. Once
+// a node serves a world (it claimed it, or took it over), it asks
+// JetStream to move the stream's leader to its own server (a stepdown with
+// a preferred placement), so that the death of a node stalls only the
+// streams of the worlds it hosted, which fail over anyway, and appends
+// need no hop to another server.
+
+// placeLeader asks JetStream to make the server this node is connected to
+// the leader of a world's stream, unless it leads it already.
+func (rp *Replication) placeLeader(ctx context.Context, clientID string) {
+	server := rp.node.nc.ConnectedServerName()
+	if server == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := rp.node.js.Stream(ctx, worldStream(clientID))
+	if err != nil {
+		rp.log.Debug("could not read a world's stream to place its leader", "clientId", clientID, "error", err)
+		return
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil || info.Cluster.Leader == server {
+		return
+	}
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
+	res, err := rp.node.nc.RequestWithContext(ctx, fmt.Sprintf("$JS.API.STREAM.LEADER.STEPDOWN.%s", worldStream(clientID)), req)
+	if err == nil {
+		var ans struct {
+			Success bool `json:"success"`
+			Error   *struct {
+				Description string `json:"description"`
+			} `json:"error"`
+		}
+		if err = json.Unmarshal(res.Data, &ans); err == nil && ans.Error != nil {
+			err = errors.New(ans.Error.Description)
+		}
+	}
+	if err != nil {
+		rp.log.Debug("could not move a world's stream leader to its host", "clientId", clientID, "from", info.Cluster.Leader, "error", err)
+		return
+	}
+	rp.log.Debug("moved a world's stream leader to its host", "clientId", clientID, "from", info.Cluster.Leader, "to", server)
+}
+
+// placeEvery is how often a node checks that it leads the streams of the
+// worlds it hosts (a leader can move when a server restarts), and
+// placeBatch how many worlds it checks each time, one after the other,
+// so that a node with many worlds spreads the checks out.
+const (
+	placeEvery = 5 * time.Second
+	placeBatch = 32
+)
+
+// placeLeaders checks the next placeBatch worlds this node hosts, from
+// after the one checked last, and moves their streams' leaders here.
+func (rp *Replication) placeLeaders(after string) string {
+	r := rp.reg.Load()
+	ids := r.HostedEmbedded()
+	start, _ := slices.BinarySearch(ids, after)
+	if start < len(ids) && ids[start] == after {
+		start++
+	}
+	ids = append(ids[start:], ids[:start]...)
+	ids = ids[:min(placeBatch, len(ids))]
+	last := after
+	for _, id := range ids {
+		select {
+		case <-rp.stop:
+			return last
+		default:
+		}
+		rp.placeLeader(context.Background(), id)
+		last = id
+	}
+	return last
 }
 
 // followEvery is how often the node reviews the worlds it follows.
@@ -360,13 +487,28 @@ func (rp *Replication) loop() {
 	defer close(rp.done)
 	t := time.NewTicker(followEvery)
 	defer t.Stop()
+	placed := time.Now()
+	placing := make(chan string, 1)
+	placing <- ""
 	for {
 		select {
 		case <-rp.stop:
+			// Wait for the check of the leaders under way, if any.
+			<-placing
 			return
 		case <-t.C:
 		}
 		rp.review()
+		if time.Since(placed) < placeEvery {
+			continue
+		}
+		select {
+		case after := <-placing:
+			placed = time.Now()
+			go func() { placing <- rp.placeLeaders(after) }()
+		default:
+			// The last check is still under way.
+		}
 	}
 }
 
@@ -387,6 +529,9 @@ func (rp *Replication) review() {
 		}
 	}
 	rp.mu.Lock()
+	for id := range rp.demoting {
+		delete(want, id)
+	}
 	var stale []*follower
 	for id, f := range rp.followers {
 		if _, ok := want[id]; !ok {
@@ -582,6 +727,7 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 	}
 	go rp.syncFiles(clientID)
 	rp.log.Info("took over a world whose host is gone", "clientId", clientID, "formerHost", h.Node, "seq", seq)
+	go rp.placeLeader(context.Background(), clientID)
 }
 
 // followResetAttempts bounds the attempts of a follower's consumer to
@@ -602,6 +748,8 @@ type follower struct {
 	// upToDate is set while the last record the consumer delivered was
 	// the stream's last.
 	upToDate bool
+	// reported is set once the follower logged that it caught up.
+	reported bool
 
 	snap snapState
 }
@@ -660,9 +808,7 @@ func (f *follower) consume() error {
 		return err
 	}
 	if s.CachedInfo().State.LastSeq == f.rep.Seq() {
-		f.mu.Lock()
-		f.upToDate = true
-		f.mu.Unlock()
+		f.setUpToDate(true)
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if f.rep.Seq() > 0 {
@@ -725,18 +871,42 @@ func (f *follower) consume() error {
 		if seq > f.rep.Seq()+1 {
 			return fmt.Errorf("the log skips from %d to %d: its records were trimmed", f.rep.Seq(), seq)
 		}
-		if seq > f.rep.Seq() {
-			if err := f.applyFiles(msg.Data()); err != nil {
-				return fmt.Errorf("apply the files of record %d: %w", seq, err)
+		if seq <= f.rep.Seq() {
+			continue // applied before (a redelivery)
+		}
+		if err := f.rp.node.signer.verifyRecord(msg.Subject(), seq-1, msg.Data(), msg.Headers().Get(hdrSignature)); err != nil {
+			// Not written by a node of the cluster: passed over, so that
+			// the records after it still follow.
+			f.rp.log.Warn("skipped a record of a world's log without a valid cluster signature", "clientId", f.id, "seq", seq, "reason", err)
+			if err := f.rep.Skip(seq); err != nil {
+				return fmt.Errorf("skip record %d: %w", seq, err)
 			}
+			f.setUpToDate(md.NumPending == 0)
+			continue
+		}
+		if err := f.applyFiles(msg.Data()); err != nil {
+			return fmt.Errorf("apply the files of record %d: %w", seq, err)
 		}
 		if err := f.rep.Apply(seq, msg.Data()); err != nil {
 			return fmt.Errorf("apply record %d: %w", seq, err)
 		}
-		f.mu.Lock()
-		f.upToDate = md.NumPending == 0
-		f.mu.Unlock()
+		f.setUpToDate(md.NumPending == 0)
 		f.afterApply(len(msg.Data()))
 	}
 	return nil
+}
+
+// setUpToDate records whether the copy holds the whole stream, and logs
+// the first time it does: from then on the node can take the world over
+// (operators and the fault script read how long a returning node took to
+// follow again).
+func (f *follower) setUpToDate(up bool) {
+	f.mu.Lock()
+	first := up && !f.reported
+	f.upToDate = up
+	f.reported = f.reported || up
+	f.mu.Unlock()
+	if first {
+		f.rp.log.Info("following a world: the copy holds its whole log", "clientId", f.id, "seq", f.rep.Seq())
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,4 +392,56 @@ func TestPausedHostIsFencedOff(t *testing.T) {
 	if _, ok := flags["stale"]; ok || flags["viaN2"] != float64(3) || flags["first"] != float64(1) {
 		t.Fatalf("west after the take-over: %v", flags)
 	}
+}
+
+// TestStreamLeaderFollowsItsHost checks that a world's stream is led by
+// its host's NATS server: once the host claimed it, again after the leader
+// was moved elsewhere, and on the node that took the world over after its
+// host died.
+func TestStreamLeaderFollowsItsHost(t *testing.T) {
+	nodes, _ := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	client := &http.Client{Timeout: 20 * time.Second}
+	// The first write may meet the world's claim under way on a loaded
+	// machine: it is retried.
+	waitFor(t, 30*time.Second, "a first write", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "first", 1) == http.StatusOK
+	})
+	server := func(n *relaytest.Relay) string { return n.Cluster().Conn().ConnectedServerName() }
+	leader := func(via *relaytest.Relay) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := via.Cluster().JetStream().Stream(ctx, "RELAY_WORLD_west")
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return s.CachedInfo().Cluster.Leader
+	}
+	waitFor(t, 20*time.Second, "n2 to lead west's stream", func() bool { return leader(n1) == server(n2) })
+
+	// An operator (or an election) moves the leader to n1: n2 takes it
+	// back.
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server(n1)}})
+	if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the leader to move to n1", func() bool { return leader(n1) == server(n1) })
+	waitFor(t, 30*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
+
+	// The host dies: the node that takes west over leads its stream.
+	n2.Cluster().Crash()
+	waitFor(t, 30*time.Second, "a write after the host died", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "after", 1) == http.StatusOK
+	})
+	var host *relaytest.Relay
+	waitFor(t, 20*time.Second, "a new host of west", func() bool {
+		for _, n := range []*relaytest.Relay{nodes[0], nodes[2]} {
+			if slices.Contains(n.Registry().HostedEmbedded(), "west") {
+				host = n
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 30*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
 }

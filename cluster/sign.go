@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,8 +53,12 @@ const signatureWindow = 30 * time.Second
 // forwarded calls a second, a node remembers 60,000.
 const maxNonces = 1 << 18
 
-// signingInfo binds the derived key to its use.
-const signingInfo = "relay cluster call signature v1"
+// signingInfo binds the derived key to its use, and recordSigningInfo
+// the key that signs the records of the worlds' logs to theirs.
+const (
+	signingInfo       = "relay cluster call signature v1"
+	recordSigningInfo = "relay cluster world record signature v1"
+)
 
 // errSignature is why a message's signature is refused.
 var (
@@ -69,6 +74,14 @@ var (
 type signer struct {
 	key []byte
 	now func() time.Time
+
+	// records holds HMAC states keyed for the worlds' log records, reset
+	// and used again: a record is signed by its host and checked by each
+	// follower, at every write, so the key schedule is not worked out
+	// again each time.
+	records sync.Pool
+	// refused counts the messages refused for their signature, by kind.
+	refused [refusedKinds]atomic.Int64
 
 	mu     sync.Mutex
 	nonces map[string]time.Time // nonce → when it may be forgotten
@@ -93,7 +106,86 @@ func newSigner(secret string) *signer {
 		panic("cluster: derive the signing key: " + err.Error())
 	}
 	s.key = key
+	recordKey, err := hkdf.Key(sha256.New, []byte(secret), nil, recordSigningInfo, sha256.Size)
+	if err != nil {
+		panic("cluster: derive the record signing key: " + err.Error())
+	}
+	s.records.New = func() any { return hmac.New(sha256.New, recordKey) }
 	return s
+}
+
+// The kinds of message whose refusals are counted.
+const (
+	refusedRecord = iota // a record of a world's log
+	refusedPing          // a liveness ping, or its answer
+	refusedCall          // a forwarded call, stream, upload or question
+	refusedKinds
+)
+
+// Refused counts the messages refused because they carried no valid
+// cluster signature: records of the worlds' logs that followers skipped,
+// liveness pings (and answers to them), and calls between nodes.
+func (n *Node) Refused() (records, pings, calls int64) {
+	s := n.signer
+	return s.refused[refusedRecord].Load(), s.refused[refusedPing].Load(), s.refused[refusedCall].Load()
+}
+
+// Records of the worlds' logs.
+//
+// A follower applies what the world's stream holds, and a client of the
+// NATS account could publish on the stream's subject too. With a cluster
+// secret, the host signs each record with an HMAC-SHA256 over the world's
+// subject, the sequence the record must follow (the expected last
+// sequence it is appended with) and its bytes, with a key of its own
+// derived from the secret; a follower skips a record whose signature is
+// missing or wrong, and counts it. The signature binds the record to its
+// place in the log: a signed record copied elsewhere in the log is
+// refused. It carries no timestamp or nonce: a follower may read a
+// record long after it was written.
+
+// signRecord returns the signature of a record appended after sequence
+// last on subject ("" without a secret).
+func (s *signer) signRecord(subject string, last uint64, data []byte) string {
+	if !s.enabled() {
+		return ""
+	}
+	return hex.EncodeToString(s.recordMAC(subject, last, data))
+}
+
+// verifyRecord checks the signature of the record at sequence last+1 of
+// subject, and counts a refusal.
+func (s *signer) verifyRecord(subject string, last uint64, data []byte, sig string) error {
+	if !s.enabled() {
+		return nil
+	}
+	err := errUnsigned
+	if sig != "" {
+		err = errBadSignature
+		var got [sha256.Size]byte
+		if n, derr := hex.Decode(got[:], []byte(sig)); derr == nil && n == len(got) && hmac.Equal(got[:], s.recordMAC(subject, last, data)) {
+			err = nil
+		}
+	}
+	if err != nil {
+		s.refused[refusedRecord].Add(1)
+	}
+	return err
+}
+
+// recordMAC is the HMAC of a record: its subject and the sequence it
+// follows, each with its length before it, then its bytes.
+func (s *signer) recordMAC(subject string, last uint64, data []byte) []byte {
+	m := s.records.Get().(hash.Hash)
+	defer s.records.Put(m)
+	m.Reset()
+	var head [8]byte
+	binary.BigEndian.PutUint64(head[:], uint64(len(subject)))
+	m.Write(head[:])
+	m.Write([]byte(subject))
+	binary.BigEndian.PutUint64(head[:], last)
+	m.Write(head[:])
+	m.Write(data)
+	return m.Sum(make([]byte, 0, sha256.Size))
 }
 
 // enabled reports whether messages are signed and checked.

@@ -1,9 +1,14 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,4 +128,109 @@ func TestNodeStops(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("a node whose cluster lost its quorum took %v to stop", took)
 	}
+}
+
+// TestStoppingHostFinishesItsWrites stops (gracefully) the host of a
+// replicated world while writers update it through the host itself and
+// through another node, and checks that the writes under way are not
+// refused because a follower took the world over: each is acknowledged,
+// or answered with a 503 that says what became of it, and every
+// acknowledged write is in the world once a follower serves it.
+func TestStoppingHostFinishesItsWrites(t *testing.T) {
+	nodes, _ := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	client := &http.Client{Timeout: 20 * time.Second}
+	// The first write may meet the world's claim under way on a loaded
+	// machine: it is retried.
+	waitFor(t, 30*time.Second, "a first write", func() bool {
+		return flagWrite(client, n1.Base, n1.AdminKey, "first", 1) == http.StatusOK
+	})
+
+	var mu sync.Mutex
+	acked := map[string]int{}
+	answers := map[string]int{} // 503 messages, and how often
+	var okCount atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		via := []*relaytest.Relay{n1, n2}[w%2]
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%d_%d", w, i)
+				st, msg := flagWriteAnswer(client, via.Base, via.AdminKey, name, i)
+				mu.Lock()
+				switch st {
+				case http.StatusOK:
+					acked[name] = i
+					okCount.Add(1)
+				case http.StatusServiceUnavailable:
+					answers[msg]++
+				}
+				mu.Unlock()
+				if st != http.StatusOK {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "writes before the stop", func() bool { return okCount.Load() >= 40 })
+	stopAll([]*relaytest.Relay{n2})
+	// Writes succeed again through n1 once a follower took west over.
+	after := okCount.Load()
+	waitFor(t, 30*time.Second, "writes after the stop", func() bool { return okCount.Load() > after+10 })
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d writes acknowledged; 503 answers: %v", len(acked), answers)
+	for msg := range answers {
+		// Each 503 says that the call was not carried out (the node was
+		// stopping, or no node served the world for a moment); none is
+		// a write refused half-way.
+		if strings.Contains(msg, "Could not save changes") || strings.Contains(msg, "unknown") || strings.Contains(msg, "no longer hosts it") {
+			t.Errorf("a write under way on the stopping host was refused: %q", msg)
+		}
+	}
+	var flags map[string]any
+	waitFor(t, 15*time.Second, "a read of west", func() bool {
+		var st int
+		flags, st = ariaFlags(t, n1)
+		return st == http.StatusOK
+	})
+	lost := 0
+	for k, v := range acked {
+		if got, ok := flags[k]; !ok || got != float64(v) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged writes lost", lost, len(acked))
+	}
+}
+
+// flagWriteAnswer is flagWrite that also returns the error's message.
+func flagWriteAnswer(client *http.Client, base, key, name string, value int) (int, string) {
+	body, _ := json.Marshal(map[string]any{"data": map[string]any{"flags": map[string]any{"test": map[string]any{name: value}}}})
+	req, err := http.NewRequest(http.MethodPut, base+"/update?clientId=west&uuid="+relaytest.AriaUUID, bytes.NewReader(body))
+	if err != nil {
+		return 0, err.Error()
+	}
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var env struct {
+		Error string `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	return resp.StatusCode, env.Error
 }

@@ -248,7 +248,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) 
 		}
 		// The embedded worlds are replicated when other nodes can keep
 		// copies of them; no world is open yet.
-		r.replication = cluster.NewReplication(r.cluster, cluster.ReplicationOptions{Worlds: r.worlds, DataDir: cfg.DataDir, TookOver: r.tookOver})
+		r.replication = cluster.NewReplication(r.cluster, cluster.ReplicationOptions{
+			Worlds: r.worlds, DataDir: cfg.DataDir, TookOver: r.tookOver,
+			Demoted: func(clientID string) { r.hub.Forget(clientID) },
+		})
 		if r.replication != nil {
 			r.worlds.SetReplicator(r.replication)
 		}

@@ -2,12 +2,17 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/server/keys"
 	"github.com/tabletop-relay/relay/server/signin"
+	"github.com/tabletop-relay/relay/world"
 )
 
 // accountService implements relayv1.AccountServiceServer. The policy of
@@ -19,6 +24,9 @@ type accountService struct {
 	// release, when set, lets go of what an account owns besides its
 	// keys (its linked worlds' tokens) before the account is deleted.
 	release func(ctx context.Context, accountID string) error
+	// chain resolves the account's embedded worlds to their hosts, which
+	// remove them when the account is deleted.
+	chain *Chain
 	// quotas applies the relay's defaults to the accounts' quotas.
 	quotas *quotaPolicy
 	// worlds counts the worlds each account owns; nil counts none.
@@ -143,11 +151,16 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 	if _, err := s.store.GetAccount(ctx, id); err != nil {
 		return nil, err
 	}
-	if s.release != nil && id != keys.OperatorAccount {
+	if id != keys.OperatorAccount {
 		// Its worlds go first: should that fail, the account is still
 		// there to delete again.
-		if err := s.release(ctx, id); err != nil {
+		if err := s.removeEmbeddedWorlds(ctx, id); err != nil {
 			return nil, err
+		}
+		if s.release != nil {
+			if err := s.release(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 	}
 	a, err := s.store.DeleteAccount(ctx, id)
@@ -163,6 +176,38 @@ func (s accountService) DeleteAccount(ctx context.Context, req *relayv1.DeleteAc
 		s.quotas.forget(id)
 	}
 	return &relayv1.DeleteAccountResponse{Account: accountToProto(a, usage{}, s.limitsOf(a))}, nil
+}
+
+// removeEmbeddedWorlds removes the embedded worlds of an account that is
+// being deleted, each by the node that hosts it, as DELETE
+// /worlds/{clientId} would: in a cluster its host also deletes its
+// replicated log and its events and has its followers drop their copies,
+// so that no node brings it back. A world that no node holds any more is
+// left to release, which forgets its owner record.
+func (s accountService) removeEmbeddedWorlds(ctx context.Context, accountID string) error {
+	if s.worlds == nil || s.chain == nil {
+		return nil
+	}
+	call := CallFrom(ctx)
+	// Deleting an account deletes its worlds: the host is asked to remove
+	// each one on behalf of the operator's key that deletes the account,
+	// with the authority that removal takes (the admin scope, any world,
+	// no tabletop user) and nothing more.
+	remover := call.Key
+	remover.Scopes = []string{keys.ScopeAdmin}
+	remover.ClientIDs, remover.ScopedUserID, remover.ClientUsers = nil, "", nil
+	removal := &Call{Method: relayv1.WorldService_DeleteWorld_FullMethodName, RequestID: call.RequestID, Key: remover}
+	worlds := worldService{worlds: s.worlds, chain: s.chain}
+	for _, clientID := range s.store.OwnedWorlds(accountID) {
+		err := worlds.remove(ctx, removal, clientID)
+		if errors.Is(err, world.ErrNotFound) || status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("remove the account's world %s: %w", clientID, err)
+		}
+	}
+	return nil
 }
 
 // checkPassword refuses a password that may not be set, before anything

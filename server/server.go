@@ -280,7 +280,7 @@ func New(cfg Config) (*Server, error) {
 		canvasService{},
 		scriptService{timeout: cfg.ScriptTimeout},
 		keyService{store: cfg.Keys, accounts: cfg.Keys, defaultMaxKeys: int64(cfg.AccountMaxKeys), maxPerCreator: cfg.MaxKeysPerCreator, chain: chain},
-		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits, signin: cfg.Signin},
+		accountService{store: cfg.Keys, release: cfg.ReleaseAccount, chain: chain, quotas: quotas, worlds: cfg.EmbeddedWorlds, streams: events.limits, signin: cfg.Signin},
 		worldService{worlds: cfg.EmbeddedWorlds, quotas: quotas, chain: chain, creating: &accountLocks{}},
 		signinService{signin: cfg.Signin},
 		auditService{log: cfg.Audit},

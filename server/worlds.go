@@ -201,25 +201,29 @@ func (s worldService) DeleteWorld(ctx context.Context, req *relayv1.DeleteWorldR
 	if s.worlds == nil {
 		return nil, status.Error(codes.Unavailable, "Embedded worlds cannot be removed on this relay")
 	}
-	// In a cluster the world's host removes it: the call goes there as
-	// the calls for a world do, with the key resolved here.
-	if call := CallFrom(ctx); !call.forwarded && s.chain.Worlds != nil {
-		w, err := s.chain.Worlds.World(ctx, clientID)
-		if remote, ok := w.(RemoteWorld); err == nil && ok {
-			resp, err := s.chain.forward(ctx, call, remote, req, relayv1.WorldService_DeleteWorld_FullMethodName)
-			if err != nil {
-				return nil, err
-			}
-			return resp.(*relayv1.DeleteWorldResponse), nil
-		}
-		if err != nil && !errors.Is(err, world.ErrNotFound) {
-			return nil, err
-		}
-	}
-	if err := s.worlds.DeleteWorld(ctx, clientID); err != nil {
+	if err := s.remove(ctx, CallFrom(ctx), clientID); err != nil {
 		return nil, err
 	}
 	return &relayv1.DeleteWorldResponse{ClientId: clientID}, nil
+}
+
+// remove removes the embedded world clientID where it lives. In a cluster
+// the world's host removes it: the removal goes there as the calls for a
+// world do, as call (with the key resolved here), and the host takes the
+// world out of the registry, deletes its replicated log and its events,
+// and has its followers drop their copies.
+func (s worldService) remove(ctx context.Context, call *Call, clientID string) error {
+	if !call.forwarded && s.chain.Worlds != nil {
+		w, err := s.chain.Worlds.World(ctx, clientID)
+		if remote, ok := w.(RemoteWorld); err == nil && ok {
+			_, err := s.chain.forward(ctx, call, remote, &relayv1.DeleteWorldRequest{ClientId: clientID}, relayv1.WorldService_DeleteWorld_FullMethodName)
+			return err
+		}
+		if err != nil && !errors.Is(err, world.ErrNotFound) {
+			return err
+		}
+	}
+	return s.worlds.DeleteWorld(ctx, clientID)
 }
 
 // quotaPolicy applies the accounts' quotas: each account's own, or the

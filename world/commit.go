@@ -2,6 +2,7 @@ package world
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -312,6 +313,12 @@ func (e *Engine) failGroup(group []*commitReq, cause error) {
 		e.journal.Abandon(e)
 	}
 	err := Wrapf(ErrUnavailable, cause, "Could not save changes to world %s", e.info.ClientID)
+	var said *Error
+	if errors.As(cause, &said) && errors.Is(said.Kind, ErrUnavailable) {
+		// The replicator says what became of the group (not applied, or
+		// unknown): the caller is told that.
+		err = cause
+	}
 	for _, req := range group {
 		req.err = err
 		if req.prepErr != nil {

@@ -55,6 +55,9 @@ type Engine struct {
 	// snap is the published state: durable, what readers see.
 	snap   atomic.Pointer[snapshot]
 	closed atomic.Bool
+	// handedOff, set by Host.Handoff before the engine closes, is what
+	// the calls that reach it afterwards are told.
+	handedOff atomic.Pointer[string]
 
 	closeOnce sync.Once
 	closeErr  error
@@ -254,6 +257,9 @@ func (e *Engine) view() *View { return &View{snap: e.snap.Load()} }
 // ready fails once the world is closed.
 func (e *Engine) ready() error {
 	if e.closed.Load() {
+		if msg := e.handedOff.Load(); msg != nil {
+			return Errorf(ErrUnavailable, "%s", *msg)
+		}
 		return Errorf(ErrUnavailable, "World %s is closed", e.info.ClientID)
 	}
 	if e.fenced.Load() {

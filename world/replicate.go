@@ -465,6 +465,20 @@ func (r *Replica) Apply(seq uint64, data []byte) error {
 	return nil
 }
 
+// Skip passes over record seq of the log without applying it (a record
+// the follower refused), so that the record after it follows the copy.
+func (r *Replica) Skip(seq uint64) error {
+	if seq <= r.seq {
+		return nil
+	}
+	req := &commitReq{meta: map[string]string{metaReplSeq: strconv.FormatUint(seq, 10)}}
+	if err := r.st.writeGroup(context.Background(), []*commitReq{req}); err != nil {
+		return err
+	}
+	r.seq = seq
+	return nil
+}
+
 // reset empties the copy before a new base.
 func (r *Replica) reset(ctx context.Context) error {
 	for _, q := range []string{"DELETE FROM documents", "DELETE FROM meta", "DELETE FROM journal"} {
@@ -638,6 +652,26 @@ func (h *Host) Evict(clientID, dir string) error {
 	}
 	h.forgetIDs()
 	return nil
+}
+
+// Handoff closes world clientID, if it is open, for another node to take
+// it over: the writes under way finish (their groups are committed, and
+// appended to the world's log, first), and the calls that reach the
+// engine afterwards fail with ErrUnavailable and the message reason,
+// which should tell the caller that the call was not carried out. A later
+// World opens the world again.
+func (h *Host) Handoff(clientID, reason string) {
+	h.mu.Lock()
+	w := h.worlds[clientID]
+	h.mu.Unlock()
+	if w == nil {
+		return
+	}
+	<-w.ready
+	if w.eng != nil {
+		w.eng.handedOff.Store(&reason)
+		_ = w.eng.Close()
+	}
 }
 
 // SetReplicator makes every world the host opens from now on replicate
