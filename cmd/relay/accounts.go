@@ -101,62 +101,53 @@ func accountsList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // accountsByID runs the subcommands that take one account id.
 func accountsByID(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay accounts "+verb, flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	id, err := parseOneArg(fset, args, "account ID (see relay accounts list)")
-	if err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	svc := relayv1.NewAccountServiceClient(conn)
-	var a *relayv1.Account
-	switch verb {
-	case "show":
-		var resp *relayv1.GetAccountResponse
-		if resp, err = svc.GetAccount(ctx, &relayv1.GetAccountRequest{Id: id}); err == nil {
-			a = resp.GetAccount()
-		}
-	case "suspend":
-		var resp *relayv1.SuspendAccountResponse
-		if resp, err = svc.SuspendAccount(ctx, &relayv1.SuspendAccountRequest{Id: id}); err == nil {
-			a = resp.GetAccount()
-		}
-	case "resume":
-		var resp *relayv1.ResumeAccountResponse
-		if resp, err = svc.ResumeAccount(ctx, &relayv1.ResumeAccountRequest{Id: id}); err == nil {
-			a = resp.GetAccount()
-		}
-	case "delete":
-		var resp *relayv1.DeleteAccountResponse
-		if resp, err = svc.DeleteAccount(ctx, &relayv1.DeleteAccountRequest{Id: id}); err == nil {
-			a = resp.GetAccount()
-		}
-	}
-	if err != nil {
-		return cf.callError(err)
-	}
-	switch verb {
-	case "suspend":
-		fmt.Fprintf(stderr, "Suspended account %s (%s); its keys are refused until it is resumed\n", a.GetId(), a.GetName())
-	case "resume":
-		fmt.Fprintf(stderr, "Resumed account %s (%s)\n", a.GetId(), a.GetName())
-	case "delete":
-		fmt.Fprintf(stderr, "Deleted account %s (%s) with its keys and worlds\n", a.GetId(), a.GetName())
-		return nil
-	}
-	l, u := a.GetLimits(), a.GetUsage()
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\ncreated\t%s\n", a.GetId(), a.GetName(), accountState(a), orDash(a.GetCreatedAt()))
-	fmt.Fprintf(tw, "keys\t%d of %s\nworlds\t%d of %s\nstreams\t%d of %s\nrequests this minute\t%d of %s\nstored bytes\t%d of %s\nupload bytes per file\t%s\n",
-		u.GetKeys(), limitText(int64(l.GetKeys())), u.GetWorlds(), limitText(int64(l.GetWorlds())), u.GetStreams(), limitText(int64(l.GetStreams())),
-		u.GetRequestsThisMinute(), limitText(int64(l.GetRequestsPerMinute())), u.GetStoredBytes(), limitText(l.GetStoredBytes()), limitText(l.GetUploadBytes()))
-	return tw.Flush()
+	return idCommand(ctx, "relay accounts "+verb, args, stderr, "", "account ID (see relay accounts list)",
+		func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, id string) error {
+			svc := relayv1.NewAccountServiceClient(conn)
+			var a *relayv1.Account
+			var err error
+			switch verb {
+			case "show":
+				var resp *relayv1.GetAccountResponse
+				if resp, err = svc.GetAccount(ctx, &relayv1.GetAccountRequest{Id: id}); err == nil {
+					a = resp.GetAccount()
+				}
+			case "suspend":
+				var resp *relayv1.SuspendAccountResponse
+				if resp, err = svc.SuspendAccount(ctx, &relayv1.SuspendAccountRequest{Id: id}); err == nil {
+					a = resp.GetAccount()
+				}
+			case "resume":
+				var resp *relayv1.ResumeAccountResponse
+				if resp, err = svc.ResumeAccount(ctx, &relayv1.ResumeAccountRequest{Id: id}); err == nil {
+					a = resp.GetAccount()
+				}
+			case "delete":
+				var resp *relayv1.DeleteAccountResponse
+				if resp, err = svc.DeleteAccount(ctx, &relayv1.DeleteAccountRequest{Id: id}); err == nil {
+					a = resp.GetAccount()
+				}
+			}
+			if err != nil {
+				return cf.callError(err)
+			}
+			switch verb {
+			case "suspend":
+				fmt.Fprintf(stderr, "Suspended account %s (%s); its keys are refused until it is resumed\n", a.GetId(), a.GetName())
+			case "resume":
+				fmt.Fprintf(stderr, "Resumed account %s (%s)\n", a.GetId(), a.GetName())
+			case "delete":
+				fmt.Fprintf(stderr, "Deleted account %s (%s) with its keys and worlds\n", a.GetId(), a.GetName())
+				return nil
+			}
+			l, u := a.GetLimits(), a.GetUsage()
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "id\t%s\nname\t%s\nstate\t%s\ncreated\t%s\n", a.GetId(), a.GetName(), accountState(a), orDash(a.GetCreatedAt()))
+			fmt.Fprintf(tw, "keys\t%d of %s\nworlds\t%d of %s\nstreams\t%d of %s\nrequests this minute\t%d of %s\nstored bytes\t%d of %s\nupload bytes per file\t%s\n",
+				u.GetKeys(), limitText(int64(l.GetKeys())), u.GetWorlds(), limitText(int64(l.GetWorlds())), u.GetStreams(), limitText(int64(l.GetStreams())),
+				u.GetRequestsThisMinute(), limitText(int64(l.GetRequestsPerMinute())), u.GetStoredBytes(), limitText(l.GetStoredBytes()), limitText(l.GetUploadBytes()))
+			return tw.Flush()
+		})
 }
 
 // accountState describes whether an account is suspended.

@@ -73,23 +73,13 @@ func invitesList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 func invitesRevoke(ctx context.Context, args []string, _, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay invites revoke", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	id, err := parseOneArg(fset, args, "invite ID (see relay invites list)")
-	if err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewSigninServiceClient(conn).RevokeInvite(ctx, &relayv1.RevokeInviteRequest{Id: id})
-	if err != nil {
-		return cf.callError(err)
-	}
-	fmt.Fprintf(stderr, "Invite %s is %s\n", resp.GetInvite().GetId(), resp.GetInvite().GetStatus())
-	return nil
+	return idCommand(ctx, "relay invites revoke", args, stderr, "", "invite ID (see relay invites list)",
+		func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, id string) error {
+			resp, err := relayv1.NewSigninServiceClient(conn).RevokeInvite(ctx, &relayv1.RevokeInviteRequest{Id: id})
+			if err != nil {
+				return cf.callError(err)
+			}
+			fmt.Fprintf(stderr, "Invite %s is %s\n", resp.GetInvite().GetId(), resp.GetInvite().GetStatus())
+			return nil
+		})
 }

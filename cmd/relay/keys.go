@@ -283,6 +283,34 @@ func parseOneArg(fset *flag.FlagSet, args []string, needs string) (string, error
 	return fset.Arg(0), nil
 }
 
+// idCommand runs a command that takes one id: it parses the client flags
+// and the id (needs says what the id is, for the usage error), dials the
+// relay and hands the connection and the id to run. usage, when not
+// empty, is printed above the flags by -h.
+func idCommand(ctx context.Context, name string, args []string, stderr io.Writer, usage, needs string,
+	run func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, id string) error) error {
+	fset := flag.NewFlagSet(name, flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fset)
+	if usage != "" {
+		fset.Usage = func() {
+			fmt.Fprintln(stderr, usage)
+			fset.PrintDefaults()
+		}
+	}
+	id, err := parseOneArg(fset, args, needs)
+	if err != nil {
+		return err
+	}
+	ctx, conn, done, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return run(ctx, conn, &cf, id)
+}
+
 // listCommand runs a list command (the flag set's name): it parses the
 // client flags, refuses arguments, asks the relay for the items with
 // fetch, and prints them as an aligned table, one row of cells per item
@@ -317,25 +345,15 @@ func listCommand[T any](ctx context.Context, name string, args []string, stdout,
 }
 
 func keysRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay keys revoke", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	id, err := parseOneArg(fset, args, "key ID (see relay keys list)")
-	if err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewKeyServiceClient(conn).RevokeKey(ctx, &relayv1.RevokeKeyRequest{Id: id})
-	if err != nil {
-		return cf.callError(err)
-	}
-	fmt.Fprintf(stderr, "Revoked key %s (%s); requests with it are refused from now on\n", resp.GetApiKey().GetId(), resp.GetApiKey().GetName())
-	return nil
+	return idCommand(ctx, "relay keys revoke", args, stderr, "", "key ID (see relay keys list)",
+		func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, id string) error {
+			resp, err := relayv1.NewKeyServiceClient(conn).RevokeKey(ctx, &relayv1.RevokeKeyRequest{Id: id})
+			if err != nil {
+				return cf.callError(err)
+			}
+			fmt.Fprintf(stderr, "Revoked key %s (%s); requests with it are refused from now on\n", resp.GetApiKey().GetId(), resp.GetApiKey().GetName())
+			return nil
+		})
 }
 
 func worldsCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"google.golang.org/grpc"
+
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 )
 
@@ -47,33 +49,20 @@ func worldsPairCode(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // worldsUnpair unpairs a linked world on a running relay.
 func worldsUnpair(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay worlds unpair", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	fset.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: relay worlds unpair [flags] CLIENT_ID\n\nUnpairs a linked world: its connection token is revoked and its connection\nclosed. The world keeps its clientId; a new pairing code restores it.\n\nFlags:")
-		fset.PrintDefaults()
-	}
-	clientID, err := parseOneArg(fset, args, "clientId")
-	if err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewLinkServiceClient(conn).UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: clientID})
-	if err != nil {
-		return cf.callError(err)
-	}
-	state := "it was not connected"
-	if resp.GetDisconnected() {
-		state = "its connection was closed"
-	}
-	fmt.Fprintf(stderr, "Unpaired world %s: %d connection token(s) revoked; %s\n", resp.GetClientId(), resp.GetRevokedTokens(), state)
-	return nil
+	const usage = "Usage: relay worlds unpair [flags] CLIENT_ID\n\nUnpairs a linked world: its connection token is revoked and its connection\nclosed. The world keeps its clientId; a new pairing code restores it.\n\nFlags:"
+	return idCommand(ctx, "relay worlds unpair", args, stderr, usage, "clientId",
+		func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, clientID string) error {
+			resp, err := relayv1.NewLinkServiceClient(conn).UnpairWorld(ctx, &relayv1.UnpairWorldRequest{ClientId: clientID})
+			if err != nil {
+				return cf.callError(err)
+			}
+			state := "it was not connected"
+			if resp.GetDisconnected() {
+				state = "its connection was closed"
+			}
+			fmt.Fprintf(stderr, "Unpaired world %s: %d connection token(s) revoked; %s\n", resp.GetClientId(), resp.GetRevokedTokens(), state)
+			return nil
+		})
 }
 
 // worldsCreate makes an embedded world on a running relay and prints only
@@ -116,27 +105,14 @@ func worldsCreate(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // worldsDelete removes an embedded world on a running relay.
 func worldsDelete(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fset := flag.NewFlagSet("relay worlds delete", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fset)
-	fset.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: relay worlds delete [flags] CLIENT_ID\n\nRemoves an embedded world with its documents, events and files, for good.\nOnly its account's keys and the operator's may. A linked world is unpaired\ninstead (relay worlds unpair).\n\nFlags:")
-		fset.PrintDefaults()
-	}
-	clientID, err := parseOneArg(fset, args, "clientId")
-	if err != nil {
-		return err
-	}
-	ctx, conn, done, err := cf.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := relayv1.NewWorldServiceClient(conn).DeleteWorld(ctx, &relayv1.DeleteWorldRequest{ClientId: clientID})
-	if err != nil {
-		return cf.callError(err)
-	}
-	fmt.Fprintf(stderr, "Removed world %s\n", resp.GetClientId())
-	return nil
+	const usage = "Usage: relay worlds delete [flags] CLIENT_ID\n\nRemoves an embedded world with its documents, events and files, for good.\nOnly its account's keys and the operator's may. A linked world is unpaired\ninstead (relay worlds unpair).\n\nFlags:"
+	return idCommand(ctx, "relay worlds delete", args, stderr, usage, "clientId",
+		func(ctx context.Context, conn *grpc.ClientConn, cf *clientFlags, clientID string) error {
+			resp, err := relayv1.NewWorldServiceClient(conn).DeleteWorld(ctx, &relayv1.DeleteWorldRequest{ClientId: clientID})
+			if err != nil {
+				return cf.callError(err)
+			}
+			fmt.Fprintf(stderr, "Removed world %s\n", resp.GetClientId())
+			return nil
+		})
 }
