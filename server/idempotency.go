@@ -190,6 +190,50 @@ func (d *idempotency) end(flight string) {
 	d.mu.Unlock()
 }
 
+// keyed is one keyed write being served: its key, held against a second
+// request with the same key until done, and what the world's ledger
+// already holds for it.
+type keyed struct {
+	clientID, scope, key, flight string
+	ledger                       world.IdempotencyLedger
+	now                          time.Time
+	rec                          world.IdempotencyRecord
+	found                        bool
+}
+
+// claim holds key for the call's account and world, refusing it while
+// another request with it is served, and looks it up in the world's
+// ledger. The caller ends the claim with d.end(k.flight).
+func (d *idempotency) claim(ctx context.Context, call *Call, key string) (*keyed, error) {
+	k := &keyed{clientID: call.World.Info().ClientID, scope: call.Key.Account(), key: key}
+	k.flight = k.clientID + "\x00" + k.scope + "\x00" + key
+	if !d.begin(k.flight) {
+		return nil, status.Errorf(codes.AlreadyExists, "Idempotency-Key %q: a request with this key is still in progress; send it again once that one is answered", key)
+	}
+	k.ledger = d.ledger(call.World)
+	k.now = d.cfg.Now()
+	var err error
+	if k.rec, k.found, err = k.ledger.LookupIdempotent(ctx, k.scope, key, k.now, d.limits); err != nil {
+		d.end(k.flight)
+		return nil, err
+	}
+	return k, nil
+}
+
+// keep records the answer of an applied keyed write, in kept, when it is
+// small enough, else only that the write was applied. The answer is kept
+// even if the caller left.
+func (d *idempotency) keep(ctx context.Context, call *Call, k *keyed, kept world.IdempotencyRecord, resp proto.Message) {
+	if out, err := proto.Marshal(resp); err == nil && len(out) <= d.cfg.AnswerBytes {
+		kept.State, kept.Answer = world.IdempotencyAnswered, out
+	} else {
+		kept.State = world.IdempotencyUnkept
+	}
+	if err := k.ledger.RecordIdempotent(context.WithoutCancel(ctx), k.scope, k.key, kept, d.limits); err != nil {
+		d.log.WarnContext(ctx, "could not keep the answer of an idempotent write", "world", k.clientID, "method", call.Method, "error", err)
+	}
+}
+
 // serve answers a keyed write: with the answer kept for its key, or by
 // running handler and keeping its answer.
 func (d *idempotency) serve(ctx context.Context, call *Call, req any, values []string, handler grpc.UnaryHandler) (any, error) {
@@ -211,25 +255,16 @@ func (d *idempotency) serve(ctx context.Context, call *Call, req any, values []s
 	h.Write(body)
 	hash := hex.EncodeToString(h.Sum(nil))
 
-	clientID := call.World.Info().ClientID
-	scope := call.Key.Account()
-	flight := clientID + "\x00" + scope + "\x00" + key
-	if !d.begin(flight) {
-		return nil, status.Errorf(codes.AlreadyExists, "Idempotency-Key %q: a request with this key is still in progress; send it again once that one is answered", key)
-	}
-	defer d.end(flight)
-
-	ledger := d.ledger(call.World)
-	now := d.cfg.Now()
-	rec, found, err := ledger.LookupIdempotent(ctx, scope, key, now, d.limits)
+	k, err := d.claim(ctx, call, key)
 	if err != nil {
 		return nil, err
 	}
-	if found {
-		return d.replay(call, key, hash, rec, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
+	defer d.end(k.flight)
+	if k.found {
+		return d.replay(call, key, hash, k.rec, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 	}
-	mark := &world.IdempotencyMark{Scope: scope, Key: key, Limits: d.limits,
-		Record: world.IdempotencyRecord{At: now, Hash: hash, State: world.IdempotencyApplied, RequestID: call.RequestID}}
+	mark := &world.IdempotencyMark{Scope: k.scope, Key: key, Limits: d.limits,
+		Record: world.IdempotencyRecord{At: k.now, Hash: hash, State: world.IdempotencyApplied, RequestID: call.RequestID}}
 	resp, err := handler(world.WithIdempotency(ctx, mark), req)
 	if err != nil {
 		// A refused write changed nothing and is not kept; one whose first
@@ -237,16 +272,7 @@ func (d *idempotency) serve(ctx context.Context, call *Call, req any, values []s
 		// applied (the mark).
 		return resp, err
 	}
-	kept := mark.Record
-	if out, err := proto.Marshal(resp.(proto.Message)); err == nil && len(out) <= d.cfg.AnswerBytes {
-		kept.State, kept.Answer = world.IdempotencyAnswered, out
-	} else {
-		kept.State = world.IdempotencyUnkept
-	}
-	// The write is applied: its answer is kept even if the caller left.
-	if err := ledger.RecordIdempotent(context.WithoutCancel(ctx), scope, key, kept, d.limits); err != nil {
-		d.log.WarnContext(ctx, "could not keep the answer of an idempotent write", "world", clientID, "method", call.Method, "error", err)
-	}
+	d.keep(ctx, call, k, mark.Record, resp.(proto.Message))
 	return resp, nil
 }
 
@@ -356,25 +382,17 @@ func (d *idempotency) serveUpload(ctx context.Context, call *Call, values []stri
 	h.Write(first.GetChunk())
 	sum := func() string { return hex.EncodeToString(h.Sum(nil)) }
 
-	clientID := call.World.Info().ClientID
-	scope := call.Key.Account()
-	flight := clientID + "\x00" + scope + "\x00" + key
-	if !d.begin(flight) {
-		return nil, status.Errorf(codes.AlreadyExists, "Idempotency-Key %q: a request with this key is still in progress; send it again once that one is answered", key)
-	}
-	defer d.end(flight)
-	ledger := d.ledger(call.World)
-	now := d.cfg.Now()
-	rec, found, err := ledger.LookupIdempotent(ctx, scope, key, now, d.limits)
+	k, err := d.claim(ctx, call, key)
 	if err != nil {
 		return nil, err
 	}
-	if found {
+	defer d.end(k.flight)
+	if k.found {
 		// The request is known only once it is read whole.
 		if _, err := io.Copy(h, rest); err != nil {
 			return nil, err
 		}
-		resp, err := d.replay(call, key, sum(), rec, setHeader)
+		resp, err := d.replay(call, key, sum(), k.rec, setHeader)
 		if err != nil {
 			return nil, err
 		}
@@ -384,12 +402,6 @@ func (d *idempotency) serveUpload(ctx context.Context, call *Call, values []stri
 	if err != nil {
 		return nil, err
 	}
-	kept := world.IdempotencyRecord{At: now, Hash: sum(), State: world.IdempotencyUnkept, RequestID: call.RequestID}
-	if out, err := proto.Marshal(resp); err == nil && len(out) <= d.cfg.AnswerBytes {
-		kept.State, kept.Answer = world.IdempotencyAnswered, out
-	}
-	if err := ledger.RecordIdempotent(context.WithoutCancel(ctx), scope, key, kept, d.limits); err != nil {
-		d.log.WarnContext(ctx, "could not keep the answer of an idempotent upload", "world", clientID, "error", err)
-	}
+	d.keep(ctx, call, k, world.IdempotencyRecord{At: k.now, Hash: sum(), RequestID: call.RequestID}, resp)
 	return resp, nil
 }
