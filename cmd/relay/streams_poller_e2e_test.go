@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -270,11 +271,18 @@ func TestDetachedStreamEndsWhenTheRelayStops(t *testing.T) {
 	tr := startTestRelay(t)
 	s := openRawStream(t, tr.Addr(), "/scene/subscribe", tr.AdminKey, 0)
 	s.expect("connected")
-	go func() { _ = tr.Close(t.Context()) }()
+	// The stop runs on a context of its own: the test's is cancelled as
+	// soon as the test returns, which would cut the stop short and fail
+	// the clean-up's close.
+	closed := make(chan error, 1)
+	go func() { closed <- tr.Close(context.Background()) }()
 	for {
 		if _, err := s.next(5 * time.Second); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				t.Fatal("the stream is still open 5s after the relay began to stop")
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("stop the relay: %v", err)
 			}
 			return
 		}
