@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -50,6 +52,11 @@ func sseStream(t *testing.T, ctx context.Context, r *relaytest.Relay, path, key,
 	return relaytest.ReadSSE(t, req)
 }
 
+// streamFailed names the last value grpcStream delivers when the stream
+// ended with an error of its own (not the caller's cancellation), so that
+// take can say why it ended.
+const streamFailed = "stream-failed"
+
 // grpcStream opens the actor stream over gRPC and delivers its events
 // until ctx ends.
 func grpcStream(t *testing.T, ctx context.Context, r *relaytest.Relay, key string, req *relayv1.SubscribeActorsRequest) <-chan streamEvent {
@@ -65,6 +72,9 @@ func grpcStream(t *testing.T, ctx context.Context, r *relaytest.Relay, key strin
 		for {
 			resp, err := stream.Recv()
 			if err != nil {
+				if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+					out <- streamEvent{Name: streamFailed, Data: err.Error()}
+				}
 				return
 			}
 			ev := resp.GetEvent()
@@ -85,6 +95,9 @@ func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamE
 		case ev, ok := <-stream:
 			if !ok {
 				t.Fatalf("%s: the stream ended after %d events", what, len(out))
+			}
+			if ev.Name == streamFailed {
+				t.Fatalf("%s: the stream failed after %d events: %s", what, len(out), ev.Data)
 			}
 			out = append(out, ev)
 		case <-timeout:

@@ -22,7 +22,8 @@ func FreeAddrs(t testing.TB, n int) []string {
 // Configs returns the cluster configurations of n embedded nodes named
 // n1, n2, ... that route to each other, each with a data directory of its
 // own under t.TempDir(), a short lease (lease) and a forward time-out of
-// two seconds, so that tests of lost hosts run fast. They allow a minute
+// ten seconds: short enough for tests of lost hosts, long enough that a
+// loaded machine running the race detector answers every live call. They allow a minute
 // to start, as a relay does: a loaded machine may take that long to
 // start three NATS servers with the race detector.
 func Configs(t testing.TB, n int, lease time.Duration) []cluster.Config {
@@ -36,7 +37,7 @@ func Configs(t testing.TB, n int, lease time.Duration) []cluster.Config {
 			ClusterListen:  addrs[i],
 			ClusterPeers:   addrs,
 			LeaseTTL:       lease,
-			ForwardTimeout: 2 * time.Second,
+			ForwardTimeout: 10 * time.Second,
 			StartTimeout:   cluster.DefaultStartTimeout,
 		}
 	}
