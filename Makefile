@@ -132,9 +132,14 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 	cd $(DOCS_SITE) && ./node_modules/.bin/vitepress build build/docs
 	cd $(DOCS_SITE) && node check-links.mjs build/docs/.vitepress/dist ../../README.md
 
+# TEST_TIMEOUT bounds each package's tests. cmd/relay takes over 3 min
+# under the race detector on a quiet machine of two cores, and over go
+# test's default of 10 min when other work keeps both cores busy.
+TEST_TIMEOUT ?= 45m
+
 .PHONY: test
 test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector
