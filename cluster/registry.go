@@ -965,7 +965,7 @@ type latest struct {
 func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
 	var msg *nats.Msg
-	err := steady.Do(ctx, func(attempt context.Context) error {
+	err := steady.Do(ctx, r.node.nc, func(attempt context.Context) error {
 		var err error
 		msg, err = r.node.nc.RequestWithContext(attempt, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
 		return err

@@ -2,6 +2,7 @@ package shared
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/audit"
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 )
 
 // AuditStream is the JetStream stream of the cluster's audit log.
@@ -155,7 +157,16 @@ func (s *AuditStore) List(ctx context.Context, q audit.Query) (audit.Page, error
 		since := q.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := s.stream.CreateConsumer(ctx, cfg)
+	// The consumer is named before it is asked for, so that asking again
+	// (the stream electing a leader, an answer lost on a loaded machine)
+	// finds the one made already rather than making a second.
+	cfg.Name = "audit_" + rand.Text()
+	var cons jetstream.Consumer
+	err := steady.Do(ctx, s.js.Conn(), func(attempt context.Context) error {
+		var err error
+		cons, err = s.stream.CreateConsumer(attempt, cfg)
+		return err
+	})
 	if err != nil {
 		return audit.Page{}, fmt.Errorf("shared: list audit records: %w", err)
 	}

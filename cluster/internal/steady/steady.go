@@ -82,15 +82,18 @@ func Transient(err error) bool {
 // JetStream deduplicates), until it succeeds or fails for a reason other
 // than an election, for at most the caller's deadline (or [Wait]). Each
 // attempt gets a context of its own, bounded by the attempt time-out; an
-// attempt that ran out while ctx did not is sent again.
-func Do(ctx context.Context, op func(attempt context.Context) error) error {
-	return run(ctx, true, op)
+// attempt that ran out while ctx did not is sent again. nc, when not nil,
+// is the connection op's requests travel on: while it is not connected
+// (the node's NATS server is gone), nothing is sent again and the
+// operation is unavailable at once.
+func Do(ctx context.Context, nc *nats.Conn, op func(attempt context.Context) error) error {
+	return run(ctx, nc, true, op)
 }
 
 // run runs op as [Do] does; when repeatable is false, op runs with the
 // caller's context itself (an operation may keep using it after it
 // returns) and is sent again only when a server said it did not take it.
-func run(ctx context.Context, repeatable bool, op func(context.Context) error) error {
+func run(ctx context.Context, nc *nats.Conn, repeatable bool, op func(context.Context) error) error {
 	bounded, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		bounded, cancel = context.WithTimeout(ctx, Wait)
@@ -116,7 +119,7 @@ func run(ctx context.Context, repeatable bool, op func(context.Context) error) e
 			}
 			return err
 		}
-		if bounded.Err() != nil {
+		if bounded.Err() != nil || (nc != nil && !nc.IsConnected()) {
 			return unavailable(err)
 		}
 		select {
@@ -151,6 +154,15 @@ type steadyKV struct {
 	prefix string // of the subjects of the bucket's entries
 }
 
+// conn is the connection the bucket's requests travel on (nil for a
+// bucket without a JetStream context, in tests).
+func (s steadyKV) conn() *nats.Conn {
+	if s.js == nil {
+		return nil
+	}
+	return s.js.Conn()
+}
+
 // The headers of a key-value entry that JetStream and the client library
 // read: what a marker is (a deletion or a purge), and the rollup that makes
 // a purge remove the key's earlier revisions.
@@ -171,9 +183,9 @@ func keyValid(key string) bool {
 }
 
 // do1 runs a repeatable operation with one result through [Do].
-func do1[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+func do1[T any](ctx context.Context, nc *nats.Conn, op func(context.Context) (T, error)) (T, error) {
 	var out T
-	err := Do(ctx, func(attempt context.Context) error {
+	err := Do(ctx, nc, func(attempt context.Context) error {
 		var err error
 		out, err = op(attempt)
 		return err
@@ -183,9 +195,9 @@ func do1[T any](ctx context.Context, op func(context.Context) (T, error)) (T, er
 
 // once1 runs an operation with one result that is not safe to send again
 // unless a server said it did not take it.
-func once1[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
+func once1[T any](ctx context.Context, nc *nats.Conn, op func(context.Context) (T, error)) (T, error) {
 	var out T
-	err := run(ctx, false, func(ctx context.Context) error {
+	err := run(ctx, nc, false, func(ctx context.Context) error {
 		var err error
 		out, err = op(ctx)
 		return err
@@ -218,7 +230,7 @@ func (s steadyKV) writeAs(ctx context.Context, id, key string, value []byte, hea
 	if expect != nil {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expect))
 	}
-	return do1(ctx, func(attempt context.Context) (uint64, error) {
+	return do1(ctx, s.conn(), func(attempt context.Context) (uint64, error) {
 		m := &nats.Msg{Subject: s.prefix + key, Header: nats.Header{}, Data: value}
 		for k, v := range headers {
 			m.Header.Set(k, v)
@@ -253,7 +265,7 @@ func revisionMismatch(err error) error {
 func (s steadyKV) last(ctx context.Context, key string) (rev uint64, marker, found bool, err error) {
 	req, _ := json.Marshal(map[string]string{"last_by_subj": s.prefix + key})
 	var msg *nats.Msg
-	err = Do(ctx, func(attempt context.Context) error {
+	err = Do(ctx, s.conn(), func(attempt context.Context) error {
 		var err error
 		msg, err = s.js.Conn().RequestWithContext(attempt, "$JS.API.STREAM.MSG.GET.KV_"+s.Bucket(), req)
 		return err
@@ -307,11 +319,11 @@ func isMarker(hdrs []byte) bool {
 }
 
 func (s steadyKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
-	return do1(ctx, func(a context.Context) (jetstream.KeyValueEntry, error) { return s.KeyValue.Get(a, key) })
+	return do1(ctx, s.conn(), func(a context.Context) (jetstream.KeyValueEntry, error) { return s.KeyValue.Get(a, key) })
 }
 
 func (s steadyKV) GetRevision(ctx context.Context, key string, revision uint64) (jetstream.KeyValueEntry, error) {
-	return do1(ctx, func(a context.Context) (jetstream.KeyValueEntry, error) {
+	return do1(ctx, s.conn(), func(a context.Context) (jetstream.KeyValueEntry, error) {
 		return s.KeyValue.GetRevision(a, key, revision)
 	})
 }
@@ -325,38 +337,31 @@ func (s steadyKV) PutString(ctx context.Context, key string, value string) (uint
 }
 
 // Create stores value under key unless the key holds a value: like the
-// library's Create, it takes the place of a deleted or purged key.
-// Options (an entry's own time to live) are left to the library.
+// library's Create, it takes the place of a deleted or purged key, and
+// fails with jetstream.ErrKeyExists otherwise (also when another node's
+// write of the key is still being stored, so that its entry cannot be read
+// yet). Options (an entry's own time to live) are left to the library.
 func (s steadyKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
 	if len(opts) > 0 {
-		return once1(ctx, func(ctx context.Context) (uint64, error) { return s.KeyValue.Create(ctx, key, value, opts...) })
+		return once1(ctx, s.conn(), func(ctx context.Context) (uint64, error) { return s.KeyValue.Create(ctx, key, value, opts...) })
 	}
 	var expect uint64
-	for {
+	for tries := 1; ; tries++ {
 		rev, err := s.write(ctx, key, value, nil, &expect)
 		if !wrongRevision(err) {
 			return rev, err
 		}
 		last, marker, found, lerr := s.last(ctx, key)
-		switch {
-		case lerr != nil:
+		if lerr != nil {
 			return 0, lerr
-		case found && !marker:
-			return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
-		case found && last == expect:
-			// The marker the refused write expected is still the last
-			// entry: JetStream refused for another reason.
-			return 0, err
-		case found:
-			expect = last
-		default:
-			// The key's entries are gone (aged out) since the write was
-			// refused: it may be created afresh.
-			if expect == 0 {
-				return 0, err
-			}
-			expect = 0
 		}
+		// A marker that is not the one this write expected (deleted
+		// again meanwhile) is tried once or twice more; anything else
+		// means the key is taken.
+		if !found || !marker || last == expect || tries == 3 {
+			return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
+		}
+		expect = last
 	}
 }
 
@@ -369,7 +374,7 @@ func (s steadyKV) Update(ctx context.Context, key string, value []byte, revision
 // revision: see [DeleteAt]) is left to the library.
 func (s steadyKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
 	if len(opts) > 0 {
-		_, err := once1(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.KeyValue.Delete(ctx, key, opts...) })
+		_, err := once1(ctx, s.conn(), func(ctx context.Context) (struct{}, error) { return struct{}{}, s.KeyValue.Delete(ctx, key, opts...) })
 		return err
 	}
 	_, err := s.write(ctx, key, nil, map[string]string{operationHeader: operationDelete}, nil)
@@ -379,7 +384,7 @@ func (s steadyKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDe
 // Purge puts a purge marker for key, which removes its earlier revisions.
 func (s steadyKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
 	if len(opts) > 0 {
-		_, err := once1(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.KeyValue.Purge(ctx, key, opts...) })
+		_, err := once1(ctx, s.conn(), func(ctx context.Context) (struct{}, error) { return struct{}{}, s.KeyValue.Purge(ctx, key, opts...) })
 		return err
 	}
 	_, err := s.write(ctx, key, nil, map[string]string{operationHeader: operationPurge, rollupHeader: rollupSubject}, nil)
@@ -405,25 +410,25 @@ func DeleteAt(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64
 // caller's context, and are sent again only when a server said it did not
 // take them.
 func (s steadyKV) Keys(ctx context.Context, opts ...jetstream.WatchOpt) ([]string, error) {
-	return once1(ctx, func(ctx context.Context) ([]string, error) { return s.KeyValue.Keys(ctx, opts...) })
+	return once1(ctx, s.conn(), func(ctx context.Context) ([]string, error) { return s.KeyValue.Keys(ctx, opts...) })
 }
 
 func (s steadyKV) ListKeys(ctx context.Context, opts ...jetstream.WatchOpt) (jetstream.KeyLister, error) {
-	return once1(ctx, func(ctx context.Context) (jetstream.KeyLister, error) { return s.KeyValue.ListKeys(ctx, opts...) })
+	return once1(ctx, s.conn(), func(ctx context.Context) (jetstream.KeyLister, error) { return s.KeyValue.ListKeys(ctx, opts...) })
 }
 
 func (s steadyKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
-	return once1(ctx, func(ctx context.Context) (jetstream.KeyLister, error) {
+	return once1(ctx, s.conn(), func(ctx context.Context) (jetstream.KeyLister, error) {
 		return s.KeyValue.ListKeysFiltered(ctx, filters...)
 	})
 }
 
 func (s steadyKV) History(ctx context.Context, key string, opts ...jetstream.WatchOpt) ([]jetstream.KeyValueEntry, error) {
-	return once1(ctx, func(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
+	return once1(ctx, s.conn(), func(ctx context.Context) ([]jetstream.KeyValueEntry, error) {
 		return s.KeyValue.History(ctx, key, opts...)
 	})
 }
 
 func (s steadyKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
-	return do1(ctx, func(a context.Context) (jetstream.KeyValueStatus, error) { return s.KeyValue.Status(a) })
+	return do1(ctx, s.conn(), func(a context.Context) (jetstream.KeyValueStatus, error) { return s.KeyValue.Status(a) })
 }

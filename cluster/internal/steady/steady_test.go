@@ -74,7 +74,7 @@ func TestDoGivesUpAsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	calls := 0
-	err := Do(ctx, func(context.Context) error { calls++; return nats.ErrNoResponders })
+	err := Do(ctx, nil, func(context.Context) error { calls++; return nats.ErrNoResponders })
 	var werr *world.Error
 	if !errors.Is(err, world.ErrUnavailable) || !errors.As(err, &werr) || !errors.Is(werr.Cause, nats.ErrNoResponders) || calls < 2 {
 		t.Fatalf("Do = %#v after %d calls; want unavailable, caused by no responders", err, calls)
@@ -88,7 +88,7 @@ func TestDoGivesUpAsUnavailable(t *testing.T) {
 func TestDoSendsAnUnansweredAttemptAgain(t *testing.T) {
 	calls := 0
 	start := time.Now()
-	err := Do(context.Background(), func(attempt context.Context) error {
+	err := Do(context.Background(), nil, func(attempt context.Context) error {
 		calls++
 		if calls == 1 {
 			<-attempt.Done() // nobody answers
@@ -104,7 +104,7 @@ func TestDoSendsAnUnansweredAttemptAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
 	calls = 0
-	err = Do(ctx, func(attempt context.Context) error {
+	err = Do(ctx, nil, func(attempt context.Context) error {
 		calls++
 		<-attempt.Done()
 		return attempt.Err()
@@ -117,6 +117,31 @@ func TestDoSendsAnUnansweredAttemptAgain(t *testing.T) {
 	}
 }
 
+// TestDoGivesUpAtOnceWithoutAConnection: a node whose NATS server is gone
+// sends nothing again until its deadline, it answers unavailable after the
+// first attempt.
+func TestDoGivesUpAtOnceWithoutAConnection(t *testing.T) {
+	t.Parallel()
+	c := jstest.Start(t, 1)
+	nc := c.Conn(0)
+	c.Servers[0].Shutdown()
+	c.Servers[0].WaitForShutdown()
+	for deadline := time.Now().Add(30 * time.Second); nc.IsConnected(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection still says it is connected to a server that shut down")
+		}
+	}
+	calls := 0
+	err := Do(context.Background(), nc, func(attempt context.Context) error {
+		calls++
+		<-attempt.Done()
+		return attempt.Err()
+	})
+	if !errors.Is(err, world.ErrUnavailable) || calls != 1 {
+		t.Fatalf("Do = %v after %d calls; want unavailable after 1", err, calls)
+	}
+}
+
 // replicated starts a cluster of three servers and a bucket kept on all
 // three, made steady.
 func replicated(t *testing.T) steadyKV {
@@ -126,7 +151,7 @@ func replicated(t *testing.T) steadyKV {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var kv jetstream.KeyValue
-	err := Do(ctx, func(attempt context.Context) error {
+	err := Do(ctx, js.Conn(), func(attempt context.Context) error {
 		var err error
 		kv, err = js.CreateOrUpdateKeyValue(attempt, jetstream.KeyValueConfig{Bucket: "steady_test", Replicas: 3, Storage: jetstream.MemoryStorage})
 		return err
