@@ -140,6 +140,10 @@ test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sd
 test-short: ## the Go tests only, without the race detector
 	go test -count=1 ./...
 
+.PHONY: test-load
+test-load: ## run the cluster and stream tests RUNS times (10) under -race with every core kept busy; stops at the first failure
+	./scripts/test-under-load.sh
+
 .PHONY: crash
 crash: ## kill the relay 200 times under writes; every acknowledged write must survive
 	RELAY_CRASH_CYCLES=$${RELAY_CRASH_CYCLES:-200} go test -run '^TestCrash$$' -count=1 -v -timeout 60m ./cmd/relay/
