@@ -134,7 +134,7 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 
 .PHONY: test
 test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout 30m ./...
 
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector

@@ -33,7 +33,7 @@ for ((n = 1; n <= runs; n++)); do
 	before=$(load)
 	start=$SECONDS
 	# shellcheck disable=SC2086
-	if go test -race -count=1 $pkgs >"$logdir/run-$n.log" 2>&1; then
+	if go test -race -count=1 -timeout 30m $pkgs >"$logdir/run-$n.log" 2>&1; then
 		echo "run $n/$runs passed in $((SECONDS - start)) s (load average $before before, $(load) after)"
 	else
 		echo "run $n/$runs FAILED after $((SECONDS - start)) s (load average $before before, $(load) after):"
