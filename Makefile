@@ -132,18 +132,17 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 	cd $(DOCS_SITE) && ./node_modules/.bin/vitepress build build/docs
 	cd $(DOCS_SITE) && node check-links.mjs build/docs/.vitepress/dist ../../README.md
 
-# TEST_TIMEOUT bounds each package's tests. cmd/relay takes over 3 min
-# under the race detector on a quiet machine of two cores, and over go
-# test's default of 10 min when other work keeps both cores busy.
-TEST_TIMEOUT ?= 45m
-
 .PHONY: test
 test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
-	go test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	go test -race -count=1 -timeout 30m ./...
 
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector
 	go test -count=1 ./...
+
+.PHONY: test-load
+test-load: ## run the cluster and stream tests RUNS times (10) under -race with every core kept busy; stops at the first failure
+	./scripts/test-under-load.sh
 
 .PHONY: crash
 crash: ## kill the relay 200 times under writes; every acknowledged write must survive
