@@ -1,12 +1,17 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +242,193 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 	if _, pings, _ := nodes[1].Cluster().Refused(); pings != 1 {
 		t.Fatalf("n2 counted %d refused pings, want 1", pings)
 	}
+}
+
+// TestRogueClientCannotAnswerForNodes: in a cluster with a secret, a plain
+// NATS client inside the nodes' account that sees a forwarded call go by
+// answers it before the host does: a unary call with a made-up status, a
+// document, or NATS's "no responders"; a download with its own acceptance,
+// data and end, or a cancel and acknowledgements sent to the host; an
+// upload with its own acceptance and answer, or a cancel and data sent to
+// the host. The caller gets the host's true answer every time, the nodes
+// count what they dropped, and once the host is gone the caller gets a
+// clear 503, never the rogue's answer.
+func TestRogueClientCannotAnswerForNodes(t *testing.T) {
+	t.Parallel()
+	secret := strings.Repeat("3c9d", 16)
+	nodes, cfgs := startCluster(t, func(c *node.Config) { c.Cluster.ClusterSecret = secret })
+	n1, n2 := nodes[0], nodes[1]
+	rogue, err := n1.Cluster().Intruder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	b, _ := proto.Marshal(&spb.Status{Code: int32(codes.PermissionDenied), Message: "forged by the rogue"})
+	forgedStatus := base64.StdEncoding.EncodeToString(b)
+	publish := func(subject string, data []byte, headers ...string) {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		for i := 0; i+1 < len(headers); i += 2 {
+			m.Header.Set(headers[i], headers[i+1])
+		}
+		_ = rogue.PublishMsg(m)
+	}
+	// listen has the rogue act on every message on subject, and counts
+	// them.
+	listen := func(subject string, act func(*nats.Msg)) (*atomic.Int64, func()) {
+		var seen atomic.Int64
+		sub, err := rogue.Subscribe(subject, func(m *nats.Msg) {
+			seen.Add(1)
+			act(m)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rogue.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		return &seen, func() { _ = sub.Unsubscribe(); _ = rogue.Flush() }
+	}
+	// A script that runs for a moment on west's host, n2: the rogue
+	// answers long before the host does.
+	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 300) {} return {answer: 7};"}
+	call := func() relaytest.Response {
+		return n1.Do(http.MethodPost, "/execute-js", n1.AdminKey, relaytest.Q("clientId", "west"), slow)
+	}
+	want := call()
+	if want.Status != http.StatusOK {
+		t.Fatalf("a forwarded call: %d %s", want.Status, want.Body)
+	}
+	refused := n1.Cluster().RefusedAnswers()
+	moreRefused := func(what string, n *relaytest.Relay, before int64) int64 {
+		t.Helper()
+		var now int64
+		waitFor(t, 10*time.Second, what+": the refusals counted", func() bool {
+			now = n.Cluster().RefusedAnswers()
+			return now > before
+		})
+		return now
+	}
+
+	// Unary calls, answered at once by the rogue.
+	for what, forge := range map[string]func(reply string){
+		"a made-up status": func(reply string) { publish(reply, nil, "Relay-Status", forgedStatus) },
+		"a made-up document": func(reply string) {
+			publish(reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+		},
+		"no responders": func(reply string) { publish(reply, nil, "Status", "503") },
+		"a signature of another answer": func(reply string) {
+			publish(reply, nil, "Relay-Status", forgedStatus, "Relay-Signature", strings.Repeat("ab", 32))
+		},
+	} {
+		seen, stop := listen("relay.node.n2.call", func(m *nats.Msg) { forge(m.Reply) })
+		got := call()
+		stop()
+		if seen.Load() == 0 {
+			t.Fatalf("%s: the rogue saw no forwarded call", what)
+		}
+		if got.Status != http.StatusOK || !reflect.DeepEqual(got.Data(t), want.Data(t)) || got.Header.Get("Grpc-Metadata-X-Forged") != "" {
+			t.Fatalf("%s: the caller got %d %.300s, want the host's answer", what, got.Status, got.Body)
+		}
+		refused = moreRefused(what, n1, refused)
+	}
+
+	// Downloads: the rogue accepts them itself and sends data and an end
+	// of its own; then it cancels them and acknowledges on the host's
+	// acknowledgement subject.
+	big := bigFile()
+	seen, stop := listen("relay.node.n2.stream", func(m *nats.Msg) {
+		publish(m.Reply, nil, "Relay-Ack", "rogue.acks")
+		inbox := m.Header.Get("Relay-Inbox")
+		publish(inbox, []byte("forged"))
+		publish(inbox, nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+		publish(inbox, []byte("forged"), "Relay-Seq", "1", "Relay-Signature", strings.Repeat("cd", 32))
+	})
+	got := download(n1, "maps/big.bin")
+	stop()
+	if seen.Load() == 0 {
+		t.Fatal("the rogue saw no forwarded download")
+	}
+	if got.Status != http.StatusOK || !bytes.Equal(got.Body, big) {
+		t.Fatalf("a download the rogue answered: %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(big))
+	}
+	refused = moreRefused("a download answered by the rogue", n1, refused)
+	hostRefused := n2.Cluster().RefusedAnswers()
+	// The host reads acknowledgements once it has sent a window's worth
+	// of messages: a file of more chunks than that.
+	huge := randomBytes(9 << 20)
+	if err := os.WriteFile(filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps", "huge.bin"), huge, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The host's acceptance names the subject of its acknowledgements.
+	seen, stop = listen("_INBOX.>", func(m *nats.Msg) {
+		if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
+			publish(ackTo, []byte("cancel"))
+			publish(ackTo, []byte("1000000"))
+		}
+	})
+	got = download(n1, "maps/huge.bin")
+	stop()
+	if seen.Load() == 0 {
+		t.Fatal("the rogue saw no acceptance of a download")
+	}
+	if got.Status != http.StatusOK || !bytes.Equal(got.Body, huge) {
+		t.Fatalf("a download the rogue cancelled: %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(huge))
+	}
+	hostRefused = moreRefused("a download cancelled by the rogue", n2, hostRefused)
+
+	// Uploads: the rogue accepts one itself and answers it; then it
+	// cancels one on the host's upload subject and sends data of its own.
+	upload := func(name string) []byte {
+		data := randomBytes(2 << 20)
+		if err := grpcUpload(n1, "rogue", name, data); err != nil {
+			t.Fatalf("an upload of %s: %v", name, err)
+		}
+		return data
+	}
+	checkFile := func(name string, data []byte) {
+		t.Helper()
+		got := download(n1, "rogue/"+name)
+		if got.Status != http.StatusOK || !bytes.Equal(got.Body, data) {
+			t.Fatalf("rogue/%s after the upload: %d, %d bytes, want %d", name, got.Status, len(got.Body), len(data))
+		}
+	}
+	seen, stop = listen("relay.node.n2.upload", func(m *nats.Msg) {
+		publish(m.Reply, nil, "Relay-Up", "rogue.up")
+		publish(m.Header.Get("Relay-Inbox"), nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+	})
+	data := upload("one.bin")
+	stop()
+	if seen.Load() == 0 {
+		t.Fatal("the rogue saw no forwarded upload")
+	}
+	checkFile("one.bin", data)
+	refused = moreRefused("an upload answered by the rogue", n1, refused)
+	seen, stop = listen("_INBOX.>", func(m *nats.Msg) {
+		if upTo := m.Header.Get("Relay-Up"); upTo != "" {
+			publish(upTo, []byte("forged"))
+			publish(upTo, nil, "Relay-Cancelled", "1")
+			publish(upTo, nil, "Relay-End", "1")
+		}
+	})
+	data = upload("two.bin")
+	stop()
+	if seen.Load() == 0 {
+		t.Fatal("the rogue saw no acceptance of an upload")
+	}
+	checkFile("two.bin", data)
+	moreRefused("an upload cancelled by the rogue", n2, hostRefused)
+
+	// Once the host is gone, the rogue still answers its calls: the
+	// caller gets a 503 naming the world, not the rogue's answer.
+	_, stop = listen("relay.node.n2.call", func(m *nats.Msg) {
+		publish(m.Reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+	})
+	defer stop()
+	n2.Cluster().Crash()
+	got = call()
+	if got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "west") {
+		t.Fatalf("a read of west once its host is gone: %d %s, want a 503 naming west", got.Status, got.Body)
+	}
+	moreRefused("a call to a host that is gone", n1, refused)
 }
