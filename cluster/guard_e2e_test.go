@@ -273,9 +273,10 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 		}
 		_ = rogue.PublishMsg(m)
 	}
-	// listen has the rogue act on every message on subject, and counts
-	// them.
-	listen := func(subject string, act func(*nats.Msg)) (*atomic.Int64, func()) {
+	// listen has the rogue act on every message on subject while run
+	// runs, and fails t when it saw none.
+	listen := func(t *testing.T, subject string, act func(*nats.Msg), run func()) {
+		t.Helper()
 		var seen atomic.Int64
 		sub, err := rogue.Subscribe(subject, func(m *nats.Msg) {
 			seen.Add(1)
@@ -287,7 +288,22 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 		if err := rogue.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		return &seen, func() { _ = sub.Unsubscribe(); _ = rogue.Flush() }
+		run()
+		_ = sub.Unsubscribe()
+		_ = rogue.Flush()
+		if seen.Load() == 0 {
+			t.Fatalf("the rogue saw nothing on %s", subject)
+		}
+	}
+	// refusedBy checks that node n counted more refused answers while
+	// run ran.
+	refusedBy := func(t *testing.T, n *relaytest.Relay, run func()) {
+		t.Helper()
+		before := n.Cluster().RefusedAnswers()
+		run()
+		waitFor(t, 10*time.Second, "the refused answers counted on "+n.Cluster().Name(), func() bool {
+			return n.Cluster().RefusedAnswers() > before
+		})
 	}
 	// A script that runs for a moment on west's host, n2: the rogue
 	// answers long before the host does.
@@ -299,16 +315,6 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 	if want.Status != http.StatusOK {
 		t.Fatalf("a forwarded call: %d %s", want.Status, want.Body)
 	}
-	refused := n1.Cluster().RefusedAnswers()
-	moreRefused := func(what string, n *relaytest.Relay, before int64) int64 {
-		t.Helper()
-		var now int64
-		waitFor(t, 10*time.Second, what+": the refusals counted", func() bool {
-			now = n.Cluster().RefusedAnswers()
-			return now > before
-		})
-		return now
-	}
 
 	// Unary calls, answered at once by the rogue.
 	for what, forge := range map[string]func(reply string){
@@ -317,118 +323,108 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 			publish(reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
 		},
 		"no responders": func(reply string) { publish(reply, nil, "Status", "503") },
-		"a signature of another answer": func(reply string) {
+		"a made-up signature": func(reply string) {
 			publish(reply, nil, "Relay-Status", forgedStatus, "Relay-Signature", strings.Repeat("ab", 32))
 		},
 	} {
-		seen, stop := listen("relay.node.n2.call", func(m *nats.Msg) { forge(m.Reply) })
-		got := call()
-		stop()
-		if seen.Load() == 0 {
-			t.Fatalf("%s: the rogue saw no forwarded call", what)
-		}
-		if got.Status != http.StatusOK || !reflect.DeepEqual(got.Data(t), want.Data(t)) || got.Header.Get("Grpc-Metadata-X-Forged") != "" {
-			t.Fatalf("%s: the caller got %d %.300s, want the host's answer", what, got.Status, got.Body)
-		}
-		refused = moreRefused(what, n1, refused)
+		t.Run("call answered with "+what, func(t *testing.T) {
+			var got relaytest.Response
+			refusedBy(t, n1, func() {
+				listen(t, "relay.node.n2.call", func(m *nats.Msg) { forge(m.Reply) }, func() { got = call() })
+			})
+			if got.Status != http.StatusOK || !reflect.DeepEqual(got.Data(t), want.Data(t)) || got.Header.Get("Grpc-Metadata-X-Forged") != "" {
+				t.Fatalf("the caller got %d %.300s, want the host's answer", got.Status, got.Body)
+			}
+		})
 	}
 
-	// Downloads: the rogue accepts them itself and sends data and an end
-	// of its own; then it cancels them and acknowledges on the host's
+	// Downloads: the rogue accepts one itself and sends data and an end
+	// of its own; then it cancels one and acknowledges on the host's
 	// acknowledgement subject.
-	big := bigFile()
-	seen, stop := listen("relay.node.n2.stream", func(m *nats.Msg) {
-		publish(m.Reply, nil, "Relay-Ack", "rogue.acks")
-		inbox := m.Header.Get("Relay-Inbox")
-		publish(inbox, []byte("forged"))
-		publish(inbox, nil, "Relay-End", "1", "Relay-Status", forgedStatus)
-		publish(inbox, []byte("forged"), "Relay-Seq", "1", "Relay-Signature", strings.Repeat("cd", 32))
-	})
-	got := download(n1, "maps/big.bin")
-	stop()
-	if seen.Load() == 0 {
-		t.Fatal("the rogue saw no forwarded download")
-	}
-	if got.Status != http.StatusOK || !bytes.Equal(got.Body, big) {
-		t.Fatalf("a download the rogue answered: %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(big))
-	}
-	refused = moreRefused("a download answered by the rogue", n1, refused)
-	hostRefused := n2.Cluster().RefusedAnswers()
-	// The host reads acknowledgements once it has sent a window's worth
-	// of messages: a file of more chunks than that.
-	huge := randomBytes(9 << 20)
-	if err := os.WriteFile(filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps", "huge.bin"), huge, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The host's acceptance names the subject of its acknowledgements.
-	seen, stop = listen("_INBOX.>", func(m *nats.Msg) {
-		if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
-			publish(ackTo, []byte("cancel"))
-			publish(ackTo, []byte("1000000"))
+	checkDownload := func(t *testing.T, got relaytest.Response, want []byte) {
+		t.Helper()
+		if got.Status != http.StatusOK || !bytes.Equal(got.Body, want) {
+			t.Fatalf("the caller got %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(want))
 		}
+	}
+	t.Run("download answered", func(t *testing.T) {
+		var got relaytest.Response
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.stream", func(m *nats.Msg) {
+				publish(m.Reply, nil, "Relay-Ack", "rogue.acks")
+				inbox := m.Header.Get("Relay-Inbox")
+				publish(inbox, []byte("forged"))
+				publish(inbox, nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+				publish(inbox, []byte("forged"), "Relay-Seq", "1", "Relay-Signature", strings.Repeat("cd", 32))
+			}, func() { got = download(n1, "maps/big.bin") })
+		})
+		checkDownload(t, got, bigFile())
 	})
-	got = download(n1, "maps/huge.bin")
-	stop()
-	if seen.Load() == 0 {
-		t.Fatal("the rogue saw no acceptance of a download")
-	}
-	if got.Status != http.StatusOK || !bytes.Equal(got.Body, huge) {
-		t.Fatalf("a download the rogue cancelled: %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(huge))
-	}
-	hostRefused = moreRefused("a download cancelled by the rogue", n2, hostRefused)
+	t.Run("download cancelled", func(t *testing.T) {
+		// The host reads acknowledgements once it has sent a window's
+		// worth of messages: a file of more chunks than that.
+		huge := randomBytes(9 << 20)
+		if err := os.WriteFile(filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps", "huge.bin"), huge, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var got relaytest.Response
+		refusedBy(t, n2, func() {
+			// The host's acceptance names the subject of its
+			// acknowledgements.
+			listen(t, "_INBOX.>", func(m *nats.Msg) {
+				if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
+					publish(ackTo, []byte("cancel"))
+					publish(ackTo, []byte("1000000"))
+				}
+			}, func() { got = download(n1, "maps/huge.bin") })
+		})
+		checkDownload(t, got, huge)
+	})
 
 	// Uploads: the rogue accepts one itself and answers it; then it
 	// cancels one on the host's upload subject and sends data of its own.
-	upload := func(name string) []byte {
-		data := randomBytes(2 << 20)
-		if err := grpcUpload(n1, "rogue", name, data); err != nil {
-			t.Fatalf("an upload of %s: %v", name, err)
-		}
-		return data
-	}
-	checkFile := func(name string, data []byte) {
+	upload := func(t *testing.T, name string, forge func(*nats.Msg), subject string, by *relaytest.Relay) {
 		t.Helper()
-		got := download(n1, "rogue/"+name)
-		if got.Status != http.StatusOK || !bytes.Equal(got.Body, data) {
-			t.Fatalf("rogue/%s after the upload: %d, %d bytes, want %d", name, got.Status, len(got.Body), len(data))
-		}
+		data := randomBytes(2 << 20)
+		refusedBy(t, by, func() {
+			listen(t, subject, forge, func() {
+				if err := grpcUpload(n1, "rogue", name, data); err != nil {
+					t.Errorf("the upload: %v", err)
+				}
+			})
+		})
+		checkDownload(t, download(n1, "rogue/"+name), data)
 	}
-	seen, stop = listen("relay.node.n2.upload", func(m *nats.Msg) {
-		publish(m.Reply, nil, "Relay-Up", "rogue.up")
-		publish(m.Header.Get("Relay-Inbox"), nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+	t.Run("upload answered", func(t *testing.T) {
+		upload(t, "one.bin", func(m *nats.Msg) {
+			publish(m.Reply, nil, "Relay-Up", "rogue.up")
+			publish(m.Header.Get("Relay-Inbox"), nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+		}, "relay.node.n2.upload", n1)
 	})
-	data := upload("one.bin")
-	stop()
-	if seen.Load() == 0 {
-		t.Fatal("the rogue saw no forwarded upload")
-	}
-	checkFile("one.bin", data)
-	refused = moreRefused("an upload answered by the rogue", n1, refused)
-	seen, stop = listen("_INBOX.>", func(m *nats.Msg) {
-		if upTo := m.Header.Get("Relay-Up"); upTo != "" {
-			publish(upTo, []byte("forged"))
-			publish(upTo, nil, "Relay-Cancelled", "1")
-			publish(upTo, nil, "Relay-End", "1")
-		}
+	t.Run("upload cancelled", func(t *testing.T) {
+		upload(t, "two.bin", func(m *nats.Msg) {
+			if upTo := m.Header.Get("Relay-Up"); upTo != "" {
+				publish(upTo, []byte("forged"))
+				publish(upTo, nil, "Relay-Cancelled", "1")
+				publish(upTo, nil, "Relay-End", "1")
+			}
+		}, "_INBOX.>", n2)
 	})
-	data = upload("two.bin")
-	stop()
-	if seen.Load() == 0 {
-		t.Fatal("the rogue saw no acceptance of an upload")
-	}
-	checkFile("two.bin", data)
-	moreRefused("an upload cancelled by the rogue", n2, hostRefused)
 
 	// Once the host is gone, the rogue still answers its calls: the
 	// caller gets a 503 naming the world, not the rogue's answer.
-	_, stop = listen("relay.node.n2.call", func(m *nats.Msg) {
-		publish(m.Reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+	t.Run("host gone", func(t *testing.T) {
+		var got relaytest.Response
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.call", func(m *nats.Msg) {
+				publish(m.Reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+			}, func() {
+				n2.Cluster().Crash()
+				got = call()
+			})
+		})
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "west") {
+			t.Fatalf("a call to west once its host is gone: %d %.300s, want a 503 naming west", got.Status, got.Body)
+		}
 	})
-	defer stop()
-	n2.Cluster().Crash()
-	got = call()
-	if got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "west") {
-		t.Fatalf("a read of west once its host is gone: %d %s, want a 503 naming west", got.Status, got.Body)
-	}
-	moreRefused("a call to a host that is gone", n1, refused)
 }

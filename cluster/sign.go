@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash"
-	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -122,14 +121,14 @@ func newSigner(secret string) *signer {
 	if err != nil {
 		panic("cluster: derive the answer signing key: " + err.Error())
 	}
-	s.answers.New = func() any { return hmac.New(sha256.New, answerKey) }
+	s.answers.New = func() any { return &answerState{mac: hmac.New(sha256.New, answerKey)} }
 	return s
 }
 
 // The kinds of message whose refusals are counted.
 const (
 	refusedRecord = iota // a record of a world's log
-	refusedPing          // a liveness ping, or its answer
+	refusedPing          // a liveness ping
 	refusedCall          // a forwarded call, stream, upload or question
 	refusedAnswer        // an answer to one, or a message of a transfer
 	refusedKinds
@@ -137,7 +136,8 @@ const (
 
 // Refused counts the messages refused because they carried no valid
 // cluster signature: records of the worlds' logs that followers skipped,
-// liveness pings (and answers to them), and calls between nodes.
+// liveness pings, and calls between nodes (see RefusedAnswers for what
+// comes back).
 func (n *Node) Refused() (records, pings, calls int64) {
 	s := n.signer
 	return s.refused[refusedRecord].Load(), s.refused[refusedPing].Load(), s.refused[refusedCall].Load()
@@ -402,12 +402,20 @@ func (s *signer) checkAnswer(msg *nats.Msg, last *uint64, gaps bool) error {
 	if (last == nil) != (seq == 0) {
 		return errBadSignature
 	}
-	var got, want [sha256.Size]byte
-	if n, err := hex.Decode(got[:], []byte(sig)); err != nil || n != len(got) {
+	var want [sha256.Size]byte
+	var wantHex [2 * sha256.Size]byte
+	if len(sig) != len(wantHex) {
 		return errBadSignature
 	}
 	s.answerMAC(msg, seq, &want)
-	if !hmac.Equal(got[:], want[:]) {
+	hex.Encode(wantHex[:], want[:])
+	// Compared in constant time, as hmac.Equal does, without copying the
+	// header into bytes.
+	var diff byte
+	for i := range wantHex {
+		diff |= wantHex[i] ^ sig[i]
+	}
+	if diff != 0 {
 		return errBadSignature
 	}
 	switch {
@@ -422,32 +430,44 @@ func (s *signer) checkAnswer(msg *nats.Msg, last *uint64, gaps bool) error {
 	return nil
 }
 
+// answerState is an HMAC state keyed for answers, with the scratch room
+// its use needs, so that signing or checking a message costs no
+// allocation of its own.
+type answerState struct {
+	mac     hash.Hash
+	scratch []byte
+	names   [8]string
+	sum     [sha256.Size]byte
+}
+
+// field writes b, with its length before it.
+func (st *answerState) field(b []byte) {
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(b)))
+	st.mac.Write(st.scratch)
+	st.mac.Write(b)
+}
+
+// fieldString writes v, with its length before it.
+func (st *answerState) fieldString(v string) {
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(v)))
+	st.scratch = append(st.scratch, v...)
+	st.mac.Write(st.scratch)
+}
+
 // answerMAC writes into sum the HMAC of an answer or a transfer's message:
 // its subject, its place, its headers but the signature and the place
 // (sorted by name, each value in order) and its data, each with its
 // length before it.
 func (s *signer) answerMAC(msg *nats.Msg, seq uint64, sum *[sha256.Size]byte) {
-	m := s.answers.Get().(hash.Hash)
-	defer s.answers.Put(m)
-	m.Reset()
-	var n [8]byte
-	field := func(b []byte) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		m.Write(n[:])
-		m.Write(b)
-	}
-	fieldString := func(v string) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(v)))
-		m.Write(n[:])
-		_, _ = io.WriteString(m, v)
-	}
-	fieldString(msg.Subject)
-	binary.BigEndian.PutUint64(n[:], seq)
-	m.Write(n[:])
-	// The messages of a transfer carry two or three headers: a small
-	// array keeps their names off the heap.
-	var buf [8]string
-	names := buf[:0]
+	st := s.answers.Get().(*answerState)
+	defer s.answers.Put(st)
+	st.mac.Reset()
+	st.fieldString(msg.Subject)
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], seq)
+	st.mac.Write(st.scratch)
+	// The messages of a transfer carry two or three headers: the names
+	// fit the state's room.
+	names := st.names[:0]
 	for name := range msg.Header {
 		if name != hdrSignature && name != hdrSeq {
 			names = append(names, name)
@@ -455,14 +475,15 @@ func (s *signer) answerMAC(msg *nats.Msg, seq uint64, sum *[sha256.Size]byte) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		fieldString(name)
+		st.fieldString(name)
 		values := msg.Header[name]
-		binary.BigEndian.PutUint64(n[:], uint64(len(values)))
-		m.Write(n[:])
+		st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(values)))
+		st.mac.Write(st.scratch)
 		for _, v := range values {
-			fieldString(v)
+			st.fieldString(v)
 		}
 	}
-	field(msg.Data)
-	m.Sum(sum[:0])
+	clear(st.names[:])
+	st.field(msg.Data)
+	*sum = [sha256.Size]byte(st.mac.Sum(st.sum[:0]))
 }
