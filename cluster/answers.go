@@ -30,7 +30,8 @@ import (
 type answers struct {
 	once   sync.Once
 	err    error
-	prefix string // the inbox, with a dot: a request's subject adds a token
+	prefix string        // the inbox, with a dot: a request's subject adds a token
+	closed chan struct{} // closed when the node leaves NATS
 
 	mu      sync.Mutex
 	next    uint64
@@ -79,6 +80,9 @@ func (n *Node) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 		return m, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-a.closed:
+		// As NATS's own requests end when the connection closes.
+		return nil, nats.ErrConnectionClosed
 	}
 }
 
@@ -88,12 +92,14 @@ func (n *Node) startAnswers() error {
 	a.once.Do(func() {
 		a.prefix = n.nc.NewInbox() + "."
 		a.waiting = map[string]*awaited{}
+		a.closed = make(chan struct{})
 		var sub *nats.Subscription
 		sub, a.err = n.nc.Subscribe(a.prefix+"*", n.takeAnswer)
 		if a.err == nil {
-			// An answer may be as large as a call.
-			_ = sub.SetPendingLimits(-1, 64*maxPayload)
-			n.OnClose(func() { _ = sub.Unsubscribe() })
+			n.OnClose(func() {
+				_ = sub.Unsubscribe()
+				close(a.closed)
+			})
 		}
 	})
 	return a.err
@@ -102,7 +108,7 @@ func (n *Node) startAnswers() error {
 // takeAnswer hands a message on the answer inbox to the request it
 // answers, when it is that request's first valid answer; it drops the
 // rest (answers that came too late, forged ones, copies), counting those
-// that fail their signature.
+// that fail their signature, late or not.
 func (n *Node) takeAnswer(m *nats.Msg) {
 	a := &n.answers
 	token := m.Subject[len(a.prefix):]
@@ -110,6 +116,9 @@ func (n *Node) takeAnswer(m *nats.Msg) {
 	w := a.waiting[token]
 	a.mu.Unlock()
 	if w == nil {
+		if !noResponders(m) && n.signer.verifyAnswer(m) != nil {
+			n.log.Warn("dropped an answer between nodes without a valid cluster signature", "subject", m.Subject)
+		}
 		return
 	}
 	if noResponders(m) {

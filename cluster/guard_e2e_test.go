@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,8 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
@@ -250,7 +253,8 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 // document, or NATS's "no responders"; a download with its own acceptance,
 // data and end, or a cancel and acknowledgements sent to the host; an
 // upload with its own acceptance and answer, or a cancel and data sent to
-// the host. The caller gets the host's true answer every time, the nodes
+// the host; a question about a world's users with an answer of its own.
+// The caller gets the host's true answer every time, the nodes
 // count what they dropped, and once the host is gone the caller gets a
 // clear 503, never the rogue's answer.
 func TestRogueClientCannotAnswerForNodes(t *testing.T) {
@@ -362,23 +366,48 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 	})
 	t.Run("download cancelled", func(t *testing.T) {
 		// The host reads acknowledgements once it has sent a window's
-		// worth of messages: a file of more chunks than that.
+		// worth of messages: a file of more chunks than that, read over
+		// gRPC by a caller that pauses after the first chunk, so that the
+		// host waits for acknowledgements and reads the rogue's.
 		huge := randomBytes(9 << 20)
 		if err := os.WriteFile(filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps", "huge.bin"), huge, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		var got relaytest.Response
-		refusedBy(t, n2, func() {
-			// The host's acceptance names the subject of its
-			// acknowledgements.
-			listen(t, "_INBOX.>", func(m *nats.Msg) {
-				if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
-					publish(ackTo, []byte("cancel"))
-					publish(ackTo, []byte("1000000"))
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", n1.AdminKey), 45*time.Second)
+		defer cancel()
+		before := n2.Cluster().RefusedAnswers()
+		var got []byte
+		// The host's acceptance names the subject of its
+		// acknowledgements.
+		listen(t, "_INBOX.>", func(m *nats.Msg) {
+			if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
+				publish(ackTo, []byte("cancel"))
+				publish(ackTo, []byte("1000000"))
+			}
+		}, func() {
+			down, err := relayv1.NewFileServiceClient(n1.Conn).DownloadFile(ctx, &relayv1.DownloadFileRequest{ClientId: "west", Path: "maps/huge.bin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for first := true; ; first = false {
+				m, err := down.Recv()
+				if errors.Is(err, io.EOF) {
+					break
 				}
-			}, func() { got = download(n1, "maps/huge.bin") })
+				if err != nil {
+					t.Fatalf("the download after %d bytes: %v", len(got), err)
+				}
+				got = append(got, m.GetChunk()...)
+				if first {
+					waitFor(t, 30*time.Second, "the host to refuse the rogue's acknowledgements", func() bool {
+						return n2.Cluster().RefusedAnswers() > before
+					})
+				}
+			}
 		})
-		checkDownload(t, got, huge)
+		if !bytes.Equal(got, huge) {
+			t.Fatalf("the caller got %d bytes, want the file's %d", len(got), len(huge))
+		}
 	})
 
 	// Uploads: the rogue accepts one itself and answers it; then it
@@ -409,6 +438,19 @@ func TestRogueClientCannotAnswerForNodes(t *testing.T) {
 				publish(upTo, nil, "Relay-End", "1")
 			}
 		}, "_INBOX.>", n2)
+	})
+
+	// An event stream of west on n1 asks n2 whether it hosts west: the
+	// rogue answers that it may not.
+	t.Run("question answered", func(t *testing.T) {
+		forged, _ := json.Marshal(map[string]any{"errKind": world.ErrPermission.Error(), "errMsg": "forged by the rogue"})
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.users", func(m *nats.Msg) { publish(m.Reply, forged) }, func() {
+				take(t, "west's actors through n1", sseStream(t, ctx, n1, "/actor/subscribe?clientId=west", n1.AdminKey, ""), 1)
+			})
+		})
 	})
 
 	// Once the host is gone, the rogue still answers its calls: the
