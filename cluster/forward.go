@@ -36,7 +36,11 @@ import (
 // process knows, its routes with --cluster-secret, and with --nats the
 // relays must have a NATS account of their own. With a cluster secret,
 // every call is also signed, and a node answers only calls signed by a
-// node that knows the secret, once each (sign.go).
+// node that knows the secret, once each (sign.go); what comes back (the
+// answers, and every message of a download or an upload either way) is
+// signed for its subject and its place, and a node takes only the
+// messages its peer signed, waiting on for them past any forgery
+// (answers.go).
 
 // Headers of forwarded calls and their replies.
 const (
