@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,35 @@ var (
 				}
 			},
 		}, {
+			// Join answers the messages it was sent, joined, once the
+			// caller closed its side; it sets its trailer only after the
+			// answer, a moment later.
+			StreamName:    "Join",
+			ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				if err := grpc.SetHeader(ss.Context(), metadata.Pairs("h", "1")); err != nil {
+					return err
+				}
+				var parts []string
+				for {
+					in := new(wrapperspb.StringValue)
+					err := ss.RecvMsg(in)
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					if err != nil {
+						return err
+					}
+					parts = append(parts, in.GetValue())
+				}
+				if err := ss.SendMsg(wrapperspb.String(strings.Join(parts, "+"))); err != nil {
+					return err
+				}
+				time.Sleep(50 * time.Millisecond)
+				ss.SetTrailer(metadata.Pairs("t", strconv.Itoa(len(parts))))
+				return nil
+			},
+		}, {
 			StreamName:    "Burst",
 			ServerStreams: true,
 			Handler: func(_ any, ss grpc.ServerStream) error {
@@ -252,6 +282,41 @@ func TestLocalConnStream(t *testing.T) {
 	}
 	if !errors.Is(err, io.EOF) {
 		t.Fatalf("messages after the handler returned: %v, want io.EOF once the window is full", err)
+	}
+}
+
+// TestLocalConnClientStreamEndsWithItsAnswer: on a client-streaming
+// method, as over the network, the answer is received once the handler
+// ended, so the header and trailer it set are there with it, even those
+// set after the answer was sent.
+func TestLocalConnClientStreamEndsWithItsAnswer(t *testing.T) {
+	c := newLocalConn(nil, nil)
+	c.RegisterService(chatDesc, struct{}{})
+	var header, trailer metadata.MD
+	s, err := c.NewStream(context.Background(), &grpc.StreamDesc{ClientStreams: true}, "/test.Chat/Join", grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b", "c"} {
+		if err := s.SendMsg(wrapperspb.String(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	got := new(wrapperspb.StringValue)
+	if err := s.RecvMsg(got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetValue() != "a+b+c" {
+		t.Errorf("answer %q", got.GetValue())
+	}
+	if h, tr := header.Get("h"), s.Trailer().Get("t"); len(h) != 1 || h[0] != "1" || len(tr) != 1 || tr[0] != "3" {
+		t.Errorf("with the answer: header %v, trailer %v", header, s.Trailer())
+	}
+	if tr := trailer.Get("t"); len(tr) != 1 || tr[0] != "3" {
+		t.Errorf("the trailer option holds %v", trailer)
 	}
 }
 

@@ -50,7 +50,7 @@ func (c *LocalConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method
 		}
 	}
 	ss.ctx = grpc.NewContextWithServerTransportStream(sctx, localTransport{ss})
-	cs := &localClientStream{ctx: ctx, server: ss, opts: opts}
+	cs := &localClientStream{ctx: ctx, server: ss, opts: opts, oneAnswer: !m.desc.ServerStreams}
 	info := &grpc.StreamServerInfo{FullMethod: method, IsClientStream: m.desc.ClientStreams, IsServerStream: m.desc.ServerStreams}
 	handler := func() error {
 		if c.stream == nil {
@@ -314,6 +314,11 @@ type localClientStream struct {
 	// inline, when set, runs the handler; the first RecvMsg calls it (a
 	// server-streaming call with a DirectSender).
 	inline func()
+	// oneAnswer is set on a method whose handler sends one message (unary
+	// or client-streaming): RecvMsg then returns only once the handler
+	// ended, as grpc-go's does, so that the header and trailer are
+	// complete when the answer arrives.
+	oneAnswer bool
 
 	finishOnce sync.Once
 }
@@ -404,7 +409,13 @@ func (c *localClientStream) RecvMsg(m any) error {
 		}
 	}
 	if ok {
-		return receive(c.server.method, m, msg)
+		if err := receive(c.server.method, m, msg); err != nil {
+			return err
+		}
+		if c.oneAnswer {
+			return c.awaitEnd()
+		}
+		return nil
 	}
 	c.server.mu.Lock()
 	err := c.server.final
@@ -412,6 +423,28 @@ func (c *localClientStream) RecvMsg(m any) error {
 	if err == nil {
 		err = io.EOF
 	}
+	c.finish()
+	return err
+}
+
+// awaitEnd waits, after the one answer of a method that sends one, for
+// the handler to end: then the stream's header and trailer are final and
+// handed to the call options. A second message is a broken contract; the
+// handler's failure after its answer is the call's error.
+func (c *localClientStream) awaitEnd() error {
+	select {
+	case _, more := <-c.server.down:
+		if more {
+			c.finish()
+			return status.Errorf(codes.Internal, "local stream %s: the handler sent more than one answer", c.server.method)
+		}
+	case <-c.ctx.Done():
+		c.finish()
+		return status.FromContextError(c.ctx.Err()).Err()
+	}
+	c.server.mu.Lock()
+	err := c.server.final
+	c.server.mu.Unlock()
 	c.finish()
 	return err
 }
