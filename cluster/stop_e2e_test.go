@@ -178,11 +178,11 @@ func TestStoppingHostFinishesItsWrites(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "writes before the stop", func() bool { return okCount.Load() >= 40 })
+	waitFor(t, 60*time.Second, "writes before the stop", func() bool { return okCount.Load() >= 40 })
 	stopAll([]*relaytest.Relay{n2})
 	// Writes succeed again through n1 once a follower took west over.
 	after := okCount.Load()
-	waitFor(t, 30*time.Second, "writes after the stop", func() bool { return okCount.Load() > after+10 })
+	waitFor(t, 60*time.Second, "writes after the stop", func() bool { return okCount.Load() > after+10 })
 	close(stop)
 	wg.Wait()
 
@@ -198,7 +198,7 @@ func TestStoppingHostFinishesItsWrites(t *testing.T) {
 		}
 	}
 	var flags map[string]any
-	waitFor(t, 15*time.Second, "a read of west", func() bool {
+	waitFor(t, 30*time.Second, "a read of west", func() bool {
 		var st int
 		flags, st = ariaFlags(t, n1)
 		return st == http.StatusOK
