@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -94,7 +95,7 @@ func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamE
 		select {
 		case ev, ok := <-stream:
 			if !ok {
-				t.Fatalf("%s: the stream ended after %d events", what, len(out))
+				t.Fatalf("%s: the stream ended after %d events%s", what, len(out), lastOf(out))
 			}
 			if ev.Name == streamFailed {
 				t.Fatalf("%s: the stream failed after %d events: %s", what, len(out), ev.Data)
@@ -105,6 +106,20 @@ func take(t *testing.T, what string, stream <-chan streamEvent, n int) []streamE
 		}
 	}
 	return out
+}
+
+// lastOf describes the last of evs for a failure message: an overflow or
+// a reset there says why a stream ended early.
+func lastOf(evs []streamEvent) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	ev := evs[len(evs)-1]
+	data := ev.Data
+	if len(data) > 300 {
+		data = data[:300] + "..."
+	}
+	return fmt.Sprintf(", the last one %d %s %s", ev.ID, ev.Name, data)
 }
 
 // sameEvents fails unless two streams gave the same events: ids, names
