@@ -99,7 +99,34 @@ func startCluster(t *testing.T, adjust ...func(*node.Config)) ([]*relaytest.Rela
 	// Stop them together too: a node stopping alone after the others
 	// waits for a quorum that is gone.
 	t.Cleanup(func() { stopAll(nodes) })
+	waitServed(t, nodes, "demo", "west")
 	return nodes, cfgs
+}
+
+// waitServed waits until a read of each of worlds answers through every
+// node: each node then knows the cluster's admin key and every world's
+// host, so that a test's first call does not meet a cluster that is still
+// settling (on a loaded machine, a node may learn of the others' worlds
+// and keys a moment after it started). Reads change nothing a test looks
+// at.
+func waitServed(t *testing.T, nodes []*relaytest.Relay, worlds ...string) {
+	t.Helper()
+	for i, n := range nodes {
+		for _, clientID := range worlds {
+			var got relaytest.Response
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				got = n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", clientID, "uuid", relaytest.AriaUUID), nil)
+				if got.Status == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("world %s not served through n%d after 60s: %d %s", clientID, i+1, got.Status, got.Body)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
 }
 
 // shareAdminKey gives every node the cluster's admin key: the nodes share
