@@ -3,9 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/cluster/internal/testports"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
@@ -209,5 +212,54 @@ func TestRegistryBetweenNodes(t *testing.T) {
 		if _, ok := w.(server.RemoteWorld); !ok {
 			t.Fatalf("n2 resolved %s to %T, want a remote world", id, w)
 		}
+	}
+}
+
+// slowBucket is a bucket whose first watchers cannot be opened: their
+// consumer's creation times out, as on a loaded machine or while the
+// bucket's stream elects its first leader.
+type slowBucket struct {
+	jetstream.KeyValue
+	failures int
+	calls    int
+}
+
+func (b *slowBucket) WatchAll(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	b.calls++
+	if b.calls <= b.failures {
+		return nil, context.DeadlineExceeded
+	}
+	return openWatcher{}, nil
+}
+
+// openWatcher is a watcher that delivers nothing.
+type openWatcher struct{}
+
+func (openWatcher) Updates() <-chan jetstream.KeyValueEntry { return nil }
+func (openWatcher) Stop() error                             { return nil }
+
+// TestWatchAllWaitsForTheBucket: a node opening its watchers at start asks
+// again while the bucket's consumer cannot be created in time, and gives
+// up with the last error once its start time-out has passed.
+func TestWatchAllWaitsForTheBucket(t *testing.T) {
+	n := &Node{cfg: Config{StartTimeout: time.Minute}, log: slog.New(slog.DiscardHandler)}
+	bucket := &slowBucket{failures: 3}
+	if w, err := n.watchAll(context.Background(), bucket); err != nil || w == nil {
+		t.Fatalf("after three slow attempts: %v, %v", w, err)
+	}
+	if bucket.calls != 4 {
+		t.Fatalf("%d attempts, want 4", bucket.calls)
+	}
+	n.cfg.StartTimeout = 300 * time.Millisecond
+	never := &slowBucket{failures: 1 << 30}
+	if _, err := n.watchAll(context.Background(), never); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a bucket that never answers: %v", err)
+	}
+	// A caller that gives up ends the attempts.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.cfg.StartTimeout = time.Minute
+	if _, err := n.watchAll(ctx, &slowBucket{failures: 1 << 30}); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a cancelled start: %v", err)
 	}
 }
