@@ -544,7 +544,17 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 		return
 	}
 	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
-	if _, err := r.kv.Update(ctx, clientID, val, rev); err != nil && !errors.Is(err, context.Canceled) {
+	_, err := r.kv.Update(ctx, clientID, val, rev)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// A renewal whose answer did not come in time (a loaded machine)
+		// may have been written all the same: the key is still this
+		// node's at a later revision, and the release goes on from there.
+		// Another node's hold is left alone.
+		if cur, gerr := r.leaderGet(ctx, clientID); gerr == nil && cur.found && cur.rev != rev && r.ownEntry(cur.value) {
+			_, err = r.kv.Update(ctx, clientID, val, cur.rev)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
 		r.log.Debug("could not release a world's lease (another node may hold it now)", "clientId", clientID, "error", err)
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -261,5 +262,68 @@ func TestWatchAllWaitsForTheBucket(t *testing.T) {
 	n.cfg.StartTimeout = time.Minute
 	if _, err := n.watchAll(ctx, &slowBucket{failures: 1 << 30}); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a cancelled start: %v", err)
+	}
+}
+
+// TestReleaseAfterALateRenewal: a node releases a world whose last renewal
+// was written although its answer never came (the node still has the
+// revision before it), and leaves alone a world another node took.
+func TestReleaseAfterALateRenewal(t *testing.T) {
+	ctx := context.Background()
+	addrs := testports.Addrs(t, 1)
+	cfg := Config{NodeName: "n1", DataDir: t.TempDir(), ClusterListen: addrs[0], LeaseTTL: time.Minute, StartTimeout: time.Minute}
+	if err := cfg.Check(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	local := localWorlds{}
+	reg, err := NewRegistry(ctx, n, RegistryOptions{Local: local, EmbeddedIDs: local.IDs,
+		Serve: func(context.Context, *server.ForwardedCall) *server.ForwardedReply { return &server.ForwardedReply{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close(ctx) })
+	// overwrite writes a world's entry behind the registry's back, as a
+	// renewal whose answer was lost, or another node, would.
+	overwrite := func(id, node string) {
+		t.Helper()
+		reg.mu.RLock()
+		rev := reg.owned[id].rev
+		reg.mu.RUnlock()
+		val, _ := json.Marshal(Entry{Node: node, Kind: world.KindLinked, Title: id, Expires: time.Now().Add(time.Minute), Lease: time.Minute})
+		if _, err := reg.kv.Update(ctx, id, val, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := func(id string) Entry {
+		t.Helper()
+		cur, err := reg.leaderGet(ctx, id)
+		if err != nil || !cur.found {
+			t.Fatalf("read %s: %v, found %v", id, err, cur.found)
+		}
+		var e Entry
+		if err := json.Unmarshal(cur.value, &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for _, id := range []string{"tavern", "inn"} {
+		if err := reg.Claim(ctx, id, world.KindLinked, id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overwrite("tavern", "n1")
+	overwrite("inn", "n2")
+	reg.Release(ctx, "tavern")
+	reg.Release(ctx, "inn")
+	if e := entry("tavern"); !e.Released || e.Node != "n1" {
+		t.Fatalf("after a late renewal, the release left %+v", e)
+	}
+	if e := entry("inn"); e.Released || e.Node != "n2" {
+		t.Fatalf("the release of a world another node took left %+v", e)
 	}
 }
