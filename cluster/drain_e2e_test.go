@@ -24,7 +24,7 @@ func TestForwardedCallsFinishOnStop(t *testing.T) {
 	// The forward time-out and the script's time limit are long enough
 	// for the script to finish on a loaded machine: the test is about the
 	// stop waiting for the call, not about time-outs.
-	nodes, _ := startCluster(t, func(c *node.Config) {
+	nodes, _ := startCluster(t, steadyLease, func(c *node.Config) {
 		c.Cluster.ForwardTimeout = 30 * time.Second
 		c.ScriptTimeout = 30 * time.Second
 	})

@@ -96,7 +96,7 @@ func paced(t *testing.T, what string, stream <-chan streamEvent, n int, step fun
 // another world (demo, on n3) stays whole: a resume with Last-Event-ID
 // from its first event gets every later one.
 func TestEventStreamByteBudget(t *testing.T) {
-	nodes, _ := startCluster(t, func(c *node.Config) { c.EventRingBytes = evRingBytes; c.MaxBodyBytes = 1 << 20 })
+	nodes, _ := startCluster(t, steadyLease, func(c *node.Config) { c.EventRingBytes = evRingBytes; c.MaxBodyBytes = 1 << 20 })
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
