@@ -96,8 +96,18 @@ func paced(t *testing.T, what string, stream <-chan streamEvent, n int, step fun
 // another world (demo, on n3) stays whole: a resume with Last-Event-ID
 // from its first event gets every later one.
 func TestEventStreamByteBudget(t *testing.T) {
-	nodes, _ := startCluster(t, steadyLease, func(c *node.Config) { c.EventRingBytes = evRingBytes; c.MaxBodyBytes = 1 << 20 })
+	// Large updates through another node take a while on a loaded
+	// machine: the forwards and the test's calls wait long enough, since
+	// the test is not about time-outs.
+	nodes, _ := startCluster(t, steadyLease, func(c *node.Config) {
+		c.EventRingBytes = evRingBytes
+		c.MaxBodyBytes = 1 << 20
+		c.Cluster.ForwardTimeout = 30 * time.Second
+	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	for _, n := range nodes {
+		n.Client = &http.Client{Timeout: time.Minute}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 

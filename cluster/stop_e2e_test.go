@@ -38,11 +38,18 @@ func TestNodeStops(t *testing.T) {
 		if tr.Status != http.StatusOK {
 			t.Fatalf("stream ticket: %d %s", tr.Status, tr.Body)
 		}
+		// A node that has just started may answer a stream with a 503
+		// (try again) for a moment on a loaded machine, while it learns
+		// the cluster's worlds: the streams open once it serves them.
+		ticketPath := "/actor/subscribe?clientId=west&ticket=" + tr.Data(t)["ticket"].(string)
+		for _, p := range []struct{ path, key string }{{"/hooks/subscribe?clientId=west", r.AdminKey}, {"/actor/subscribe?clientId=demo", r.AdminKey}, {"/actor/subscribe?clientId=west", r.AdminKey}} {
+			waitUntil(t, "a stream of "+p.path, func() bool { return streamStatus(ctx, r, p.path, p.key) == http.StatusOK })
+		}
 		streams := []<-chan streamEvent{
 			sseStream(t, ctx, r, "/hooks/subscribe?clientId=west", r.AdminKey, ""),
 			grpcStream(t, ctx, r, r.AdminKey, &relayv1.SubscribeActorsRequest{ClientId: "west"}),
 			sseStream(t, ctx, r, "/actor/subscribe?clientId=demo", r.AdminKey, ""),
-			sseStream(t, ctx, r, "/actor/subscribe?clientId=west&ticket="+tr.Data(t)["ticket"].(string), "", ""),
+			sseStream(t, ctx, r, ticketPath, "", ""),
 		}
 		for _, s := range streams {
 			take(t, "connected", s, 1)
@@ -64,18 +71,7 @@ func TestNodeStops(t *testing.T) {
 	lpath := "/actor/subscribe?clientId=" + clientID + "&userId=Gamemaster"
 	// The node claims the linked world in the background once its tabletop
 	// connected: its streams answer 503 until then.
-	waitUntil(t, "the linked world's stream", func() bool {
-		tctx, tcancel := context.WithCancel(ctx)
-		defer tcancel()
-		req, _ := http.NewRequestWithContext(tctx, http.MethodGet, n2.Base+lpath, nil)
-		req.Header.Set("x-api-key", n2.AdminKey)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitUntil(t, "the linked world's stream", func() bool { return streamStatus(ctx, n2, lpath, n2.AdminKey) == http.StatusOK })
 	linked := sseStream(t, ctx, n2, lpath, n2.AdminKey, "")
 	take(t, "linked world's stream", linked, 1)
 	streams = append(streams, linked)
@@ -142,6 +138,24 @@ func TestNodeStops(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("a node whose cluster lost its quorum took %v to stop", took)
 	}
+}
+
+// streamStatus opens an SSE stream of r and closes it at once, and returns
+// its status (0 when r could not be reached).
+func streamStatus(ctx context.Context, r *relaytest.Relay, path, key string) int {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.Base+path, nil)
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("x-api-key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // TestStoppingHostFinishesItsWrites stops (gracefully) the host of a
