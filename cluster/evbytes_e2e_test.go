@@ -65,6 +65,28 @@ func increasing(t *testing.T, what string, evs []streamEvent) {
 	}
 }
 
+// pacedWindow is how many large events paced lets a reader lag: their
+// bytes stay well below evRingBytes.
+const pacedWindow = 4
+
+// paced runs step n times, each step making one event of stream, and
+// returns the stream's n events. A step waits until the reader has
+// received all but pacedWindow of the earlier steps' events: a reader
+// that falls a world's whole byte budget behind is overflowed by design,
+// and on a loaded machine a reader can be that slow for a moment. The
+// stream still takes more events than its budget keeps.
+func paced(t *testing.T, what string, stream <-chan streamEvent, n int, step func(i int)) []streamEvent {
+	t.Helper()
+	var evs []streamEvent
+	for i := range n {
+		if lag := i - len(evs); lag >= pacedWindow {
+			evs = append(evs, take(t, what, stream, lag-pacedWindow+1)...)
+		}
+		step(i)
+	}
+	return append(evs, take(t, what, stream, n-len(evs))...)
+}
+
 // TestEventStreamByteBudget floods an embedded world (west, hosted by n2)
 // with large updates, and then a linked world with large events from its
 // tabletop, on a cluster whose worlds keep 1 MiB of events: in the
@@ -74,8 +96,18 @@ func increasing(t *testing.T, what string, evs []streamEvent) {
 // another world (demo, on n3) stays whole: a resume with Last-Event-ID
 // from its first event gets every later one.
 func TestEventStreamByteBudget(t *testing.T) {
-	nodes, _ := startCluster(t, func(c *node.Config) { c.EventRingBytes = evRingBytes; c.MaxBodyBytes = 1 << 20 })
+	// Large updates through another node take a while on a loaded
+	// machine: the forwards and the test's calls wait long enough, since
+	// the test is not about time-outs.
+	nodes, _ := startCluster(t, steadyLease, func(c *node.Config) {
+		c.EventRingBytes = evRingBytes
+		c.MaxBodyBytes = 1 << 20
+		c.Cluster.ForwardTimeout = 30 * time.Second
+	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	for _, n := range nodes {
+		n.Client = &http.Client{Timeout: time.Minute}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -111,13 +143,12 @@ func TestEventStreamByteBudget(t *testing.T) {
 	before, _ := streamState(t, ctx, n1, "relay.events.west")
 	const large = 100_000
 	const updates = 24 // about 4.8 MB of events in west, 2.4 MB in the linked world
-	for i := range updates {
+	westEvents := paced(t, "west on n1", westLive, updates, func(i int) {
 		bio := strings.Repeat(fmt.Sprintf("%07d", i), large/7)
 		if resp := n3.Do(http.MethodPut, "/update", n3.AdminKey, relaytest.Q("clientId", "west"), map[string]any{"uuid": relaytest.GoblinUUID, "data": map[string]any{"system.details.biography": bio}}); resp.Status != http.StatusOK {
 			t.Fatalf("update west %d: %d %s", i, resp.Status, resp.Body)
 		}
-	}
-	westEvents := take(t, "west on n1", westLive, updates)
+	})
 	increasing(t, "west on n1", westEvents)
 	growth := settledGrowth(t, ctx, n1, "relay.events.west", before, evRingBytes)
 	_, westKept := streamState(t, ctx, n1, "relay.events.west")
@@ -201,13 +232,12 @@ func TestEventStreamByteBudget(t *testing.T) {
 			t.Fatalf("n3: first event %s %s", ev.Name, ev.Data)
 		}
 		before, _ := streamState(t, ctx, n1, subject)
-		for i := range updates {
+		evs := paced(t, "linked on n3", onEdge, updates, func(i int) {
 			bio := strings.Repeat(fmt.Sprintf("%07d", i), large/7)
 			if err := tt.Emit("actor-event", map[string]any{"actorUuid": "Actor.hero", "eventType": "update", "changes": map[string]any{"_id": "hero", "biography": bio}}); err != nil {
 				t.Fatal(err)
 			}
-		}
-		evs := take(t, "linked on n3", onEdge, updates)
+		})
 		increasing(t, "linked on n3", evs)
 		growth := settledGrowth(t, ctx, n1, subject, before, evRingBytes)
 		_, kept := streamState(t, ctx, n1, subject)

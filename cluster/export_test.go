@@ -54,9 +54,19 @@ func (n *Node) Intruder() (*nats.Conn, error) {
 	return nats.Connect(n.srv.ClientURL(), nats.Token(n.token), nats.Name("intruder"))
 }
 
-// Routes is how many route connections the node's embedded NATS server
-// has to its peers.
-func (n *Node) Routes() int { return n.srv.NumRoutes() }
+// RoutePeers names the servers at the other end of the node's routes,
+// once for each route.
+func (n *Node) RoutePeers() []string {
+	rz, err := n.srv.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rz.Routes {
+		out = append(out, r.RemoteName)
+	}
+	return out
+}
 
 // HoldTakeOvers keeps the node from taking over the worlds it follows.
 func (r *Registry) HoldTakeOvers() { r.opts.Replication.holdTakeOvers.Store(true) }

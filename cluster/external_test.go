@@ -27,7 +27,7 @@ func startNATS(t *testing.T, user, password string) string {
 		t.Fatal(err)
 	}
 	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
+	if !srv.ReadyForConnections(30 * time.Second) {
 		t.Fatal("NATS server not ready")
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
@@ -41,10 +41,10 @@ func startNATS(t *testing.T, user, password string) string {
 func TestExternalNATS(t *testing.T) {
 	url := startNATS(t, "relay", "s3cret")
 	withCreds := strings.Replace(url, "nats://", "nats://relay:s3cret@", 1)
-	a := clusterNode(t, cluster.Config{NodeName: "a", DataDir: t.TempDir(), NATSURL: withCreds, LeaseTTL: 3 * time.Second, ForwardTimeout: 2 * time.Second}, true)
+	a := clusterNode(t, cluster.Config{NodeName: "a", DataDir: t.TempDir(), NATSURL: withCreds, LeaseTTL: 3 * time.Second, ForwardTimeout: 10 * time.Second}, true)
 	bDir := t.TempDir()
 	seedWorld(t, bDir, "east")
-	b := clusterNode(t, cluster.Config{NodeName: "b", DataDir: bDir, NATSURL: withCreds, LeaseTTL: 3 * time.Second, ForwardTimeout: 2 * time.Second}, false)
+	b := clusterNode(t, cluster.Config{NodeName: "b", DataDir: bDir, NATSURL: withCreds, LeaseTTL: 3 * time.Second, ForwardTimeout: 10 * time.Second}, false)
 	shareAdminKey(a, b)
 	t.Cleanup(func() { stopAll([]*relaytest.Relay{a, b}) })
 	if a.Cluster().Replicas() != 1 {

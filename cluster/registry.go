@@ -227,7 +227,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 		return nil, err
 	}
 	r.recordNode(ctx, false)
-	if r.watch, err = kv.WatchAll(ctx); err != nil {
+	if r.watch, err = node.watchAll(ctx, kv); err != nil {
 		return nil, fmt.Errorf("cluster: watch the world registry: %w", err)
 	}
 	// The watcher first replays every key, then a nil marks the present.
@@ -296,6 +296,27 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 		select {
 		case <-wait.Done():
 			return nil, fmt.Errorf("cluster: create the %s bucket: %w", cfg.Bucket, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// watchAll opens a watcher of every key of kv for the life of ctx. At start
+// a bucket may have been created a moment ago, its stream still electing a
+// leader, or a loaded machine may answer the creation of the watcher's
+// consumer after the client library's time-out of five seconds: the node
+// asks again, within its start time-out, rather than fail to start.
+func (node *Node) watchAll(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+	deadline := time.Now().Add(node.cfg.StartTimeout)
+	for {
+		w, err := kv.WatchAll(ctx)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return w, err
+		}
+		node.log.Debug("could not watch a bucket yet; trying again", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -523,7 +544,17 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 		return
 	}
 	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
-	if _, err := r.kv.Update(ctx, clientID, val, rev); err != nil && !errors.Is(err, context.Canceled) {
+	_, err := r.kv.Update(ctx, clientID, val, rev)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		// A renewal whose answer did not come in time (a loaded machine)
+		// may have been written all the same: the key is still this
+		// node's at a later revision, and the release goes on from there.
+		// Another node's hold is left alone.
+		if cur, gerr := r.leaderGet(ctx, clientID); gerr == nil && cur.found && cur.rev != rev && r.ownEntry(cur.value) {
+			_, err = r.kv.Update(ctx, clientID, val, cur.rev)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
 		r.log.Debug("could not release a world's lease (another node may hold it now)", "clientId", clientID, "error", err)
 	}
 }

@@ -2,10 +2,14 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/cluster/internal/testports"
 	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
@@ -109,7 +113,8 @@ func TestRegistryBetweenNodes(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
+		// Generous for a loaded machine; a quiet one takes a moment.
+		deadline := time.Now().Add(30 * time.Second)
 		for !cond() {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for %s", what)
@@ -170,10 +175,12 @@ func TestRegistryBetweenNodes(t *testing.T) {
 	}
 	// n1 stops renewing (its renewals stop, as when it dies): the lease
 	// runs out on n2's clock within a lease, even if n1's clock said
-	// otherwise.
+	// otherwise: an hour later. The deadline leaves a loaded machine
+	// room to deliver the last renewal and answer the checks, and stays
+	// far below the hour the skewed clock would give.
 	close(regs[0].stop)
 	<-regs[0].done
-	deadline := time.Now().Add(2 * lease)
+	deadline := time.Now().Add(2*lease + 5*time.Second)
 	for {
 		_, err := regs[1].World(ctx, "behind")
 		if err != nil {
@@ -206,5 +213,117 @@ func TestRegistryBetweenNodes(t *testing.T) {
 		if _, ok := w.(server.RemoteWorld); !ok {
 			t.Fatalf("n2 resolved %s to %T, want a remote world", id, w)
 		}
+	}
+}
+
+// slowBucket is a bucket whose first watchers cannot be opened: their
+// consumer's creation times out, as on a loaded machine or while the
+// bucket's stream elects its first leader.
+type slowBucket struct {
+	jetstream.KeyValue
+	failures int
+	calls    int
+}
+
+func (b *slowBucket) WatchAll(context.Context, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	b.calls++
+	if b.calls <= b.failures {
+		return nil, context.DeadlineExceeded
+	}
+	return openWatcher{}, nil
+}
+
+// openWatcher is a watcher that delivers nothing.
+type openWatcher struct{}
+
+func (openWatcher) Updates() <-chan jetstream.KeyValueEntry { return nil }
+func (openWatcher) Stop() error                             { return nil }
+
+// TestWatchAllWaitsForTheBucket: a node opening its watchers at start asks
+// again while the bucket's consumer cannot be created in time, and gives
+// up with the last error once its start time-out has passed.
+func TestWatchAllWaitsForTheBucket(t *testing.T) {
+	n := &Node{cfg: Config{StartTimeout: time.Minute}, log: slog.New(slog.DiscardHandler)}
+	bucket := &slowBucket{failures: 3}
+	if w, err := n.watchAll(context.Background(), bucket); err != nil || w == nil {
+		t.Fatalf("after three slow attempts: %v, %v", w, err)
+	}
+	if bucket.calls != 4 {
+		t.Fatalf("%d attempts, want 4", bucket.calls)
+	}
+	n.cfg.StartTimeout = 300 * time.Millisecond
+	never := &slowBucket{failures: 1 << 30}
+	if _, err := n.watchAll(context.Background(), never); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a bucket that never answers: %v", err)
+	}
+	// A caller that gives up ends the attempts.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.cfg.StartTimeout = time.Minute
+	if _, err := n.watchAll(ctx, &slowBucket{failures: 1 << 30}); !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a cancelled start: %v", err)
+	}
+}
+
+// TestReleaseAfterALateRenewal: a node releases a world whose last renewal
+// was written although its answer never came (the node still has the
+// revision before it), and leaves alone a world another node took.
+func TestReleaseAfterALateRenewal(t *testing.T) {
+	ctx := context.Background()
+	addrs := testports.Addrs(t, 1)
+	cfg := Config{NodeName: "n1", DataDir: t.TempDir(), ClusterListen: addrs[0], LeaseTTL: time.Minute, StartTimeout: time.Minute}
+	if err := cfg.Check(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Start(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	local := localWorlds{}
+	reg, err := NewRegistry(ctx, n, RegistryOptions{Local: local, EmbeddedIDs: local.IDs,
+		Serve: func(context.Context, *server.ForwardedCall) *server.ForwardedReply { return &server.ForwardedReply{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close(ctx) })
+	// overwrite writes a world's entry behind the registry's back, as a
+	// renewal whose answer was lost, or another node, would.
+	overwrite := func(id, node string) {
+		t.Helper()
+		reg.mu.RLock()
+		rev := reg.owned[id].rev
+		reg.mu.RUnlock()
+		val, _ := json.Marshal(Entry{Node: node, Kind: world.KindLinked, Title: id, Expires: time.Now().Add(time.Minute), Lease: time.Minute})
+		if _, err := reg.kv.Update(ctx, id, val, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := func(id string) Entry {
+		t.Helper()
+		cur, err := reg.leaderGet(ctx, id)
+		if err != nil || !cur.found {
+			t.Fatalf("read %s: %v, found %v", id, err, cur.found)
+		}
+		var e Entry
+		if err := json.Unmarshal(cur.value, &e); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for _, id := range []string{"tavern", "inn"} {
+		if err := reg.Claim(ctx, id, world.KindLinked, id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	overwrite("tavern", "n1")
+	overwrite("inn", "n2")
+	reg.Release(ctx, "tavern")
+	reg.Release(ctx, "inn")
+	if e := entry("tavern"); !e.Released || e.Node != "n1" {
+		t.Fatalf("after a late renewal, the release left %+v", e)
+	}
+	if e := entry("inn"); e.Released || e.Node != "n2" {
+		t.Fatalf("the release of a world another node took left %+v", e)
 	}
 }

@@ -127,7 +127,7 @@ func NewReplication(node *Node, opts ReplicationOptions) *Replication {
 // takes over the other nodes' worlds; the registry calls it.
 func (rp *Replication) start(ctx context.Context, r *Registry) error {
 	rp.reg.Store(r)
-	w, err := r.nodes.WatchAll(ctx)
+	w, err := rp.node.watchAll(ctx, r.nodes)
 	if err != nil {
 		return fmt.Errorf("cluster: watch the nodes: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -173,6 +174,13 @@ func (r *Registry) Status(ctx context.Context) Status {
 			for name := range keys.Keys() {
 				e, err := r.nodes.Get(jctx, name)
 				if err != nil {
+					// A record that could not be read in time (a loaded
+					// machine) leaves the node's liveness unknown: the
+					// status says it is incomplete rather than call the
+					// node gone.
+					if !errors.Is(err, jetstream.ErrKeyNotFound) {
+						st.JetStream.Error = cmp.Or(st.JetStream.Error, fmt.Sprintf("the record of node %s could not be read: %v", name, err))
+					}
 					continue
 				}
 				var rec NodeRecord

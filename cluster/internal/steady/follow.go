@@ -75,13 +75,37 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, filters []string, opts F
 	}
 	f := &Follower{kv: kv, filters: append(append([]string(nil), filters...), BeatKey), apply: apply, opts: opts, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	w, updates, err := f.open(ctx)
+	w, updates, err := f.openFirst(ctx)
 	if err != nil {
 		f.cancel()
 		return nil, err
 	}
 	go f.run(w, updates)
 	return f, nil
+}
+
+// openWait bounds how long Follow asks again for its first watcher.
+const openWait = time.Minute
+
+// openFirst opens the follower's first watcher. A bucket created a moment
+// ago may still be electing its stream's first leader, and a loaded
+// machine may answer the creation of the watcher's consumer after the
+// client library's time-out of five seconds: a node starting then asks
+// again, for up to openWait and never past ctx, rather than fail to start.
+func (f *Follower) openFirst(ctx context.Context) (jetstream.KeyWatcher, <-chan jetstream.KeyValueEntry, error) {
+	deadline := time.Now().Add(openWait)
+	for {
+		w, updates, err := f.open(ctx)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return w, updates, err
+		}
+		f.opts.Log.Debug("cannot follow a key-value bucket yet", "bucket", f.kv.Bucket(), "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // open opens a watcher and applies the current entries it sends first,
