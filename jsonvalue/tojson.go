@@ -101,7 +101,11 @@ func AppendQuoted(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i += jsonscan.PlainASCII(s[i:])
+			if len(s)-i >= jsonscan.MinRun {
+				i += jsonscan.PlainASCII(s[i:])
+			} else {
+				i++
+			}
 			continue
 		}
 		if c < utf8.RuneSelf {

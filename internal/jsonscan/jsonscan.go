@@ -10,6 +10,11 @@ const (
 	highs = 0x8080808080808080
 )
 
+// MinRun is the length below which calling PlainASCII costs more than it
+// saves: for the short keys and values most documents are made of, an
+// encoder's own byte loop is quicker than the call.
+const MinRun = 16
+
 // PlainASCII returns the length of the longest prefix of s whose bytes
 // are ASCII, at least 0x20, and neither a double quote nor a backslash:
 // the bytes every JSON encoder writes unescaped.
