@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,7 +77,31 @@ func TestInstructionDriver(t *testing.T) {
 	defer conn.Close()
 	rd := bufio.NewReaderSize(conn, 64<<10)
 	buf := make([]byte, 0, 64<<10)
+	// RELAY_INSTR_WINDOW names a directory through which a script outside
+	// the process has callgrind zero its counts after the warm-up and dump
+	// them after the last request (callgrind_control -z, then -d), so that
+	// the dump holds the measured requests alone. The driver announces
+	// each point with a file (start, stop) and waits for the script's
+	// answer (started, stopped): a process under callgrind cannot run the
+	// command itself.
+	window := os.Getenv("RELAY_INSTR_WINDOW")
+	handshake := func(announce, answer string) {
+		if err := os.WriteFile(filepath.Join(window, announce), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(window, answer)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in %s", answer, window)
+			}
+		}
+	}
 	for i := range 200 + n {
+		if window != "" && i == 200 {
+			handshake("start", "started")
+		}
 		_ = conn.SetDeadline(time.Now().Add(time.Minute))
 		if _, err := conn.Write(request(i)); err != nil {
 			t.Fatal(err)
@@ -84,6 +109,9 @@ func TestInstructionDriver(t *testing.T) {
 		if _, err := readAnswer(rd, buf); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
+	}
+	if window != "" {
+		handshake("stop", "stopped")
 	}
 }
 
