@@ -24,21 +24,18 @@ import (
 
 // TestInstructionDriver drives a fixed number of requests through one
 // keep-alive HTTP/1.1 connection, for counting the instructions they cost
-// under valgrind's callgrind, which counts the same total for the same
-// binary and inputs however busy the machine is. It runs only when
+// under valgrind's callgrind, whose counts for the same binary and inputs
+// stay within about 2 % however busy the machine is. It runs only when
 // RELAY_INSTR_OP names the operation: `get` (`GET /get` of the 33 KB
 // wizard as Alice, through the relay), `bare` (the same bytes from a bare
 // net/http handler, as relay-bench's baseline serves them) or `update`
 // (`PUT /update` of Brom's hit points, a changed value each time).
-// RELAY_INSTR_N is the number of requests after a warm-up of 200. Two runs
-// with different counts give the instructions per request as the
-// difference of their totals divided by the difference of their counts,
-// which cancels the start and the stop:
+// RELAY_INSTR_N is the number of requests after a warm-up of 200.
+// scripts/instructions.sh runs it and has callgrind count the measured
+// requests alone (see RELAY_INSTR_WINDOW below):
 //
 //	go test -c -o /tmp/relay.test ./cmd/relay
-//	GODEBUG=asyncpreemptoff=1 RELAY_INSTR_OP=get RELAY_INSTR_N=1000 \
-//	  valgrind --tool=callgrind --callgrind-out-file=/tmp/get-1000.out \
-//	  /tmp/relay.test -test.run '^TestInstructionDriver$'
+//	scripts/instructions.sh /tmp/relay.test get 3000
 func TestInstructionDriver(t *testing.T) {
 	op := os.Getenv("RELAY_INSTR_OP")
 	if op == "" {
