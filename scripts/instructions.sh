@@ -31,10 +31,10 @@ wait_for() {
 	done
 }
 wait_for start
-callgrind_control -z "$pid" >/dev/null
+callgrind_control -z "$pid" >/dev/null 2>&1
 touch "$dir/started"
 wait_for stop
-callgrind_control -d "$pid" >/dev/null
+callgrind_control -d "$pid" >/dev/null 2>&1
 touch "$dir/stopped"
 wait "$pid" || { echo "the driver failed; see $out.log" >&2; exit 1; }
 total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out.1")
