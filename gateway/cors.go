@@ -138,7 +138,7 @@ func (c *cors) enabled() bool { return c.any || len(c.origins) > 0 }
 // that every answer, refusals and errors included, carries the marks.
 func (g *gateway) handleCORS(w http.ResponseWriter, r *http.Request) bool {
 	c := g.cors
-	origin := r.Header.Get("Origin")
+	origin := headerValue(r.Header, "Origin")
 	preflight := r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != ""
 	h := w.Header()
 	if c.enabled() && !c.any {

@@ -139,15 +139,17 @@ func (g *gateway) operationOf(ctx context.Context) string {
 // the request failed before reaching the server.
 func (g *gateway) requestIDOf(ctx context.Context, op string) string {
 	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
+		// The keys are lower case, as metadata keeps them: indexing the
+		// maps skips the lower-casing MD.Get does on every call.
 		// The answer to a write sent again with its idempotency key is the
 		// first request's, envelope and all.
-		if v := md.HeaderMD.Get(wire.IdempotentReplayHeader); len(v) > 0 && v[0] != "" {
+		if v := md.HeaderMD[wire.IdempotentReplayHeader]; len(v) > 0 && v[0] != "" {
 			return v[0]
 		}
-		if v := md.HeaderMD.Get(wire.RequestIDHeader); len(v) > 0 {
+		if v := md.HeaderMD[wire.RequestIDHeader]; len(v) > 0 {
 			return v[0]
 		}
-		if v := md.TrailerMD.Get(wire.RequestIDHeader); len(v) > 0 {
+		if v := md.TrailerMD[wire.RequestIDHeader]; len(v) > 0 {
 			return v[0]
 		}
 	}

@@ -422,6 +422,17 @@ var (
 	idempotencyKeyHeaderKey = http.CanonicalHeaderKey(wire.IdempotencyKeyHeader)
 )
 
+// headerValue is r.Header.Get for a name already in canonical form:
+// Header.Get canonicalizes the name it is given on every call, which for
+// a lower-case constant such as wire.APIKeyHeader builds a new string
+// each time.
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // printableASCII reports whether s is a valid gRPC metadata text value:
 // bytes 0x20 to 0x7E.
 func printableASCII(s string) bool {
@@ -492,7 +503,7 @@ func (g *gateway) admitted(w http.ResponseWriter, r *http.Request, rt *route) bo
 	if isEventStream(rt) {
 		ticket = r.URL.Query().Get(wire.TicketParam)
 	}
-	err := g.admit(r.Context(), rt.fullMethod, r.Header.Get(wire.APIKeyHeader), ticket, r.Header.Get("Authorization"), r.RemoteAddr)
+	err := g.admit(r.Context(), rt.fullMethod, headerValue(r.Header, apiKeyHeaderKey), ticket, headerValue(r.Header, authorizationHeaderKey), r.RemoteAddr)
 	if err == nil {
 		return true
 	}

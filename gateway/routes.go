@@ -194,37 +194,43 @@ func splitPath(p string) []string {
 
 // match finds the route of a request, or nil.
 func (t *routeTable) match(method, path string) *route {
-	segs := splitPath(path)
-	if segs == nil {
+	rest, ok := strings.CutPrefix(path, "/")
+	if !ok {
 		return nil
 	}
 	for _, rt := range t.byMethod[method] {
-		if segmentsMatch(rt.segments, segs) {
+		if segmentsMatchPath(rt.segments, rest) {
 			return rt
 		}
 	}
 	return nil
 }
 
-// segmentsMatch reports whether a request's segments match a route's: a
-// literal the same text, a variable any segment but an empty one, so that
-// `/accounts/` is no call of `/accounts/{id}` with an empty id.
-func segmentsMatch(pattern, segs []string) bool {
-	if len(pattern) != len(segs) {
-		return false
-	}
+// segmentsMatchPath reports whether a request's path (rest, without its
+// leading slash) matches a route's segments: a literal the same text, a
+// variable any segment but an empty one, so that `/accounts/` is no call
+// of `/accounts/{id}` with an empty id. It walks the path's segments in
+// place rather than splitting them into a new slice for every route of
+// every request.
+func segmentsMatchPath(pattern []string, rest string) bool {
 	for i, p := range pattern {
+		seg, after, more := strings.Cut(rest, "/")
 		if isVariable(p) {
-			if segs[i] == "" {
+			if seg == "" {
 				return false
 			}
-			continue
-		}
-		if p != segs[i] {
+		} else if p != seg {
 			return false
 		}
+		if i == len(pattern)-1 {
+			return !more
+		}
+		if !more {
+			return false
+		}
+		rest = after
 	}
-	return true
+	return false
 }
 
 // otherMethod reports whether a route of another HTTP method matches path.
@@ -240,6 +246,9 @@ func (t *routeTable) otherMethod(method, path string) bool {
 // pathVariables returns the values a request's path gives the route's
 // variables, by variable name (`id` for `{id}`).
 func (rt *route) pathVariables(path string) map[string]string {
+	if !slices.ContainsFunc(rt.segments, isVariable) {
+		return nil
+	}
 	var vars map[string]string
 	segs := splitPath(path)
 	for i, s := range rt.segments {

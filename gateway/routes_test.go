@@ -121,3 +121,60 @@ func TestOverlappingRoutesRefused(t *testing.T) {
 		t.Fatal("a gateway path over GET /get was accepted")
 	}
 }
+
+// TestSegmentsMatchPathIsSplitMatching: walking a path's segments in place
+// matches exactly what splitting it and comparing segment by segment
+// matches, for every route of the contract and paths made of their
+// literals, variables, empty segments and extra or missing segments.
+func TestSegmentsMatchPathIsSplitMatching(t *testing.T) {
+	patterns := [][]string{{"get"}, {"accounts", "{id}"}, {"accounts", "{id}", "keys"}, {"{a}"}, {"{a}", "{b}"}, {""}, {"a", ""}}
+	for _, rt := range allRoutes(contractRoutes()) {
+		patterns = append(patterns, rt.segments)
+	}
+	pieces := []string{"", "get", "accounts", "x", "keys", "{id}", "a"}
+	var paths []string
+	var grow func(prefix string, depth int)
+	grow = func(prefix string, depth int) {
+		paths = append(paths, prefix)
+		if depth == 4 {
+			return
+		}
+		for _, p := range pieces {
+			grow(prefix+"/"+p, depth+1)
+		}
+	}
+	grow("", 0)
+	for _, pattern := range patterns {
+		for _, path := range paths {
+			for _, p := range []string{path, path + "/"} {
+				if p == "" {
+					continue
+				}
+				want := segmentsMatch(pattern, splitPath(p))
+				if got := segmentsMatchPath(pattern, p[1:]); got != want {
+					t.Fatalf("pattern %q, path %q: got %v, want %v", pattern, p, got, want)
+				}
+			}
+		}
+	}
+}
+
+// segmentsMatch is the rule segmentsMatchPath implements, on a path split
+// into its segments by splitPath.
+func segmentsMatch(pattern, segs []string) bool {
+	if len(pattern) != len(segs) {
+		return false
+	}
+	for i, p := range pattern {
+		if isVariable(p) {
+			if segs[i] == "" {
+				return false
+			}
+			continue
+		}
+		if p != segs[i] {
+			return false
+		}
+	}
+	return true
+}

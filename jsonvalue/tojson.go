@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/tabletop-relay/relay/internal/jsonscan"
 )
 
 // errNotJSON is returned for a Value that JSON cannot hold: a number that
@@ -99,7 +101,11 @@ func AppendQuoted(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
+			if len(s)-i >= jsonscan.MinRun {
+				i += jsonscan.PlainASCII(s[i:])
+			} else {
+				i++
+			}
 			continue
 		}
 		if c < utf8.RuneSelf {

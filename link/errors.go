@@ -3,9 +3,9 @@ package link
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 
+	"github.com/tabletop-relay/relay/internal/clientid"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -115,15 +115,11 @@ func unknownWorld(clientID string) error {
 // displayID is a clientId for a message: as it is when it has the form of
 // one, else quoted and cut short, since it comes from a caller.
 func displayID(clientID string) string {
-	if clientIDPattern.MatchString(clientID) {
+	if clientid.Valid(clientID) {
 		return clientID
 	}
 	return quoteShort(clientID)
 }
-
-// clientIDPattern is the form of every clientId the relay serves (the
-// world package's rule for world directories).
-var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
 // invalid is a world.ErrInvalid error (400) naming a parameter.
 func invalid(format string, args ...any) error {

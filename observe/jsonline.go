@@ -5,8 +5,11 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tabletop-relay/relay/internal/jsonscan"
 )
 
 // JSONLineWriter is a log handler that can take a record already encoded
@@ -51,7 +54,7 @@ const maxPooledLine = 16 << 10
 // goes through slog instead.
 func AppendJSONRecord(buf []byte, t time.Time, level slog.Level, msg string, attrs []slog.Attr) ([]byte, bool) {
 	buf = append(buf, `{"time":"`...)
-	buf = t.AppendFormat(buf, time.RFC3339Nano)
+	buf = appendRFC3339Nano(buf, t)
 	buf = append(buf, `","level":`...)
 	buf = appendJSONString(buf, level.String())
 	buf = append(buf, `,"msg":`...)
@@ -108,7 +111,11 @@ func appendJSONString(buf []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
+				if len(s)-i >= jsonscan.MinRun {
+					i += jsonscan.PlainASCII(s[i:])
+				} else {
+					i++
+				}
 				continue
 			}
 			buf = append(buf, s[start:i]...)
@@ -145,4 +152,53 @@ func appendJSONString(buf []byte, s string) []byte {
 	}
 	buf = append(buf, s[start:]...)
 	return append(buf, '"')
+}
+
+// secondStamp is the RFC 3339 form of one second in one location: the
+// date and time of day, and the zone's offset.
+type secondStamp struct {
+	unix int64
+	loc  *time.Location
+	head string // 2006-01-02T15:04:05
+	zone string // Z or -07:00
+}
+
+// lastStamp is the second the latest access line was written in: lines
+// come many to a second, and formatting the date anew for each was most
+// of the time field's cost.
+var lastStamp atomic.Pointer[secondStamp]
+
+// appendRFC3339Nano appends t.Format(time.RFC3339Nano), with the date,
+// time of day and offset taken from lastStamp when t falls in its second
+// and location. A location's offset changes only on a whole second, so
+// one second of one location has one offset.
+func appendRFC3339Nano(buf []byte, t time.Time) []byte {
+	unix, loc := t.Unix(), t.Location()
+	st := lastStamp.Load()
+	if st == nil || st.unix != unix || st.loc != loc {
+		s := t.Truncate(time.Second).Format(time.RFC3339Nano)
+		if len(s) < len("2006-01-02T15:04:05Z") || s[4] != '-' || s[19] == '.' {
+			// A year before 0 or after 9999, which RFC 3339 cannot
+			// hold either: written as time formats it.
+			return t.AppendFormat(buf, time.RFC3339Nano)
+		}
+		st = &secondStamp{unix: unix, loc: loc, head: s[:19], zone: s[19:]}
+		lastStamp.Store(st)
+	}
+	buf = append(buf, st.head...)
+	if ns := t.Nanosecond(); ns != 0 {
+		// A fraction of nine digits, without its trailing zeros.
+		var f [10]byte
+		f[0] = '.'
+		for i := 9; i >= 1; i-- {
+			f[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		end := len(f)
+		for f[end-1] == '0' {
+			end--
+		}
+		buf = append(buf, f[:end]...)
+	}
+	return append(buf, st.zone...)
 }

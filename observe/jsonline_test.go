@@ -153,3 +153,48 @@ func jsonFields(t *testing.T, line string) [][2]string {
 	}
 	return fields
 }
+
+// TestAppendRFC3339NanoMatchesTime: the access line's time, whose date
+// is kept from one line to the next of the same second, is what
+// time.Format writes, for fractions with and without trailing zeros, for
+// locations taking turns (each turn changes the kept second), across a
+// daylight-saving change, and for years RFC 3339 cannot hold.
+func TestAppendRFC3339NanoMatchesTime(t *testing.T) {
+	newYork, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		newYork = time.FixedZone("EST", -5*3600)
+	}
+	locs := []*time.Location{time.UTC, time.Local, time.FixedZone("X", 3600), time.FixedZone("Y", -(9*3600 + 30*60)), newYork}
+	fractions := []int{0, 1, 10, 100000000, 120000000, 123456789, 999999999, 500}
+	bases := []time.Time{
+		time.Date(2026, 11, 29, 8, 46, 51, 0, time.UTC),
+		// One second before New York's clocks went back, and the
+		// seconds that follow.
+		time.Date(2026, 11, 1, 5, 59, 59, 0, time.UTC),
+		time.Date(2026, 3, 8, 6, 59, 59, 0, time.UTC),
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	for _, base := range bases {
+		for s := range 3 {
+			for _, f := range fractions {
+				for _, loc := range locs {
+					tm := base.Add(time.Duration(s)*time.Second + time.Duration(f)).In(loc)
+					got := string(appendRFC3339Nano([]byte("x"), tm))
+					if want := "x" + tm.Format(time.RFC3339Nano); got != want {
+						t.Fatalf("%v: got %q, want %q", tm, got, want)
+					}
+				}
+			}
+		}
+	}
+	// The clock's own times, with their monotonic reading.
+	for range 1000 {
+		now := time.Now()
+		if got, want := string(appendRFC3339Nano(nil, now)), now.Format(time.RFC3339Nano); got != want {
+			t.Fatalf("got %q, want %q", got, want)
+		}
+	}
+}

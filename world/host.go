@@ -7,11 +7,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tabletop-relay/relay/internal/clientid"
 )
 
 // Host keeps the worlds of one relay: each world is a directory
@@ -49,10 +50,6 @@ const dbFile = "world.db"
 // built before they are moved into place. Such a directory left behind by a
 // crash is a world that never finished being created.
 const creatingPrefix = ".creating-"
-
-// clientIDPattern is the form of a world's client id, which is also the
-// name of its directory.
-var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
 // OpenHost opens the worlds kept under dataDir, creating the directory when
 // needed and removing worlds whose creation a crash interrupted. opts apply
@@ -99,7 +96,7 @@ func (h *Host) Watch(fn func(clientID string, changes []Change)) {
 // returns the same engine while it stays open. An unknown world is
 // ErrNotFound `Unknown world: <clientId>`.
 func (h *Host) World(ctx context.Context, clientID string) (*Engine, error) {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return nil, errUnknownWorld(clientID)
 	}
 	h.mu.Lock()
@@ -181,7 +178,7 @@ func (h *Host) open(ctx context.Context, clientID string, w *hostWorld) (*Engine
 // the whole seed, so a failed or interrupted creation leaves no world
 // behind.
 func (h *Host) Create(ctx context.Context, clientID string, seed Seed) (*Engine, error) {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return nil, Errorf(ErrInvalid, "Invalid world id '%s': use 1 to 64 letters, digits, '_' or '-', starting with a letter or digit", clientID)
 	}
 	var w *hostWorld
@@ -333,7 +330,7 @@ func errHostClosed() error { return Errorf(ErrUnavailable, "The world host is cl
 // crash in the middle leaves no half-removed world: OpenHost removes what
 // remains.
 func (h *Host) Delete(ctx context.Context, clientID string) error {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return errUnknownWorld(clientID)
 	}
 	gone := &hostWorld{ready: make(chan struct{})}
@@ -406,7 +403,7 @@ func (h *Host) remove(clientID string, open *hostWorld) error {
 // DiskBytes is the size on disk of a world's directory: its database
 // (with its write-ahead log) and its file area. An unknown world is 0.
 func (h *Host) DiskBytes(clientID string) int64 {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return 0
 	}
 	var total int64
@@ -428,7 +425,7 @@ func (h *Host) DiskBytes(clientID string) int64 {
 // write-ahead log: what the world's documents, settings and kept events
 // take, without its file area. An unknown world is 0.
 func (h *Host) DatabaseBytes(clientID string) int64 {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return 0
 	}
 	var total int64

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/tabletop-relay/relay/internal/clientid"
 )
 
 // IDs returns the client ids of the host's worlds, sorted. Calls that name
@@ -38,7 +40,7 @@ func (h *Host) scanIDs() ([]string, error) {
 	var ids []string
 	for _, e := range entries {
 		id := e.Name()
-		if !e.IsDir() || !clientIDPattern.MatchString(id) {
+		if !e.IsDir() || !clientid.Valid(id) {
 			continue
 		}
 		if _, err := os.Stat(filepath.Join(h.dir, id, dbFile)); err != nil {

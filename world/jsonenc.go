@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/tabletop-relay/relay/internal/jsonscan"
 )
 
 // A fast path for EncodeJSON. World data is trees of the types JSON
@@ -157,7 +159,11 @@ func appendJSONString(dst []byte, s string) []byte {
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
 			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
+				if len(s)-i >= jsonscan.MinRun {
+					i += jsonscan.PlainASCII(s[i:])
+				} else {
+					i++
+				}
 				continue
 			}
 			dst = append(dst, s[start:i]...)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/tabletop-relay/relay/internal/clientid"
 )
 
 // Replication. In a cluster every committed group of an embedded world is
@@ -597,7 +599,7 @@ func (h *Host) WorldPath(clientID string) string { return filepath.Join(h.dir, c
 // holding world.db) into the host's worlds, as world clientID. An existing
 // world of that id is ErrConflict.
 func (h *Host) Adopt(clientID, dir string) error {
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return errUnknownWorld(clientID)
 	}
 	h.mu.Lock()

@@ -26,7 +26,7 @@ import (
 // good share of a small read's CPU (the allocation itself, and the
 // collections it brings), and unlike a timing their count holds on a
 // busy machine.
-const maxGetAllocs = 96
+const maxGetAllocs = 92
 
 // TestRESTGetAllocations counts the allocations of the whole process per
 // `GET /get`, served over a real connection from a client that allocates

@@ -3,13 +3,14 @@ package keys
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tabletop-relay/relay/internal/clientid"
 )
 
 // Errors returned by Authenticate. Their texts are the messages the relay
@@ -268,12 +269,10 @@ const (
 	maxUserIDLen = 256
 )
 
-var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 // ValidClientID reports whether id is a well-formed client (world) id: 1 to
 // 64 characters from A-Z, a-z, 0-9, '_' and '-', starting with a letter or
 // digit.
-func ValidClientID(id string) bool { return clientIDPattern.MatchString(id) }
+func ValidClientID(id string) bool { return clientid.Valid(id) }
 
 // validate checks spec against the rules documented on Spec and returns the
 // normalised key fields (trimmed name, canonical scopes, deduplicated client

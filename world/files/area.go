@@ -5,11 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tabletop-relay/relay/internal/clientid"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -20,16 +20,12 @@ type Area struct {
 	dir string
 }
 
-// clientIDPattern is the form of a world's client id (the world host's own
-// rule), which names the world's directory.
-var clientIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
 // Of returns the file area of a world: `<dataDir>/worlds/<clientID>/files`.
 func Of(dataDir, clientID string) (*Area, error) {
 	if dataDir == "" {
 		return nil, world.Errorf(world.ErrUnavailable, "The file area is not configured")
 	}
-	if !clientIDPattern.MatchString(clientID) {
+	if !clientid.Valid(clientID) {
 		return nil, world.Errorf(world.ErrInvalid, "Invalid client id: %s", clientID)
 	}
 	return New(filepath.Join(dataDir, "worlds", clientID, "files")), nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/tabletop-relay/relay/internal/clientid"
 	"github.com/tabletop-relay/relay/world"
 )
 
@@ -56,7 +57,7 @@ func RemoveTemporaryAll(dataDir string) (int, error) {
 	total := 0
 	var errs []error
 	for _, e := range entries {
-		if !e.IsDir() || !clientIDPattern.MatchString(e.Name()) {
+		if !e.IsDir() || !clientid.Valid(e.Name()) {
 			continue
 		}
 		area, err := Of(dataDir, e.Name())
