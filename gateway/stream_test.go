@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -37,17 +36,32 @@ func TestSSEFrames(t *testing.T) {
 	}
 }
 
+// TestKeepaliveOnlyWhenQuiet: a quiet stream gets a keepalive comment
+// every interval, and none once stopped.
 func TestKeepaliveOnlyWhenQuiet(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
-	sw := &sseWriter{w: rec, rc: http.NewResponseController(rec)}
+	sw := newSSEWriter(rec)
+	count := func() int {
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		return strings.Count(rec.Body.String(), ": keepalive\n\n")
+	}
 	stop := sw.keepalive(20 * time.Millisecond)
-	time.Sleep(110 * time.Millisecond)
+	// A loaded machine may run the timer late: wait for two keepalives
+	// rather than for a fixed time.
+	deadline := time.Now().Add(30 * time.Second)
+	for count() < 2 {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("got %d keepalives in 30s at 20ms intervals", count())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	stop()
-	sw.mu.Lock()
-	n := strings.Count(rec.Body.String(), ": keepalive\n\n")
-	sw.mu.Unlock()
-	if n < 2 {
-		t.Fatalf("got %d keepalives in 110ms at 20ms intervals", n)
+	n := count()
+	time.Sleep(60 * time.Millisecond)
+	if after := count(); after != n {
+		t.Fatalf("%d keepalives after stop, %d before", after, n)
 	}
 }
