@@ -61,6 +61,14 @@ func (n *Node) Routes() int { return n.srv.NumRoutes() }
 // HoldTakeOvers keeps the node from taking over the worlds it follows.
 func (r *Registry) HoldTakeOvers() { r.opts.Replication.holdTakeOvers.Store(true) }
 
+// HoldSnapshots keeps the node's snapshots of the worlds it follows from
+// being stored until ReleaseSnapshots, as a slow upload would: a snapshot
+// under way stays under way.
+func (r *Registry) HoldSnapshots() { r.opts.Replication.holdSnapshots.Store(true) }
+
+// ReleaseSnapshots lets the node's held snapshots be stored.
+func (r *Registry) ReleaseSnapshots() { r.opts.Replication.holdSnapshots.Store(false) }
+
 // Restores is how many of its copies the node restored from a snapshot.
 func (r *Registry) Restores() int64 { return r.opts.Replication.restores.Load() }
 

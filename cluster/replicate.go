@@ -101,6 +101,9 @@ type Replication struct {
 	// holdTakeOvers, set by tests, keeps this node from taking worlds
 	// over, so that another follower does.
 	holdTakeOvers atomic.Bool
+	// holdSnapshots, set by tests, keeps this node's snapshots from being
+	// stored until it is cleared, as a slow upload would.
+	holdSnapshots atomic.Bool
 	// fileStores keeps the worlds' object stores (files.go), by client id.
 	fileStores sync.Map
 
@@ -857,6 +860,7 @@ func (f *follower) consume() error {
 				}
 				quiet = 0
 			}
+			f.snapshotIfDue()
 			continue
 		}
 		if err != nil {

@@ -163,6 +163,52 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 	checkFlags(t, n3, acked)
 }
 
+// TestQuietWorldGetsItsDueSnapshot checks that a snapshot that came due
+// while the previous one was still being stored is taken once that one is
+// stored, even though no write follows: the records applied meanwhile do
+// not wait for the world's next write to be snapshotted, and the log is
+// trimmed.
+func TestQuietWorldGetsItsDueSnapshot(t *testing.T) {
+	nodes, cfgs := startReplicated(t, withSnapshots)
+	n1 := nodes[0]
+	// Whichever follower takes the snapshots, its first one stays under
+	// way until released.
+	for _, n := range nodes {
+		n.Registry().HoldSnapshots()
+	}
+	acked := map[string]int{}
+	// The world's base and snapshotEvery writes: the first snapshot is due
+	// at record snapshotEvery, and is under way once both copies applied
+	// the record after it.
+	writeFlags(t, n1, "a", snapshotEvery, acked)
+	for _, i := range []int{0, 2} {
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", snapshotEvery) })
+	}
+	// Another snapshot's worth of records, applied while the first one is
+	// being stored; then the world falls quiet.
+	writeFlags(t, n1, "b", snapshotEvery, acked)
+	_, last := worldLog(t, n1)
+	for _, i := range []int{0, 2} {
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName+" at the log's end", func() bool { return copyComplete(cfgs[i].DataDir, "west", last-1) })
+	}
+	if seqs := westSnapshots(t, n1); len(seqs) != 0 {
+		t.Fatalf("snapshots stored while they were held: %v", seqs)
+	}
+	for _, n := range nodes {
+		n.Registry().ReleaseSnapshots()
+	}
+	waitFor(t, 30*time.Second, "a snapshot of the records applied while the first was stored", func() bool {
+		seqs := westSnapshots(t, n1)
+		return len(seqs) == 2 && seqs[1] == last
+	})
+	waitFor(t, 30*time.Second, "the log to start after the older snapshot", func() bool {
+		seqs := westSnapshots(t, n1)
+		first, _ := worldLog(t, n1)
+		return len(seqs) == 2 && first == seqs[0]+1
+	})
+	checkFlags(t, n1, acked)
+}
+
 // TestEmptyNodeCatchesUpAndTakesOver checks that a node restarted with its
 // data directory deleted follows the world again from its newest snapshot
 // and the log's tail, and takes the world over with every acknowledged
