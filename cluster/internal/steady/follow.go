@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,13 +76,51 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, filters []string, opts F
 	}
 	f := &Follower{kv: kv, filters: append(append([]string(nil), filters...), BeatKey), apply: apply, opts: opts, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	w, updates, err := f.open(ctx)
+	w, updates, err := f.openFirst(ctx)
 	if err != nil {
 		f.cancel()
 		return nil, err
 	}
 	go f.run(w, updates)
 	return f, nil
+}
+
+// firstOpenPatience bounds how long Follow tries to open its first
+// watcher while JetStream does not answer in time: as long as a node
+// allows its NATS server to start.
+const firstOpenPatience = time.Minute
+
+// errWatcherEnded is the error of a watcher that ended while it loaded
+// the current entries.
+var errWatcherEnded = errors.New("watcher ended while loading")
+
+// openFirst opens the first watcher, trying again while the attempts fail
+// only for want of a timely answer. A node starts while the cluster may be
+// busy (the other nodes starting, a loaded machine) or electing the
+// bucket's leader; each attempt is one JetStream request bounded by the
+// client's own time-out, and a node that gave up at the first slow answer
+// would fail to start for nothing. Other failures are returned at once.
+func (f *Follower) openFirst(ctx context.Context) (jetstream.KeyWatcher, <-chan jetstream.KeyValueEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, firstOpenPatience)
+	defer cancel()
+	for {
+		w, updates, err := f.open(ctx)
+		if err == nil || ctx.Err() != nil || !slowAnswer(err) {
+			return w, updates, err
+		}
+		f.opts.Log.Warn("cannot follow a key-value bucket yet: trying again", "bucket", f.kv.Bucket(), "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// slowAnswer reports whether err says only that no answer came in time,
+// or that no server could take the request yet.
+func slowAnswer(err error) bool {
+	return Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, errWatcherEnded)
 }
 
 // open opens a watcher and applies the current entries it sends first,
@@ -101,7 +140,7 @@ func (f *Follower) open(ctx context.Context) (jetstream.KeyWatcher, <-chan jetst
 		case e, ok := <-w.Updates():
 			if !ok {
 				_ = w.Stop()
-				return nil, nil, errors.New("watcher ended while loading")
+				return nil, nil, errWatcherEnded
 			}
 			if e == nil {
 				return w, w.Updates(), nil
