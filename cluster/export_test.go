@@ -69,6 +69,19 @@ func (r *Registry) HoldSnapshots() { r.opts.Replication.holdSnapshots.Store(true
 // ReleaseSnapshots lets the node's held snapshots be stored.
 func (r *Registry) ReleaseSnapshots() { r.opts.Replication.holdSnapshots.Store(false) }
 
+// MoveAside moves a world the node hosts out of its worlds, to where it
+// would follow it, without giving up its lease: the state a claim round
+// leaves when it claims a world again just as the node, replaced by
+// another, moves its copy aside.
+func (r *Registry) MoveAside(clientID string) error {
+	rp := r.opts.Replication
+	return rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID))
+}
+
+// Rehost runs what the node does once it claimed a world of its own: it
+// starts replicating it.
+func (r *Registry) Rehost(clientID string) { r.opts.Replication.hosted(clientID) }
+
 // Restores is how many of its copies the node restored from a snapshot.
 func (r *Registry) Restores() int64 { return r.opts.Replication.restores.Load() }
 
