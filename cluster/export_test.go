@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
+	"io"
+	"sync/atomic"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -81,6 +83,36 @@ func (r *Registry) MoveAside(clientID string) error {
 // Rehost runs what the node does once it claimed a world of its own: it
 // starts replicating it.
 func (r *Registry) Rehost(clientID string) { r.opts.Replication.hosted(clientID) }
+
+// flakyObjects is a world's object store whose next Puts fail as a store
+// made a moment ago can: no server takes the request, after the upload
+// read its first byte.
+type flakyObjects struct {
+	jetstream.ObjectStore
+	fails atomic.Int32
+}
+
+func (o *flakyObjects) Put(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	if o.fails.Add(-1) >= 0 {
+		_, _ = io.CopyN(io.Discard, r, 1)
+		return nil, nats.ErrNoResponders
+	}
+	return o.ObjectStore.Put(ctx, meta, r)
+}
+
+// FailNextFilePuts makes the next n stores of a file of a world this node
+// hosts find no server to take them; the world's object store must exist.
+func (r *Registry) FailNextFilePuts(ctx context.Context, clientID string, n int) error {
+	rp := r.opts.Replication
+	obs, err := rp.fileObjects(ctx, clientID, false)
+	if err != nil {
+		return err
+	}
+	flaky := &flakyObjects{ObjectStore: obs}
+	flaky.fails.Store(int32(n))
+	rp.fileStores.Store(clientID, flaky)
+	return nil
+}
 
 // Restores is how many of its copies the node restored from a snapshot.
 func (r *Registry) Restores() int64 { return r.opts.Replication.restores.Load() }

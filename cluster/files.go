@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/files"
 )
@@ -99,11 +100,26 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 		}
 	}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
-	if err != nil {
-		// The store may be gone (its world was removed and made again):
-		// the next file looks it up afresh.
-		rp.fileStores.Delete(clientID)
-		return err
+	for tries := time.Now(); err != nil; info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r) {
+		// A store made a moment ago may not answer yet (its servers are
+		// still taking up their parts, or its stream elects a leader):
+		// no server took the request, and the file is sent again from
+		// its start for as long as an append would be tried.
+		rewind, ok := r.(io.Seeker)
+		if !steady.Transient(err) || !ok || time.Since(tries) > appendTimeout || !reg.holds(clientID) {
+			// The store may be gone (its world was removed and made
+			// again): the next file looks it up afresh.
+			rp.fileStores.Delete(clientID)
+			return err
+		}
+		if _, serr := rewind.Seek(0, io.SeekStart); serr != nil {
+			return errors.Join(err, serr)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	if int64(info.Size) != size {
 		_ = rp.DeleteFile(context.WithoutCancel(ctx), clientID, object)

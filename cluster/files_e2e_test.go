@@ -287,3 +287,30 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 		t.Fatalf("the refused file after the take-over: %d %q", got.Status, got.Body)
 	}
 }
+
+// TestUploadWaitsForANewFileStore checks that an upload whose object the
+// world's store does not take at once (no server answers, as when the
+// store was made a moment ago) is sent again from its start, and is
+// acknowledged with every byte in the followers' copies.
+func TestUploadWaitsForANewFileStore(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	if got := uploadFile(n1, "maps/first.bin", []byte("the store exists"), false); got.Status != http.StatusOK {
+		t.Fatalf("first upload: %d %s", got.Status, got.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n2.Registry().FailNextFilePuts(ctx, "west", 2); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(300 << 10)
+	if got := uploadFile(n1, "maps/big.bin", data, false); got.Status != http.StatusOK {
+		t.Fatalf("upload while the store does not answer: %d %s", got.Status, got.Body)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 30*time.Second, "the file in the copy of "+cfgs[i].NodeName, func() bool { return copyHolds(cfgs[i].DataDir, "maps/big.bin", data) })
+	}
+	if got := download(n1, "maps/big.bin"); got.Status != http.StatusOK || !bytes.Equal(got.Body, data) {
+		t.Fatalf("download: %d, %d bytes", got.Status, len(got.Body))
+	}
+}
