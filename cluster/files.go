@@ -99,14 +99,19 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
-	for tries := time.Now(); err != nil; info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r) {
-		// A store made a moment ago may not answer yet (its servers are
-		// still taking up their parts, or its stream elects a leader):
-		// no server took the request, and the file is sent again from
-		// its start for as long as an append would be tried.
-		rewind, ok := r.(io.Seeker)
-		if !steady.Transient(err) || !ok || time.Since(tries) > appendTimeout || !reg.holds(clientID) {
+	// A store made a moment ago may not have elected the leader of its
+	// stream yet, and one whose leader moved answers no one for a while:
+	// such a put stored nothing that counts (the object is written again
+	// under the same name), and is tried again from the file's start
+	// while the lease holds.
+	rewind, rewinds := r.(io.Seeker)
+	var info *jetstream.ObjectInfo
+	for tries := time.Now(); ; {
+		info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
+		if err == nil {
+			break
+		}
+		if !rewinds || !steady.Transient(err) || time.Since(tries) > appendTimeout || !reg.holds(clientID) {
 			// The store may be gone (its world was removed and made
 			// again): the next file looks it up afresh.
 			rp.fileStores.Delete(clientID)

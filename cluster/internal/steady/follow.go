@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -85,42 +84,28 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, filters []string, opts F
 	return f, nil
 }
 
-// firstOpenPatience bounds how long Follow tries to open its first
-// watcher while JetStream does not answer in time: as long as a node
-// allows its NATS server to start.
-const firstOpenPatience = time.Minute
+// openWait bounds how long Follow asks again for its first watcher.
+const openWait = time.Minute
 
-// errWatcherEnded is the error of a watcher that ended while it loaded
-// the current entries.
-var errWatcherEnded = errors.New("watcher ended while loading")
-
-// openFirst opens the first watcher, trying again while the attempts fail
-// only for want of a timely answer. A node starts while the cluster may be
-// busy (the other nodes starting, a loaded machine) or electing the
-// bucket's leader; each attempt is one JetStream request bounded by the
-// client's own time-out, and a node that gave up at the first slow answer
-// would fail to start for nothing. Other failures are returned at once.
+// openFirst opens the follower's first watcher. A bucket created a moment
+// ago may still be electing its stream's first leader, and a loaded
+// machine may answer the creation of the watcher's consumer after the
+// client library's time-out of five seconds: a node starting then asks
+// again, for up to openWait and never past ctx, rather than fail to start.
 func (f *Follower) openFirst(ctx context.Context) (jetstream.KeyWatcher, <-chan jetstream.KeyValueEntry, error) {
-	ctx, cancel := context.WithTimeout(ctx, firstOpenPatience)
-	defer cancel()
+	deadline := time.Now().Add(openWait)
 	for {
 		w, updates, err := f.open(ctx)
-		if err == nil || ctx.Err() != nil || !slowAnswer(err) {
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
 			return w, updates, err
 		}
-		f.opts.Log.Warn("cannot follow a key-value bucket yet: trying again", "bucket", f.kv.Bucket(), "error", err)
+		f.opts.Log.Debug("cannot follow a key-value bucket yet", "bucket", f.kv.Bucket(), "error", err)
 		select {
 		case <-ctx.Done():
-			return nil, nil, err
-		case <-time.After(pause):
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-}
-
-// slowAnswer reports whether err says only that no answer came in time,
-// or that no server could take the request yet.
-func slowAnswer(err error) bool {
-	return Transient(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, errWatcherEnded)
 }
 
 // open opens a watcher and applies the current entries it sends first,
@@ -140,7 +125,7 @@ func (f *Follower) open(ctx context.Context) (jetstream.KeyWatcher, <-chan jetst
 		case e, ok := <-w.Updates():
 			if !ok {
 				_ = w.Stop()
-				return nil, nil, errWatcherEnded
+				return nil, nil, errors.New("watcher ended while loading")
 			}
 			if e == nil {
 				return w, w.Updates(), nil

@@ -138,3 +138,46 @@ func TestFollowerKeepsAWorkingWatcher(t *testing.T) {
 		t.Fatalf("a working watcher was replaced %d times", n)
 	}
 }
+
+// TestFollowAsksAgainForItsFirstWatcher: a follower whose first watchers
+// cannot be opened in time (their consumer's creation times out) asks
+// again and starts with every current entry; one whose caller gives up
+// returns at once.
+func TestFollowAsksAgainForItsFirstWatcher(t *testing.T) {
+	t.Parallel()
+	kv := bucket(t)
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, "k.a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	got := &seen{vals: map[string]string{}}
+	calls := 0
+	opts := FollowOptions{watch: func(ctx context.Context, kv jetstream.KeyValue, filters []string) (jetstream.KeyWatcher, error) {
+		calls++
+		if calls <= 2 {
+			return nil, context.DeadlineExceeded
+		}
+		return kv.WatchFiltered(ctx, filters)
+	}}
+	f, err := Follow(ctx, kv, []string{"k.>"}, opts, got.apply)
+	if err != nil {
+		t.Fatalf("after two slow attempts: %v", err)
+	}
+	defer f.Close(time.Second)
+	if calls != 3 || got.get("k.a") != "1" {
+		t.Fatalf("%d attempts, entries %v; want 3 and the current entry", calls, got.vals)
+	}
+
+	never := FollowOptions{watch: func(context.Context, jetstream.KeyValue, []string) (jetstream.KeyWatcher, error) {
+		return nil, context.DeadlineExceeded
+	}}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	if _, err := Follow(short, kv, []string{"k.>"}, never, got.apply); err == nil {
+		t.Fatal("a follower without a watcher started")
+	}
+	if took := time.Since(began); took > 30*time.Second {
+		t.Fatalf("a caller that gave up after 300ms waited %v", took)
+	}
+}
