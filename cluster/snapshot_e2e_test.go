@@ -258,6 +258,18 @@ func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
 		}
 		return false
 	})
+	// n3 holds the lease once it claimed west, a moment before it serves
+	// it: its fence record waits for west's log to elect a new leader
+	// (the stopped host led it), and calls meanwhile answer 503.
+	client := &http.Client{Timeout: 20 * time.Second}
+	waitFor(t, 60*time.Second, "a write through n1 once n3 serves west", func() bool {
+		st := flagWrite(client, n1.Base, n1.AdminKey, "taken", 1)
+		if st != http.StatusOK && st != http.StatusServiceUnavailable {
+			t.Fatalf("write through n1 after the take-over: %d", st)
+		}
+		return st == http.StatusOK
+	})
+	acked["taken"] = 1
 	writeFlags(t, n1, "d", 3, acked)
 	checkFlags(t, n1, acked)
 	checkFlags(t, n3, acked)
