@@ -62,7 +62,7 @@ func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
 		waitFor(t, 30*time.Second, "a snapshot of "+id, func() bool { return len(worldSnapshots(t, ctx, n3, id)) > 0 })
 		for j := range nodes {
 			if j != i {
-				waitFor(t, 15*time.Second, "the copy of "+id+" on "+cfgs[j].NodeName, func() bool { return copyComplete(cfgs[j].DataDir, id, 0) })
+				waitFor(t, 30*time.Second, "the copy of "+id+" on "+cfgs[j].NodeName, func() bool { return copyComplete(cfgs[j].DataDir, id, 0) })
 			}
 		}
 		waitUntil(t, "the events of "+id, func() bool {
@@ -96,11 +96,11 @@ func TestDeleteAccountRemovesItsWorldsOnEveryNode(t *testing.T) {
 			t.Errorf("%s, its host, still has %s's directory: %v", cfgs[i].NodeName, id, err)
 		}
 		for j, n := range nodes {
-			waitFor(t, 5*time.Second, "404 for "+id+" on "+cfgs[j].NodeName, func() bool {
+			waitFor(t, 30*time.Second, "404 for "+id+" on "+cfgs[j].NodeName, func() bool {
 				return n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", id, "uuid", relaytest.GoblinUUID), nil).Status == http.StatusNotFound
 			})
 			if j != i {
-				waitFor(t, 5*time.Second, "the removal of "+id+"'s copy on "+cfgs[j].NodeName, func() bool {
+				waitFor(t, 30*time.Second, "the removal of "+id+"'s copy on "+cfgs[j].NodeName, func() bool {
 					_, err := os.Stat(filepath.Join(cfgs[j].DataDir, "replicas", id))
 					return errors.Is(err, os.ErrNotExist)
 				})

@@ -28,7 +28,7 @@ func TestDeleteWorldThroughAnyNode(t *testing.T) {
 		t.Fatalf("first write: %d", st)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 	writeFlags(t, n1, "a", snapshotEvery+2, map[string]int{})
 	waitFor(t, 30*time.Second, "a snapshot of west", func() bool { return len(westSnapshots(t, n1)) > 0 })
@@ -40,7 +40,7 @@ func TestDeleteWorldThroughAnyNode(t *testing.T) {
 		t.Fatalf("the host still has west's directory: %v", err)
 	}
 	for i, n := range nodes {
-		waitFor(t, 5*time.Second, "404 for west on "+cfgs[i].NodeName, func() bool {
+		waitFor(t, 30*time.Second, "404 for west on "+cfgs[i].NodeName, func() bool {
 			return n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil).Status == http.StatusNotFound
 		})
 	}
@@ -53,7 +53,7 @@ func TestDeleteWorldThroughAnyNode(t *testing.T) {
 		t.Fatalf("west's snapshots after the removal: %v, want none", seqs)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 5*time.Second, "the removal of west's copy on "+cfgs[i].NodeName, func() bool {
+		waitFor(t, 30*time.Second, "the removal of west's copy on "+cfgs[i].NodeName, func() bool {
 			_, err := os.Stat(filepath.Join(cfgs[i].DataDir, "replicas", "west"))
 			return errors.Is(err, os.ErrNotExist)
 		})

@@ -122,7 +122,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 		t.Fatalf("first write: %d", st)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 
 	// Several of the object store's chunks (128 KiB each).
@@ -131,7 +131,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 		t.Fatalf("upload through n1: %d %s", got.Status, got.Body)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the file in the copy of "+cfgs[i].NodeName, func() bool { return copyHolds(cfgs[i].DataDir, "maps/big.bin", first) })
+		waitFor(t, 30*time.Second, "the file in the copy of "+cfgs[i].NodeName, func() bool { return copyHolds(cfgs[i].DataDir, "maps/big.bin", first) })
 	}
 	if got := objectNames(t, n1); len(got) != 1 {
 		t.Fatalf("objects after one upload: %v", got)
@@ -149,7 +149,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 		t.Fatalf("gRPC upload through n3: %v", err)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the new file in the copy of "+cfgs[i].NodeName, func() bool {
+		waitFor(t, 30*time.Second, "the new file in the copy of "+cfgs[i].NodeName, func() bool {
 			return copyHolds(cfgs[i].DataDir, "maps/big.bin", second) && copyHolds(cfgs[i].DataDir, "notes/handout.txt", note)
 		})
 	}
@@ -175,7 +175,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 
 	n2.Cluster().Crash()
 	for _, via := range []*relaytest.Relay{n1, n3} {
-		waitFor(t, 30*time.Second, "the file downloaded after the failover", func() bool {
+		waitFor(t, 60*time.Second, "the file downloaded after the failover", func() bool {
 			got := download(via, "maps/big.bin")
 			return got.Status == http.StatusOK && bytes.Equal(got.Body, second)
 		})
@@ -186,7 +186,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 
 	// The new host records uploads: the other survivor's copy gets them.
 	third := []byte("after the failover")
-	waitFor(t, 15*time.Second, "an upload after the failover", func() bool {
+	waitFor(t, 60*time.Second, "an upload after the failover", func() bool {
 		got := uploadFile(n1, "notes/later.txt", third, false)
 		return got.Status == http.StatusOK
 	})
@@ -205,7 +205,7 @@ func TestReplicatedFilesOutliveTheirHost(t *testing.T) {
 	default:
 		t.Fatalf("west is hosted by %q after the failover", host)
 	}
-	waitFor(t, 15*time.Second, "the later file in the remaining follower's copy", func() bool { return copyHolds(followerDir, "notes/later.txt", third) })
+	waitFor(t, 30*time.Second, "the later file in the remaining follower's copy", func() bool { return copyHolds(followerDir, "notes/later.txt", third) })
 	if got := objectNames(t, follower); len(got) != 3 {
 		t.Fatalf("objects after the failover: %v", got)
 	}
@@ -234,7 +234,7 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 		t.Fatalf("first write: %d", st)
 	}
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 	w, err := embedded.NewRegistry(n2.Worlds(), embedded.Options{DataDir: cfgs[1].DataDir}).World(ctx, "west")
 	if err != nil {
@@ -250,7 +250,7 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 	}
 
 	n2.Registry().HoldRenewals()
-	waitFor(t, 30*time.Second, "another node serving west", func() bool {
+	waitFor(t, 60*time.Second, "another node serving west", func() bool {
 		for _, h := range n1.Registry().Snapshot() {
 			if h.ClientID == "west" && h.Node != "n2" && h.Live {
 				return true
@@ -275,7 +275,7 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 	}
 	// An upload through the former host reaches the new one, which also
 	// serves the file written before.
-	waitFor(t, 15*time.Second, "an upload through n2", func() bool {
+	waitFor(t, 30*time.Second, "an upload through n2", func() bool {
 		return uploadFile(n2, "maps/viaN2.txt", []byte("via n2"), false).Status == http.StatusOK
 	})
 	for path, want := range map[string]string{"maps/before.txt": "before", "maps/viaN2.txt": "via n2"} {
@@ -285,5 +285,32 @@ func TestFencedHostCannotRecordAFile(t *testing.T) {
 	}
 	if got := download(n1, "maps/stale.txt"); got.Status != http.StatusNotFound {
 		t.Fatalf("the refused file after the take-over: %d %q", got.Status, got.Body)
+	}
+}
+
+// TestUploadWaitsForANewFileStore checks that an upload whose object the
+// world's store does not take at once (no server answers, as when the
+// store was made a moment ago) is sent again from its start, and is
+// acknowledged with every byte in the followers' copies.
+func TestUploadWaitsForANewFileStore(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n1, n2 := nodes[0], nodes[1]
+	if got := uploadFile(n1, "maps/first.bin", []byte("the store exists"), false); got.Status != http.StatusOK {
+		t.Fatalf("first upload: %d %s", got.Status, got.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n2.Registry().FailNextFilePuts(ctx, "west", 2); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(300 << 10)
+	if got := uploadFile(n1, "maps/big.bin", data, false); got.Status != http.StatusOK {
+		t.Fatalf("upload while the store does not answer: %d %s", got.Status, got.Body)
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 30*time.Second, "the file in the copy of "+cfgs[i].NodeName, func() bool { return copyHolds(cfgs[i].DataDir, "maps/big.bin", data) })
+	}
+	if got := download(n1, "maps/big.bin"); got.Status != http.StatusOK || !bytes.Equal(got.Body, data) {
+		t.Fatalf("download: %d, %d bytes", got.Status, len(got.Body))
 	}
 }

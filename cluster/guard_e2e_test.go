@@ -159,7 +159,7 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 		return flagWrite(client, n1.Base, n1.AdminKey, "first", 1) == http.StatusOK
 	})
 	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 
 	// The rogue sees the record of a write setting rogue=1 go by; the
@@ -217,7 +217,7 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 	}
 	appended := int64(3 * len(records))
 	// The followers skip the records and count them.
-	waitFor(t, 15*time.Second, "the followers to skip the rogue's records", func() bool {
+	waitFor(t, 30*time.Second, "the followers to skip the rogue's records", func() bool {
 		r1, _, _ := nodes[0].Cluster().Refused()
 		r3, _, _ := nodes[2].Cluster().Refused()
 		return r1 == appended && r3 == appended
@@ -228,7 +228,7 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 		return flagWrite(client, n1.Base, n1.AdminKey, "after", 1) == http.StatusOK
 	})
 	var flags map[string]any
-	waitFor(t, 15*time.Second, "a read of west", func() bool {
+	waitFor(t, 30*time.Second, "a read of west", func() bool {
 		var st int
 		flags, st = ariaFlags(t, n1)
 		return st == http.StatusOK

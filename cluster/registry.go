@@ -419,14 +419,16 @@ func (r *Registry) claimEmbedded(ctx context.Context) {
 			continue
 		}
 		rp := r.opts.Replication
-		if rp != nil && !rp.prepareHost(ctx, id) {
+		if rp != nil && (rp.isDemoting(id) || !rp.prepareHost(ctx, id)) {
 			continue
 		}
-		title := ""
-		if w, err := r.opts.Local.World(ctx, id); err == nil {
-			title = w.Info().Title
+		w, err := r.opts.Local.World(ctx, id)
+		if err != nil {
+			// Gone since it was listed (moved aside to follow it, or
+			// removed): nothing to claim.
+			continue
 		}
-		err := r.Claim(ctx, id, world.KindEmbedded, title, false)
+		err = r.Claim(ctx, id, world.KindEmbedded, w.Info().Title, false)
 		if err != nil && !errors.Is(err, ErrHeldElsewhere) {
 			r.log.Warn("could not claim a world", "clientId", id, "error", err)
 		}

@@ -101,6 +101,9 @@ type Replication struct {
 	// holdTakeOvers, set by tests, keeps this node from taking worlds
 	// over, so that another follower does.
 	holdTakeOvers atomic.Bool
+	// holdSnapshots, set by tests, keeps this node's snapshots from being
+	// stored until it is cleared, as a slow upload would.
+	holdSnapshots atomic.Bool
 	// fileStores keeps the worlds' object stores (files.go), by client id.
 	fileStores sync.Map
 
@@ -316,9 +319,23 @@ func (rp *Replication) demoteMarked(clientID string) {
 	if err := rp.opts.Worlds.Evict(clientID, rp.copyDir(clientID)); err != nil {
 		rp.log.Warn("could not move a world's copy aside to follow it", "clientId", clientID, "error", err)
 	}
+	if r := rp.reg.Load(); r != nil {
+		// A claim round that listed the world before it moved aside may
+		// have claimed it again meanwhile: this node no longer has it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		r.Release(ctx, clientID)
+		cancel()
+	}
 	if rp.opts.Demoted != nil {
 		rp.opts.Demoted(clientID)
 	}
+}
+
+// isDemoting reports whether the node is giving up a world it hosted.
+func (rp *Replication) isDemoting(clientID string) bool {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return rp.demoting[clientID]
 }
 
 // copyDir is where this node keeps its copy of a world it follows.
@@ -384,6 +401,17 @@ func (rp *Replication) hosted(clientID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
 	eng, err := rp.opts.Worlds.World(ctx, clientID)
+	if errors.Is(err, world.ErrNotFound) {
+		// The world left this node's worlds since it was claimed (its
+		// copy moved aside to follow the world): a lease kept for it
+		// would hold the world on a node that answers 404 for it, and
+		// keep the followers from taking it over.
+		rp.log.Warn("gave up the lease of a world this node no longer has", "clientId", clientID)
+		if r := rp.reg.Load(); r != nil {
+			r.Release(ctx, clientID)
+		}
+		return
+	}
 	if err == nil {
 		err = eng.StartReplication(ctx)
 	}
@@ -857,6 +885,7 @@ func (f *follower) consume() error {
 				}
 				quiet = 0
 			}
+			f.snapshotIfDue()
 			continue
 		}
 		if err != nil {

@@ -53,7 +53,35 @@ func startReplicated(t *testing.T, mutate func(*node.Config)) ([]*relaytest.Rela
 	}
 	shareAdminKey(nodes...)
 	t.Cleanup(func() { stopAll(nodes) })
+	waitReplicatedReady(t, nodes, cfgs)
 	return nodes, cfgs
+}
+
+// waitReplicatedReady waits until the cluster startReplicated made has
+// settled, so that a test's first call does not meet its start under way
+// (on a loaded machine it takes a while): every node answers a read of
+// west, so it knows west's host and the cluster's admin key; both
+// followers hold west's base, so its log exists and takes appends; and
+// the log is led by its host's server, where the host moves it right
+// after its claim. Nothing is written.
+func waitReplicatedReady(t *testing.T, nodes []*relaytest.Relay, cfgs []cluster.Config) {
+	t.Helper()
+	for i, n := range nodes {
+		waitFor(t, 60*time.Second, "a read of west through "+cfgs[i].NodeName, func() bool {
+			got := n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil)
+			return got.Status == http.StatusOK
+		})
+	}
+	for _, i := range []int{0, 2} {
+		waitFor(t, 60*time.Second, "west's base in the copy of "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 0) })
+	}
+	host := nodes[1].Cluster().Conn().ConnectedServerName()
+	waitFor(t, 60*time.Second, "west's log led by its host", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := nodes[0].Cluster().JetStream().Stream(ctx, "RELAY_WORLD_west")
+		return err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader == host
+	})
 }
 
 // waitFor polls cond until it holds or d has passed.

@@ -340,13 +340,23 @@ func (rp *Replication) snapshotPath(clientID, what string) string {
 	return filepath.Join(rp.opts.DataDir, "replicas", "."+what+"-"+clientID+".db")
 }
 
-// afterApply counts an applied record of size bytes and, on the world's
-// snapshot taker, snapshots the copy once enough records or bytes were
-// applied since the newest snapshot. The copy is written to a file here,
-// between two records, and stored in the background.
+// afterApply counts an applied record of size bytes and snapshots the
+// copy if one is due.
 func (f *follower) afterApply(size int) {
+	f.snap.sinceBytes.Add(int64(size))
+	f.snapshotIfDue()
+}
+
+// snapshotIfDue, on the world's snapshot taker, snapshots the copy once
+// enough records or bytes were applied since the newest snapshot. The
+// copy is written to a file here, between two records, and stored in the
+// background. The follower calls it after each record it applies, and
+// also while the log is quiet: records applied while an earlier snapshot
+// was being stored, or after a snapshot failed, would otherwise wait for
+// the world's next write, and a world that fell quiet would keep its log
+// untrimmed.
+func (f *follower) snapshotIfDue() {
 	st := &f.snap
-	st.sinceBytes.Add(int64(size))
 	if !st.taker.Load() || st.busy.Load() || !f.rep.Complete() || time.Now().UnixNano() < st.retryAt.Load() {
 		return
 	}
@@ -370,6 +380,13 @@ func (f *follower) afterApply(size int) {
 		defer os.Remove(path)
 		ctx, cancel := context.WithTimeout(f.ctx, snapshotTimeout)
 		defer cancel()
+		for f.rp.holdSnapshots.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
 		if err := f.rp.storeSnapshot(ctx, f.id, seq, path); err != nil {
 			if f.ctx.Err() == nil {
 				f.rp.log.Warn("could not store a snapshot of a replicated world", "clientId", f.id, "seq", seq, "error", err)

@@ -96,7 +96,7 @@ func writeFlags(t *testing.T, via *relaytest.Relay, prefix string, n int, acked 
 func checkFlags(t *testing.T, via *relaytest.Relay, acked map[string]int) {
 	t.Helper()
 	var flags map[string]any
-	waitFor(t, 30*time.Second, "a read of west", func() bool {
+	waitFor(t, 60*time.Second, "a read of west", func() bool {
 		var st int
 		flags, st = ariaFlags(t, via)
 		return st == http.StatusOK
@@ -120,10 +120,10 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 	acked := map[string]int{}
 	writeFlags(t, n1, "first", 1, acked)
 	for _, i := range []int{0, 2} {
-		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 60*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 	writeFlags(t, n1, "a", 2*snapshotEvery, acked)
-	waitFor(t, 30*time.Second, "a snapshot of west and a trimmed log", func() bool {
+	waitFor(t, 60*time.Second, "a snapshot of west and a trimmed log", func() bool {
 		seqs := westSnapshots(t, n1)
 		first, _ := worldLog(t, n1)
 		return len(seqs) > 0 && seqs[0] >= snapshotEvery && first > 1
@@ -133,14 +133,14 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 	stopAll([]*relaytest.Relay{n3})
 	behind, _ := copySeq(cfgs[2].DataDir)
 	writeFlags(t, n1, "b", 4*snapshotEvery, acked)
-	waitFor(t, 30*time.Second, "two snapshots, and the log trimmed past n3's copy", func() bool {
+	waitFor(t, 60*time.Second, "two snapshots, and the log trimmed past n3's copy", func() bool {
 		seqs := westSnapshots(t, n1)
 		first, _ := worldLog(t, n1)
 		return len(seqs) == 2 && first > behind+1
 	})
 	// Once the writes stopped and the last snapshot was stored, the log
 	// starts right after the older snapshot.
-	waitFor(t, 30*time.Second, "the log to start after the older snapshot", func() bool {
+	waitFor(t, 60*time.Second, "the log to start after the older snapshot", func() bool {
 		seqs := westSnapshots(t, n1)
 		first, _ := worldLog(t, n1)
 		return len(seqs) == 2 && first == seqs[0]+1
@@ -163,6 +163,52 @@ func TestSnapshotsTrimTheWorldLog(t *testing.T) {
 	checkFlags(t, n3, acked)
 }
 
+// TestQuietWorldGetsItsDueSnapshot checks that a snapshot that came due
+// while the previous one was still being stored is taken once that one is
+// stored, even though no write follows: the records applied meanwhile do
+// not wait for the world's next write to be snapshotted, and the log is
+// trimmed.
+func TestQuietWorldGetsItsDueSnapshot(t *testing.T) {
+	nodes, cfgs := startReplicated(t, withSnapshots)
+	n1 := nodes[0]
+	// Whichever follower takes the snapshots, its first one stays under
+	// way until released.
+	for _, n := range nodes {
+		n.Registry().HoldSnapshots()
+	}
+	acked := map[string]int{}
+	// The world's base and snapshotEvery writes: the first snapshot is due
+	// at record snapshotEvery, and is under way once both copies applied
+	// the record after it.
+	writeFlags(t, n1, "a", snapshotEvery, acked)
+	for _, i := range []int{0, 2} {
+		waitFor(t, 60*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", snapshotEvery) })
+	}
+	// Another snapshot's worth of records, applied while the first one is
+	// being stored; then the world falls quiet.
+	writeFlags(t, n1, "b", snapshotEvery, acked)
+	_, last := worldLog(t, n1)
+	for _, i := range []int{0, 2} {
+		waitFor(t, 60*time.Second, "the copy of west on "+cfgs[i].NodeName+" at the log's end", func() bool { return copyComplete(cfgs[i].DataDir, "west", last-1) })
+	}
+	if seqs := westSnapshots(t, n1); len(seqs) != 0 {
+		t.Fatalf("snapshots stored while they were held: %v", seqs)
+	}
+	for _, n := range nodes {
+		n.Registry().ReleaseSnapshots()
+	}
+	waitFor(t, 60*time.Second, "a snapshot of the records applied while the first was stored", func() bool {
+		seqs := westSnapshots(t, n1)
+		return len(seqs) == 2 && seqs[1] == last
+	})
+	waitFor(t, 60*time.Second, "the log to start after the older snapshot", func() bool {
+		seqs := westSnapshots(t, n1)
+		first, _ := worldLog(t, n1)
+		return len(seqs) == 2 && first == seqs[0]+1
+	})
+	checkFlags(t, n1, acked)
+}
+
 // TestEmptyNodeCatchesUpAndTakesOver checks that a node restarted with its
 // data directory deleted follows the world again from its newest snapshot
 // and the log's tail, and takes the world over with every acknowledged
@@ -177,10 +223,10 @@ func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
 	acked := map[string]int{}
 	writeFlags(t, n1, "first", 1, acked)
 	for _, i := range []int{0, 2} {
-		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+		waitFor(t, 60*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
 	}
 	writeFlags(t, n1, "a", 2*snapshotEvery, acked)
-	waitFor(t, 30*time.Second, "a snapshot of west and a trimmed log", func() bool {
+	waitFor(t, 60*time.Second, "a snapshot of west and a trimmed log", func() bool {
 		first, _ := worldLog(t, n1)
 		return len(westSnapshots(t, n1)) > 0 && first > 1
 	})
@@ -212,6 +258,18 @@ func TestEmptyNodeCatchesUpAndTakesOver(t *testing.T) {
 		}
 		return false
 	})
+	// n3 holds the lease once it claimed west, a moment before it serves
+	// it: its fence record waits for west's log to elect a new leader
+	// (the stopped host led it), and calls meanwhile answer 503.
+	client := &http.Client{Timeout: 20 * time.Second}
+	waitFor(t, 60*time.Second, "a write through n1 once n3 serves west", func() bool {
+		st := flagWrite(client, n1.Base, n1.AdminKey, "taken", 1)
+		if st != http.StatusOK && st != http.StatusServiceUnavailable {
+			t.Fatalf("write through n1 after the take-over: %d", st)
+		}
+		return st == http.StatusOK
+	})
+	acked["taken"] = 1
 	writeFlags(t, n1, "d", 3, acked)
 	checkFlags(t, n1, acked)
 	checkFlags(t, n3, acked)

@@ -27,7 +27,7 @@ func TestPacedReaderWaitsForTheBucket(t *testing.T) {
 	bucket := &fakeBucket{}
 	bucket.last.Store(100)
 	data := bytes.Repeat([]byte{1}, (snapshotWindow+10)*snapshotChunk)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := &pacedReader{ctx: ctx, r: bytes.NewReader(data), bucket: bucket, base: 100}
 	var chunks atomic.Int64
@@ -44,7 +44,7 @@ func TestPacedReaderWaitsForTheBucket(t *testing.T) {
 		}
 	}()
 	// The reader stops at the window while the bucket stores nothing.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for chunks.Load() < snapshotWindow && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -54,7 +54,7 @@ func TestPacedReaderWaitsForTheBucket(t *testing.T) {
 	}
 	// The bucket stores five: five more may go.
 	bucket.last.Store(105)
-	deadline = time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for chunks.Load() < snapshotWindow+5 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
