@@ -445,3 +445,47 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 	})
 	waitFor(t, 30*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
 }
+
+// TestHostKeepsItsWorldWhileTheRegistryElects checks that a healthy host
+// keeps serving its replicated world, through itself and through another
+// node, while the registry's bucket answers no one for longer than the
+// lease, as while it elects a new leader after the server that led it
+// died (nats-server waits 4 to 9 s): the host's renewals get no answer
+// meanwhile, but no follower may take the world over from a host that
+// answers, and no call may be refused.
+func TestHostKeepsItsWorldWhileTheRegistryElects(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n2, n3 := nodes[1], nodes[2]
+	client := &http.Client{Timeout: 20 * time.Second}
+	waitFor(t, 30*time.Second, "a first write", func() bool {
+		return flagWrite(client, n3.Base, n3.AdminKey, "first", 1) == http.StatusOK
+	})
+	for _, i := range []int{0, 2} {
+		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
+	}
+
+	const election = 8 * time.Second
+	for _, n := range nodes {
+		n.Registry().StallBucket(election)
+	}
+	stalled := time.Now()
+	// Writes through the host and through n3 while the registry answers
+	// no one, and a moment after: every one is acknowledged.
+	for i := 0; time.Since(stalled) < election+2*time.Second; i++ {
+		for _, via := range []*relaytest.Relay{n2, n3} {
+			began := time.Now()
+			if st := flagWrite(client, via.Base, via.AdminKey, fmt.Sprintf("during%d", i), i); st != http.StatusOK {
+				t.Fatalf("write %d through %s, %v into the registry's election: %d", i, via.Cluster().Name(), began.Sub(stalled).Round(time.Millisecond), st)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range []*relaytest.Relay{nodes[0], n3} {
+		if got := n.Registry().HostedEmbedded(); slices.Contains(got, "west") {
+			t.Fatalf("%s took west over from its live host", n.Cluster().Name())
+		}
+	}
+	if got := n2.Registry().HostedEmbedded(); !slices.Contains(got, "west") {
+		t.Fatalf("n2 hosts %v after the registry's election, want west", got)
+	}
+}
