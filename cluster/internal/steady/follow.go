@@ -75,14 +75,32 @@ func Follow(ctx context.Context, kv jetstream.KeyValue, filters []string, opts F
 	}
 	f := &Follower{kv: kv, filters: append(append([]string(nil), filters...), BeatKey), apply: apply, opts: opts, done: make(chan struct{})}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	w, updates, err := f.open(ctx)
-	if err != nil {
-		f.cancel()
-		return nil, err
+	// The first watcher may fail to open while the bucket's stream has no
+	// leader, or while a loaded server is slow to make its consumer (the
+	// client library gives the request five seconds): a node starting
+	// then would fail to start. It is tried again, within ctx and
+	// openWait.
+	started := time.Now()
+	for {
+		w, updates, err := f.open(ctx)
+		if err == nil {
+			go f.run(w, updates)
+			return f, nil
+		}
+		if ctx.Err() != nil || time.Since(started) > openWait {
+			f.cancel()
+			return nil, err
+		}
+		f.opts.Log.Warn("cannot follow a key-value bucket yet", "bucket", kv.Bucket(), "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.opts.Beat):
+		}
 	}
-	go f.run(w, updates)
-	return f, nil
 }
+
+// openWait bounds how long Follow tries to open its first watcher.
+const openWait = 30 * time.Second
 
 // open opens a watcher and applies the current entries it sends first,
 // returning it with the channel of later changes.

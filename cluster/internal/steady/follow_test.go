@@ -138,3 +138,34 @@ func TestFollowerKeepsAWorkingWatcher(t *testing.T) {
 		t.Fatalf("a working watcher was replaced %d times", n)
 	}
 }
+
+// TestFollowerOpensAfterAFailedWatch gives a follower a first watcher that
+// fails to open, as one whose consumer a loaded or leaderless server did
+// not make in time, and expects Follow to open another and load the
+// current entries.
+func TestFollowerOpensAfterAFailedWatch(t *testing.T) {
+	t.Parallel()
+	kv := bucket(t)
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, "k.a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	got := &seen{vals: map[string]string{}}
+	calls := 0
+	opts := FollowOptions{Beat: 50 * time.Millisecond, Stale: 300 * time.Millisecond,
+		watch: func(ctx context.Context, kv jetstream.KeyValue, filters []string) (jetstream.KeyWatcher, error) {
+			calls++
+			if calls == 1 {
+				return nil, context.DeadlineExceeded
+			}
+			return kv.WatchFiltered(ctx, filters)
+		}}
+	f, err := Follow(ctx, kv, []string{"k.>"}, opts, got.apply)
+	if err != nil {
+		t.Fatalf("Follow after one failed watch: %v", err)
+	}
+	defer f.Close(time.Second)
+	if got.get("k.a") != "1" || calls != 2 {
+		t.Fatalf("after one failed watch: entries %v, watches opened %d", got.vals, calls)
+	}
+}
