@@ -48,6 +48,14 @@ func (r *Registry) JetStreamAPIRequests() uint64 {
 // answers to the other nodes' pings, as a paused process's would stop.
 func (r *Registry) HoldRenewals() { r.holdRenewals.Store(true) }
 
+// AnswersUnderWay is how many forwarded calls, streams and uploads the
+// node is answering.
+func (r *Registry) AnswersUnderWay() int {
+	r.inflight.mu.Lock()
+	defer r.inflight.mu.Unlock()
+	return r.inflight.n
+}
+
 // StallBucket makes the registry's bucket answer none of the node's
 // requests for d, as while JetStream elects the bucket's leader after
 // the server that led it died (4 to 9 s in nats-server).

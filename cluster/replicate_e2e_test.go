@@ -53,6 +53,18 @@ func startReplicated(t *testing.T, mutate func(*node.Config)) ([]*relaytest.Rela
 	}
 	shareAdminKey(nodes...)
 	t.Cleanup(func() { stopAll(nodes) })
+	// Ready once every node serves west (it knows the host's lease) and
+	// the followers hold the world's base: on a loaded machine a call
+	// made at once could otherwise find the host's claim, or the first
+	// leader of the world's log, still under way.
+	for _, n := range nodes {
+		waitFor(t, 60*time.Second, "west served through "+n.Cluster().Name(), func() bool {
+			return n.Do(http.MethodGet, "/get", n.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil).Status == http.StatusOK
+		})
+	}
+	for _, i := range []int{0, 2} {
+		waitCopy(t, cfgs[i], 0)
+	}
 	return nodes, cfgs
 }
 
@@ -63,6 +75,40 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeFirst sets flags.test.first to 1 on Aria in west through via,
+// again while the answer is a 503 (the world's log may be moving its
+// leader to the host just after the start), and waits until the copies
+// of west on n1 and n3 (its followers) hold it.
+func writeFirst(t *testing.T, client *http.Client, via *relaytest.Relay, cfgs []cluster.Config) {
+	t.Helper()
+	last := 0
+	waitFor(t, 30*time.Second, "a first write through "+via.Cluster().Name(), func() bool {
+		last = flagWrite(client, via.Base, via.AdminKey, "first", 1)
+		if last != http.StatusOK && last != http.StatusServiceUnavailable {
+			t.Fatalf("first write: %d", last)
+		}
+		return last == http.StatusOK
+	})
+	for _, i := range []int{0, 2} {
+		waitCopy(t, cfgs[i], 1)
+	}
+}
+
+// waitCopy waits until a node's follower copy of west holds the whole
+// world and at least the record after after, and says what the copy held
+// when it does not in time.
+func waitCopy(t *testing.T, cfg cluster.Config, after uint64) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for !copyComplete(cfg.DataDir, "west", after) {
+		if time.Now().After(deadline) {
+			seq, base, complete, err := world.ReplicaState(filepath.Join(cfg.DataDir, "replicas", "west", "world.db"))
+			t.Fatalf("timed out waiting for the copy of west on %s to hold record %d: it holds up to %d (base %q, whole %v, error %v)", cfg.NodeName, after+1, seq, base, complete, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -118,12 +164,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 	client := &http.Client{Timeout: 20 * time.Second}
 
 	// Both other nodes follow west and hold a whole copy of it.
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 
 	// Writers through n1 and n3 all along; every acknowledged key must
 	// survive.
@@ -150,7 +191,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "writes before the failure", func() bool { return okCount.Load() >= 20 })
+	waitFor(t, 45*time.Second, "writes before the failure", func() bool { return okCount.Load() >= 20 })
 
 	died := time.Now()
 	n2.Cluster().Crash()
@@ -158,7 +199,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 	// A write through another node succeeds again once a follower took
 	// the world over: within the lease, the stream's election and a
 	// margin for a loaded machine.
-	waitFor(t, 30*time.Second, "a write acknowledged after the host died", func() bool { return okCount.Load() > before+10 })
+	waitFor(t, 45*time.Second, "a write acknowledged after the host died", func() bool { return okCount.Load() > before+10 })
 	t.Logf("writes acknowledged again %v after the host died", time.Since(died).Round(time.Millisecond))
 	close(stop)
 	wg.Wait()
@@ -169,7 +210,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 		// A node's view of the registry may lag while JetStream recovers
 		// from the loss of a server: the read may be refused for a while.
 		var flags map[string]any
-		waitFor(t, 15*time.Second, "a read of west", func() bool {
+		waitFor(t, 45*time.Second, "a read of west", func() bool {
 			var st int
 			flags, st = ariaFlags(t, via)
 			return st == http.StatusOK
@@ -204,12 +245,7 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	client := &http.Client{Timeout: 40 * time.Second}
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 
 	// A script (a write) that runs for 15 s on the host, through n1.
 	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 15000) {} return 7;"}
@@ -229,7 +265,9 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 		_, _ = buf.ReadFrom(resp.Body)
 		answered <- relaytest.Response{Status: resp.StatusCode, Body: buf.Bytes()}
 	}()
-	time.Sleep(time.Second) // the call reaches n2 and its script starts
+	// The call reaches n2, which runs it: its outcome is unknown from
+	// then on.
+	waitFor(t, 30*time.Second, "the script under way on n2", func() bool { return n2.Registry().AnswersUnderWay() > 0 })
 	crashing := time.Now()
 	n2.Cluster().Crash()
 	// The server is gone, its routes with it: NATS knows of the death.
@@ -292,12 +330,7 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 	client := &http.Client{Timeout: 20 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 	const path = "/actor/subscribe?clientId=west"
 	streams := map[string]<-chan streamEvent{
 		"n1": sseStream(t, ctx, n1, path, n1.AdminKey, ""),
@@ -321,7 +354,7 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 	}
 
 	n2.Cluster().Crash()
-	waitFor(t, 30*time.Second, "a write after the failover", func() bool {
+	waitFor(t, 45*time.Second, "a write after the failover", func() bool {
 		return flagWrite(client, n3.Base, n3.AdminKey, "after", 2) == http.StatusOK
 	})
 	// One write may make events on other channels too: ids count every
@@ -354,18 +387,13 @@ func TestPausedHostIsFencedOff(t *testing.T) {
 	n1, n2 := nodes[0], nodes[1]
 	client := &http.Client{Timeout: 20 * time.Second}
 	ctx := context.Background()
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 	eng, err := n2.Worlds().World(ctx, "west")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n2.Registry().HoldRenewals()
-	waitFor(t, 30*time.Second, "another node serving west", func() bool {
+	waitFor(t, 45*time.Second, "another node serving west", func() bool {
 		for _, h := range n1.Registry().Snapshot() {
 			if h.ClientID == "west" && h.Node != "n2" && h.Live {
 				return true
@@ -379,12 +407,12 @@ func TestPausedHostIsFencedOff(t *testing.T) {
 	}
 	// The replaced host follows the world, and a write through it
 	// reaches the new host.
-	waitFor(t, 15*time.Second, "n2 following west", func() bool { return copyComplete(cfgs[1].DataDir, "west", 1) })
-	waitFor(t, 15*time.Second, "a write through n2", func() bool {
+	waitCopy(t, cfgs[1], 1)
+	waitFor(t, 45*time.Second, "a write through n2", func() bool {
 		return flagWrite(client, n2.Base, n2.AdminKey, "viaN2", 3) == http.StatusOK
 	})
 	var flags map[string]any
-	waitFor(t, 15*time.Second, "a read of west", func() bool {
+	waitFor(t, 45*time.Second, "a read of west", func() bool {
 		var st int
 		flags, st = ariaFlags(t, n1)
 		return st == http.StatusOK
@@ -417,7 +445,7 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 		}
 		return s.CachedInfo().Cluster.Leader
 	}
-	waitFor(t, 20*time.Second, "n2 to lead west's stream", func() bool { return leader(n1) == server(n2) })
+	waitFor(t, 45*time.Second, "n2 to lead west's stream", func() bool { return leader(n1) == server(n2) })
 
 	// An operator (or an election) moves the leader to n1: n2 takes it
 	// back.
@@ -425,16 +453,16 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 	if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the leader to move to n1", func() bool { return leader(n1) == server(n1) })
-	waitFor(t, 30*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
+	waitFor(t, 45*time.Second, "the leader to move to n1", func() bool { return leader(n1) == server(n1) })
+	waitFor(t, 45*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
 
 	// The host dies: the node that takes west over leads its stream.
 	n2.Cluster().Crash()
-	waitFor(t, 30*time.Second, "a write after the host died", func() bool {
+	waitFor(t, 45*time.Second, "a write after the host died", func() bool {
 		return flagWrite(client, n1.Base, n1.AdminKey, "after", 1) == http.StatusOK
 	})
 	var host *relaytest.Relay
-	waitFor(t, 20*time.Second, "a new host of west", func() bool {
+	waitFor(t, 45*time.Second, "a new host of west", func() bool {
 		for _, n := range []*relaytest.Relay{nodes[0], nodes[2]} {
 			if slices.Contains(n.Registry().HostedEmbedded(), "west") {
 				host = n
@@ -443,7 +471,7 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 30*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
+	waitFor(t, 45*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
 }
 
 // TestHostKeepsItsWorldWhileTheRegistryElects checks that a healthy host
@@ -457,12 +485,7 @@ func TestHostKeepsItsWorldWhileTheRegistryElects(t *testing.T) {
 	nodes, cfgs := startReplicated(t, nil)
 	n2, n3 := nodes[1], nodes[2]
 	client := &http.Client{Timeout: 20 * time.Second}
-	waitFor(t, 30*time.Second, "a first write", func() bool {
-		return flagWrite(client, n3.Base, n3.AdminKey, "first", 1) == http.StatusOK
-	})
-	for _, i := range []int{0, 2} {
-		waitFor(t, 30*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n3, cfgs)
 
 	const election = 8 * time.Second
 	for _, n := range nodes {
