@@ -134,11 +134,15 @@ docs-site: $(DOCS_SITE_DEPS) ## build the manual's site from docs/ into tools/do
 
 .PHONY: test
 test: lint check-generate contract lint-openapi docs-check docs-site sdk-test sdk-python-test image ## every check and test (what CI runs)
-	go test -race -count=1 ./...
+	go test -race -count=1 -timeout 30m ./...
 
 .PHONY: test-short
 test-short: ## the Go tests only, without the race detector
 	go test -count=1 ./...
+
+.PHONY: test-load
+test-load: ## run the cluster and stream tests RUNS times (10) under -race with every core kept busy; stops at the first failure
+	./scripts/test-under-load.sh
 
 .PHONY: crash
 crash: ## kill the relay 200 times under writes; every acknowledged write must survive
