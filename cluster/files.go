@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 	"github.com/tabletop-relay/relay/world"
 	"github.com/tabletop-relay/relay/world/files"
 )
@@ -98,12 +99,32 @@ func (rp *Replication) PutFile(ctx context.Context, clientID, object string, siz
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
-	if err != nil {
-		// The store may be gone (its world was removed and made again):
-		// the next file looks it up afresh.
-		rp.fileStores.Delete(clientID)
-		return err
+	// A store made a moment ago may not have elected the leader of its
+	// stream yet, and one whose leader moved answers no one for a while:
+	// such a put stored nothing that counts (the object is written again
+	// under the same name), and is tried again from the file's start
+	// while the lease holds.
+	rewind, rewinds := r.(io.Seeker)
+	var info *jetstream.ObjectInfo
+	for tries := time.Now(); ; {
+		info, err = obs.Put(ctx, jetstream.ObjectMeta{Name: object}, r)
+		if err == nil {
+			break
+		}
+		if !rewinds || !steady.Transient(err) || time.Since(tries) > appendTimeout || !reg.holds(clientID) {
+			// The store may be gone (its world was removed and made
+			// again): the next file looks it up afresh.
+			rp.fileStores.Delete(clientID)
+			return err
+		}
+		if _, serr := rewind.Seek(0, io.SeekStart); serr != nil {
+			return errors.Join(err, serr)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 	if int64(info.Size) != size {
 		_ = rp.DeleteFile(context.WithoutCancel(ctx), clientID, object)
