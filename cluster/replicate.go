@@ -422,7 +422,9 @@ func (rp *Replication) placeLeader(ctx context.Context, clientID string) {
 		return
 	}
 	info := s.CachedInfo()
-	if info.Cluster == nil || info.Cluster.Leader == server {
+	if info.Cluster == nil || info.Cluster.Leader == server || info.Cluster.Leader == "" {
+		// Led here already, or electing a leader, which a stepdown
+		// would only disturb: the next check places it.
 		return
 	}
 	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
