@@ -242,6 +242,9 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 	nodes, cfgs := startReplicated(t, func(c *node.Config) {
 		c.Cluster.ForwardTimeout = 30 * time.Second
 		c.ScriptTimeout = 20 * time.Second
+		// A lease that outlasts the host's crash, which takes a loaded
+		// machine seconds: the calls below must be sent while it holds.
+		c.Cluster.LeaseTTL = 10 * time.Second
 	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	client := &http.Client{Timeout: 40 * time.Second}
@@ -282,9 +285,22 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 		took   time.Duration
 	}
 	results := make(chan result, 2)
+	for _, h := range n3.Registry().Snapshot() {
+		if h.ClientID == "west" && (h.Node != "n2" || !h.Live) {
+			t.Fatalf("the dead host's lease no longer holds on n3 when the calls are sent: %+v", h)
+		}
+	}
 	go func() {
+		// The test's own client: the read waits for the lease to lapse
+		// and a follower to take over, longer than a relaytest call may.
 		start := time.Now()
-		_, st := ariaFlags(t, n3)
+		st := 0
+		req, _ := http.NewRequest(http.MethodGet, n3.Base+"/get?clientId=west&uuid="+relaytest.AriaUUID, nil)
+		req.Header.Set("x-api-key", n3.AdminKey)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			st = resp.StatusCode
+		}
 		results <- result{"read through n3", st, time.Since(start)}
 	}()
 	go func() {
@@ -449,11 +465,20 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 
 	// An operator (or an election) moves the leader to n1: n2 takes it
 	// back.
-	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server(n1)}})
-	if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 45*time.Second, "the leader to move to n1", func() bool { return leader(n1) == server(n1) })
+	// The host may move it back before this test sees it on n1, or while
+	// the election is under way: the request is made again until n1 is
+	// seen leading.
+	waitFor(t, 45*time.Second, "the leader to move to n1", func() bool {
+		if leader(n1) == server(n1) {
+			return true
+		}
+		req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server(n1)}})
+		if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
+			t.Logf("stepdown: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		return leader(n1) == server(n1)
+	})
 	waitFor(t, 45*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
 
 	// The host dies: the node that takes west over leads its stream.
