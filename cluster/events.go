@@ -106,8 +106,10 @@ func (r *Registry) answerUsers(m *nats.Msg) {
 			}
 		}
 	}
-	b, _ := json.Marshal(rep)
-	_ = m.Respond(b)
+	out := nats.NewMsg(m.Reply)
+	out.Data, _ = json.Marshal(rep)
+	r.node.signer.signAnswer(out, 0)
+	_ = m.RespondMsg(out)
 }
 
 // Questions askUsers puts to a world's host.
@@ -135,8 +137,7 @@ func (w *remoteWorld) askUsers(ctx context.Context, name string, ask int) ([]wor
 		msg.Header.Set(hdrUsersPing, "1")
 	}
 	msg.Data = []byte(name)
-	w.reg.node.signer.sign(msg)
-	res, err := w.reg.node.nc.RequestMsgWithContext(actx, msg)
+	res, err := w.reg.node.request(actx, msg)
 	if err != nil {
 		return nil, w.forwardError(ctx, err, timeout)
 	}

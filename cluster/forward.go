@@ -36,7 +36,11 @@ import (
 // process knows, its routes with --cluster-secret, and with --nats the
 // relays must have a NATS account of their own. With a cluster secret,
 // every call is also signed, and a node answers only calls signed by a
-// node that knows the secret, once each (sign.go).
+// node that knows the secret, once each (sign.go); what comes back (the
+// answers, and every message of a download or an upload either way) is
+// signed for its subject and its place, and a node takes only the
+// messages its peer signed, waiting on for them past any forgery
+// (answers.go).
 
 // Headers of forwarded calls and their replies.
 const (
@@ -244,6 +248,7 @@ func (r *Registry) reply(m, out *nats.Msg, rep *server.ForwardedReply) {
 		b, _ := json.Marshal(rep.Trailer)
 		out.Header.Set(hdrTrailer, string(b))
 	}
+	r.node.signer.signAnswer(out, 0)
 	if err := m.RespondMsg(out); err != nil {
 		r.log.Warn("could not answer a forwarded call", "method", m.Header.Get(hdrMethod), "clientId", m.Header.Get(hdrClientID), "error", err)
 		// A reply over the size limit: answer with the error instead, so
@@ -252,6 +257,7 @@ func (r *Registry) reply(m, out *nats.Msg, rep *server.ForwardedReply) {
 			fail := nats.NewMsg(m.Reply)
 			b, _ := protoMarshalStatus(status.New(codes.ResourceExhausted, "The answer is too large to be forwarded between nodes"))
 			fail.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(b))
+			r.node.signer.signAnswer(fail, 0)
 			_ = m.RespondMsg(fail)
 		}
 	}
@@ -303,9 +309,8 @@ func (w *remoteWorld) Forward(ctx context.Context, fc *server.ForwardedCall) (*s
 	if d, ok := fctx.Deadline(); ok {
 		msg.Header.Set(hdrDeadline, strconv.FormatInt(d.UnixNano(), 10))
 	}
-	w.reg.node.signer.sign(msg)
 	stopWatching := w.watchHost(fctx, lost)
-	res, err := w.reg.node.nc.RequestMsgWithContext(fctx, msg)
+	res, err := w.reg.node.request(fctx, msg)
 	stopWatching()
 	if err == nil && res.Header.Get(hdrNotTaken) != "" && w.reg.opts.Replication != nil && w.entry.Kind == world.KindEmbedded {
 		// The host is stopping and did not carry the call out: the
@@ -386,9 +391,8 @@ func (w *remoteWorld) openTransfer(ctx context.Context, subject string, fc *serv
 		return fail(err)
 	}
 	msg.Header.Set(hdrInbox, inbox.Subject)
-	w.reg.node.signer.sign(msg)
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	accept, err := nc.RequestMsgWithContext(actx, msg)
+	accept, err := w.reg.node.request(actx, msg)
 	cancel()
 	if err != nil {
 		return fail(w.forwardError(ctx, err, timeout))
@@ -446,17 +450,19 @@ func (r *Registry) answerStream(m *nats.Msg) {
 	defer func() { _ = acks.Unsubscribe() }()
 	accept := nats.NewMsg(m.Reply)
 	accept.Header.Set(hdrAck, acks.Subject)
+	r.node.signer.signAnswer(accept, 0)
 	if err := m.RespondMsg(accept); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sent, acked := 0, 0
+	// The places of the messages sent to the edge, and of the last
+	// acknowledgement taken from it (see signAnswer).
+	var out, in uint64
 	send := func(b []byte) error {
 		for sent-acked >= streamWindow {
-			wait, cancelWait := context.WithTimeout(ctx, r.node.cfg.ForwardTimeout)
-			am, err := acks.NextMsgWithContext(wait)
-			cancelWait()
+			am, err := r.node.nextOf(ctx, acks, &in, true)
 			if err != nil {
 				return err
 			}
@@ -467,9 +473,11 @@ func (r *Registry) answerStream(m *nats.Msg) {
 				acked = n
 			}
 		}
-		out := nats.NewMsg(inbox)
-		out.Data = b
-		if err := nc.PublishMsg(out); err != nil {
+		msg := nats.NewMsg(inbox)
+		msg.Data = b
+		out++
+		r.node.signer.signAnswer(msg, out)
+		if err := nc.PublishMsg(msg); err != nil {
 			return err
 		}
 		sent++
@@ -481,7 +489,43 @@ func (r *Registry) answerStream(m *nats.Msg) {
 	if rep.Status != nil {
 		end.Header.Set(hdrStatus, base64.StdEncoding.EncodeToString(rep.Status))
 	}
+	out++
+	r.node.signer.signAnswer(end, out)
 	_ = nc.PublishMsg(end)
+}
+
+// nextOf returns the next message of a transfer that sub receives, the
+// one after place *last (see verifyNext), within the forward time-out. It
+// drops the messages that fail their signature, or came before, without
+// waiting longer for them; it fails when a message of the transfer was
+// lost.
+func (n *Node) nextOf(ctx context.Context, sub *nats.Subscription, last *uint64, gaps bool) (*nats.Msg, error) {
+	wait, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(wait)
+		if err != nil {
+			return nil, err
+		}
+		if ok, err := n.takes(m, last, gaps); ok || err != nil {
+			return m, err
+		}
+	}
+}
+
+// takes reports whether m is the next message of a transfer, after place
+// *last (see verifyNext), and drops it otherwise; it fails when a message
+// of the transfer was lost.
+func (n *Node) takes(m *nats.Msg, last *uint64, gaps bool) (bool, error) {
+	err := n.signer.verifyNext(m, last, gaps)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, errOutOfOrder):
+		return false, err
+	}
+	n.log.Warn("dropped a message of a transfer between nodes without a valid cluster signature", "subject", m.Subject, "reason", err)
+	return false, nil
 }
 
 var _ server.StreamForwarder = (*remoteWorld)(nil)
@@ -498,13 +542,21 @@ func (w *remoteWorld) ForwardStream(ctx context.Context, fc *server.ForwardedCal
 	}
 	defer func() { _ = inbox.Unsubscribe() }()
 	ackTo := accept.Header.Get(hdrAck)
+	// The places of the last message taken from the host, and of the
+	// last acknowledgement sent to it (see signAnswer).
+	var in, out uint64
+	ack := func(data string) {
+		m := nats.NewMsg(ackTo)
+		m.Data = []byte(data)
+		out++
+		w.reg.node.signer.signAnswer(m, out)
+		_ = nc.PublishMsg(m)
+	}
 	received := 0
 	for {
-		wait, cancelWait := context.WithTimeout(ctx, timeout)
-		m, err := inbox.NextMsgWithContext(wait)
-		cancelWait()
+		m, err := w.reg.node.nextOf(ctx, inbox, &in, false)
 		if err != nil {
-			_ = nc.Publish(ackTo, []byte(cancelAck))
+			ack(cancelAck)
 			return nil, w.forwardError(ctx, err, timeout)
 		}
 		if m.Header.Get(hdrEnd) != "" {
@@ -515,12 +567,12 @@ func (w *remoteWorld) ForwardStream(ctx context.Context, fc *server.ForwardedCal
 			return rep, nil
 		}
 		if err := send(m.Data); err != nil {
-			_ = nc.Publish(ackTo, []byte(cancelAck))
+			ack(cancelAck)
 			return nil, err
 		}
 		received++
 		if received%streamAckEvery == 0 {
-			_ = nc.Publish(ackTo, []byte(strconv.Itoa(received)))
+			ack(strconv.Itoa(received))
 		}
 	}
 }
@@ -536,6 +588,8 @@ func (w *remoteWorld) forwardError(ctx context.Context, err error, timeout time.
 		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s does not answer", w.id, w.entry.Node)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return status.Errorf(codes.Unavailable, "World %s is unavailable: its host node %s did not answer within %v", w.id, w.entry.Node, timeout)
+	case errors.Is(err, errOutOfOrder):
+		return status.Errorf(codes.Unavailable, "World %s is unavailable: a message between this node and its host node %s was lost", w.id, w.entry.Node)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return status.Errorf(codes.ResourceExhausted, "The request is too large to be forwarded to the node hosting world %s", w.id)
 	default:
@@ -583,14 +637,16 @@ func (r *Registry) answerUpload(m *nats.Msg) {
 	_ = up.SetPendingLimits(4*streamWindow, int(4*streamWindow*maxPayload))
 	accept := nats.NewMsg(m.Reply)
 	accept.Header.Set(hdrUp, up.Subject)
+	r.node.signer.signAnswer(accept, 0)
 	if err := m.RespondMsg(accept); err != nil {
 		return
 	}
+	// The places of the last message taken from the edge, and of the
+	// last one sent to it (see signAnswer).
+	var in, out uint64
 	received := 0
 	next := func() ([]byte, error) {
-		wait, cancel := context.WithTimeout(context.Background(), r.node.cfg.ForwardTimeout)
-		um, err := up.NextMsgWithContext(wait)
-		cancel()
+		um, err := r.node.nextOf(context.Background(), up, &in, false)
 		switch {
 		case err != nil:
 			return nil, err
@@ -601,7 +657,11 @@ func (r *Registry) answerUpload(m *nats.Msg) {
 		}
 		received++
 		if received%streamAckEvery == 0 {
-			_ = nc.Publish(inbox, []byte(strconv.Itoa(received)))
+			ack := nats.NewMsg(inbox)
+			ack.Data = []byte(strconv.Itoa(received))
+			out++
+			r.node.signer.signAnswer(ack, out)
+			_ = nc.PublishMsg(ack)
 		}
 		return um.Data, nil
 	}
@@ -614,6 +674,8 @@ func (r *Registry) answerUpload(m *nats.Msg) {
 		end.Data = rep.Response
 	}
 	setReplyMetadata(end, rep)
+	out++
+	r.node.signer.signAnswer(end, out)
 	_ = nc.PublishMsg(end)
 }
 
@@ -653,10 +715,18 @@ func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCal
 	}
 	defer func() { _ = inbox.Unsubscribe() }()
 	upTo := accept.Header.Get(hdrUp)
+	// The places of the last message sent to the host, and of the last
+	// one taken from it (see signAnswer).
+	var out, in uint64
+	publish := func(m *nats.Msg) error {
+		out++
+		w.reg.node.signer.signAnswer(m, out)
+		return nc.PublishMsg(m)
+	}
 	cancelHost := func() {
 		c := nats.NewMsg(upTo)
 		c.Header.Set(hdrCancelled, "1")
-		_ = nc.PublishMsg(c)
+		_ = publish(c)
 	}
 	sent, acked := 0, 0
 	// handle takes one message from the host: an acknowledgement, or its
@@ -677,41 +747,60 @@ func (w *remoteWorld) ForwardUpload(ctx context.Context, fc *server.ForwardedCal
 		return rep
 	}
 	wait := func() (*server.ForwardedReply, error) {
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		m, err := inbox.NextMsgWithContext(wctx)
+		m, err := w.reg.node.nextOf(ctx, inbox, &in, false)
 		if err != nil {
 			cancelHost()
 			return nil, w.forwardError(ctx, err, timeout)
 		}
 		return handle(m), nil
 	}
+	// takePending takes one message that is already there, unless it is
+	// not the host's.
+	takePending := func() (*server.ForwardedReply, error) {
+		m, err := inbox.NextMsgWithContext(ctx)
+		if err == nil {
+			var ok bool
+			if ok, err = w.reg.node.takes(m, &in, false); ok {
+				return handle(m), nil
+			}
+		}
+		if err != nil {
+			cancelHost()
+			return nil, w.forwardError(ctx, err, timeout)
+		}
+		return nil, nil
+	}
 	for done := false; !done; {
 		// Take what the host sent meanwhile, and wait while the window
 		// is full.
 		for {
-			if n, _, _ := inbox.Pending(); n == 0 && sent-acked < streamWindow {
+			var rep *server.ForwardedReply
+			var err error
+			if n, _, _ := inbox.Pending(); n > 0 {
+				rep, err = takePending()
+			} else if sent-acked >= streamWindow {
+				rep, err = wait()
+			} else {
 				break
 			}
-			rep, err := wait()
 			if err != nil || rep != nil {
 				return rep, err
 			}
 		}
 		b, err := next()
-		out := nats.NewMsg(upTo)
+		msg := nats.NewMsg(upTo)
 		switch {
 		case errors.Is(err, io.EOF):
-			out.Header.Set(hdrEnd, "1")
+			msg.Header.Set(hdrEnd, "1")
 			done = true
 		case err != nil:
 			cancelHost()
 			return nil, err
 		default:
-			out.Data = b
+			msg.Data = b
 			sent++
 		}
-		if err := nc.PublishMsg(out); err != nil {
+		if err := publish(msg); err != nil {
 			cancelHost()
 			return nil, w.forwardError(ctx, err, timeout)
 		}

@@ -1,12 +1,18 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,8 +20,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	relayv1 "github.com/tabletop-relay/relay/gen/go/relay/v1"
 	"github.com/tabletop-relay/relay/node"
 	"github.com/tabletop-relay/relay/relaytest"
 	"github.com/tabletop-relay/relay/world"
@@ -237,4 +245,228 @@ func TestRogueClientCannotWriteAWorldsLog(t *testing.T) {
 	if _, pings, _ := nodes[1].Cluster().Refused(); pings != 1 {
 		t.Fatalf("n2 counted %d refused pings, want 1", pings)
 	}
+}
+
+// TestRogueClientCannotAnswerForNodes: in a cluster with a secret, a plain
+// NATS client inside the nodes' account that sees a forwarded call go by
+// answers it before the host does: a unary call with a made-up status, a
+// document, or NATS's "no responders"; a download with its own acceptance,
+// data and end, or a cancel and acknowledgements sent to the host; an
+// upload with its own acceptance and answer, or a cancel and data sent to
+// the host; a question about a world's users with an answer of its own.
+// The caller gets the host's true answer every time, the nodes
+// count what they dropped, and once the host is gone the caller gets a
+// clear 503, never the rogue's answer.
+func TestRogueClientCannotAnswerForNodes(t *testing.T) {
+	t.Parallel()
+	secret := strings.Repeat("3c9d", 16)
+	nodes, cfgs := startCluster(t, func(c *node.Config) { c.Cluster.ClusterSecret = secret })
+	n1, n2 := nodes[0], nodes[1]
+	rogue, err := n1.Cluster().Intruder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	b, _ := proto.Marshal(&spb.Status{Code: int32(codes.PermissionDenied), Message: "forged by the rogue"})
+	forgedStatus := base64.StdEncoding.EncodeToString(b)
+	publish := func(subject string, data []byte, headers ...string) {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		for i := 0; i+1 < len(headers); i += 2 {
+			m.Header.Set(headers[i], headers[i+1])
+		}
+		_ = rogue.PublishMsg(m)
+	}
+	// listen has the rogue act on every message on subject while run
+	// runs, and fails t when it saw none.
+	listen := func(t *testing.T, subject string, act func(*nats.Msg), run func()) {
+		t.Helper()
+		var seen atomic.Int64
+		sub, err := rogue.Subscribe(subject, func(m *nats.Msg) {
+			seen.Add(1)
+			act(m)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rogue.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		run()
+		_ = sub.Unsubscribe()
+		_ = rogue.Flush()
+		if seen.Load() == 0 {
+			t.Fatalf("the rogue saw nothing on %s", subject)
+		}
+	}
+	// refusedBy checks that node n counted more refused answers while
+	// run ran.
+	refusedBy := func(t *testing.T, n *relaytest.Relay, run func()) {
+		t.Helper()
+		before := n.Cluster().RefusedAnswers()
+		run()
+		waitFor(t, 10*time.Second, "the refused answers counted on "+n.Cluster().Name(), func() bool {
+			return n.Cluster().RefusedAnswers() > before
+		})
+	}
+	// A script that runs for a moment on west's host, n2: the rogue
+	// answers long before the host does.
+	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 300) {} return {answer: 7};"}
+	call := func() relaytest.Response {
+		return n1.Do(http.MethodPost, "/execute-js", n1.AdminKey, relaytest.Q("clientId", "west"), slow)
+	}
+	want := call()
+	if want.Status != http.StatusOK {
+		t.Fatalf("a forwarded call: %d %s", want.Status, want.Body)
+	}
+
+	// Unary calls, answered at once by the rogue.
+	for what, forge := range map[string]func(reply string){
+		"a made-up status": func(reply string) { publish(reply, nil, "Relay-Status", forgedStatus) },
+		"a made-up document": func(reply string) {
+			publish(reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+		},
+		"no responders": func(reply string) { publish(reply, nil, "Status", "503") },
+		"a made-up signature": func(reply string) {
+			publish(reply, nil, "Relay-Status", forgedStatus, "Relay-Signature", strings.Repeat("ab", 32))
+		},
+	} {
+		t.Run("call answered with "+what, func(t *testing.T) {
+			var got relaytest.Response
+			refusedBy(t, n1, func() {
+				listen(t, "relay.node.n2.call", func(m *nats.Msg) { forge(m.Reply) }, func() { got = call() })
+			})
+			if got.Status != http.StatusOK || !reflect.DeepEqual(got.Data(t), want.Data(t)) || got.Header.Get("Grpc-Metadata-X-Forged") != "" {
+				t.Fatalf("the caller got %d %.300s, want the host's answer", got.Status, got.Body)
+			}
+		})
+	}
+
+	// Downloads: the rogue accepts one itself and sends data and an end
+	// of its own; then it cancels one and acknowledges on the host's
+	// acknowledgement subject.
+	checkDownload := func(t *testing.T, got relaytest.Response, want []byte) {
+		t.Helper()
+		if got.Status != http.StatusOK || !bytes.Equal(got.Body, want) {
+			t.Fatalf("the caller got %d, %d bytes (%.100q), want the file's %d", got.Status, len(got.Body), got.Body, len(want))
+		}
+	}
+	t.Run("download answered", func(t *testing.T) {
+		var got relaytest.Response
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.stream", func(m *nats.Msg) {
+				publish(m.Reply, nil, "Relay-Ack", "rogue.acks")
+				inbox := m.Header.Get("Relay-Inbox")
+				publish(inbox, []byte("forged"))
+				publish(inbox, nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+				publish(inbox, []byte("forged"), "Relay-Seq", "1", "Relay-Signature", strings.Repeat("cd", 32))
+			}, func() { got = download(n1, "maps/big.bin") })
+		})
+		checkDownload(t, got, bigFile())
+	})
+	t.Run("download cancelled", func(t *testing.T) {
+		// The host reads acknowledgements once it has sent a window's
+		// worth of messages: a file of more chunks than that, read over
+		// gRPC by a caller that pauses after the first chunk, so that the
+		// host waits for acknowledgements and reads the rogue's.
+		huge := randomBytes(9 << 20)
+		if err := os.WriteFile(filepath.Join(cfgs[1].DataDir, "worlds", "west", "files", "maps", "huge.bin"), huge, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-api-key", n1.AdminKey), 45*time.Second)
+		defer cancel()
+		before := n2.Cluster().RefusedAnswers()
+		var got []byte
+		// The host's acceptance names the subject of its
+		// acknowledgements.
+		listen(t, "_INBOX.>", func(m *nats.Msg) {
+			if ackTo := m.Header.Get("Relay-Ack"); ackTo != "" {
+				publish(ackTo, []byte("cancel"))
+				publish(ackTo, []byte("1000000"))
+			}
+		}, func() {
+			down, err := relayv1.NewFileServiceClient(n1.Conn).DownloadFile(ctx, &relayv1.DownloadFileRequest{ClientId: "west", Path: "maps/huge.bin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for first := true; ; first = false {
+				m, err := down.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("the download after %d bytes: %v", len(got), err)
+				}
+				got = append(got, m.GetChunk()...)
+				if first {
+					waitFor(t, 30*time.Second, "the host to refuse the rogue's acknowledgements", func() bool {
+						return n2.Cluster().RefusedAnswers() > before
+					})
+				}
+			}
+		})
+		if !bytes.Equal(got, huge) {
+			t.Fatalf("the caller got %d bytes, want the file's %d", len(got), len(huge))
+		}
+	})
+
+	// Uploads: the rogue accepts one itself and answers it; then it
+	// cancels one on the host's upload subject and sends data of its own.
+	upload := func(t *testing.T, name string, forge func(*nats.Msg), subject string, by *relaytest.Relay) {
+		t.Helper()
+		data := randomBytes(2 << 20)
+		refusedBy(t, by, func() {
+			listen(t, subject, forge, func() {
+				if err := grpcUpload(n1, "rogue", name, data); err != nil {
+					t.Errorf("the upload: %v", err)
+				}
+			})
+		})
+		checkDownload(t, download(n1, "rogue/"+name), data)
+	}
+	t.Run("upload answered", func(t *testing.T) {
+		upload(t, "one.bin", func(m *nats.Msg) {
+			publish(m.Reply, nil, "Relay-Up", "rogue.up")
+			publish(m.Header.Get("Relay-Inbox"), nil, "Relay-End", "1", "Relay-Status", forgedStatus)
+		}, "relay.node.n2.upload", n1)
+	})
+	t.Run("upload cancelled", func(t *testing.T) {
+		upload(t, "two.bin", func(m *nats.Msg) {
+			if upTo := m.Header.Get("Relay-Up"); upTo != "" {
+				publish(upTo, []byte("forged"))
+				publish(upTo, nil, "Relay-Cancelled", "1")
+				publish(upTo, nil, "Relay-End", "1")
+			}
+		}, "_INBOX.>", n2)
+	})
+
+	// An event stream of west on n1 asks n2 whether it hosts west: the
+	// rogue answers that it may not.
+	t.Run("question answered", func(t *testing.T) {
+		forged, _ := json.Marshal(map[string]any{"errKind": world.ErrPermission.Error(), "errMsg": "forged by the rogue"})
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.users", func(m *nats.Msg) { publish(m.Reply, forged) }, func() {
+				take(t, "west's actors through n1", sseStream(t, ctx, n1, "/actor/subscribe?clientId=west", n1.AdminKey, ""), 1)
+			})
+		})
+	})
+
+	// Once the host is gone, the rogue still answers its calls: the
+	// caller gets a 503 naming the world, not the rogue's answer.
+	t.Run("host gone", func(t *testing.T) {
+		var got relaytest.Response
+		refusedBy(t, n1, func() {
+			listen(t, "relay.node.n2.call", func(m *nats.Msg) {
+				publish(m.Reply, []byte("forged"), "Relay-Header", `{"x-forged":["1"]}`)
+			}, func() {
+				n2.Cluster().Crash()
+				got = call()
+			})
+		})
+		if got.Status != http.StatusServiceUnavailable || !strings.Contains(string(got.Body), "west") {
+			t.Fatalf("a call to west once its host is gone: %d %.300s, want a 503 naming west", got.Status, got.Body)
+		}
+	})
 }

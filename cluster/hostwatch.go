@@ -65,7 +65,7 @@ func (r *Registry) answerPings() error {
 			return
 		}
 		reply := nats.NewMsg(m.Reply)
-		signer.sign(reply)
+		signer.signAnswer(reply, 0)
 		_ = m.RespondMsg(reply)
 	})
 	if err != nil {
@@ -124,17 +124,8 @@ func (w *remoteWorld) hostGone(ctx context.Context) bool {
 // that a client of the NATS account that is not a node cannot answer for
 // a node that is gone.
 func (r *Registry) ping(ctx context.Context, node string) error {
-	msg := nats.NewMsg(pingSubject(node))
-	r.node.signer.sign(msg)
-	res, err := r.node.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
-		return err
-	}
-	if err := r.node.signer.verify(res); err != nil {
-		r.node.signer.refused[refusedPing].Add(1)
-		return err
-	}
-	return nil
+	_, err := r.node.request(ctx, nats.NewMsg(pingSubject(node)))
+	return err
 }
 
 // afterHostLoss answers a call whose host was taken for dead: with

@@ -56,6 +56,9 @@ type Node struct {
 	// signer signs the calls this node sends the others and checks those
 	// it answers (sign.go).
 	signer *signer
+	// answers takes the signed answers to the requests this node sends
+	// the others (answers.go).
+	answers answers
 
 	closeOnce sync.Once
 	closers   []func()

@@ -56,8 +56,9 @@ const maxNonces = 1 << 18
 // signingInfo binds the derived key to its use, and recordSigningInfo
 // the key that signs the records of the worlds' logs to theirs.
 const (
-	signingInfo       = "relay cluster call signature v1"
+	signingInfo       = "relay cluster call signature v2"
 	recordSigningInfo = "relay cluster world record signature v1"
+	answerSigningInfo = "relay cluster answer signature v1"
 )
 
 // errSignature is why a message's signature is refused.
@@ -67,6 +68,7 @@ var (
 	errStale         = errors.New("the message's signature is too old, or from the future")
 	errReplayed      = errors.New("the message was already received")
 	errTooManyNonces = errors.New("too many signed messages at once")
+	errOutOfOrder    = errors.New("the message was already received, or came out of its order")
 )
 
 // signer signs the messages a node sends and checks those it receives.
@@ -80,6 +82,10 @@ type signer struct {
 	// follower, at every write, so the key schedule is not worked out
 	// again each time.
 	records sync.Pool
+	// answers holds HMAC states keyed for answers and the messages of
+	// transfers (see signAnswer), for the same reason: a download pays one
+	// HMAC per message.
+	answers sync.Pool
 	// refused counts the messages refused for their signature, by kind.
 	refused [refusedKinds]atomic.Int64
 
@@ -111,24 +117,37 @@ func newSigner(secret string) *signer {
 		panic("cluster: derive the record signing key: " + err.Error())
 	}
 	s.records.New = func() any { return hmac.New(sha256.New, recordKey) }
+	answerKey, err := hkdf.Key(sha256.New, []byte(secret), nil, answerSigningInfo, sha256.Size)
+	if err != nil {
+		panic("cluster: derive the answer signing key: " + err.Error())
+	}
+	s.answers.New = func() any { return &answerState{mac: hmac.New(sha256.New, answerKey)} }
 	return s
 }
 
 // The kinds of message whose refusals are counted.
 const (
 	refusedRecord = iota // a record of a world's log
-	refusedPing          // a liveness ping, or its answer
+	refusedPing          // a liveness ping
 	refusedCall          // a forwarded call, stream, upload or question
+	refusedAnswer        // an answer to one, or a message of a transfer
 	refusedKinds
 )
 
 // Refused counts the messages refused because they carried no valid
 // cluster signature: records of the worlds' logs that followers skipped,
-// liveness pings (and answers to them), and calls between nodes.
+// liveness pings, and calls between nodes (see RefusedAnswers for what
+// comes back).
 func (n *Node) Refused() (records, pings, calls int64) {
 	s := n.signer
 	return s.refused[refusedRecord].Load(), s.refused[refusedPing].Load(), s.refused[refusedCall].Load()
 }
+
+// RefusedAnswers counts the messages a node dropped because they were
+// not a valid signed answer of another node: answers to forwarded calls,
+// questions and pings, and the messages and acknowledgements of forwarded
+// downloads and uploads, forged, replayed or out of their order.
+func (n *Node) RefusedAnswers() int64 { return n.signer.refused[refusedAnswer].Load() }
 
 // Records of the worlds' logs.
 //
@@ -261,9 +280,12 @@ func (s *signer) remember(nonce string, expires, now time.Time) error {
 	return nil
 }
 
-// mac is the HMAC of msg: its subject, every header but the signature
-// (sorted by name, each value in order), and its data, each with its
-// length before it, so that no two messages share an encoding.
+// mac is the HMAC of msg: its subject, the subject its answer goes to,
+// every header but the signature (sorted by name, each value in order),
+// and its data, each with its length before it, so that no two messages
+// share an encoding. Covering the answer's subject keeps a client that
+// sees a call go by from sending it again, before the node that signed
+// it, with an answer subject of its own.
 func (s *signer) mac(msg *nats.Msg) []byte {
 	m := hmac.New(sha256.New, s.key)
 	field := func(h hash.Hash, b []byte) {
@@ -273,6 +295,7 @@ func (s *signer) mac(msg *nats.Msg) []byte {
 		h.Write(b)
 	}
 	field(m, []byte(msg.Subject))
+	field(m, []byte(msg.Reply))
 	names := make([]string, 0, len(msg.Header))
 	for name := range msg.Header {
 		if name != hdrSignature {
@@ -290,4 +313,177 @@ func (s *signer) mac(msg *nats.Msg) []byte {
 	}
 	field(m, msg.Data)
 	return m.Sum(nil)
+}
+
+// Answers between nodes, and the messages of transfers.
+//
+// A node takes the answer to a call, a question or a ping on an inbox of
+// its own, one per request, and the messages of a forwarded download or
+// upload (and their acknowledgements) on an inbox of the transfer's own.
+// A client of the NATS account may publish there too, as soon as it sees
+// the subject go by. With a cluster secret, each such message carries an
+// HMAC-SHA256 over its subject, its place in the exchange (hdrSeq: 0 for
+// the one answer to a request, 1, 2, ... for the messages of a transfer,
+// in the order they are sent), its headers and its data, with a key of
+// its own derived from the secret. The subject is new for every request
+// and every transfer, and the receiver takes each place once and in
+// order, so a message copied from another exchange, or again into its
+// own, is refused without a table of nonces; no timestamp is needed
+// either, since an exchange lives no longer than its subject. A refused
+// message is dropped and counted, and the receiver goes on waiting for
+// the sender's own.
+
+// hdrSeq is a message's place in its exchange.
+const hdrSeq = "Relay-Seq"
+
+// signAnswer signs msg, whose subject, headers and data must be final, as
+// the message at place seq of its exchange (0: the answer to a request).
+func (s *signer) signAnswer(msg *nats.Msg, seq uint64) {
+	if !s.enabled() {
+		return
+	}
+	if msg.Header == nil {
+		msg.Header = nats.Header{}
+	}
+	if seq != 0 {
+		msg.Header[hdrSeq] = []string{strconv.FormatUint(seq, 10)}
+	}
+	var sum [sha256.Size]byte
+	s.answerMAC(msg, seq, &sum)
+	msg.Header[hdrSignature] = []string{hex.EncodeToString(sum[:])}
+}
+
+// verifyAnswer checks that msg is the answer to a request, signed by a
+// node for the subject it came on, and counts a refusal.
+func (s *signer) verifyAnswer(msg *nats.Msg) error {
+	if !s.enabled() {
+		return nil
+	}
+	return s.counted(s.checkAnswer(msg, nil, false))
+}
+
+// verifyNext checks that msg is the next message of its transfer, after
+// place *last, and moves *last on; a message of a place already taken is
+// refused. With gaps, a message may skip places (acknowledgements, which
+// only ever say more); without, a skipped place means that a message of
+// the sender's was lost, an error of its own (errOutOfOrder) that the
+// transfer cannot recover from. A refusal is counted.
+func (s *signer) verifyNext(msg *nats.Msg, last *uint64, gaps bool) error {
+	if !s.enabled() {
+		return nil
+	}
+	return s.counted(s.checkAnswer(msg, last, gaps))
+}
+
+// counted counts err, when there is one, as a refused answer.
+func (s *signer) counted(err error) error {
+	if err != nil {
+		s.refused[refusedAnswer].Add(1)
+	}
+	return err
+}
+
+// checkAnswer checks msg's signature for its subject and place: the one
+// answer to a request (place 0) when last is nil, else the next message
+// of a transfer after place *last.
+func (s *signer) checkAnswer(msg *nats.Msg, last *uint64, gaps bool) error {
+	sig := msg.Header.Get(hdrSignature)
+	if sig == "" {
+		return errUnsigned
+	}
+	var seq uint64
+	if v := msg.Header.Get(hdrSeq); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n == 0 {
+			return errBadSignature
+		}
+		seq = n
+	}
+	if (last == nil) != (seq == 0) {
+		return errBadSignature
+	}
+	var want [sha256.Size]byte
+	var wantHex [2 * sha256.Size]byte
+	if len(sig) != len(wantHex) {
+		return errBadSignature
+	}
+	s.answerMAC(msg, seq, &want)
+	hex.Encode(wantHex[:], want[:])
+	// Compared in constant time, as hmac.Equal does, without copying the
+	// header into bytes.
+	var diff byte
+	for i := range wantHex {
+		diff |= wantHex[i] ^ sig[i]
+	}
+	if diff != 0 {
+		return errBadSignature
+	}
+	switch {
+	case last == nil:
+		return nil
+	case seq <= *last:
+		return errReplayed
+	case seq != *last+1 && !gaps:
+		return errOutOfOrder
+	}
+	*last = seq
+	return nil
+}
+
+// answerState is an HMAC state keyed for answers, with the scratch room
+// its use needs, so that signing or checking a message costs no
+// allocation of its own.
+type answerState struct {
+	mac     hash.Hash
+	scratch []byte
+	names   [8]string
+	sum     [sha256.Size]byte
+}
+
+// field writes b, with its length before it.
+func (st *answerState) field(b []byte) {
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(b)))
+	st.mac.Write(st.scratch)
+	st.mac.Write(b)
+}
+
+// fieldString writes v, with its length before it.
+func (st *answerState) fieldString(v string) {
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(v)))
+	st.scratch = append(st.scratch, v...)
+	st.mac.Write(st.scratch)
+}
+
+// answerMAC writes into sum the HMAC of an answer or a transfer's message:
+// its subject, its place, its headers but the signature and the place
+// (sorted by name, each value in order) and its data, each with its
+// length before it.
+func (s *signer) answerMAC(msg *nats.Msg, seq uint64, sum *[sha256.Size]byte) {
+	st := s.answers.Get().(*answerState)
+	defer s.answers.Put(st)
+	st.mac.Reset()
+	st.fieldString(msg.Subject)
+	st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], seq)
+	st.mac.Write(st.scratch)
+	// The messages of a transfer carry two or three headers: the names
+	// fit the state's room.
+	names := st.names[:0]
+	for name := range msg.Header {
+		if name != hdrSignature && name != hdrSeq {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		st.fieldString(name)
+		values := msg.Header[name]
+		st.scratch = binary.BigEndian.AppendUint64(st.scratch[:0], uint64(len(values)))
+		st.mac.Write(st.scratch)
+		for _, v := range values {
+			st.fieldString(v)
+		}
+	}
+	clear(st.names[:])
+	st.field(msg.Data)
+	*sum = [sha256.Size]byte(st.mac.Sum(st.sum[:0]))
 }

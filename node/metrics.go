@@ -119,21 +119,23 @@ func (r *Node) registerMetrics(build gateway.BuildInfo, rateLimit, authFailures,
 		prometheus.Labels{"cap": "per_ip"}, func() float64 { return float64(r.conns.Stats().RefusedPerIP) })
 	// Registered on a relay alone too (always 0 there), so that every
 	// relay serves the same metrics.
-	refused := func() (records, pings, calls int64) {
+	refused := func() (records, pings, calls, answers int64) {
 		if r.cluster == nil {
-			return 0, 0, 0
+			return 0, 0, 0, 0
 		}
-		return r.cluster.Refused()
+		records, pings, calls = r.cluster.Refused()
+		return records, pings, calls, r.cluster.RefusedAnswers()
 	}
 	for _, c := range []struct {
 		kind string
-		get  func(records, pings, calls int64) int64
+		get  func(records, pings, calls, answers int64) int64
 	}{
-		{"world_record", func(records, _, _ int64) int64 { return records }},
-		{"ping", func(_, pings, _ int64) int64 { return pings }},
-		{"call", func(_, _, calls int64) int64 { return calls }},
+		{"world_record", func(records, _, _, _ int64) int64 { return records }},
+		{"ping", func(_, pings, _, _ int64) int64 { return pings }},
+		{"call", func(_, _, calls, _ int64) int64 { return calls }},
+		{"answer", func(_, _, _, answers int64) int64 { return answers }},
 	} {
-		m.CounterFunc("relay_cluster_unsigned_messages_total", "Messages between nodes refused for want of a valid cluster signature (with a cluster secret): world_record (records of a replicated world's log, skipped by its followers), ping (liveness pings and their answers), call (forwarded calls, streams, uploads and questions about a world's users).",
+		m.CounterFunc("relay_cluster_unsigned_messages_total", "Messages between nodes refused for want of a valid cluster signature (with a cluster secret): world_record (records of a replicated world's log, skipped by its followers), ping (liveness pings), call (forwarded calls, streams, uploads and questions about a world's users), answer (answers to these and to pings, and the messages and acknowledgements of forwarded downloads and uploads: forged, replayed or out of order, dropped).",
 			prometheus.Labels{"kind": c.kind}, func() float64 { return float64(c.get(refused())) })
 	}
 	m.CounterFunc("relay_slow_bodies_cut_total", "Request bodies cut off for arriving slower than --body-min-rate allows, their connections closed.", nil, func() float64 {
