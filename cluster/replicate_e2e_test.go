@@ -383,7 +383,19 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 		}
 		after = ev.ID
 	}
-	// A resume from before the failover, on each node.
+	// A resume from before the failover, on each node, once it knows the
+	// new host: a stream opened before its registry learned of the
+	// take-over is refused (503, the former host does not answer).
+	for _, r := range []*relaytest.Relay{n1, n3} {
+		waitFor(t, 30*time.Second, r.Cluster().Name()+" to know west's new host", func() bool {
+			for _, h := range r.Registry().Snapshot() {
+				if h.ClientID == "west" && h.Node != "n2" && h.Live {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	for what, r := range map[string]*relaytest.Relay{"n1": n1, "n3": n3} {
 		s := sseStream(t, ctx, r, path, r.AdminKey, strconv.FormatUint(before, 10))
 		evs := take(t, what+" resumed", s, 2)
