@@ -367,7 +367,7 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 		kv, err := node.js.CreateOrUpdateKeyValue(attempt, cfg)
 		cancelAttempt()
 		if err == nil {
-			return steady.KV(kv), nil
+			return steady.KV(node.js, kv), nil
 		}
 		select {
 		case <-wait.Done():
@@ -1123,9 +1123,9 @@ func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, erro
 	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
 	var msg *nats.Msg
-	err := steady.Do(ctx, func() error {
+	err := steady.Do(ctx, r.node.nc, func(attempt context.Context) error {
 		var err error
-		msg, err = r.node.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
+		msg, err = r.node.nc.RequestWithContext(attempt, "$JS.API.STREAM.MSG.GET.KV_"+RegistryBucket, req)
 		return err
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package shared
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tabletop-relay/relay/audit"
+	"github.com/tabletop-relay/relay/cluster/internal/steady"
 )
 
 // AuditStream is the JetStream stream of the cluster's audit log.
@@ -155,7 +157,16 @@ func (s *AuditStore) List(ctx context.Context, q audit.Query) (audit.Page, error
 		since := q.Since
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
 	}
-	cons, err := s.stream.CreateConsumer(ctx, cfg)
+	// The consumer is named before it is asked for, so that asking again
+	// (the stream electing a leader, an answer lost on a loaded machine)
+	// finds the one made already rather than making a second.
+	cfg.Name = "audit_" + rand.Text()
+	var cons jetstream.Consumer
+	err := steady.Do(ctx, s.js.Conn(), func(attempt context.Context) error {
+		var err error
+		cons, err = s.stream.CreateConsumer(attempt, cfg)
+		return err
+	})
 	if err != nil {
 		return audit.Page{}, fmt.Errorf("shared: list audit records: %w", err)
 	}
@@ -168,6 +179,7 @@ func (s *AuditStore) List(ctx context.Context, q audit.Query) (audit.Page, error
 	}()
 	page := audit.Page{Records: []audit.Entry{}}
 	pending := int(cons.CachedInfo().NumPending)
+	var unheardSince time.Time // when a fetch first found no one to answer it
 	for pending > 0 {
 		batch, err := cons.Fetch(min(pending, q.Limit+1, 256), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -201,6 +213,21 @@ func (s *AuditStore) List(ctx context.Context, q audit.Query) (audit.Page, error
 			page.Records = append(page.Records, e)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			// The new consumer's subscription may not have reached this
+			// node's server yet (seen on a loaded machine: no responders):
+			// a fetch that nobody heard delivered nothing, and is asked
+			// again for a while.
+			if got == 0 && steady.Transient(err) && (unheardSince.IsZero() || time.Since(unheardSince) < steady.Wait) {
+				if unheardSince.IsZero() {
+					unheardSince = time.Now()
+				}
+				select {
+				case <-ctx.Done():
+					return audit.Page{}, fmt.Errorf("shared: list audit records: %w", err)
+				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			}
 			return audit.Page{}, fmt.Errorf("shared: list audit records: %w", err)
 		}
 		if got == 0 {

@@ -110,7 +110,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, replicas int, cfg j
 		}
 		cancelAttempt()
 		if err == nil {
-			return steady.KV(kv), nil
+			return steady.KV(js, kv), nil
 		}
 		select {
 		case <-wait.Done():

@@ -487,7 +487,7 @@ func (s *KeyStore) Bootstrap(ctx context.Context, keyFile string) (string, bool,
 		// Let a later start try again.
 		dctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
-		_ = s.kv.Delete(dctx, bootstrapEntry, jetstream.LastRevision(rev))
+		_ = steady.DeleteAt(dctx, s.kv, bootstrapEntry, rev)
 		return "", false, fmt.Errorf("shared: bootstrap: %w", err)
 	}
 	return m.Plaintext, true, nil

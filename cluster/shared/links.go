@@ -201,7 +201,7 @@ func (s *LinkStore) TakeCode(ctx context.Context, h link.Hash, now time.Time) (l
 	if err != nil {
 		return link.Code{}, fmt.Errorf("shared: take pairing code: %w", err)
 	}
-	if err := s.codes.Delete(ctx, name, jetstream.LastRevision(e.Revision())); err != nil {
+	if err := steady.DeleteAt(ctx, s.codes, name, e.Revision()); err != nil {
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			return link.Code{}, link.ErrCodeRejected
 		}

@@ -32,13 +32,17 @@ import (
 func scriptFull() bool { return os.Getenv("RELAY_SCRIPT_FULL") == "1" }
 
 // Slack and allowances of the attack tests: how much later than its limit
-// a stopped script may answer on a busy machine, how slowly a concurrent
+// a stopped script may answer on a busy machine (a worker to start, the
+// race detector, other processes on every core), how slowly a concurrent
 // read may answer, and what a worker holds resident before its script
 // runs (the binary's pages and the runtime), generously.
 const (
-	scriptAttackSlack = 2 * time.Second
+	scriptAttackSlack = 10 * time.Second
 	promptAnswer      = time.Second
 	workerBaseRSS     = 64 << 20
+	// limitAttackTimeout is the time limit of the attacks that a limit
+	// other than time must end.
+	limitAttackTimeout = 60 * time.Second
 )
 
 // scriptAttack is a hostile script and how it must end: with the status,
@@ -148,6 +152,14 @@ func TestScriptAttacksStopped(t *testing.T) {
 		c.ScriptTimeout = memoryTimeout
 		c.ScriptMemory = budget
 	})
+	// The attacks that a limit of their own must end (the stack, an
+	// array's length) run with far more time than they need, so that the
+	// time limit never ends them first: with the race detector on a
+	// loaded machine, deep recursion was seen to take more than a second.
+	limitRelay := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = limitAttackTimeout
+		c.ScriptMemory = budget
+	})
 	messages := map[string]string{
 		"memory": "Script exceeded the memory limit of " + strconv.FormatInt(budget>>20, 10) + " MiB",
 	}
@@ -156,8 +168,12 @@ func TestScriptAttacksStopped(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for _, a := range scriptAttacks() {
 		tr, timeout := tr, timeout
-		if a.stop == "memory" {
+		switch a.stop {
+		case "memory":
 			tr, timeout = memoryRelay, memoryTimeout
+		case "time":
+		default:
+			tr, timeout = limitRelay, limitAttackTimeout
 		}
 		messages["time"] = "Script exceeded the time limit of " + timeout.String()
 		poller := tr.pollGet()
@@ -211,10 +227,10 @@ func TestScriptLimitsOverGRPC(t *testing.T) {
 		c.ScriptTimeout = time.Second
 		c.ScriptMemory = 64 << 20
 	})
-	// The memory attack gets time to reach its ceiling first even on a
-	// loaded machine.
-	memoryRelay := startTestRelay(t, func(c *node.Config) {
-		c.ScriptTimeout = 5 * time.Second
+	// The memory attack and the recursion get time to reach their own
+	// limits first even with the race detector on a loaded machine.
+	limitRelay := startTestRelay(t, func(c *node.Config) {
+		c.ScriptTimeout = limitAttackTimeout
 		c.ScriptMemory = 64 << 20
 	})
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
@@ -236,15 +252,13 @@ func TestScriptLimitsOverGRPC(t *testing.T) {
 			continue // no ceiling under the race detector
 		}
 		client, limit := client, time.Second
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
 		// The recursion, like the memory attack, runs with the longer
 		// time limit: on a loaded machine it must reach its stack limit
 		// before the clock stops it.
 		if strings.Contains(tc.msg, "memory") || strings.Contains(tc.msg, "call stack") {
-			client, limit = relayv1.NewScriptServiceClient(memoryRelay.Conn), 5*time.Second
-		}
-		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", memoryRelay.AdminKey)
-		if limit == time.Second {
-			ctx = metadata.AppendToOutgoingContext(context.Background(), "x-api-key", tr.AdminKey)
+			client, limit = relayv1.NewScriptServiceClient(limitRelay.Conn), limitAttackTimeout
+			ctx = metadata.AppendToOutgoingContext(context.Background(), "x-api-key", limitRelay.AdminKey)
 		}
 		start := time.Now()
 		_, err := client.ExecuteJs(ctx, &relayv1.ExecuteJsRequest{Script: tc.src})

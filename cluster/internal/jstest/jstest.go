@@ -25,6 +25,9 @@ import (
 type Cluster struct {
 	t       testing.TB
 	Servers []*natsserver.Server
+	// routes[i][j] carries the route connections server i opens to
+	// server j (none when i == j, or for a single server).
+	routes [][]*routeProxy
 }
 
 // Start starts n embedded NATS servers with JetStream, joined in one
@@ -37,10 +40,26 @@ func Start(t testing.TB, n int) *Cluster {
 	// any starts: the addresses (client and route ports alike, so that no
 	// server's randomly chosen port takes another's) are drawn first, all
 	// at once.
-	addrs := freeAddrs(t, 2*n)
-	var routes []*url.URL
-	for i := range n {
-		routes = append(routes, &url.URL{Scheme: "nats", Host: addrs[n+i]})
+	//
+	// Each server reaches each other one through a proxy of its own
+	// (see Kill), and advertises a route address where nothing listens:
+	// a server that learns of another through a third one would otherwise
+	// connect to it directly, past the proxies.
+	addrs := freeAddrs(t, 3*n+n*(n-1))
+	routeAddr := func(i int) string { return addrs[n+i] }
+	advertised := func(i int) string { return addrs[2*n+i] }
+	proxyAddrs := addrs[3*n:]
+	if n > 1 {
+		c.routes = make([][]*routeProxy, n)
+		for i := range n {
+			c.routes[i] = make([]*routeProxy, n)
+			for j := range n {
+				if j != i {
+					c.routes[i][j] = newRouteProxy(t, proxyAddrs[0], routeAddr(j))
+					proxyAddrs = proxyAddrs[1:]
+				}
+			}
+		}
 	}
 	for i := range n {
 		_, clientPort := splitAddr(t, addrs[i])
@@ -54,11 +73,11 @@ func Start(t testing.TB, n int) *Cluster {
 			NoLog:      true,
 		}
 		if n > 1 {
-			host, port := splitAddr(t, routes[i].Host)
-			opts.Cluster = natsserver.ClusterOpts{Name: "relaytest", Host: host, Port: port}
-			for j, r := range routes {
+			host, port := splitAddr(t, routeAddr(i))
+			opts.Cluster = natsserver.ClusterOpts{Name: "relaytest", Host: host, Port: port, Advertise: advertised(i)}
+			for j, p := range c.routes[i] {
 				if j != i {
-					opts.Routes = append(opts.Routes, r)
+					opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: p.addr()})
 				}
 			}
 		}
@@ -115,6 +134,24 @@ func Start(t testing.TB, n int) *Cluster {
 		}
 	}
 	return c
+}
+
+// Kill stops server i as a killed process or a lost machine stops: its
+// route connections are cut first, so the other servers hear nothing from
+// it (no leadership handed over, no goodbye) and find out only when it
+// stops answering, then it shuts down, which closes its clients'
+// connections. A plain Shutdown instead hands the leadership of every
+// stream it leads to another server at once.
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	for j := range c.routes {
+		if j != i {
+			c.routes[i][j].cutOff()
+			c.routes[j][i].cutOff()
+		}
+	}
+	c.Servers[i].Shutdown()
+	c.Servers[i].WaitForShutdown()
 }
 
 // freeAddrs reserves n loopback addresses for the servers' client and

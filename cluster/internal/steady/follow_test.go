@@ -59,7 +59,7 @@ func bucket(t *testing.T) jetstream.KeyValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return KV(kv)
+	return KV(c.JetStream(0), kv)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
