@@ -83,20 +83,23 @@ func TestHostLoss(t *testing.T) {
 	// A registry whose watcher stopped for good (its consumer lost with a
 	// node) finds out at the first recheck of a live host's lease, and
 	// follows the registry with a new watcher.
+	westLive := func() bool {
+		for _, h := range n3.Registry().Snapshot() {
+			if h.ClientID == "west" && h.Node == "n2" {
+				return h.Live
+			}
+		}
+		return false
+	}
 	n3.Registry().StallWatch()
-	time.Sleep(clusterLease + time.Second)
+	waitUntil(t, "west's lease to look lapsed to n3, whose watcher stopped", func() bool { return !westLive() })
 	if got := n3.Do(http.MethodGet, "/get", n3.AdminKey, relaytest.Q("clientId", "west", "uuid", relaytest.AriaUUID), nil); got.Status != http.StatusOK {
 		t.Fatalf("west through n3 with its registry's watcher stopped: %d %s", got.Status, got.Body)
 	}
+	// The new watcher delivers n2's renewals again: west stays live.
 	time.Sleep(clusterLease + time.Second)
-	live := false
-	for _, h := range n3.Registry().Snapshot() {
-		if h.ClientID == "west" && h.Node == "n2" {
-			live = h.Live
-		}
-	}
-	if !live || n3.Registry().Rewatches() != 1 {
-		t.Fatalf("n3's registry a lease after its watcher stopped: west live %v, watcher replaced %d times", live, n3.Registry().Rewatches())
+	if !westLive() || n3.Registry().Rewatches() != 1 {
+		t.Fatalf("n3's registry a lease after its watcher stopped: west live %v, watcher replaced %d times", westLive(), n3.Registry().Rewatches())
 	}
 
 	n2.Cluster().Crash()

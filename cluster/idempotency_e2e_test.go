@@ -69,12 +69,7 @@ func TestIdempotentRetryAcrossAFailover(t *testing.T) {
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	client := &http.Client{Timeout: 20 * time.Second}
 
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 	gold, ok := bromGold(t, n1)
 	if !ok {
 		t.Fatal("read Brom's gold")
@@ -122,7 +117,7 @@ func TestIdempotentRetryAcrossAFailover(t *testing.T) {
 	// serves the world; until then it may be refused as unavailable.
 	for _, via := range []*relaytest.Relay{n1, n3} {
 		var retry relaytest.Response
-		waitFor(t, 30*time.Second, "a retry answered after the failover", func() bool {
+		waitFor(t, 45*time.Second, "a retry answered after the failover", func() bool {
 			retry = keyedIncrease(client, via.Base, via.AdminKey, "failover-1", 5)
 			return retry.Status != http.StatusServiceUnavailable && retry.Status != http.StatusGatewayTimeout && retry.Status != 0
 		})

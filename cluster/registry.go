@@ -119,7 +119,9 @@ type RegistryOptions struct {
 // of it (renewQuarters). A node holds a world only while its last renewal is recent enough;
 // one that cannot renew (cut off from the cluster) answers 503 for its
 // worlds once its lease ran out, rather than serve a world that another
-// node might serve too. An embedded world found in the registry under a
+// node might serve too; only a replicated world whose renewals get no
+// answer while the cluster still answers is served a while longer
+// (renewGrace). An embedded world found in the registry under a
 // live lease of another node is a duplicate client id: this node refuses
 // to host it, says so in its log and in the cluster's status, and
 // forwards its calls to the holder.
@@ -168,6 +170,9 @@ type Registry struct {
 	// holdRenewals, set by tests, stops the renewals as a paused process
 	// would.
 	holdRenewals atomic.Bool
+	// stallUntil, set by tests, is until when (Unix nanoseconds) the
+	// registry's bucket answers nothing, as while it elects a leader.
+	stallUntil atomic.Int64
 	// takingOver holds the worlds this node is taking over from a host
 	// that is gone (replicate.go): they answer 503 until they are ready.
 	takingOver map[string]bool
@@ -177,6 +182,12 @@ type Registry struct {
 	// declining is set once a stopping node takes no more forwarded
 	// calls (StopAnswering).
 	declining atomic.Bool
+	// peerSeen is when (Unix nanoseconds) another node last answered a
+	// ping of this node's about its renewals (reachPeers).
+	peerSeen atomic.Int64
+	// hostSeen caches, by node name, the last ping about a lease that
+	// looks lapsed (hostAnswers); mu guards it.
+	hostSeen map[string]pingAnswer
 }
 
 // lease is a world this node holds.
@@ -188,6 +199,71 @@ type lease struct {
 	// plus nine tenths of the lease, on the monotonic clock, so that it
 	// stops before any other node may see the lease as expired.
 	validUntil time.Time
+	// renewed is when the last successful write of the lease started,
+	// and unanswered when the last renewal that got no answer (the
+	// bucket electing a leader, say) started: they bound how long a
+	// replicated world may be served past validUntil (servable).
+	renewed, unanswered time.Time
+}
+
+// renewGrace is how much longer than its lease the host of a replicated
+// embedded world may go on serving it while its renewals get no answer at
+// all (the registry bucket is electing a leader, which takes nats-server
+// up to 9 s after the node that led it died) and the other nodes still
+// answer it, and how much longer than the lease a follower leaves such a
+// world to its host while the host answers its pings. Without it a lease
+// shorter than an election ran out on a healthy host, and a follower took
+// its world over although nothing had failed.
+//
+// It cannot let two nodes write the world: the host appends every write
+// to the world's log expecting the log's last sequence, and a follower
+// that takes the world over appends a marker first, so that the host's
+// next append is refused and the host stops serving.
+const renewGrace = 10 * time.Second
+
+// servable reports whether this node may serve a world whose lease l it
+// holds, at now: the lease was renewed in time, or it is a replicated
+// embedded world whose renewals get no answer while the node still
+// reaches the cluster (see renewGrace). A paused or cut-off node makes no
+// renewal, or reaches no other node, and stops at validUntil.
+func (r *Registry) servable(l *lease, now time.Time) bool {
+	if now.Before(l.validUntil) {
+		return true
+	}
+	if l.kind != world.KindEmbedded || r.opts.Replication == nil || l.renewed.IsZero() {
+		return false
+	}
+	graceUntil := l.renewed.Add((r.ttl + renewGrace) * 9 / 10)
+	return now.Before(graceUntil) && now.Sub(l.unanswered) < r.ttl && now.Sub(r.peerAnswered()) < r.ttl
+}
+
+// peerAnswered is when another node last answered one of this node's
+// pings about its renewals (reachPeers).
+func (r *Registry) peerAnswered() time.Time {
+	return time.Unix(0, r.peerSeen.Load())
+}
+
+// reachPeers pings the other live nodes, one after the other, until one
+// answers, and records when one did: a node whose renewals get no answer
+// learns so whether it is cut off from the cluster or the registry is
+// merely electing a leader. It pings at most once per quarter lease.
+func (r *Registry) reachPeers(ctx context.Context) {
+	rp := r.opts.Replication
+	if rp == nil || time.Since(r.peerAnswered()) < r.ttl/4 {
+		return
+	}
+	for _, name := range rp.liveNodes() {
+		if name == r.node.Name() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := r.ping(pctx, name)
+		cancel()
+		if err == nil {
+			r.peerSeen.Store(time.Now().UnixNano())
+			return
+		}
+	}
 }
 
 // ErrHeldElsewhere is returned by claims of worlds another live node
@@ -203,7 +279,7 @@ func NewRegistry(ctx context.Context, node *Node, opts RegistryOptions) (*Regist
 	r := &Registry{
 		node: node, log: node.log, opts: opts, ttl: node.cfg.LeaseTTL,
 		entries: map[string]seenEntry{}, owned: map[string]*lease{}, refused: map[string]string{}, rechecked: map[string]time.Time{},
-		remotes: map[string]*remoteWorld{}, takingOver: map[string]bool{},
+		remotes: map[string]*remoteWorld{}, takingOver: map[string]bool{}, hostSeen: map[string]pingAnswer{},
 		stop: make(chan struct{}), done: make(chan struct{}), now: time.Now,
 		started: time.Now().UTC(),
 	}
@@ -522,7 +598,7 @@ func (r *Registry) claim(ctx context.Context, clientID, kind, title string, forc
 		return fmt.Errorf("claim world %s: %w", clientID, err)
 	}
 	r.mu.Lock()
-	r.owned[clientID] = &lease{kind: kind, title: title, rev: rev, validUntil: start.Add(r.ttl * 9 / 10)}
+	r.owned[clientID] = &lease{kind: kind, title: title, rev: rev, validUntil: start.Add(r.ttl * 9 / 10), renewed: start}
 	r.entries[clientID] = seenEntry{Entry: e, rev: rev, seen: start}
 	delete(r.remotes, clientID)
 	r.mu.Unlock()
@@ -546,7 +622,10 @@ func (r *Registry) Release(ctx context.Context, clientID string) {
 		return
 	}
 	val, _ := json.Marshal(Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now(), Released: true})
-	_, err := r.kv.Update(ctx, clientID, val, rev)
+	err := r.stalled()
+	if err == nil {
+		_, err = r.kv.Update(ctx, clientID, val, rev)
+	}
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		// A renewal whose answer did not come in time (a loaded machine)
 		// may have been written all the same: the key is still this
@@ -609,9 +688,15 @@ func (r *Registry) renewLoop() {
 		if r.holdRenewals.Load() {
 			continue
 		}
+		// The node's record goes first, on a time of its own: renewals
+		// that get no answer use up their round's time, and the other
+		// nodes would take a node whose record they do not see renewed
+		// for gone.
+		nctx, ncancel := context.WithTimeout(r.stopping, r.ttl/4)
+		r.recordNode(nctx, false)
+		ncancel()
 		ctx, cancel := context.WithTimeout(r.stopping, r.ttl/2)
 		r.renew(ctx)
-		r.recordNode(ctx, false)
 		r.claimEmbedded(ctx)
 		r.claimLinked(ctx)
 		cancel()
@@ -669,13 +754,29 @@ func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64
 		start := time.Now()
 		e := Entry{Node: r.node.Name(), Kind: l.kind, Title: l.title, Expires: r.now().Add(r.ttl), Lease: r.ttl}
 		val, _ := json.Marshal(e)
-		next, err := r.kv.Update(ctx, id, val, rev)
+		next, err := uint64(0), r.stalled()
+		if err == nil {
+			next, err = r.kv.Update(ctx, id, val, rev)
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			// An earlier write whose answer was lost may have renewed the
 			// lease already: the key is still this node's then.
 			if cur, gerr := r.leaderGet(ctx, id); gerr == nil && cur.found && cur.rev != rev && r.ownEntry(cur.value) {
 				rev = cur.rev
 				continue
+			}
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			// No answer, rather than a refusal: the bucket may be
+			// electing a leader, and the world may go on being served
+			// a while if the cluster is still there (servable).
+			r.mu.Lock()
+			if r.owned[id] == l {
+				l.unanswered = start
+			}
+			r.mu.Unlock()
+			if l.kind == world.KindEmbedded {
+				r.reachPeers(ctx)
 			}
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
@@ -689,7 +790,7 @@ func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64
 		switch {
 		case err == nil:
 			if r.owned[id] == l {
-				l.rev, l.validUntil = next, start.Add(r.ttl*9/10)
+				l.rev, l.validUntil, l.renewed = next, start.Add(r.ttl*9/10), start
 			}
 		case errors.Is(err, jetstream.ErrKeyExists):
 			// Someone else wrote the key: the world is theirs now. A
@@ -708,7 +809,7 @@ func (r *Registry) renewOne(ctx context.Context, id string, l *lease, rev uint64
 			}
 			r.log.Warn("lost the lease of a world to another node", "clientId", id)
 		default:
-			r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", time.Now().Before(l.validUntil))
+			r.log.Warn("cannot renew the lease of a world", "clientId", id, "error", err, "serving", r.servable(l, time.Now()))
 		}
 		r.mu.Unlock()
 		return
@@ -839,11 +940,9 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 	now := time.Now()
 	r.mu.RLock()
 	l := r.owned[clientID]
-	// Renewals move validUntil under the lock: read it while holding it.
-	var validUntil time.Time
-	if l != nil {
-		validUntil = l.validUntil
-	}
+	// Renewals move the lease's times under the lock: judge it while
+	// holding it.
+	servable := l != nil && r.servable(l, now)
 	e, known := r.entries[clientID]
 	rw := r.remotes[clientID]
 	r.mu.RUnlock()
@@ -863,7 +962,7 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 			}
 			return r.World(ctx, clientID)
 		}
-		if now.After(validUntil) {
+		if !servable {
 			return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: node %s could not renew its hosting lease", clientID, self)
 		}
 		if r.handingOff.Load() && l.kind == world.KindEmbedded && r.opts.Replication != nil {
@@ -885,6 +984,12 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 		}
 		if r.recheck(ctx, clientID, e.rev) {
 			return r.World(ctx, clientID)
+		}
+		if r.hostAnswers(ctx, clientID) {
+			// The host is there, and serves the world while its
+			// renewals get no answer (renewGrace); were it no longer
+			// serving it, it says so itself.
+			return r.remote(clientID, e.Entry), nil
 		}
 		return nil, world.Errorf(world.ErrUnavailable, "World %s is unavailable: its host node %s stopped renewing its lease", clientID, e.Node)
 	}
@@ -930,6 +1035,46 @@ func (r *Registry) World(ctx context.Context, clientID string) (world.World, err
 // takeOverWait bounds how long a call waits for this node to finish
 // taking its world over.
 const takeOverWait = 5 * time.Second
+
+// hostAnswers reports whether the host of a world whose lease looks
+// lapsed to this node is still there: a replicated embedded world whose
+// entry this node saw written less than a lease and renewGrace ago, and
+// whose host answers a ping. A dead host has no one answering its pings,
+// and a paused or cut-off one does not answer in time. Each host is
+// pinged at most once per recheckEvery, whatever the answer.
+func (r *Registry) hostAnswers(ctx context.Context, clientID string) bool {
+	r.mu.RLock()
+	e, known := r.entries[clientID]
+	r.mu.RUnlock()
+	if !known || e.Released || e.Kind != world.KindEmbedded || r.opts.Replication == nil || e.Node == r.node.Name() {
+		return false
+	}
+	lease := cmp.Or(e.Lease, r.ttl)
+	if time.Since(e.seen) >= lease+renewGrace {
+		return false
+	}
+	r.mu.RLock()
+	last, pinged := r.hostSeen[e.Node]
+	r.mu.RUnlock()
+	if pinged && time.Since(last.at) < recheckEvery {
+		return last.answered
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	answered := r.ping(pctx, e.Node) == nil
+	if ctx.Err() == nil {
+		r.mu.Lock()
+		r.hostSeen[e.Node] = pingAnswer{at: time.Now(), answered: answered}
+		r.mu.Unlock()
+	}
+	return answered
+}
+
+// pingAnswer is what a host's last ping told (hostAnswers).
+type pingAnswer struct {
+	at       time.Time
+	answered bool
+}
 
 // recheckEvery is how often a node reads from the bucket a world whose
 // lease looks expired.
@@ -990,12 +1135,24 @@ type latest struct {
 	created time.Time
 }
 
+// stalled is the error of a request to the registry's bucket while a test
+// holds it as if it were electing a leader, or nil.
+func (r *Registry) stalled() error {
+	if until := r.stallUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return fmt.Errorf("the world registry: %w", nats.ErrNoResponders)
+	}
+	return nil
+}
+
 // leaderGet reads a key's last value from the bucket's stream leader.
 // The key-value Get may be answered by any replica (direct get), which
 // may not have the latest write yet: a claim must see it, or it would try
 // to create a key that exists, and a lookup would call a world that was
 // just claimed unknown.
 func (r *Registry) leaderGet(ctx context.Context, clientID string) (latest, error) {
+	if err := r.stalled(); err != nil {
+		return latest{}, err
+	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + RegistryBucket + "." + clientID})
 	var msg *nats.Msg
 	err := steady.Do(ctx, r.node.nc, func(attempt context.Context) error {
@@ -1153,7 +1310,7 @@ func (r *Registry) holds(clientID string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	l := r.owned[clientID]
-	return l != nil && time.Now().Before(l.validUntil)
+	return l != nil && r.servable(l, time.Now())
 }
 
 // setTakingOver marks a world this node is taking over, or no longer.

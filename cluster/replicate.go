@@ -450,7 +450,9 @@ func (rp *Replication) placeLeader(ctx context.Context, clientID string) {
 		return
 	}
 	info := s.CachedInfo()
-	if info.Cluster == nil || info.Cluster.Leader == server {
+	if info.Cluster == nil || info.Cluster.Leader == server || info.Cluster.Leader == "" {
+		// Led here already, or electing a leader, which a stepdown
+		// would only disturb: the next check places it.
 		return
 	}
 	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
@@ -688,6 +690,13 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 	if f == nil || !f.caughtUp() || rp.holdTakeOvers.Load() {
 		return
 	}
+	r := rp.reg.Load()
+	if h.Node != rp.node.Name() && r.hostAnswers(context.Background(), clientID) {
+		// The host is there, and its renewals merely get no answer
+		// (the registry electing a leader): it keeps the world a while
+		// (renewGrace).
+		return
+	}
 	// The copy is this goroutine's from here on: the follower stops
 	// applying, and starts again if the world cannot be taken now.
 	f.halt()
@@ -707,7 +716,6 @@ func (rp *Replication) takeOver(clientID string, h Hosted) {
 		resume()
 		return
 	}
-	r := rp.reg.Load()
 	rp.mu.Lock()
 	delete(rp.followers, clientID)
 	rp.mu.Unlock()

@@ -96,6 +96,40 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// writeFirst sets flags.test.first to 1 on Aria in west through via,
+// again while the answer is a 503 (the world's log may be moving its
+// leader to the host just after the start), and waits until the copies
+// of west on n1 and n3 (its followers) hold it.
+func writeFirst(t *testing.T, client *http.Client, via *relaytest.Relay, cfgs []cluster.Config) {
+	t.Helper()
+	last := 0
+	waitFor(t, 30*time.Second, "a first write through "+via.Cluster().Name(), func() bool {
+		last = flagWrite(client, via.Base, via.AdminKey, "first", 1)
+		if last != http.StatusOK && last != http.StatusServiceUnavailable {
+			t.Fatalf("first write: %d", last)
+		}
+		return last == http.StatusOK
+	})
+	for _, i := range []int{0, 2} {
+		waitCopy(t, cfgs[i], 1)
+	}
+}
+
+// waitCopy waits until a node's follower copy of west holds the whole
+// world and at least the record after after, and says what the copy held
+// when it does not in time.
+func waitCopy(t *testing.T, cfg cluster.Config, after uint64) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for !copyComplete(cfg.DataDir, "west", after) {
+		if time.Now().After(deadline) {
+			seq, base, complete, err := world.ReplicaState(filepath.Join(cfg.DataDir, "replicas", "west", "world.db"))
+			t.Fatalf("timed out waiting for the copy of west on %s to hold record %d: it holds up to %d (base %q, whole %v, error %v)", cfg.NodeName, after+1, seq, base, complete, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // copyComplete reports whether a node's follower copy of a world holds
 // the whole world (a base) and at least the record after.
 func copyComplete(dataDir, clientID string, after uint64) bool {
@@ -146,12 +180,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 	client := &http.Client{Timeout: 20 * time.Second}
 
 	// Both other nodes follow west and hold a whole copy of it.
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 
 	// Writers through n1 and n3 all along; every acknowledged key must
 	// survive.
@@ -178,7 +207,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "writes before the failure", func() bool { return okCount.Load() >= 20 })
+	waitFor(t, 45*time.Second, "writes before the failure", func() bool { return okCount.Load() >= 20 })
 
 	died := time.Now()
 	n2.Cluster().Crash()
@@ -186,7 +215,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 	// A write through another node succeeds again once a follower took
 	// the world over: within the lease, the stream's election and a
 	// margin for a loaded machine.
-	waitFor(t, 30*time.Second, "a write acknowledged after the host died", func() bool { return okCount.Load() > before+10 })
+	waitFor(t, 45*time.Second, "a write acknowledged after the host died", func() bool { return okCount.Load() > before+10 })
 	t.Logf("writes acknowledged again %v after the host died", time.Since(died).Round(time.Millisecond))
 	close(stop)
 	wg.Wait()
@@ -197,7 +226,7 @@ func TestReplicatedWorldOutlivesItsHost(t *testing.T) {
 		// A node's view of the registry may lag while JetStream recovers
 		// from the loss of a server: the read may be refused for a while.
 		var flags map[string]any
-		waitFor(t, 15*time.Second, "a read of west", func() bool {
+		waitFor(t, 45*time.Second, "a read of west", func() bool {
 			var st int
 			flags, st = ariaFlags(t, via)
 			return st == http.StatusOK
@@ -229,15 +258,13 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 	nodes, cfgs := startReplicated(t, func(c *node.Config) {
 		c.Cluster.ForwardTimeout = 30 * time.Second
 		c.ScriptTimeout = 20 * time.Second
+		// A lease that outlasts the host's crash, which takes a loaded
+		// machine seconds: the calls below must be sent while it holds.
+		c.Cluster.LeaseTTL = 10 * time.Second
 	})
 	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	client := &http.Client{Timeout: 40 * time.Second}
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 
 	// A script (a write) that runs for 15 s on the host, through n1.
 	slow := map[string]any{"script": "const start = Date.now(); while (Date.now() - start < 15000) {} return 7;"}
@@ -257,7 +284,9 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 		_, _ = buf.ReadFrom(resp.Body)
 		answered <- relaytest.Response{Status: resp.StatusCode, Body: buf.Bytes()}
 	}()
-	time.Sleep(time.Second) // the call reaches n2 and its script starts
+	// The call reaches n2, which runs it: its outcome is unknown from
+	// then on.
+	waitFor(t, 30*time.Second, "the script under way on n2", func() bool { return n2.Registry().AnswersUnderWay() > 0 })
 	crashing := time.Now()
 	n2.Cluster().Crash()
 	// The server is gone, its routes with it: NATS knows of the death.
@@ -272,9 +301,22 @@ func TestCallsAroundAHostFailure(t *testing.T) {
 		took   time.Duration
 	}
 	results := make(chan result, 2)
+	for _, h := range n3.Registry().Snapshot() {
+		if h.ClientID == "west" && (h.Node != "n2" || !h.Live) {
+			t.Fatalf("the dead host's lease no longer holds on n3 when the calls are sent: %+v", h)
+		}
+	}
 	go func() {
+		// The test's own client: the read waits for the lease to lapse
+		// and a follower to take over, longer than a relaytest call may.
 		start := time.Now()
-		_, st := ariaFlags(t, n3)
+		st := 0
+		req, _ := http.NewRequest(http.MethodGet, n3.Base+"/get?clientId=west&uuid="+relaytest.AriaUUID, nil)
+		req.Header.Set("x-api-key", n3.AdminKey)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			st = resp.StatusCode
+		}
 		results <- result{"read through n3", st, time.Since(start)}
 	}()
 	go func() {
@@ -320,12 +362,7 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 	client := &http.Client{Timeout: 20 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 	const path = "/actor/subscribe?clientId=west"
 	streams := map[string]<-chan streamEvent{
 		"n1": sseStream(t, ctx, n1, path, n1.AdminKey, ""),
@@ -349,7 +386,7 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 	}
 
 	n2.Cluster().Crash()
-	waitFor(t, 30*time.Second, "a write after the failover", func() bool {
+	waitFor(t, 45*time.Second, "a write after the failover", func() bool {
 		return flagWrite(client, n3.Base, n3.AdminKey, "after", 2) == http.StatusOK
 	})
 	// One write may make events on other channels too: ids count every
@@ -362,7 +399,19 @@ func TestEventsContinueAcrossAFailover(t *testing.T) {
 		}
 		after = ev.ID
 	}
-	// A resume from before the failover, on each node.
+	// A resume from before the failover, on each node, once it knows the
+	// new host: a stream opened before its registry learned of the
+	// take-over is refused (503, the former host does not answer).
+	for _, r := range []*relaytest.Relay{n1, n3} {
+		waitFor(t, 30*time.Second, r.Cluster().Name()+" to know west's new host", func() bool {
+			for _, h := range r.Registry().Snapshot() {
+				if h.ClientID == "west" && h.Node != "n2" && h.Live {
+					return true
+				}
+			}
+			return false
+		})
+	}
 	for what, r := range map[string]*relaytest.Relay{"n1": n1, "n3": n3} {
 		s := sseStream(t, ctx, r, path, r.AdminKey, strconv.FormatUint(before, 10))
 		evs := take(t, what+" resumed", s, 2)
@@ -382,18 +431,13 @@ func TestPausedHostIsFencedOff(t *testing.T) {
 	n1, n2 := nodes[0], nodes[1]
 	client := &http.Client{Timeout: 20 * time.Second}
 	ctx := context.Background()
-	if st := flagWrite(client, n1.Base, n1.AdminKey, "first", 1); st != http.StatusOK {
-		t.Fatalf("first write: %d", st)
-	}
-	for _, i := range []int{0, 2} {
-		waitFor(t, 15*time.Second, "the copy of west on "+cfgs[i].NodeName, func() bool { return copyComplete(cfgs[i].DataDir, "west", 1) })
-	}
+	writeFirst(t, client, n1, cfgs)
 	eng, err := n2.Worlds().World(ctx, "west")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n2.Registry().HoldRenewals()
-	waitFor(t, 30*time.Second, "another node serving west", func() bool {
+	waitFor(t, 45*time.Second, "another node serving west", func() bool {
 		for _, h := range n1.Registry().Snapshot() {
 			if h.ClientID == "west" && h.Node != "n2" && h.Live {
 				return true
@@ -407,12 +451,12 @@ func TestPausedHostIsFencedOff(t *testing.T) {
 	}
 	// The replaced host follows the world, and a write through it
 	// reaches the new host.
-	waitFor(t, 15*time.Second, "n2 following west", func() bool { return copyComplete(cfgs[1].DataDir, "west", 1) })
-	waitFor(t, 15*time.Second, "a write through n2", func() bool {
+	waitCopy(t, cfgs[1], 1)
+	waitFor(t, 45*time.Second, "a write through n2", func() bool {
 		return flagWrite(client, n2.Base, n2.AdminKey, "viaN2", 3) == http.StatusOK
 	})
 	var flags map[string]any
-	waitFor(t, 15*time.Second, "a read of west", func() bool {
+	waitFor(t, 45*time.Second, "a read of west", func() bool {
 		var st int
 		flags, st = ariaFlags(t, n1)
 		return st == http.StatusOK
@@ -445,24 +489,33 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 		}
 		return s.CachedInfo().Cluster.Leader
 	}
-	waitFor(t, 20*time.Second, "n2 to lead west's stream", func() bool { return leader(n1) == server(n2) })
+	waitFor(t, 45*time.Second, "n2 to lead west's stream", func() bool { return leader(n1) == server(n2) })
 
 	// An operator (or an election) moves the leader to n1: n2 takes it
 	// back.
-	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server(n1)}})
-	if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, "the leader to move to n1", func() bool { return leader(n1) == server(n1) })
-	waitFor(t, 30*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
+	// The host may move it back before this test sees it on n1, or while
+	// the election is under way: the request is made again until n1 is
+	// seen leading.
+	waitFor(t, 45*time.Second, "the leader to move to n1", func() bool {
+		if leader(n1) == server(n1) {
+			return true
+		}
+		req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server(n1)}})
+		if _, err := n1.Cluster().Conn().Request("$JS.API.STREAM.LEADER.STEPDOWN.RELAY_WORLD_west", req, 10*time.Second); err != nil {
+			t.Logf("stepdown: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		return leader(n1) == server(n1)
+	})
+	waitFor(t, 45*time.Second, "n2 to lead west's stream again", func() bool { return leader(n1) == server(n2) })
 
 	// The host dies: the node that takes west over leads its stream.
 	n2.Cluster().Crash()
-	waitFor(t, 30*time.Second, "a write after the host died", func() bool {
+	waitFor(t, 45*time.Second, "a write after the host died", func() bool {
 		return flagWrite(client, n1.Base, n1.AdminKey, "after", 1) == http.StatusOK
 	})
 	var host *relaytest.Relay
-	waitFor(t, 20*time.Second, "a new host of west", func() bool {
+	waitFor(t, 45*time.Second, "a new host of west", func() bool {
 		for _, n := range []*relaytest.Relay{nodes[0], nodes[2]} {
 			if slices.Contains(n.Registry().HostedEmbedded(), "west") {
 				host = n
@@ -471,5 +524,44 @@ func TestStreamLeaderFollowsItsHost(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, 30*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
+	waitFor(t, 45*time.Second, "the new host to lead west's stream", func() bool { return leader(host) == server(host) })
+}
+
+// TestHostKeepsItsWorldWhileTheRegistryElects checks that a healthy host
+// keeps serving its replicated world, through itself and through another
+// node, while the registry's bucket answers no one for longer than the
+// lease, as while it elects a new leader after the server that led it
+// died (nats-server waits 4 to 9 s): the host's renewals get no answer
+// meanwhile, but no follower may take the world over from a host that
+// answers, and no call may be refused.
+func TestHostKeepsItsWorldWhileTheRegistryElects(t *testing.T) {
+	nodes, cfgs := startReplicated(t, nil)
+	n2, n3 := nodes[1], nodes[2]
+	client := &http.Client{Timeout: 20 * time.Second}
+	writeFirst(t, client, n3, cfgs)
+
+	const election = 8 * time.Second
+	for _, n := range nodes {
+		n.Registry().StallBucket(election)
+	}
+	stalled := time.Now()
+	// Writes through the host and through n3 while the registry answers
+	// no one, and a moment after: every one is acknowledged.
+	for i := 0; time.Since(stalled) < election+2*time.Second; i++ {
+		for _, via := range []*relaytest.Relay{n2, n3} {
+			began := time.Now()
+			if st := flagWrite(client, via.Base, via.AdminKey, fmt.Sprintf("during%d", i), i); st != http.StatusOK {
+				t.Fatalf("write %d through %s, %v into the registry's election: %d", i, via.Cluster().Name(), began.Sub(stalled).Round(time.Millisecond), st)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range []*relaytest.Relay{nodes[0], n3} {
+		if got := n.Registry().HostedEmbedded(); slices.Contains(got, "west") {
+			t.Fatalf("%s took west over from its live host", n.Cluster().Name())
+		}
+	}
+	if got := n2.Registry().HostedEmbedded(); !slices.Contains(got, "west") {
+		t.Fatalf("n2 hosts %v after the registry's election, want west", got)
+	}
 }
