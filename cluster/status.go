@@ -100,7 +100,12 @@ func (r *Registry) recordNode(ctx context.Context, stopped bool) {
 	if r.nodes == nil {
 		return
 	}
-	rec := NodeRecord{Started: r.started, Expires: r.now().Add(r.ttl), Stopped: stopped}
+	// The clock is read under the lock, where the rest of the registry
+	// reads it (a test shifts it).
+	r.mu.Lock()
+	now := r.now()
+	r.mu.Unlock()
+	rec := NodeRecord{Started: r.started, Expires: now.Add(r.ttl), Stopped: stopped}
 	val, _ := json.Marshal(rec)
 	if _, err := r.nodes.Put(ctx, r.node.Name(), val); err != nil && !stopped {
 		r.log.Debug("could not record the node in the cluster", "error", err)
