@@ -382,20 +382,14 @@ func (node *Node) KeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (j
 // leader, or a loaded machine may answer the creation of the watcher's
 // consumer after the client library's time-out of five seconds: the node
 // asks again, within its start time-out, rather than fail to start.
-func (node *Node) watchAll(ctx context.Context, kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
-	deadline := time.Now().Add(node.cfg.StartTimeout)
-	for {
-		w, err := kv.WatchAll(ctx)
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
-			return w, err
-		}
+func (node *Node) watchAll(ctx context.Context, kv jetstream.KeyValue) (w jetstream.KeyWatcher, err error) {
+	err = steady.AskAgain(ctx, node.cfg.StartTimeout, func(err error) {
 		node.log.Debug("could not watch a bucket yet; trying again", "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	}, func() (err error) {
+		w, err = kv.WatchAll(ctx)
+		return err
+	})
+	return w, err
 }
 
 // follow applies the bucket's changes until the watcher w stops.

@@ -92,20 +92,14 @@ const openWait = time.Minute
 // machine may answer the creation of the watcher's consumer after the
 // client library's time-out of five seconds: a node starting then asks
 // again, for up to openWait and never past ctx, rather than fail to start.
-func (f *Follower) openFirst(ctx context.Context) (jetstream.KeyWatcher, <-chan jetstream.KeyValueEntry, error) {
-	deadline := time.Now().Add(openWait)
-	for {
-		w, updates, err := f.open(ctx)
-		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
-			return w, updates, err
-		}
+func (f *Follower) openFirst(ctx context.Context) (w jetstream.KeyWatcher, updates <-chan jetstream.KeyValueEntry, err error) {
+	err = AskAgain(ctx, openWait, func(err error) {
 		f.opts.Log.Debug("cannot follow a key-value bucket yet", "bucket", f.kv.Bucket(), "error", err)
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	}, func() (err error) {
+		w, updates, err = f.open(ctx)
+		return err
+	})
+	return w, updates, err
 }
 
 // open opens a watcher and applies the current entries it sends first,

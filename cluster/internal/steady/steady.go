@@ -78,6 +78,27 @@ func Transient(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == clusterUnavailable || apiErr.ErrorCode == duplicateInProcess)
 }
 
+// AskAgain runs op until it succeeds, ctx ends or wait has passed, 200 ms
+// apart, calling failed with each error it gets again: for a request that
+// a starting node makes once (a watcher's consumer, say), which JetStream
+// may answer late while a new stream elects its leader or the machine is
+// loaded. It returns op's last error, or ctx's once ctx ended meanwhile.
+func AskAgain(ctx context.Context, wait time.Duration, failed func(error), op func() error) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := op()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		failed(err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // Do runs op, which must be safe to repeat (a read, or a write that
 // JetStream deduplicates), until it succeeds or fails for a reason other
 // than an election, for at most the caller's deadline (or [Wait]). Each
