@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,15 +37,28 @@ func TestSSEFrames(t *testing.T) {
 	}
 }
 
+// lockedRecorder is a response recorder whose body may be read while the
+// stream's timer writes to it.
+type lockedRecorder struct {
+	mu sync.Mutex
+	*httptest.ResponseRecorder
+}
+
+func (r *lockedRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ResponseRecorder.Write(p)
+}
+
 // TestKeepaliveOnlyWhenQuiet: a quiet stream gets a keepalive comment
 // every interval, and none once stopped.
 func TestKeepaliveOnlyWhenQuiet(t *testing.T) {
 	t.Parallel()
-	rec := httptest.NewRecorder()
+	rec := &lockedRecorder{ResponseRecorder: httptest.NewRecorder()}
 	sw := newSSEWriter(rec)
 	count := func() int {
-		sw.mu.Lock()
-		defer sw.mu.Unlock()
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
 		return strings.Count(rec.Body.String(), ": keepalive\n\n")
 	}
 	stop := sw.keepalive(20 * time.Millisecond)
